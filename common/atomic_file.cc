@@ -1,0 +1,121 @@
+// POSIX implementation of common/atomic_file.h. Every error is absl::ErrnoToStatus of the failing
+// call, so the code follows errno (ENOENT -> NotFound, EACCES -> PermissionDenied, ...) and the
+// message reads "<what> <path>: <call> <file>: <strerror>".
+#include "common/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+namespace {
+
+// The directory holding `path`: "." for a bare name, "/" for a file in the root.
+std::string DirectoryOf(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+absl::Status SyscallError(int error_number, absl::string_view what, absl::string_view call,
+                          absl::string_view file) {
+  return absl::ErrnoToStatus(error_number, absl::StrCat(what, ": ", call, " ", file));
+}
+
+// Writes all of `data` to `fd`, retrying short writes and EINTR. Returns 0 or an errno value.
+int WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return 0;
+}
+
+}  // namespace
+
+absl::Status WriteFileAtomically(const std::string& path, std::string_view contents) {
+  const std::string what = absl::StrCat("writing ", path);
+  const std::string temp = absl::StrCat(path, ".tmp.", ::getpid());
+
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return SyscallError(errno, what, "open", temp);
+
+  // From here on the temp file exists and is removed on every failure.
+  auto fail = [&](int error_number, absl::string_view call, absl::string_view file) {
+    ::unlink(temp.c_str());
+    return SyscallError(error_number, what, call, file);
+  };
+  if (const int error_number = WriteAll(fd, contents); error_number != 0) {
+    ::close(fd);
+    return fail(error_number, "write", temp);
+  }
+  if (::fsync(fd) != 0) {
+    const int error_number = errno;
+    ::close(fd);
+    return fail(error_number, "fsync", temp);
+  }
+  if (::close(fd) != 0) return fail(errno, "close", temp);
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    return fail(errno, "rename", absl::StrCat(temp, " -> ", path));
+  }
+  if (absl::Status synced = SyncDirectory(DirectoryOf(path)); !synced.ok()) {
+    return absl::Status(synced.code(), absl::StrCat(what, ": ", synced.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  const std::string what = absl::StrCat("reading ", path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return SyscallError(errno, what, "open", path);
+
+  // Reads straight into the string: its size is the file size when fstat knows it, and grows by
+  // chunks otherwise (pipes, /proc files).
+  constexpr size_t kChunk = size_t{1} << 20;
+  struct stat info;
+  size_t capacity = kChunk;
+  if (::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0) {
+    capacity = static_cast<size_t>(info.st_size) + 1;  // + 1 to see end of file in one read
+  }
+  std::string contents(capacity, '\0');
+  size_t size = 0;
+  while (true) {
+    if (size == contents.size()) contents.resize(contents.size() + kChunk);
+    const ssize_t n = ::read(fd, contents.data() + size, contents.size() - size);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int error_number = errno;
+      ::close(fd);
+      return SyscallError(error_number, what, "read", path);
+    }
+    size += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  contents.resize(size);
+  return contents;
+}
+
+absl::Status SyncDirectory(const std::string& directory) {
+  const std::string what = absl::StrCat("syncing directory ", directory);
+  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return SyscallError(errno, what, "open", directory);
+  if (::fsync(fd) != 0) {
+    const int error_number = errno;
+    ::close(fd);
+    return SyscallError(error_number, what, "fsync", directory);
+  }
+  ::close(fd);
+  return absl::OkStatus();
+}
+
+}  // namespace tandem

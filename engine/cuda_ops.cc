@@ -1,0 +1,43 @@
+#include "engine/cuda_ops.h"
+
+#ifdef TANDEM_CUDA_TORCH
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::engine {
+
+#if defined(TANDEM_CUDA_TORCH) && defined(TANDEM_HAVE_CUDA_KERNELS)
+
+absl::Status RunAdamWOnDevice(const kernels::AdamWBuffers& buffers, const kernels::AdamWHyper& hyper,
+                              c10::Device device) {
+  c10::cuda::CUDAGuard guard(device);
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+  if (!kernels::AdamWCuda(buffers, hyper, stream)) {
+    return absl::InternalError(absl::StrCat(__FILE__, ":", __LINE__, ": AdamW kernel launch failed"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t DevicePeakBytes(c10::Device device) {
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  return stats.allocated_bytes[static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)]
+      .peak;
+}
+
+#else
+
+absl::Status RunAdamWOnDevice(const kernels::AdamWBuffers&, const kernels::AdamWHyper&,
+                              c10::Device device) {
+  return absl::UnimplementedError(absl::StrCat(
+      "engine: parameters are on ", device.str(), " but Tandem was built without CUDA support"));
+}
+
+int64_t DevicePeakBytes(c10::Device) { return 0; }
+
+#endif
+
+}  // namespace tandem::engine

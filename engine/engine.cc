@@ -1,0 +1,467 @@
+// Engine construction, buffers, and the gradient flow (NOTE [Gradient flow] in engine.h).
+#include "engine/engine.h"
+
+#include <torch/autograd.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace tandem::engine {
+namespace {
+
+constexpr char kComponent[] = "engine";
+
+at::ScalarType ToScalarType(DType dtype) {
+  return dtype == DType::kBFloat16 ? at::kBFloat16 : at::kFloat;
+}
+
+// Forwards a parameter's "gradient accumulated" event to its engine while the engine lives.
+class AccumulatedHook : public torch::autograd::FunctionPostHook {
+ public:
+  AccumulatedHook(std::shared_ptr<Engine*> engine, int index)
+      : engine_(std::move(engine)), index_(index) {}
+  torch::autograd::variable_list operator()(
+      const torch::autograd::variable_list& outputs,
+      const torch::autograd::variable_list& /*inputs*/) override {
+    if (Engine* engine = *engine_) engine->OnGradientAccumulated(index_);
+    return outputs;
+  }
+
+ private:
+  std::shared_ptr<Engine*> engine_;
+  int index_;
+};
+
+}  // namespace
+
+Engine::Engine(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Communicator> communicator,
+               Config config)
+    : model_(std::move(model)),
+      communicator_(std::move(communicator)),
+      config_(std::move(config)),
+      self_(std::make_shared<Engine*>(this)) {}
+
+Engine::~Engine() {
+  *self_ = nullptr;
+  for (size_t i = 0; i < accumulators_.size(); ++i) {
+    if (accumulators_[i]) accumulators_[i]->del_post_hook(hook_keys_[i]);
+  }
+  for (BlockModule* block : blocks_) block->AttachHost(nullptr, -1);
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<torch::nn::Module> model,
+                                                       std::shared_ptr<Communicator> communicator,
+                                                       Config config) {
+  if (model == nullptr) return absl::InvalidArgumentError("engine: model is null");
+  if (communicator == nullptr) return absl::InvalidArgumentError("engine: communicator is null");
+  std::unique_ptr<Engine> engine(
+      new Engine(std::move(model), std::move(communicator), std::move(config)));
+  try {
+    RETURN_IF_ERROR(engine->Initialize());
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("engine: initialization failed: ", e.what()));
+  }
+  return engine;
+}
+
+absl::Status Engine::Initialize() {
+  const int world = communicator_->world_size();
+  // Batch arithmetic, as DeepSpeed: train_batch_size = micro * gas * world.
+  if (config_.train_batch_size && config_.train_micro_batch_size_per_gpu) {
+    const int64_t per_step = *config_.train_micro_batch_size_per_gpu * world;
+    if (!config_.gradient_accumulation_steps_given) {
+      if (*config_.train_batch_size % per_step != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "train_batch_size: ", *config_.train_batch_size,
+            " is not divisible by train_micro_batch_size_per_gpu * world size = ", per_step));
+      }
+      config_.gradient_accumulation_steps = *config_.train_batch_size / per_step;
+    } else if (*config_.train_batch_size != per_step * config_.gradient_accumulation_steps) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "train_batch_size: ", *config_.train_batch_size, " != train_micro_batch_size_per_gpu (",
+          *config_.train_micro_batch_size_per_gpu, ") * gradient_accumulation_steps (",
+          config_.gradient_accumulation_steps, ") * world size (", world, ")"));
+    }
+  }
+
+  param_dtype_ = ToScalarType(config_.param_dtype());
+  grad_dtype_ = ToScalarType(config_.grad_dtype());
+  state_dtype_ = ToScalarType(config_.optimizer_state_dtype());
+  comm_dtype_ = ToScalarType(config_.communication_data_type);
+  gradient_scale_ = config_.gradient_reduction == GradientReduction::kMean
+                        ? 1.0f / static_cast<float>(world * config_.gradient_accumulation_steps)
+                        : 1.0f;
+
+  // Blocks: every BlockModule below the root, numbered in traversal order.
+  std::map<const void*, int> block_of_param;
+  for (const auto& module : model_->modules(/*include_self=*/true)) {
+    auto block = std::dynamic_pointer_cast<BlockModule>(module);
+    if (!block) continue;
+    if (block->host() != nullptr) {
+      return absl::InvalidArgumentError(
+          "engine: a BlockModule of this model already belongs to another engine");
+    }
+    const int id = static_cast<int>(blocks_.size());
+    for (const auto& p : block->trainable_parameters()) {
+      if (block_of_param.count(p.unsafeGetTensorImpl())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("engine: BlockModules are nested or share parameters (block ", id, ")"));
+      }
+      block_of_param[p.unsafeGetTensorImpl()] = id;
+    }
+    blocks_.push_back(block.get());
+  }
+
+  std::vector<ParamSpec> specs;
+  for (const auto& item : model_->named_parameters(/*recurse=*/true)) {
+    const at::Tensor& p = item.value();
+    if (!p.requires_grad()) continue;
+    if (!p.is_floating_point()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("engine: parameter ", item.key(), " is not floating point"));
+    }
+    ParamSpec spec;
+    spec.name = item.key();
+    spec.shape = p.sizes().vec();
+    spec.numel = p.numel();
+    auto it = block_of_param.find(p.unsafeGetTensorImpl());
+    spec.group = (config_.zero.stage == 3 && it != block_of_param.end()) ? it->second : -1;
+    specs.push_back(std::move(spec));
+    index_of_[p.unsafeGetTensorImpl()] = static_cast<int>(params_.size());
+    params_.push_back(p);
+  }
+  if (params_.empty()) return absl::InvalidArgumentError("engine: the model has no trainable parameters");
+  device_ = params_[0].device();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].device() != device_) {
+      return absl::InvalidArgumentError(absl::StrCat("engine: parameter ", specs[i].name, " is on ",
+                                                     params_[i].device().str(), ", expected ",
+                                                     device_.str()));
+    }
+  }
+  ASSIGN_OR_RETURN(layout_, Layout::Build(std::move(specs), world, config_.zero.reduce_bucket_size));
+
+  block_unit_.assign(blocks_.size(), -1);
+  for (size_t u = 0; u < layout_.units().size(); ++u) {
+    const int group = layout_.units()[u].group;
+    if (group >= 0) block_unit_[group] = static_cast<int>(u);
+  }
+  RETURN_IF_ERROR(InitializeBuffers());
+  for (size_t b = 0; b < blocks_.size(); ++b) blocks_[b]->AttachHost(this, static_cast<int>(b));
+  InstallHooks();
+
+  const size_t units = layout_.units().size();
+  pending_.assign(units, 0);
+  launched_.assign(units, false);
+  buckets_.assign(units, at::Tensor());
+  delivered_.assign(params_.size(), false);
+  for (size_t u = 0; u < units; ++u) {
+    pending_[u] = layout_.units()[u].end_param - layout_.units()[u].first_param;
+  }
+  next_launch_ = static_cast<int>(units) - 1;
+  last_lr_ = current_lr();
+  TANDEM_LOG(kDebug, kComponent) << "group " << communicator_->group_name() << " rank "
+                                 << rank() << ": " << layout_.num_elements() << " parameters in "
+                                 << units << " units, ZeRO stage " << config_.zero.stage;
+  return absl::OkStatus();
+}
+
+bool Engine::IsResident(int unit) const {
+  return !(config_.zero.stage == 3 && layout_.units()[unit].group >= 0);
+}
+
+int64_t Engine::DomainStart(int unit) const {
+  return config_.zero.stage == 0 ? 0 : communicator_->rank() * layout_.units()[unit].shard;
+}
+
+int64_t Engine::DomainLength(int unit) const {
+  const Unit& u = layout_.units()[unit];
+  return config_.zero.stage == 0 ? u.padded : u.shard;
+}
+
+at::Tensor Engine::UnitWeights(int unit) const {
+  if (IsResident(unit)) {
+    return resident_.narrow(0, resident_offset_[unit] + DomainStart(unit), DomainLength(unit));
+  }
+  return owned_shards_.narrow(0, owned_offset_[unit], layout_.units()[unit].shard);
+}
+
+at::Tensor Engine::UnitGradients(int unit) const {
+  const Unit& u = layout_.units()[unit];
+  return config_.zero.stage <= 1 ? grads_.narrow(0, u.full_offset, u.padded)
+                                 : grads_.narrow(0, u.shard_offset, u.shard);
+}
+
+at::Tensor Engine::UnitDomainGradients(int unit) const {
+  if (config_.zero.stage == 2 || config_.zero.stage == 3) return UnitGradients(unit);
+  return UnitGradients(unit).narrow(0, DomainStart(unit), DomainLength(unit));
+}
+
+absl::Status Engine::InitializeBuffers() {
+  const auto& units = layout_.units();
+  const auto options = at::TensorOptions().device(device_);
+  int64_t resident_elements = 0, owned_elements = 0;
+  resident_offset_.assign(units.size(), -1);
+  owned_offset_.assign(units.size(), -1);
+  domain_offset_.assign(units.size(), 0);
+  gathered_.assign(units.size(), at::Tensor());
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (IsResident(u)) {
+      resident_offset_[u] = resident_elements;
+      resident_elements += units[u].padded;
+    } else {
+      owned_offset_[u] = owned_elements;
+      owned_elements += units[u].shard;
+    }
+    domain_offset_[u] = domain_elements_;
+    domain_elements_ += DomainLength(u);
+  }
+  resident_ = at::zeros({resident_elements}, options.dtype(param_dtype_));
+  owned_shards_ = at::zeros({owned_elements}, options.dtype(param_dtype_));
+  if (config_.has_separate_master()) master_ = at::zeros({domain_elements_}, options.dtype(at::kFloat));
+
+  // Unit by unit: rank 0's initial values (in fp32, so a separate master starts exact) go into the
+  // flat storage, and the unit's parameters are pointed at it (or, for stage-3 blocks, at nothing),
+  // which frees the model's original storage before the next unit is copied.
+  for (size_t u = 0; u < units.size(); ++u) {
+    at::Tensor init = at::zeros({units[u].padded}, options.dtype(at::kFloat));
+    for (int i = units[u].first_param; i < units[u].end_param; ++i) {
+      init.narrow(0, layout_.slots()[i].offset, layout_.params()[i].numel)
+          .copy_(params_[i].detach().reshape(-1));
+    }
+    RETURN_IF_ERROR(Wait(communicator_->Broadcast(init, 0)));
+    if (IsResident(u)) {
+      resident_.narrow(0, resident_offset_[u], units[u].padded).copy_(init);
+    } else {
+      owned_shards_.narrow(0, owned_offset_[u], units[u].shard)
+          .copy_(init.narrow(0, DomainStart(u), DomainLength(u)));
+    }
+    if (master_.defined()) {
+      master_.narrow(0, domain_offset_[u], DomainLength(u))
+          .copy_(init.narrow(0, DomainStart(u), DomainLength(u)));
+    }
+    for (int i = units[u].first_param; i < units[u].end_param; ++i) {
+      if (IsResident(u)) {
+        params_[i].set_data(resident_
+                                .narrow(0, resident_offset_[u] + layout_.slots()[i].offset,
+                                        layout_.params()[i].numel)
+                                .view(layout_.params()[i].shape));
+      } else {
+        params_[i].set_data(at::empty({0}, options.dtype(param_dtype_)));
+      }
+    }
+  }
+
+  exp_avg_ = at::zeros({domain_elements_}, options.dtype(state_dtype_));
+  exp_avg_sq_ = at::zeros({domain_elements_}, options.dtype(state_dtype_));
+  if (config_.bf16_update == Bf16Update::kKahan) {
+    compensation_ = at::zeros({domain_elements_}, options.dtype(at::kBFloat16));
+  }
+  grads_ = at::zeros({config_.zero.stage <= 1 ? layout_.full_elements() : layout_.shard_elements()},
+                     options.dtype(grad_dtype_));
+  return absl::OkStatus();
+}
+
+void Engine::InstallHooks() {
+  // Accumulators are taken after set_data (a dtype change replaces a parameter's accumulator) and
+  // kept alive here: a parameter holds its accumulator only weakly. Stage-3 block parameters get none:
+  // their gradients come from the block's recomputation (AcceptBlockGradients), and an accumulator
+  // made while they are released would record their empty shape as the gradient's shape.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!IsResident(layout_.slots()[i].unit)) {
+      hook_keys_.push_back(0);
+      accumulators_.push_back(nullptr);
+      continue;
+    }
+    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+    hook_keys_.push_back(
+        accumulator->add_post_hook(std::make_unique<AccumulatedHook>(self_, static_cast<int>(i))));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+compat::AutocastScope Engine::Autocast() const {
+  const auto device = device_.type();
+  if (!config_.autocast_enabled) return compat::AutocastScope(device, compat::AutocastState::Capture(device));
+  return compat::AutocastScope(device, {true, ToScalarType(config_.autocast_dtype)});
+}
+
+absl::Status Engine::Backward(const at::Tensor& loss) {
+  try {
+    loss.backward();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("backward failed: ", e.what()));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+// ---- Gradient flow --------------------------------------------------------------------------------
+
+void Engine::OnGradientAccumulated(int index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  at::Tensor& grad = params_[index].mutable_grad();
+  if (!grad.defined()) return;
+  BeginBackwardLocked();
+  AddGradientLocked(index, grad);
+  grad.reset();
+  LaunchReadyLocked();
+}
+
+void Engine::EnterBackward() {
+  std::lock_guard<std::mutex> lock(mu_);
+  BeginBackwardLocked();
+}
+
+void Engine::AcceptBlockGradients(int block_id, const std::vector<at::Tensor>& grads) {
+  std::lock_guard<std::mutex> lock(mu_);
+  BeginBackwardLocked();
+  const std::vector<at::Tensor> block_params = blocks_[block_id]->trainable_parameters();
+  for (size_t k = 0; k < block_params.size() && k < grads.size(); ++k) {
+    auto it = index_of_.find(block_params[k].unsafeGetTensorImpl());
+    if (it != index_of_.end() && grads[k].defined()) AddGradientLocked(it->second, grads[k]);
+  }
+  LaunchReadyLocked();
+}
+
+void Engine::BeginBackwardLocked() {
+  if (in_backward_) return;
+  in_backward_ = true;
+  // Runs once when the current graph task (the whole backward call) finishes.
+  std::shared_ptr<Engine*> self = self_;
+  torch::autograd::Engine::get_default_engine().queue_callback([self] {
+    if (Engine* engine = *self) engine->OnBackwardEnd();
+  });
+}
+
+void Engine::AddGradientLocked(int index, const at::Tensor& grad) {
+  const int u = layout_.slots()[index].unit;
+  if (launched_[u]) {
+    RecordErrorLocked(absl::InternalError(absl::StrCat(
+        "parameter ", layout_.params()[index].name,
+        " received a gradient after its bucket was reduced in the same backward")));
+    return;
+  }
+  if (!buckets_[u].defined()) {
+    buckets_[u] = at::zeros({layout_.units()[u].padded},
+                            at::TensorOptions().device(device_).dtype(comm_dtype_));
+  }
+  buckets_[u]
+      .narrow(0, layout_.slots()[index].offset, layout_.params()[index].numel)
+      .add_(grad.detach().reshape(-1), gradient_scale_);
+  if (!delivered_[index]) {
+    delivered_[index] = true;
+    --pending_[u];
+  }
+}
+
+void Engine::LaunchReadyLocked() {
+  if (!config_.zero.overlap_comm) return;
+  while (next_launch_ >= 0 && pending_[next_launch_] == 0) LaunchUnitLocked(next_launch_--);
+  // Opportunistically fold what already arrived, to free buckets early.
+  absl::Status status = FoldLocked(/*wait_all=*/false);
+  if (!status.ok()) RecordErrorLocked(status);
+}
+
+void Engine::LaunchUnitLocked(int unit) {
+  const Unit& u = layout_.units()[unit];
+  InFlight flight;
+  flight.unit = unit;
+  flight.bucket = buckets_[unit].defined()
+                      ? buckets_[unit]
+                      : at::zeros({u.padded}, at::TensorOptions().device(device_).dtype(comm_dtype_));
+  buckets_[unit] = at::Tensor();
+  if (config_.zero.stage <= 1) {
+    flight.work = communicator_->AllReduceSum(flight.bucket);
+  } else {
+    flight.output = at::empty({u.shard}, flight.bucket.options());
+    flight.work = communicator_->ReduceScatterSum(flight.bucket, flight.output);
+  }
+  launched_[unit] = true;
+  in_flight_.push_back(std::move(flight));
+}
+
+absl::Status Engine::FoldLocked(bool wait_all) {
+  while (!in_flight_.empty()) {
+    InFlight& flight = in_flight_.front();
+    if (!wait_all && !flight.work->IsCompleted()) break;
+    absl::Status status = Wait(flight.work);
+    if (status.ok()) {
+      UnitGradients(flight.unit).add_(config_.zero.stage <= 1 ? flight.bucket : flight.output);
+    }
+    in_flight_.pop_front();
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+void Engine::OnBackwardEnd() {
+  std::lock_guard<std::mutex> lock(mu_);
+  try {
+    // Every unit, in the same order on every rank, whether or not this rank's graph reached it.
+    while (next_launch_ >= 0) LaunchUnitLocked(next_launch_--);
+    absl::Status status = FoldLocked(/*wait_all=*/true);
+    if (!status.ok()) RecordErrorLocked(status);
+  } catch (const std::exception& e) {
+    RecordErrorLocked(absl::InternalError(absl::StrCat("gradient reduction failed: ", e.what())));
+  }
+  in_flight_.clear();
+  for (size_t u = 0; u < pending_.size(); ++u) {
+    pending_[u] = layout_.units()[u].end_param - layout_.units()[u].first_param;
+    launched_[u] = false;
+    buckets_[u] = at::Tensor();
+  }
+  std::fill(delivered_.begin(), delivered_.end(), false);
+  next_launch_ = static_cast<int>(pending_.size()) - 1;
+  in_backward_ = false;
+}
+
+void Engine::RecordErrorLocked(absl::Status status) {
+  if (!error_.ok()) return;  // the first error is the cause; later ones follow from it
+  TANDEM_LOG(kError, kComponent) << "group " << communicator_->group_name() << " rank " << rank()
+                                 << ": " << status.message();
+  error_ = std::move(status);
+}
+
+absl::Status Engine::Wait(const std::shared_ptr<Work>& work) const {
+  return work->Wait(std::chrono::milliseconds(config_.collective_timeout_ms));
+}
+
+// ---- ZeRO-3 blocks --------------------------------------------------------------------------------
+
+void Engine::GatherBlock(int block_id) {
+  const int unit = block_unit_[block_id];
+  if (unit < 0) return;  // the block has no trainable parameters
+  const Unit& u = layout_.units()[unit];
+  at::Tensor full = at::empty({u.padded}, owned_shards_.options());
+  absl::Status status =
+      Wait(communicator_->AllGather(owned_shards_.narrow(0, owned_offset_[unit], u.shard), full));
+  if (!status.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    RecordErrorLocked(status);
+    throw std::runtime_error(std::string(status.message()));
+  }
+  gathered_[unit] = full;
+  for (int i = u.first_param; i < u.end_param; ++i) {
+    params_[i].set_data(full.narrow(0, layout_.slots()[i].offset, layout_.params()[i].numel)
+                            .view(layout_.params()[i].shape));
+  }
+}
+
+void Engine::ReleaseBlock(int block_id) {
+  const int unit = block_unit_[block_id];
+  if (unit < 0) return;
+  const Unit& u = layout_.units()[unit];
+  for (int i = u.first_param; i < u.end_param; ++i) {
+    params_[i].set_data(at::empty({0}, owned_shards_.options()));
+  }
+  gathered_[unit] = at::Tensor();
+}
+
+}  // namespace tandem::engine

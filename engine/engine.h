@@ -1,0 +1,222 @@
+// The low-precision ZeRO engine: one rank of a data-parallel group training one module (DESIGN §3).
+//
+// Usage (each rank):
+//   auto engine = Engine::Create(model, communicator, config).value();
+//   for (micro-batch) {
+//     auto autocast = engine->Autocast();          // torch_autocast from the config (no-op if off)
+//     auto out = model->forward(x);                  // the user's own module call
+//     loss_fn(out).backward();                       // or out.backward(grad), any number of times
+//     RETURN_IF_ERROR(engine->Step());               // updates at the accumulation boundary
+//   }
+//
+// PyTorch-identical backward (NOTE [Gradient flow]): the engine never wraps forward or backward. It
+// installs a post-hook on every trainable parameter's gradient accumulator. Each hook copies the fresh
+// gradient (scaled by 1/(world * gradient_accumulation_steps) with gradient_reduction "mean") into its
+// unit's reduction bucket, frees param.grad, and once a unit is complete launches its reduction
+// (all-reduce at stages 0-1, reduce-scatter at 2-3) while autograd keeps running. The first hook of a
+// backward queues an autograd-engine final callback; when the backward ends it launches every unit not
+// yet launched, in a fixed order, so all ranks issue the same collectives in the same order even when a
+// rank's graph did not reach some parameters (they contribute zeros), and folds the reduced buckets into
+// the gradient accumulation buffer. BlockModules (block.h) route their parameters' gradients in the
+// same way from their recomputing backward. So loss.backward(), out.backward(non_scalar_grad), one
+// backward through several engines' outputs, losses built outside the engine and several backward calls
+// per step all reduce correctly; gradients accumulate until the boundary.
+//
+// Step() counts micro-steps; at every gradient_accumulation_steps-th call it computes the global
+// gradient norm across the group, clips, runs the fused AdamW over this rank's partition, all-gathers
+// the updated parameters (stages 1-2, and the resident parameters of stage 3) and zeroes the gradients.
+//
+// ZeRO stages and buffers (NOTE [Units] in layout.h for partitioning):
+//   stage 0: everything replicated; 1: master weights and moments partitioned; 2: + gradients;
+//   3: + parameters of BlockModules, gathered per block just in time (block.h). Parameters outside any
+//   BlockModule stay resident at stage 3 (DeepSpeed's persistent parameters).
+// Precision: fp32; bf16 params + fp32 master + fp32 moments + bf16 grads (16 B/param); with
+// bf16_master_weights_and_grads the bf16 parameter is the master (no second copy) and with
+// bf16_optimizer_states the moments are bf16: 8 B/param. tandem.bf16_update picks nearest, Kahan or
+// stochastic rounding for bf16 masters.
+//
+// Errors: Create returns InvalidArgument for a config/model mismatch. A failed or timed-out collective
+// inside a hook cannot be returned from backward: it is recorded and returned by the next Step() (and the
+// gradients of that step are not applied). Collective methods (Step at the boundary, Gather*, Save/Load,
+// Export) must be called by every rank in the same order.
+//
+// Thread-safety: one training thread per engine; hooks may run on autograd threads (guarded).
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/block.h"
+#include "engine/communicator.h"
+#include "engine/compat.h"
+#include "engine/config.h"
+#include "engine/layout.h"
+#include "engine/memory.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace tandem::engine {
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+class Engine : public BlockHost {
+ public:
+  // Takes over `model`'s trainable parameters: converts them to the configured dtype, broadcasts rank
+  // 0's values to the group, partitions them and installs the gradient hooks. All ranks call Create
+  // with the same model architecture and config.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<torch::nn::Module> model,
+                                                        std::shared_ptr<Communicator> communicator,
+                                                        Config config);
+  ~Engine() override;
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Scope under which to run forward: torch_autocast from the config, or no change.
+  compat::AutocastScope Autocast() const;
+
+  // Sugar for loss.backward() (errors as a Status instead of an exception).
+  absl::Status Backward(const at::Tensor& loss);
+
+  // Call once per micro-batch, after its backward calls.
+  absl::Status Step();
+  bool IsGradientAccumulationBoundary() const;
+
+  // State.
+  int64_t global_steps() const { return global_steps_; }
+  int64_t micro_steps() const { return micro_steps_; }
+  int64_t skipped_steps() const { return skipped_steps_; }
+  double last_grad_norm() const { return last_grad_norm_; }
+  double last_lr() const { return last_lr_; }
+  double current_lr() const;  // the learning rate the next update will use
+  const Config& config() const { return config_; }
+  const Layout& layout() const { return layout_; }
+  int rank() const { return communicator_->rank(); }
+  int world_size() const { return communicator_->world_size(); }
+  MemoryReport Memory() const;
+
+  // Collective reads, for checks and exports: full fp32 tensors with the module's parameter names.
+  // Parameters come from the master copy when there is one.
+  absl::StatusOr<NamedTensors> GatherParameters();
+  // The reduced gradients accumulated since the last update (call between backward and Step).
+  absl::StatusOr<NamedTensors> GatherGradients();
+
+  // Writes the full model (fp32, stable parameter names) as safetensors; rank 0 writes, all call.
+  absl::Status ExportSafetensors(const std::string& path);
+
+  // Checkpoints (engine/checkpoint.cc). SaveCheckpoint writes this rank's shard into `directory`
+  // atomically, and rank 0 writes the "complete" marker after every rank finished; call at an
+  // accumulation boundary. `client_state` (e.g. the data position) is stored with each shard and
+  // returned by LoadCheckpoint, which restores params, master, moments, step counts and the RNG.
+  absl::Status SaveCheckpoint(const std::string& directory,
+                              const std::map<std::string, std::string>& client_state = {});
+  absl::StatusOr<std::map<std::string, std::string>> LoadCheckpoint(const std::string& directory);
+
+  // BlockHost.
+  bool gathers_parameters() const override { return config_.zero.stage == 3; }
+  void GatherBlock(int block_id) override;
+  void ReleaseBlock(int block_id) override;
+  void EnterBackward() override;
+  void AcceptBlockGradients(int block_id, const std::vector<at::Tensor>& grads) override;
+
+  // Called by the gradient-accumulator hook of parameter `index`.
+  void OnGradientAccumulated(int index);
+
+ private:
+  struct InFlight {
+    int unit = 0;
+    std::shared_ptr<Work> work;
+    at::Tensor bucket;  // all-reduced in place (stages 0-1) or reduce-scattered from (2-3)
+    at::Tensor output;  // reduce-scatter result (stages 2-3)
+  };
+
+  Engine(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Communicator> communicator,
+         Config config);
+  absl::Status Initialize();
+  absl::Status InitializeBuffers();
+  void InstallHooks();
+
+  // Gradient flow (hold mu_).
+  void AddGradientLocked(int index, const at::Tensor& grad);
+  void BeginBackwardLocked();
+  void OnBackwardEnd();
+  void LaunchReadyLocked();
+  void LaunchUnitLocked(int unit);
+  absl::Status FoldLocked(bool wait_all);
+  void RecordErrorLocked(absl::Status status);
+
+  // Views in "domain" coordinates: the part of each unit this rank updates (all of it at stage 0).
+  int64_t DomainStart(int unit) const;
+  int64_t DomainLength(int unit) const;
+  at::Tensor UnitWeights(int unit) const;
+  at::Tensor UnitGradients(int unit) const;
+  at::Tensor UnitDomainGradients(int unit) const;
+  bool IsResident(int unit) const;
+
+  absl::Status ApplyUpdate(double grad_scale);
+  absl::Status AllGatherResident();
+  absl::StatusOr<std::vector<at::Tensor>> GatherUnits(bool gradients);
+  absl::Status Wait(const std::shared_ptr<Work>& work) const;
+
+  std::shared_ptr<torch::nn::Module> model_;
+  std::shared_ptr<Communicator> communicator_;
+  Config config_;
+  Layout layout_;
+  std::shared_ptr<Engine*> self_;  // hooks hold it; nulled on destruction
+
+  std::vector<at::Tensor> params_;  // trainable parameters, module order
+  std::unordered_map<const void*, int> index_of_;  // TensorImpl -> index in params_
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<uintptr_t> hook_keys_;
+  std::vector<BlockModule*> blocks_;
+  std::vector<int> block_unit_;
+
+  at::Device device_{at::kCPU};
+  at::ScalarType param_dtype_ = at::kFloat;
+  at::ScalarType grad_dtype_ = at::kFloat;
+  at::ScalarType state_dtype_ = at::kFloat;
+  at::ScalarType comm_dtype_ = at::kFloat;
+  float gradient_scale_ = 1.0f;
+
+  // Parameter storage. resident_: full coordinates of resident units (all units below stage 3).
+  at::Tensor resident_;
+  std::vector<int64_t> resident_offset_;  // per unit, -1 if not resident
+  at::Tensor owned_shards_;               // stage 3: this rank's chunks of block units
+  std::vector<int64_t> owned_offset_;     // per unit, -1 if resident
+  std::vector<at::Tensor> gathered_;      // per unit, while a block is gathered
+  // Optimizer domain buffers.
+  std::vector<int64_t> domain_offset_;
+  int64_t domain_elements_ = 0;
+  at::Tensor master_, exp_avg_, exp_avg_sq_, compensation_;
+  at::Tensor grads_;  // full coordinates (stages 0-1) or shard coordinates (2-3)
+
+  // Backward state, guarded by mu_.
+  mutable std::mutex mu_;
+  bool in_backward_ = false;
+  std::vector<int> pending_;        // per unit: parameters not yet delivered in this backward
+  std::vector<bool> delivered_;     // per parameter, this backward
+  std::vector<bool> launched_;      // per unit, this backward
+  std::vector<at::Tensor> buckets_;  // per unit, while filling
+  int next_launch_ = -1;            // units launch from the last to the first
+  std::deque<InFlight> in_flight_;
+  absl::Status error_;
+
+  int64_t micro_steps_ = 0;
+  int64_t global_steps_ = 0;
+  int64_t skipped_steps_ = 0;
+  double last_grad_norm_ = 0.0;
+  double last_lr_ = 0.0;
+};
+
+}  // namespace tandem::engine

@@ -1,0 +1,252 @@
+// The optimizer step at the accumulation boundary, and the collective reads built on the same views.
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "engine/cuda_ops.h"
+#include "engine/engine.h"
+#include "engine/lr_scheduler.h"
+#include "engine/safetensors.h"
+#include "kernels/adamw.h"
+#include "kernels/bf16.h"
+
+namespace tandem::engine {
+namespace {
+
+constexpr char kComponent[] = "engine";
+
+kernels::Dtype KernelDtype(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 ? kernels::Dtype::kBFloat16 : kernels::Dtype::kFloat32;
+}
+
+kernels::Rounding KernelRounding(Bf16Update update) {
+  switch (update) {
+    case Bf16Update::kKahan:
+      return kernels::Rounding::kKahan;
+    case Bf16Update::kStochastic:
+      return kernels::Rounding::kStochastic;
+    case Bf16Update::kNearest:
+      break;
+  }
+  return kernels::Rounding::kNearest;
+}
+
+double SumOfSquares(const at::Tensor& t) {
+  if (t.numel() == 0) return 0.0;
+  if (t.is_cpu()) return kernels::SumOfSquaresCpu(t.data_ptr(), KernelDtype(t), t.numel());
+  return at::linalg_vector_norm(t, 2, {}, false, at::kFloat).pow(2).item<double>();
+}
+
+}  // namespace
+
+bool Engine::IsGradientAccumulationBoundary() const {
+  return (micro_steps_ + 1) % config_.gradient_accumulation_steps == 0;
+}
+
+double Engine::current_lr() const {
+  return LearningRate(config_.scheduler, config_.optimizer.lr, global_steps_);
+}
+
+absl::Status Engine::Step() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (in_backward_) {
+    return absl::FailedPreconditionError("engine: Step() called while a backward is running");
+  }
+  if (!error_.ok()) return error_;
+  const bool boundary = IsGradientAccumulationBoundary();
+  ++micro_steps_;
+  if (!boundary) return absl::OkStatus();
+  lock.unlock();
+
+  try {
+    // Global gradient norm over the group: each rank's domain, summed (stage 0 holds all of it).
+    double squares = 0.0;
+    for (size_t u = 0; u < layout_.units().size(); ++u) {
+      squares += SumOfSquares(UnitDomainGradients(static_cast<int>(u)));
+    }
+    if (config_.zero.stage > 0 && world_size() > 1) {
+      at::Tensor total = at::full({1}, squares, at::TensorOptions().dtype(at::kFloat).device(device_));
+      RETURN_IF_ERROR(Wait(communicator_->AllReduceSum(total)));
+      squares = total.item<double>();
+    }
+    last_grad_norm_ = std::sqrt(squares);
+    if (!std::isfinite(last_grad_norm_)) {
+      ++skipped_steps_;
+      grads_.zero_();
+      TANDEM_LOG(kWarning, kComponent) << "group " << communicator_->group_name() << " rank "
+                                       << rank() << ": step " << global_steps_ + 1
+                                       << " skipped, gradient norm is " << last_grad_norm_;
+      return absl::OkStatus();
+    }
+    double scale = 1.0;
+    if (config_.gradient_clipping > 0.0) {
+      scale = std::min(1.0, config_.gradient_clipping / (last_grad_norm_ + 1e-6));
+    }
+    RETURN_IF_ERROR(ApplyUpdate(scale));
+    RETURN_IF_ERROR(AllGatherResident());
+    grads_.zero_();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("engine: step failed: ", e.what()));
+  }
+  ++global_steps_;
+  return absl::OkStatus();
+}
+
+absl::Status Engine::ApplyUpdate(double grad_scale) {
+  const double lr = current_lr();
+  last_lr_ = lr;
+  const OptimizerConfig& opt = config_.optimizer;
+  kernels::AdamWHyper hyper;
+  hyper.lr = static_cast<float>(lr);
+  hyper.beta1 = static_cast<float>(opt.beta1);
+  hyper.beta2 = static_cast<float>(opt.beta2);
+  hyper.eps = static_cast<float>(opt.eps);
+  hyper.weight_decay = static_cast<float>(opt.weight_decay);
+  hyper.decoupled = opt.type == OptimizerType::kAdamW || opt.adam_w_mode;
+  hyper.step = global_steps_ + 1;
+  hyper.grad_scale = static_cast<float>(grad_scale);
+  const uint64_t seed = kernels::CounterRandom(config_.seed.value_or(0), global_steps_);
+
+  for (size_t i = 0; i < layout_.units().size(); ++i) {
+    const int u = static_cast<int>(i);
+    const int64_t offset = domain_offset_[u], length = DomainLength(u);
+    at::Tensor weights = UnitWeights(u);
+    at::Tensor grads = UnitDomainGradients(u);
+    at::Tensor m = exp_avg_.narrow(0, offset, length);
+    at::Tensor v = exp_avg_sq_.narrow(0, offset, length);
+    kernels::AdamWBuffers b;
+    b.param = weights.data_ptr();
+    b.param_dtype = KernelDtype(weights);
+    b.master = master_.defined() ? master_.narrow(0, offset, length).data_ptr<float>() : nullptr;
+    b.grad = grads.data_ptr();
+    b.grad_dtype = KernelDtype(grads);
+    b.exp_avg = m.data_ptr();
+    b.exp_avg_sq = v.data_ptr();
+    b.state_dtype = KernelDtype(m);
+    b.n = length;
+    if (param_dtype_ == at::kBFloat16 && !master_.defined()) {
+      b.rounding = KernelRounding(config_.bf16_update);
+      if (compensation_.defined()) {
+        b.compensation =
+            reinterpret_cast<uint16_t*>(compensation_.narrow(0, offset, length).data_ptr());
+      }
+    }
+    b.seed = seed;
+    b.seed_offset = static_cast<uint64_t>(layout_.units()[u].full_offset + DomainStart(u));
+    if (device_.is_cpu()) {
+      kernels::AdamWCpu(b, hyper);
+    } else {
+      RETURN_IF_ERROR(RunAdamWOnDevice(b, hyper, device_));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::AllGatherResident() {
+  if (config_.zero.stage == 0 || world_size() == 1) return absl::OkStatus();
+  std::vector<std::shared_ptr<Work>> works;
+  for (size_t i = 0; i < layout_.units().size(); ++i) {
+    const int u = static_cast<int>(i);
+    if (!IsResident(u)) continue;
+    at::Tensor full = resident_.narrow(0, resident_offset_[u], layout_.units()[u].padded);
+    works.push_back(communicator_->AllGather(UnitWeights(u), full));
+  }
+  for (const auto& work : works) RETURN_IF_ERROR(Wait(work));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<at::Tensor>> Engine::GatherUnits(bool gradients) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (in_backward_) return absl::FailedPreconditionError("engine: gather during backward");
+    if (!error_.ok()) return error_;
+  }
+  std::vector<at::Tensor> result;
+  for (size_t i = 0; i < layout_.units().size(); ++i) {
+    const int u = static_cast<int>(i);
+    const Unit& unit = layout_.units()[u];
+    at::Tensor domain;
+    if (gradients) {
+      domain = UnitDomainGradients(u).to(at::kFloat);
+    } else {
+      domain = master_.defined() ? master_.narrow(0, domain_offset_[u], DomainLength(u)).clone()
+                                 : UnitWeights(u).to(at::kFloat);
+    }
+    at::Tensor full;
+    if (config_.zero.stage == 0) {
+      full = domain.contiguous();
+    } else if (gradients && config_.zero.stage == 1) {
+      full = UnitGradients(u).to(at::kFloat);
+    } else {
+      full = at::empty({unit.padded}, domain.options());
+      RETURN_IF_ERROR(Wait(communicator_->AllGather(domain.contiguous(), full)));
+    }
+    result.push_back(full);
+  }
+  return result;
+}
+
+absl::StatusOr<NamedTensors> Engine::GatherParameters() {
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> units, GatherUnits(/*gradients=*/false));
+  NamedTensors named;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParamSlot& slot = layout_.slots()[i];
+    const ParamSpec& spec = layout_.params()[i];
+    named.emplace_back(spec.name,
+                       units[slot.unit].narrow(0, slot.offset, spec.numel).view(spec.shape).cpu());
+  }
+  return named;
+}
+
+absl::StatusOr<NamedTensors> Engine::GatherGradients() {
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> units, GatherUnits(/*gradients=*/true));
+  NamedTensors named;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParamSlot& slot = layout_.slots()[i];
+    const ParamSpec& spec = layout_.params()[i];
+    named.emplace_back(spec.name,
+                       units[slot.unit].narrow(0, slot.offset, spec.numel).view(spec.shape).cpu());
+  }
+  return named;
+}
+
+absl::Status Engine::ExportSafetensors(const std::string& path) {
+  NamedTensors named;
+  try {
+    ASSIGN_OR_RETURN(named, GatherParameters());
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("export: ", e.what()));
+  }
+  if (rank() != 0) return absl::OkStatus();
+  return WriteSafetensors(path, named,
+                          {{"format", "pt"},
+                           {"producer", "tandem"},
+                           {"global_steps", std::to_string(global_steps_)}});
+}
+
+MemoryReport Engine::Memory() const {
+  MemoryReport report;
+  report.rank = rank();
+  report.num_parameters = layout_.num_elements();
+  auto bytes = [](const at::Tensor& t) -> int64_t {
+    return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+  };
+  report.param_bytes = bytes(resident_) + bytes(owned_shards_);
+  report.grad_bytes = bytes(grads_);
+  report.master_bytes = bytes(master_);
+  report.optimizer_bytes = bytes(exp_avg_) + bytes(exp_avg_sq_) + bytes(compensation_);
+  if (device_.is_cuda()) {
+    report.peak_bytes = DevicePeakBytes(device_);
+    report.peak_source = "cuda";
+  } else {
+    report.peak_bytes = PeakResidentBytes();
+    report.peak_source = "rss";
+  }
+  return report;
+}
+
+}  // namespace tandem::engine

@@ -1,0 +1,37 @@
+// Memory accounting of an engine's model states, and the process's peak memory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem::engine {
+
+// Bytes of model state one rank holds. Padding of uneven partitions is counted (it is allocated).
+struct MemoryReport {
+  int rank = 0;
+  int64_t num_parameters = 0;  // trainable parameters of the whole model (not per rank)
+  int64_t param_bytes = 0;     // the weights the model computes with (resident + owned shards)
+  int64_t grad_bytes = 0;      // accumulated, reduced gradients
+  int64_t master_bytes = 0;    // separate fp32 master weights (0 when the param is the master)
+  int64_t optimizer_bytes = 0;  // Adam moments (+ Kahan compensation)
+  int64_t peak_bytes = 0;      // process peak: CUDA allocator peak on GPU, peak RSS (VmHWM) on CPU
+  std::string peak_source;     // "cuda" or "rss"
+
+  int64_t model_state_bytes() const {
+    return param_bytes + grad_bytes + master_bytes + optimizer_bytes;
+  }
+  // Model-state bytes per trainable parameter of the model, on this rank.
+  double bytes_per_parameter() const {
+    return num_parameters == 0 ? 0.0 : static_cast<double>(model_state_bytes()) / num_parameters;
+  }
+};
+
+// Peak and current resident set size of this process, from /proc/self/status (0 if unavailable).
+int64_t PeakResidentBytes();
+int64_t CurrentResidentBytes();
+
+// A fixed-width table, one row per report: rank, params, grads, master, optimizer, total, B/param, peak.
+std::string FormatMemoryTable(const std::vector<MemoryReport>& reports);
+
+}  // namespace tandem::engine

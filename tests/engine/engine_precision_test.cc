@@ -1,0 +1,206 @@
+// Low-precision modes against an fp32 LibTorch reference (within bf16 tolerance), autocast, the
+// compensated bf16 updates, and engine-level errors.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <tuple>
+
+#include "engine/config.h"
+#include "engine/engine.h"
+#include "engine/safetensors.h"
+#include "tests/testing/group.h"
+#include "tests/testing/models.h"
+
+namespace tandem::engine {
+namespace {
+
+using testing::TinyNet;
+
+constexpr char kBf16FpMaster[] = R"("bf16": {"enabled": true})";
+constexpr char kBf16Full[] =
+    R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true, "bf16_optimizer_states": true})";
+
+Config MakeConfig(int stage, const std::string& precision, bool autocast) {
+  auto config = ParseConfig(
+      R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.01}},
+          "zero_optimization": {"stage": )" +
+      std::to_string(stage) + R"(, "reduce_bucket_size": 64}, "torch_autocast": {"enabled": )" +
+      (autocast ? "true" : "false") + R"(, "dtype": "bfloat16"}, )" + precision + "}");
+  EXPECT_TRUE(config.ok()) << config.status();
+  return *config;
+}
+
+double RelativeError(const at::Tensor& a, const at::Tensor& b) {
+  return ((a.to(torch::kDouble) - b.to(torch::kDouble)).norm() / b.to(torch::kDouble).norm())
+      .item<double>();
+}
+
+class PrecisionTest
+    : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
+
+// Two ranks train 3 steps under autocast in a low-precision mode; the reference trains in fp32.
+TEST_P(PrecisionTest, MatchesFp32ReferenceWithinBf16Tolerance) {
+  const auto [stage, precision] = GetParam();
+  constexpr int kWorld = 2;
+  torch::manual_seed(3);
+  auto reference = std::make_shared<TinyNet>();
+  std::vector<std::shared_ptr<TinyNet>> models;
+  for (int r = 0; r < kWorld; ++r) {
+    models.push_back(std::make_shared<TinyNet>());
+    testing::CopyParameters(*reference, *models.back());
+  }
+  torch::manual_seed(4);
+  std::vector<at::Tensor> xs, ys;
+  for (int s = 0; s < 3 * kWorld; ++s) {
+    xs.push_back(torch::randn({8, 5}));
+    ys.push_back(torch::randn({8, 3}));
+  }
+  torch::optim::AdamW optimizer(reference->parameters(),
+                                torch::optim::AdamWOptions(0.001).weight_decay(0.01));
+  std::vector<std::map<std::string, at::Tensor>> ref_grads, ref_params;
+  for (int s = 0; s < 3; ++s) {
+    optimizer.zero_grad();
+    for (int r = 0; r < kWorld; ++r) torch::mse_loss(reference->forward(xs[s * kWorld + r]), ys[s * kWorld + r]).backward();
+    std::map<std::string, at::Tensor> g, p;
+    for (auto& item : reference->named_parameters()) {
+      item.value().mutable_grad().div_(kWorld);
+      g[item.key()] = item.value().grad().clone();
+    }
+    optimizer.step();
+    for (auto& item : reference->named_parameters()) p[item.key()] = item.value().detach().clone();
+    ref_grads.push_back(g);
+    ref_params.push_back(p);
+  }
+
+  testing::RunGroup(kWorld, [&](int rank, std::vector<std::shared_ptr<Communicator>>& comms) {
+    auto engine = Engine::Create(models[rank], comms[0], MakeConfig(stage, precision, true));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    for (int s = 0; s < 3; ++s) {
+      {
+        auto autocast = (*engine)->Autocast();
+        at::Tensor out = models[rank]->forward(xs[s * kWorld + rank]);
+        EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
+        torch::mse_loss(out.to(torch::kFloat), ys[s * kWorld + rank]).backward();
+      }
+      auto grads = (*engine)->GatherGradients();
+      ASSERT_TRUE(grads.ok()) << grads.status();
+      for (const auto& [name, grad] : *grads) {
+        EXPECT_LT(RelativeError(grad, ref_grads[s][name]), 0.05) << name << " step " << s;
+      }
+      ASSERT_TRUE((*engine)->Step().ok());
+      auto params = (*engine)->GatherParameters();
+      ASSERT_TRUE(params.ok()) << params.status();
+      for (const auto& [name, param] : *params) {
+        EXPECT_LE(testing::ToleranceRatio(param, ref_params[s][name], 1e-2, 1e-2), 1.0)
+            << name << " step " << s;
+      }
+    }
+  });
+}
+
+std::string CaseName(const ::testing::TestParamInfo<std::tuple<int, std::string>>& info) {
+  return "Stage" + std::to_string(std::get<0>(info.param)) +
+         (std::get<1>(info.param) == kBf16Full ? "Bf16Full" : "Bf16Fp32Master");
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, PrecisionTest,
+                         ::testing::Combine(::testing::Values(0, 1, 2, 3),
+                                            ::testing::Values(std::string(kBf16FpMaster),
+                                                              std::string(kBf16Full))),
+                         CaseName);
+
+TEST(EngineAutocast, EnablesCpuBf16OnlyInsideTheScope) {
+  auto model = std::make_shared<TinyNet>();
+  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(0, kBf16Full, true));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  {
+    auto autocast = (*engine)->Autocast();
+    EXPECT_EQ(model->forward(torch::randn({2, 5})).scalar_type(), torch::kBFloat16);
+  }
+  EXPECT_FALSE(compat::IsAutocastEnabled(c10::DeviceType::CPU));
+}
+
+// With an update far below bf16's resolution at the weight's magnitude, round-to-nearest loses it;
+// Kahan summation and stochastic rounding track the fp32 trajectory. The moments stay fp32 here, so
+// each Adam step is exactly -lr and only the rounding of the bf16 master weight is under test.
+double DriftAfterTinyUpdates(const std::string& update) {
+  torch::nn::Linear model(1, 1);
+  {
+    torch::NoGradGuard no_grad;
+    model->weight.fill_(1.0);
+    model->bias.fill_(1.0);
+  }
+  auto config = ParseConfig(
+      R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.0}},
+          "bf16": {"enabled": true, "bf16_master_weights_and_grads": true},
+          "tandem": {"bf16_update": ")" +
+      update + R"("}, "seed": 5})");
+  EXPECT_TRUE(config.ok()) << config.status();
+  auto engine = Engine::Create(model.ptr(), CreateSingleRankCommunicator(), *config);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  constexpr int kSteps = 2000;
+  for (int s = 0; s < kSteps; ++s) {
+    // d(out)/d(bias) = 1: a constant positive gradient, so Adam moves the bias by -lr per step.
+    model->forward(torch::ones({1, 1}, torch::kBFloat16)).sum().backward();
+    EXPECT_TRUE((*engine)->Step().ok());
+  }
+  const double expected = 1.0 - kSteps * 1e-4;  // fp32 trajectory: 0.8
+  return std::abs(model->bias.to(torch::kDouble).item<double>() - expected);
+}
+
+TEST(EngineBf16Update, NearestLosesUpdatesBelowResolution) {
+  // bf16 spacing just below 1.0 is 2^-8 (0.0039); a 1e-4 step rounds back to 1.0 every time, so
+  // the weight never moves and misses all 2000 * 1e-4 = 0.2 of its updates.
+  EXPECT_NEAR(DriftAfterTinyUpdates("nearest"), 0.2, 1e-6);
+}
+
+// Kahan: within one bf16 spacing (0.0039) of the fp32 value.
+TEST(EngineBf16Update, KahanTracksFp32) { EXPECT_LT(DriftAfterTinyUpdates("kahan"), 0.004); }
+
+// Stochastic rounding is unbiased; its error is a random walk: each step rounds down with
+// probability ~1e-4/0.0039 = 0.026, so the drift's standard deviation is about
+// sqrt(2000 * 0.026) * 0.0039 = 0.028. The bound is three of them, far below nearest's 0.2.
+TEST(EngineBf16Update, StochasticTracksFp32) { EXPECT_LT(DriftAfterTinyUpdates("stochastic"), 0.09); }
+
+TEST(EngineErrors, BatchSizeInconsistentWithWorldIsInvalidArgument) {
+  auto config = ParseConfig(
+      R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})");
+  if (!config.ok()) {
+    // The parser may already reject 10 % (4 * 2) != 0.
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+    return;
+  }
+  auto engine = Engine::Create(std::make_shared<TinyNet>(), CreateSingleRankCommunicator(), *config);
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(engine.status().message().find("train_batch_size"), std::string::npos);
+}
+
+TEST(EngineErrors, DerivesAccumulationStepsFromBatchSizes) {
+  auto config = ParseConfig(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto engine = Engine::Create(std::make_shared<TinyNet>(), CreateSingleRankCommunicator(), *config);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->config().gradient_accumulation_steps, 4);
+}
+
+TEST(EngineExport, WritesEveryParameterUnderItsModuleName) {
+  testing::TempDir dir;
+  auto model = std::make_shared<TinyNet>();
+  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(0, kBf16FpMaster, false));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ASSERT_TRUE((*engine)->ExportSafetensors(dir / "model.safetensors").ok());
+  auto read = ReadSafetensors(dir / "model.safetensors");
+  ASSERT_TRUE(read.ok()) << read.status();
+  auto params = (*engine)->GatherParameters();
+  ASSERT_TRUE(params.ok());
+  ASSERT_EQ(read->size(), params->size());
+  for (size_t i = 0; i < read->size(); ++i) {
+    EXPECT_EQ((*read)[i].first, (*params)[i].first);
+    EXPECT_TRUE(torch::equal((*read)[i].second, (*params)[i].second)) << (*read)[i].first;
+  }
+  EXPECT_EQ((*read)[0].first, "input.weight");
+  EXPECT_EQ((*read)[2].first, "block0.fc1.weight");
+}
+
+}  // namespace
+}  // namespace tandem::engine
