@@ -16,6 +16,7 @@ namespace tandem::engine {
 namespace {
 
 constexpr char kComponent[] = "engine";
+constexpr size_t kMaxBucketsInFlight = 2;
 
 at::ScalarType ToScalarType(DType dtype) {
   return dtype == DType::kBFloat16 ? at::kBFloat16 : at::kFloat;
@@ -365,11 +366,15 @@ void Engine::LaunchReadyLocked() {
   if (!config_.zero.overlap_comm) return;
   while (next_launch_ >= 0 && pending_[next_launch_] == 0) LaunchUnitLocked(next_launch_--);
   // Opportunistically fold what already arrived, to free buckets early.
-  absl::Status status = FoldLocked(/*wait_all=*/false);
+  absl::Status status = FoldLocked(/*keep_at_most=*/0, /*block=*/false);
   if (!status.ok()) RecordErrorLocked(status);
 }
 
 void Engine::LaunchUnitLocked(int unit) {
+  // At most two buckets in flight (DeepSpeed's overlap_comm double buffering): beyond that, wait
+  // for the oldest, so reduction buffers stay bounded by twice the bucket size, not the model size.
+  absl::Status status = FoldLocked(kMaxBucketsInFlight - 1, /*block=*/true);
+  if (!status.ok()) RecordErrorLocked(status);
   const Unit& u = layout_.units()[unit];
   InFlight flight;
   flight.unit = unit;
@@ -387,10 +392,10 @@ void Engine::LaunchUnitLocked(int unit) {
   in_flight_.push_back(std::move(flight));
 }
 
-absl::Status Engine::FoldLocked(bool wait_all) {
-  while (!in_flight_.empty()) {
+absl::Status Engine::FoldLocked(size_t keep_at_most, bool block) {
+  while (in_flight_.size() > keep_at_most) {
     InFlight& flight = in_flight_.front();
-    if (!wait_all && !flight.work->IsCompleted()) break;
+    if (!block && !flight.work->IsCompleted()) break;
     absl::Status status = Wait(flight.work);
     if (status.ok()) {
       UnitGradients(flight.unit).add_(config_.zero.stage <= 1 ? flight.bucket : flight.output);
@@ -406,7 +411,7 @@ void Engine::OnBackwardEnd() {
   try {
     // Every unit, in the same order on every rank, whether or not this rank's graph reached it.
     while (next_launch_ >= 0) LaunchUnitLocked(next_launch_--);
-    absl::Status status = FoldLocked(/*wait_all=*/true);
+    absl::Status status = FoldLocked(/*keep_at_most=*/0, /*block=*/true);
     if (!status.ok()) RecordErrorLocked(status);
   } catch (const std::exception& e) {
     RecordErrorLocked(absl::InternalError(absl::StrCat("gradient reduction failed: ", e.what())));

@@ -153,7 +153,9 @@ class Engine : public BlockHost {
   void OnBackwardEnd();
   void LaunchReadyLocked();
   void LaunchUnitLocked(int unit);
-  absl::Status FoldLocked(bool wait_all);
+  // Adds reduced buckets, oldest first, into the gradient buffer until at most `keep_at_most` remain
+  // in flight; waits for them if `block`, else stops at the first one not yet complete.
+  absl::Status FoldLocked(size_t keep_at_most, bool block);
   void RecordErrorLocked(absl::Status status);
 
   // Views in "domain" coordinates: the part of each unit this rank updates (all of it at stage 0).

@@ -37,6 +37,15 @@ struct Options {
 constexpr int64_t kInputs = 32;
 constexpr int64_t kOutputs = 8;
 
+std::string PrecisionName(const tandem::engine::Config& c) {
+  if (!c.bf16_enabled) return "fp32";
+  std::string name = c.bf16_master_weights_and_grads ? "bf16 params, grads and master weights"
+                                                     : "bf16 params and grads, fp32 master weights";
+  name += c.bf16_optimizer_states ? ", bf16 optimizer states" : ", fp32 optimizer states";
+  if (c.autocast_enabled) name += ", autocast";
+  return name;
+}
+
 int Fail(int rank, const absl::Status& status) {
   std::fprintf(stderr, "rank %d: %s\n", rank, std::string(status.ToString()).c_str());
   return 1;
@@ -72,11 +81,8 @@ int RunRank(const Options& options) {
   if (rank == 0) {
     std::printf("tandem engine demo: %lld parameters, %d ranks, ZeRO stage %d, %s, %d steps of %d x %lld x %d samples\n",
                 static_cast<long long>(num_parameters), options.ranks, c.zero.stage,
-                !c.bf16_enabled ? "fp32"
-                : c.bf16_master_weights_and_grads ? "bf16 params/grads/master + "
-                                                    + std::string(c.bf16_optimizer_states ? "bf16" : "fp32") + " optimizer states"
-                                                  : "bf16 params + fp32 master",
-                options.steps, options.ranks, static_cast<long long>(micro_batch), gas);
+                PrecisionName(c).c_str(), options.steps, options.ranks,
+                static_cast<long long>(micro_batch), gas);
     std::fflush(stdout);
   }
   const auto start = std::chrono::steady_clock::now();

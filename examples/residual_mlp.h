@@ -29,10 +29,11 @@ class ResidualMlp : public torch::nn::Module {
  public:
   ResidualMlp(int64_t in, int64_t width, int64_t out, int blocks)
       : stem_(register_module("stem", torch::nn::Linear(in, width))),
+        list_(register_module("blocks", torch::nn::ModuleList())),
         head_(nullptr) {
     for (int i = 0; i < blocks; ++i) {
-      blocks_.push_back(register_module("blocks." + std::to_string(i),
-                                        std::make_shared<ResidualBlock>(width, 4 * width)));
+      blocks_.push_back(std::make_shared<ResidualBlock>(width, 4 * width));
+      list_->push_back(blocks_.back());  // parameter names "blocks.<i>.up.weight", ...
     }
     head_ = register_module("head", torch::nn::Linear(width, out));
   }
@@ -48,7 +49,9 @@ class ResidualMlp : public torch::nn::Module {
   }
 
  private:
-  torch::nn::Linear stem_, head_;
+  torch::nn::Linear stem_;
+  torch::nn::ModuleList list_;
+  torch::nn::Linear head_;
   std::vector<std::shared_ptr<ResidualBlock>> blocks_;
 };
 

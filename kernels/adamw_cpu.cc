@@ -57,6 +57,7 @@ namespace tandem::kernels {
 namespace {
 
 constexpr int64_t kChunk = 4096;   // elements per OpenMP work item
+constexpr int kBlock = 256;        // elements per vectorised loop
 constexpr int kSumLanes = 8;       // independent double accumulators per SumOfSquares part
 constexpr int kMaxSumParts = 256;  // SumOfSquares partials, added in a fixed order
 
@@ -106,53 +107,63 @@ Constants MakeConstants(const AdamWBuffers& b, const AdamWHyper& h) {
   return c;
 }
 
-// The Adam/AdamW step of NOTE [AdamW element update]: updates m and v, returns w_new.
-template <bool kDecoupled>
-inline float AdamStep(const Constants& c, float w, float g, float& m, float& v) {
-  if constexpr (!kDecoupled) g = g + c.weight_decay * w;
-  m = c.beta1 * m + c.one_minus_beta1 * g;
-  v = c.beta2 * v + (c.one_minus_beta2 * g) * g;
-  if constexpr (kDecoupled) w = w * c.decay;
-  return w - (c.step_size * m) / (std::sqrt(v) / c.sqrt_bc2 + c.eps);
+// Updates `len` <= kBlock elements as in NOTE [AdamW element update]; the pointers point at the
+// block's first element, whose global index (for stochastic rounding) is `index`. Buffers never
+// overlap (header contract). Keep the loop body in this shape: GCC 12 stopped if-converting (and so
+// vectorising) the stochastic-rounding variants when the step lived in a helper taking m and v by
+// reference. -fopt-info-vec shows whether every `omp simd` loop is vectorised.
+template <class P, bool kMaster, class G, class S, Rounding kRounding, bool kDecoupled>
+[[gnu::always_inline]] inline void UpdateBlock(
+    typename P::Storage* __restrict param, float* __restrict master,
+    const typename G::Storage* __restrict grad, typename S::Storage* __restrict exp_avg,
+    typename S::Storage* __restrict exp_avg_sq, uint16_t* __restrict compensation,
+    const Constants& c, uint64_t index, int len) {
+#pragma omp simd
+  for (int j = 0; j < len; ++j) {
+    float g = G::Load(grad[j]) * c.grad_scale;
+    float w;
+    if constexpr (kMaster) {
+      w = master[j];
+    } else {
+      w = P::Load(param[j]);
+    }
+    if constexpr (!kDecoupled) g = g + c.weight_decay * w;
+    const float m = c.beta1 * S::Load(exp_avg[j]) + c.one_minus_beta1 * g;
+    const float v = c.beta2 * S::Load(exp_avg_sq[j]) + (c.one_minus_beta2 * g) * g;
+    exp_avg[j] = S::Store(m);
+    exp_avg_sq[j] = S::Store(v);
+    const float decayed = kDecoupled ? w * c.decay : w;
+    const float w_new = decayed - (c.step_size * m) / (std::sqrt(v) / c.sqrt_bc2 + c.eps);
+    if constexpr (kMaster) {
+      master[j] = w_new;
+      param[j] = P::Store(w_new);
+    } else if constexpr (std::is_same_v<P, F32> || kRounding == Rounding::kNearest) {
+      param[j] = P::Store(w_new);
+    } else if constexpr (kRounding == Rounding::kStochastic) {
+      param[j] = FloatToBf16Stochastic(w_new, CounterRandom(c.seed, index + j));
+    } else {  // kKahan
+      const float delta = (w_new - w) + Bf16ToFloat(compensation[j]);
+      const uint16_t w_out = FloatToBf16Nearest(w + delta);
+      param[j] = w_out;
+      compensation[j] = FloatToBf16Nearest(delta - (Bf16ToFloat(w_out) - w));
+    }
+  }
 }
 
-// Updates elements [begin, end). Buffers never overlap (header contract), which `omp simd` asserts.
+// Updates elements [begin, end) block by block: full blocks see a constant trip count, which
+// measured 20-30% faster on bf16 buffers than one loop over the whole range.
 template <class P, bool kMaster, class G, class S, Rounding kRounding, bool kDecoupled>
 [[gnu::always_inline]] inline void UpdateRangeBody(const AdamWBuffers& b, const Constants& c,
                                                    int64_t begin, int64_t end) {
   auto* const param = static_cast<typename P::Storage*>(b.param);
-  float* const master = b.master;
   const auto* const grad = static_cast<const typename G::Storage*>(b.grad);
   auto* const exp_avg = static_cast<typename S::Storage*>(b.exp_avg);
   auto* const exp_avg_sq = static_cast<typename S::Storage*>(b.exp_avg_sq);
-  uint16_t* const compensation = b.compensation;
-  const uint64_t seed_offset = b.seed_offset;
-#pragma omp simd
-  for (int64_t i = begin; i < end; ++i) {
-    float w;
-    if constexpr (kMaster) {
-      w = master[i];
-    } else {
-      w = P::Load(param[i]);
-    }
-    float m = S::Load(exp_avg[i]);
-    float v = S::Load(exp_avg_sq[i]);
-    const float w_new = AdamStep<kDecoupled>(c, w, G::Load(grad[i]) * c.grad_scale, m, v);
-    exp_avg[i] = S::Store(m);
-    exp_avg_sq[i] = S::Store(v);
-    if constexpr (kMaster) {
-      master[i] = w_new;
-      param[i] = P::Store(w_new);
-    } else if constexpr (std::is_same_v<P, F32> || kRounding == Rounding::kNearest) {
-      param[i] = P::Store(w_new);
-    } else if constexpr (kRounding == Rounding::kStochastic) {
-      param[i] = FloatToBf16Stochastic(w_new, CounterRandom(c.seed, seed_offset + i));
-    } else {  // kKahan
-      const float delta = (w_new - w) + Bf16ToFloat(compensation[i]);
-      const uint16_t w_out = FloatToBf16Nearest(w + delta);
-      param[i] = w_out;
-      compensation[i] = FloatToBf16Nearest(delta - (Bf16ToFloat(w_out) - w));
-    }
+  for (int64_t i = begin; i < end; i += kBlock) {
+    const int len = end - i < kBlock ? static_cast<int>(end - i) : kBlock;
+    UpdateBlock<P, kMaster, G, S, kRounding, kDecoupled>(
+        param + i, kMaster ? b.master + i : nullptr, grad + i, exp_avg + i, exp_avg_sq + i,
+        b.compensation != nullptr ? b.compensation + i : nullptr, c, b.seed_offset + i, len);
   }
 }
 
