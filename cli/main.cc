@@ -1,0 +1,25 @@
+// tandem: one binary, one subcommand per verb (DESIGN §1). Today: `run`.
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "cli/run_command.h"
+#include "common/logging.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Tandem: multimodal training with the vision encoder and the LLM in separate actor groups, "
+               "each on a low-precision ZeRO engine."};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "debug, info, warning or error")
+      ->check(CLI::IsMember({"debug", "info", "warning", "error"}));
+  app.parse_complete_callback([&log_level] {
+    tandem::LogLevel level = tandem::LogLevel::kInfo;
+    tandem::ParseLogLevel(log_level, &level);
+    tandem::ConfigureLogging(level);
+  });
+  int exit_code = 0;
+  tandem::cli::AddRunCommand(app, &exit_code);
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}

@@ -1,0 +1,84 @@
+#include "cli/run_command.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "jobspec/job_spec.h"
+#include "trainer/colocated.h"
+
+namespace tandem::cli {
+namespace {
+
+struct RunFlags {
+  std::string job_path;
+  bool colocated = false;
+  std::string run_dir;
+  std::string output = "text";
+  int threads = 0;
+};
+
+std::string Timestamp() {
+  std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y%m%d-%H%M%S", &local);
+  return text;
+}
+
+int Run(const RunFlags& flags) {
+  auto job = jobspec::LoadJobSpecFile(flags.job_path);
+  if (!job.ok()) {
+    std::fprintf(stderr, "tandem run: %s\n", std::string(job.status().message()).c_str());
+    return 2;
+  }
+  if (!flags.colocated) {
+    std::fprintf(stderr,
+                 "tandem run: the disaggregated service (coordinator and actor pools) is not part of this "
+                 "build yet; add --colocated to run both models in this process\n");
+    return 2;
+  }
+  trainer::RunOptions options;
+  options.run_dir = flags.run_dir.empty() ? absl::StrCat("runs/", job->name, "-", Timestamp()) : flags.run_dir;
+  options.threads = flags.threads;
+  const bool terminal = isatty(fileno(stderr)) != 0;
+  options.interactive = terminal;
+  options.progress = flags.output == "json" && !terminal ? nullptr : stderr;
+  auto summary = trainer::RunColocated(*job, options);
+  if (!summary.ok()) {
+    std::fprintf(stderr, "tandem run: %s: %s\n", job->name.c_str(), std::string(summary.status().message()).c_str());
+    return 1;
+  }
+  if (flags.output == "json") {
+    std::printf("%s\n", trainer::SummaryJson(*summary).c_str());
+  } else {
+    std::printf("%s", trainer::SummaryText(*summary).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddRunCommand(CLI::App& app, int* exit_code) {
+  auto flags = std::make_shared<RunFlags>();
+  CLI::App* run = app.add_subcommand("run", "Run a training job to the end (job spec: see examples/*.json)");
+  run->add_option("job", flags->job_path, "Job spec (tandem.v1.JobSpec as JSON)")->required()->check(CLI::ExistingFile);
+  run->add_flag("--colocated", flags->colocated,
+                "Both models in this process, each under its own engine: the reference that disaggregated "
+                "runs are compared with");
+  run->add_option("--run-dir", flags->run_dir,
+                  "Where the run writes job.json, tokenizer.json, metrics.jsonl, loss.svg, checkpoints/ and "
+                  "the final weights (default runs/<name>-<timestamp>; must not exist or be empty)");
+  run->add_option("--output", flags->output, "text: progress line and a summary; json: the summary as one JSON object")
+      ->check(CLI::IsMember({"text", "json"}));
+  run->add_option("--threads", flags->threads, "Intra-op threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  run->callback([flags, exit_code] { *exit_code = Run(*flags); });
+}
+
+}  // namespace tandem::cli

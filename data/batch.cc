@@ -1,0 +1,56 @@
+#include "data/batch.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace tandem::data {
+
+absl::StatusOr<Batch> MakeBatch(const Dataset& dataset, const std::vector<int64_t>& indices,
+                                const Tokenizer& tokenizer, int64_t text_len) {
+  if (indices.empty()) return absl::InvalidArgumentError("MakeBatch: no indices");
+  if (text_len < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MakeBatch: text_len must hold <bos> and <eos>, got ", text_len));
+  }
+  Batch batch;
+  batch.size = static_cast<int64_t>(indices.size());
+  batch.text_len = text_len;
+  batch.tokens.assign(batch.size * text_len, Tokenizer::kPad);
+  batch.text_lengths.resize(batch.size);
+  for (int64_t row = 0; row < batch.size; ++row) {
+    const int64_t index = indices[row];
+    ASSIGN_OR_RETURN(const Example example, dataset.Get(index));
+
+    const std::vector<int32_t> ids = tokenizer.Encode(example.text);
+    const int64_t length = static_cast<int64_t>(ids.size()) + 2;
+    if (length > text_len) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dataset.Describe(index), ": caption needs ", length,
+                       " tokens with <bos> and <eos>, more than the ", text_len, " allowed"));
+    }
+    int64_t* tokens = batch.tokens.data() + row * text_len;
+    tokens[0] = Tokenizer::kBos;
+    std::copy(ids.begin(), ids.end(), tokens + 1);
+    tokens[length - 1] = Tokenizer::kEos;
+    batch.text_lengths[row] = length;
+
+    const Image& image = example.image;
+    if (row == 0) {
+      batch.image_size = image.height;
+      batch.images.reserve(batch.size * 3 * image.height * image.height);
+    }
+    if (image.channels != 3 || image.height != batch.image_size ||
+        image.width != batch.image_size ||
+        image.pixels.size() != static_cast<size_t>(3 * image.height * image.width)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          dataset.Describe(index), ": image is ", image.channels, " x ", image.height, " x ",
+          image.width, ", the batch needs 3 x ", batch.image_size, " x ", batch.image_size));
+    }
+    batch.images.insert(batch.images.end(), image.pixels.begin(), image.pixels.end());
+  }
+  return batch;
+}
+
+}  // namespace tandem::data

@@ -1,0 +1,65 @@
+// Datasets of (image, caption) pairs, and the factory that opens them from a job's DataConfig.
+//
+// A Dataset is an immutable, indexable collection: sample i is the same on every call and in every
+// process that opened the same data, so data order is entirely the Sampler's business
+// (data/sampler.h) and a checkpoint only needs the sampler position.
+//
+// Thread-safety: all methods are const and implementations keep no mutable state, so one Dataset
+// may be read from several threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "data/image.h"
+#include "jobspec/job_config.h"
+
+namespace tandem::data {
+
+struct Example {
+  Image image;       // 3 x image_size x image_size, values in [0, 1]
+  std::string text;  // the caption, as stored (tokenisation happens in data/tokenizer.h)
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset();
+
+  virtual int64_t size() const = 0;
+
+  // The sample at `index`, its image resized to the dataset's image size. OutOfRange outside
+  // [0, size()); other errors (an undecodable file) name the sample as Describe does.
+  virtual absl::StatusOr<Example> Get(int64_t index) const = 0;
+
+  // The caption alone, without touching the image: cheap, for building the tokenizer.
+  // REQUIRES: 0 <= index < size().
+  virtual std::string Text(int64_t index) const = 0;
+
+  // Where the sample comes from, for error messages: "train.jsonl:12 (images/cat.png)",
+  // "shapes train #12 (seed 0)".
+  virtual std::string Describe(int64_t index) const = 0;
+};
+
+// Every caption in index order (Text(0), Text(1), ...).
+std::vector<std::string> AllTexts(const Dataset& dataset);
+
+struct Datasets {
+  std::unique_ptr<Dataset> train;
+  std::unique_ptr<Dataset> eval;  // null when there is no held-out set
+};
+
+// Opens the job's datasets with images of image_size x image_size.
+//   shapes: train = ShapesDataset(seed, image_size, kTrain, train_samples), eval likewise with
+//   kEval
+//           and eval_samples (null when eval_samples is 0).
+//   jsonl:  train_path and, when set, eval_path, each resolved against spec_dir when relative
+//           (spec_dir "" = the working directory); eval is null without eval_path.
+// InvalidArgument for a non-positive image_size or sample count, or an empty train_path; otherwise
+// the errors of JsonlDataset::Open.
+absl::StatusOr<Datasets> OpenDatasets(const jobspec::DataConfig& config, int64_t image_size,
+                                      const std::string& spec_dir);
+
+}  // namespace tandem::data

@@ -1,0 +1,96 @@
+// Format detection, resampling and PNG file output for data/image.h; the codecs live in
+// png_codec.cc and jpeg_codec.cc.
+#include "data/image.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
+#include "common/status_macros.h"
+#include "data/image_codecs.h"
+
+namespace tandem::data {
+namespace {
+
+constexpr std::string_view kPngMagic("\x89PNG\r\n\x1a\n", 8);
+constexpr std::string_view kJpegMagic("\xff\xd8\xff", 3);
+
+// The first bytes in hex, for the "not an image" message: "47 49 46 38".
+std::string HexPrefix(std::string_view bytes) {
+  std::string hex;
+  for (size_t i = 0; i < std::min<size_t>(bytes.size(), 8); ++i) {
+    char byte[4];
+    std::snprintf(byte, sizeof byte, "%02x", static_cast<unsigned char>(bytes[i]));
+    absl::StrAppend(&hex, i == 0 ? "" : " ", byte);
+  }
+  return hex;
+}
+
+// Where output coordinate `dst` samples its source axis of `in` pixels (scale = in / out), as
+// torch's area_pixel_compute_source_index with align_corners=false: the lower neighbour, the upper
+// one and the upper one's weight.
+struct Tap {
+  int64_t lower;
+  int64_t upper;
+  float weight;
+};
+
+std::vector<Tap> Taps(int64_t in, int64_t out) {
+  const float scale = static_cast<float>(in) / static_cast<float>(out);
+  std::vector<Tap> taps(out);
+  for (int64_t dst = 0; dst < out; ++dst) {
+    const float source = std::max(scale * (dst + 0.5f) - 0.5f, 0.0f);
+    const int64_t lower = std::min(static_cast<int64_t>(source), in - 1);
+    taps[dst] = {lower, lower < in - 1 ? lower + 1 : lower, source - static_cast<float>(lower)};
+  }
+  return taps;
+}
+
+}  // namespace
+
+absl::StatusOr<Image> DecodeImage(std::string_view bytes, const std::string& name) {
+  if (bytes.substr(0, kPngMagic.size()) == kPngMagic) return internal::DecodePng(bytes, name);
+  if (bytes.substr(0, kJpegMagic.size()) == kJpegMagic) return internal::DecodeJpeg(bytes, name);
+  if (bytes.empty()) return absl::InvalidArgumentError(absl::StrCat(name, ": file is empty"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, ": not a PNG or JPEG file (starts with bytes ", HexPrefix(bytes), ")"));
+}
+
+absl::StatusOr<Image> DecodeImageFile(const std::string& path) {
+  ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path));
+  return DecodeImage(bytes, path);
+}
+
+Image ResizeBilinear(const Image& image, int64_t height, int64_t width) {
+  if (image.height == height && image.width == width) return image;
+  Image out;
+  out.channels = image.channels;
+  out.height = height;
+  out.width = width;
+  out.pixels.resize(out.channels * height * width);
+  const std::vector<Tap> rows = Taps(image.height, height);
+  const std::vector<Tap> columns = Taps(image.width, width);
+  for (int64_t c = 0; c < out.channels; ++c) {
+    for (int64_t y = 0; y < height; ++y) {
+      const Tap& r = rows[y];
+      for (int64_t x = 0; x < width; ++x) {
+        const Tap& q = columns[x];
+        // Same association as torch's CPU kernel, so equal inputs give (nearly) equal bits.
+        const float top = (1 - q.weight) * image.at(c, r.lower, q.lower) +
+                          q.weight * image.at(c, r.lower, q.upper);
+        const float bottom = (1 - q.weight) * image.at(c, r.upper, q.lower) +
+                             q.weight * image.at(c, r.upper, q.upper);
+        out.at(c, y, x) = (1 - r.weight) * top + r.weight * bottom;
+      }
+    }
+  }
+  return out;
+}
+
+absl::Status WritePng(const Image& image, const std::string& path) {
+  ASSIGN_OR_RETURN(const std::string encoded, EncodePng(image));
+  return WriteFileAtomically(path, encoded);
+}
+
+}  // namespace tandem::data

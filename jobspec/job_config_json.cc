@@ -1,0 +1,86 @@
+// JobConfigToJson: the resolved spec, in the form ParseJobSpecJson reads back.
+#include <filesystem>
+#include <string>
+
+#include "jobspec/job_spec.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::jobspec {
+namespace {
+
+using Json = nlohmann::ordered_json;  // keeps the order of job.proto
+
+// Relative jsonl paths are relative to the spec's directory; written out joined with it.
+std::string DataPath(const std::string& path, const std::string& spec_dir) {
+  if (path.empty() || spec_dir.empty() || std::filesystem::path(path).is_absolute()) return path;
+  return (std::filesystem::path(spec_dir) / path).lexically_normal().string();
+}
+
+Json Engine(const std::string& engine_json) {
+  Json engine = Json::parse(engine_json, nullptr, /*allow_exceptions=*/false);
+  if (engine.is_discarded()) return engine_json;  // the parser will reject it, naming the group
+  return engine;
+}
+
+Json Data(const DataConfig& data, const std::string& spec_dir) {
+  Json out = Json::object();
+  switch (data.kind) {
+    case DataConfig::Kind::kShapes:
+      out["shapes"] = {{"seed", data.shapes.seed},
+                       {"train_samples", data.shapes.train_samples},
+                       {"eval_samples", data.shapes.eval_samples}};
+      break;
+    case DataConfig::Kind::kJsonl:
+      out["jsonl"] = {{"train", DataPath(data.jsonl.train_path, spec_dir)},
+                      {"eval", DataPath(data.jsonl.eval_path, spec_dir)}};
+      break;
+  }
+  out["max_text_tokens"] = data.max_text_tokens;
+  return out;
+}
+
+Json VisionModel(const VisionModelConfig& m) {
+  return {{"preset", m.preset},         {"image_size", m.image_size}, {"channels", m.channels},
+          {"patch_size", m.patch_size}, {"hidden", m.hidden},         {"layers", m.layers},
+          {"heads", m.heads},           {"mlp_hidden", m.mlp_hidden}, {"positions", m.positions},
+          {"norm_eps", m.norm_eps}};
+}
+
+Json LlmModel(const LlmModelConfig& m) {
+  return {{"preset", m.preset},           {"hidden", m.hidden},
+          {"layers", m.layers},           {"heads", m.heads},
+          {"kv_heads", m.kv_heads},       {"mlp_hidden", m.mlp_hidden},
+          {"max_seq_len", m.max_seq_len}, {"rope_theta", m.rope_theta},
+          {"norm_eps", m.norm_eps},       {"tie_embeddings", m.tie_embeddings}};
+}
+
+Json Schedule(const ScheduleConfig& s) {
+  return {{"global_batch", s.global_batch},
+          {"micro_batches", s.micro_batches},
+          {"steps", s.steps},
+          {"eval_every", s.eval_every},
+          {"eval_samples", s.eval_samples},
+          {"checkpoint_every", s.checkpoint_every},
+          {"seed", s.seed}};
+}
+
+}  // namespace
+
+std::string JobConfigToJson(const JobConfig& config) {
+  Json out = Json::object();
+  out["name"] = config.name;
+  out["data"] = Data(config.data, config.spec_dir);
+  out["vision"] = {{"pool", config.vision.pool},
+                   {"actors", config.vision.actors},
+                   {"model", VisionModel(config.vision.model)},
+                   {"engine", Engine(config.vision.engine_json)}};
+  out["llm"] = {{"pool", config.llm.pool},
+                {"actors", config.llm.actors},
+                {"model", LlmModel(config.llm.model)},
+                {"engine", Engine(config.llm.engine_json)}};
+  out["schedule"] = Schedule(config.schedule);
+  // Paths come from users; a byte that is not UTF-8 is replaced rather than thrown over.
+  return out.dump(2, ' ', false, Json::error_handler_t::replace);
+}
+
+}  // namespace tandem::jobspec

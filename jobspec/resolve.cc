@@ -1,0 +1,174 @@
+// JobSpec message -> JobConfig: presets expanded, explicit fields applied, defaults filled in,
+// engine Structs turned into JSON text. Validation of the values is ValidateJobConfig's
+// (validate.cc).
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "google/protobuf/struct.pb.h"
+#include "jobspec/errors.h"
+#include "jobspec/job_spec.h"
+#include "jobspec/job_spec_proto.h"
+#include "jobspec/presets.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::jobspec {
+namespace {
+
+using internal::PathError;
+using internal::Quoted;
+using internal::Sv;
+
+nlohmann::json ToJson(const google::protobuf::Value& value);
+
+nlohmann::json ToJson(const google::protobuf::Struct& object) {
+  nlohmann::json out = nlohmann::json::object();  // sorted keys, whatever the map's order
+  for (const auto& [key, value] : object.fields()) out[key] = ToJson(value);
+  return out;
+}
+
+nlohmann::json ToJson(const google::protobuf::Value& value) {
+  switch (value.kind_case()) {
+    case google::protobuf::Value::kNumberValue: {
+      // Struct numbers are doubles; integers (batch sizes, steps, stages) read better as integers,
+      // and every double up to 2^53 in magnitude converts exactly.
+      double x = value.number_value();
+      constexpr double kExact = 9007199254740992.0;  // 2^53
+      if (std::isfinite(x) && std::trunc(x) == x && std::fabs(x) <= kExact) {
+        return static_cast<int64_t>(x);
+      }
+      return x;
+    }
+    case google::protobuf::Value::kStringValue:
+      return value.string_value();
+    case google::protobuf::Value::kBoolValue:
+      return value.bool_value();
+    case google::protobuf::Value::kStructValue:
+      return ToJson(value.struct_value());
+    case google::protobuf::Value::kListValue: {
+      nlohmann::json out = nlohmann::json::array();
+      for (const google::protobuf::Value& element : value.list_value().values()) {
+        out.push_back(ToJson(element));
+      }
+      return out;
+    }
+    case google::protobuf::Value::kNullValue:
+    case google::protobuf::Value::KIND_NOT_SET:
+      break;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<VisionModelConfig> ResolveVisionModel(const tandem::v1::VisionModelSpec& spec) {
+  VisionModelConfig model;
+  if (!spec.preset().empty()) {
+    std::optional<VisionModelConfig> preset = VisionPreset(spec.preset());
+    if (!preset) {
+      return PathError("vision.model.preset", "unknown preset ", Quoted(spec.preset()),
+                       "; known: ", VisionPresetNames());
+    }
+    model = *preset;
+  }
+  if (spec.has_image_size()) model.image_size = spec.image_size();
+  if (spec.has_channels()) model.channels = spec.channels();
+  if (spec.has_patch_size()) model.patch_size = spec.patch_size();
+  if (spec.has_hidden()) model.hidden = spec.hidden();
+  if (spec.has_layers()) model.layers = spec.layers();
+  if (spec.has_heads()) model.heads = spec.heads();
+  if (spec.has_mlp_hidden()) model.mlp_hidden = spec.mlp_hidden();
+  if (spec.has_positions()) model.positions = spec.positions();
+  if (spec.has_norm_eps()) model.norm_eps = spec.norm_eps();
+  return model;
+}
+
+absl::StatusOr<LlmModelConfig> ResolveLlmModel(const tandem::v1::LlmModelSpec& spec) {
+  LlmModelConfig model;
+  if (!spec.preset().empty()) {
+    std::optional<LlmModelConfig> preset = LlmPreset(spec.preset());
+    if (!preset) {
+      return PathError("llm.model.preset", "unknown preset ", Quoted(spec.preset()),
+                       "; known: ", LlmPresetNames());
+    }
+    model = *preset;
+  }
+  if (spec.has_hidden()) model.hidden = spec.hidden();
+  if (spec.has_layers()) model.layers = spec.layers();
+  if (spec.has_heads()) model.heads = spec.heads();
+  if (spec.has_kv_heads()) model.kv_heads = spec.kv_heads();
+  if (spec.has_mlp_hidden()) model.mlp_hidden = spec.mlp_hidden();
+  if (spec.has_max_seq_len()) model.max_seq_len = spec.max_seq_len();
+  if (spec.has_rope_theta()) model.rope_theta = spec.rope_theta();
+  if (spec.has_norm_eps()) model.norm_eps = spec.norm_eps();
+  if (spec.has_tie_embeddings()) model.tie_embeddings = spec.tie_embeddings();
+  return model;
+}
+
+absl::StatusOr<DataConfig> ResolveData(const tandem::v1::DataSpec& spec) {
+  DataConfig data;
+  switch (spec.source_case()) {
+    case tandem::v1::DataSpec::kShapes:
+      data.kind = DataConfig::Kind::kShapes;
+      if (spec.shapes().has_seed()) data.shapes.seed = spec.shapes().seed();
+      if (spec.shapes().has_train_samples())
+        data.shapes.train_samples = spec.shapes().train_samples();
+      if (spec.shapes().has_eval_samples()) data.shapes.eval_samples = spec.shapes().eval_samples();
+      break;
+    case tandem::v1::DataSpec::kJsonl:
+      data.kind = DataConfig::Kind::kJsonl;
+      data.jsonl.train_path = spec.jsonl().train();
+      data.jsonl.eval_path = spec.jsonl().eval();
+      break;
+    case tandem::v1::DataSpec::SOURCE_NOT_SET:
+      return PathError("data", "a data source is required: give \"shapes\" or \"jsonl\"");
+  }
+  if (spec.has_max_text_tokens()) data.max_text_tokens = spec.max_text_tokens();
+  return data;
+}
+
+ScheduleConfig ResolveSchedule(const tandem::v1::ScheduleSpec& spec) {
+  ScheduleConfig schedule;
+  if (spec.has_global_batch()) schedule.global_batch = spec.global_batch();
+  if (spec.has_micro_batches()) schedule.micro_batches = spec.micro_batches();
+  if (spec.has_steps()) schedule.steps = spec.steps();
+  if (spec.has_eval_every()) schedule.eval_every = spec.eval_every();
+  if (spec.has_eval_samples()) schedule.eval_samples = spec.eval_samples();
+  if (spec.has_checkpoint_every()) schedule.checkpoint_every = spec.checkpoint_every();
+  if (spec.has_seed()) schedule.seed = spec.seed();
+  return schedule;
+}
+
+absl::StatusOr<JobConfig> Resolve(const tandem::v1::JobSpec& spec) {
+  JobConfig config;
+  config.name = spec.name();
+  ASSIGN_OR_RETURN(config.data, ResolveData(spec.data()));
+
+  const tandem::v1::VisionGroupSpec& vision = spec.vision();
+  if (vision.has_pool()) config.vision.pool = vision.pool();
+  if (vision.has_actors()) config.vision.actors = vision.actors();
+  ASSIGN_OR_RETURN(config.vision.model, ResolveVisionModel(vision.model()));
+  if (vision.has_engine()) config.vision.engine_json = ToJson(vision.engine()).dump();
+
+  const tandem::v1::LlmGroupSpec& llm = spec.llm();
+  if (llm.has_pool()) config.llm.pool = llm.pool();
+  if (llm.has_actors()) config.llm.actors = llm.actors();
+  ASSIGN_OR_RETURN(config.llm.model, ResolveLlmModel(llm.model()));
+  if (llm.has_engine()) config.llm.engine_json = ToJson(llm.engine()).dump();
+
+  // The projector maps patches into the LLM's embedding space.
+  config.vision.model.output_dim = config.llm.model.hidden;
+  config.schedule = ResolveSchedule(spec.schedule());
+  return config;
+}
+
+}  // namespace
+
+absl::StatusOr<JobConfig> JobConfigFromProto(const tandem::v1::JobSpec& spec,
+                                             std::string_view source_name) {
+  absl::StatusOr<JobConfig> config = Resolve(spec);
+  if (!config.ok()) return internal::WithSource(config.status(), source_name);
+  RETURN_IF_ERROR(internal::WithSource(ValidateJobConfig(*config), source_name));
+  return config;
+}
+
+}  // namespace tandem::jobspec

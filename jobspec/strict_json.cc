@@ -1,0 +1,348 @@
+#include "jobspec/strict_json.h"
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "jobspec/errors.h"
+
+namespace tandem::jobspec {
+namespace {
+
+using json = nlohmann::json;
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::OneofDescriptor;
+
+using internal::JoinPath;
+using internal::Sv;
+
+template <typename... Args>
+absl::Status Error(std::string_view path, const Args&... what) {
+  return internal::PathError(path, what...);
+}
+
+// Records the path of the first key that appears twice in one object (nlohmann keeps the last).
+class DuplicateKeyFinder {
+ public:
+  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start: {
+        std::string name = frames_.empty() ? "" : ChildPath();
+        frames_.push_back(
+            Frame{event == json::parse_event_t::object_start, std::move(name), {}, 0, ""});
+        break;
+      }
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!frames_.empty()) frames_.pop_back();
+        // A finished container is a value of its parent.
+        if (!frames_.empty() && !frames_.back().is_object) ++frames_.back().count;
+        break;
+      case json::parse_event_t::key:
+        if (!frames_.empty()) {
+          Frame& frame = frames_.back();
+          frame.last_key = parsed.get<std::string>();
+          if (!frame.keys.insert(frame.last_key).second && first_duplicate_.empty()) {
+            first_duplicate_ = JoinPath(frame.path, frame.last_key);
+          }
+        }
+        break;
+      case json::parse_event_t::value:
+        if (!frames_.empty() && !frames_.back().is_object) ++frames_.back().count;
+        break;
+    }
+    return true;
+  }
+
+  const std::string& first_duplicate() const { return first_duplicate_; }
+
+ private:
+  struct Frame {
+    bool is_object;
+    std::string path;  // of the container itself; "" for the document
+    std::set<std::string> keys;
+    size_t count;  // arrays: elements seen so far
+    std::string last_key;
+  };
+
+  // The path of a container that starts now inside the innermost frame.
+  std::string ChildPath() const {
+    const Frame& parent = frames_.back();
+    if (parent.is_object) return JoinPath(parent.path, parent.last_key);
+    return absl::StrCat(parent.path, "[", parent.count, "]");
+  }
+
+  std::vector<Frame> frames_;
+  std::string first_duplicate_;
+};
+
+// nlohmann reports the byte after the one it stopped at; users want a line and a column (1-based).
+std::string Position(std::string_view text, size_t byte) {
+  size_t offset = std::min(byte == 0 ? 0 : byte - 1, text.size());
+  size_t line = 1, line_start = 0;
+  for (size_t i = 0; i < offset; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+  }
+  return absl::StrCat("line ", line, ", column ", offset - line_start + 1);
+}
+
+// The reason of a nlohmann parse_error without its "[json.exception.parse_error.101] parse error at
+// line 1, column 2: " preamble.
+std::string_view ParseErrorReason(std::string_view what) {
+  size_t at = what.find("parse error");
+  if (at == std::string_view::npos) return what;
+  size_t colon = what.find(": ", at);
+  return colon == std::string_view::npos ? what : what.substr(colon + 2);
+}
+
+// An integer as proto3 JSON writes one: a JSON integer, an integral float (1e3), or a decimal
+// string. `negative` tells which of the two values holds it.
+struct Integer {
+  bool negative = false;
+  int64_t as_signed = 0;     // when negative
+  uint64_t as_unsigned = 0;  // when not negative
+};
+
+std::optional<Integer> ReadInteger(const json& value) {
+  Integer out;
+  if (value.is_number_unsigned()) {
+    out.as_unsigned = value.get<uint64_t>();
+    return out;
+  }
+  if (value.is_number_integer()) {
+    int64_t x = value.get<int64_t>();
+    out.negative = x < 0;
+    if (out.negative) {
+      out.as_signed = x;
+    } else {
+      out.as_unsigned = static_cast<uint64_t>(x);
+    }
+    return out;
+  }
+  if (value.is_number_float()) {
+    double x = value.get<double>();
+    if (!std::isfinite(x) || std::trunc(x) != x) return std::nullopt;
+    // 2^63 and 2^64 are exact doubles; the bounds below keep the casts defined.
+    if (x < 0) {
+      if (x < -9223372036854775808.0) return std::nullopt;
+      out.negative = true;
+      out.as_signed = static_cast<int64_t>(x);
+    } else {
+      if (x >= 18446744073709551616.0) return std::nullopt;
+      out.as_unsigned = static_cast<uint64_t>(x);
+    }
+    return out;
+  }
+  if (value.is_string()) {
+    const std::string& s = value.get_ref<const std::string&>();
+    if (!s.empty() && s[0] == '-') {
+      if (!absl::SimpleAtoi(s, &out.as_signed)) return std::nullopt;
+      out.negative = out.as_signed < 0;
+      if (!out.negative) out.as_unsigned = 0;  // "-0"
+      return out;
+    }
+    if (s.empty() || s[0] < '0' || s[0] > '9' || !absl::SimpleAtoi(s, &out.as_unsigned)) {
+      return std::nullopt;
+    }
+    return out;
+  }
+  return std::nullopt;
+}
+
+absl::Status CheckInteger(const json& value, const FieldDescriptor& field,
+                          const std::string& path) {
+  std::optional<Integer> integer = ReadInteger(value);
+  if (!integer) return Error(path, "must be an integer, got ", DescribeJsonValue(value));
+  int64_t min = 0;
+  uint64_t max = 0;
+  switch (field.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      min = std::numeric_limits<int32_t>::min();
+      max = std::numeric_limits<int32_t>::max();
+      break;
+    case FieldDescriptor::CPPTYPE_INT64:
+      min = std::numeric_limits<int64_t>::min();
+      max = std::numeric_limits<int64_t>::max();
+      break;
+    case FieldDescriptor::CPPTYPE_UINT32:
+      max = std::numeric_limits<uint32_t>::max();
+      break;
+    default:  // CPPTYPE_UINT64
+      max = std::numeric_limits<uint64_t>::max();
+      break;
+  }
+  bool in_range = integer->negative ? integer->as_signed >= min : integer->as_unsigned <= max;
+  if (!in_range) {
+    return Error(path, "must be an integer in [", min, ", ", max, "], got ",
+                 DescribeJsonValue(value));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMessage(const json& value, const Descriptor& descriptor, const std::string& path);
+
+// One value of `field`: the field itself, or one element of a repeated field.
+absl::Status CheckValue(const json& value, const FieldDescriptor& field, const std::string& path) {
+  switch (field.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+    case FieldDescriptor::CPPTYPE_INT64:
+    case FieldDescriptor::CPPTYPE_UINT32:
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return CheckInteger(value, field, path);
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      if (!value.is_number())
+        return Error(path, "must be a number, got ", DescribeJsonValue(value));
+      return absl::OkStatus();
+    case FieldDescriptor::CPPTYPE_BOOL:
+      if (!value.is_boolean())
+        return Error(path, "must be a boolean, got ", DescribeJsonValue(value));
+      return absl::OkStatus();
+    case FieldDescriptor::CPPTYPE_STRING:
+      if (!value.is_string())
+        return Error(path, "must be a string, got ", DescribeJsonValue(value));
+      return absl::OkStatus();
+    case FieldDescriptor::CPPTYPE_ENUM:
+      if (!value.is_string() && !value.is_number_integer()) {
+        return Error(path, "must be an enum name or number, got ", DescribeJsonValue(value));
+      }
+      return absl::OkStatus();
+    case FieldDescriptor::CPPTYPE_MESSAGE: {
+      const Descriptor& type = *field.message_type();
+      if (type.full_name() == "google.protobuf.Struct") {
+        if (!value.is_object())
+          return Error(path, "must be an object, got ", DescribeJsonValue(value));
+        return absl::OkStatus();  // free-form; its owner validates the content
+      }
+      if (type.file()->package() == "google.protobuf") {
+        return absl::OkStatus();  // other well-known types have their own JSON forms: protobuf
+                                  // checks
+      }
+      return CheckMessage(value, type, path);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckField(const json& value, const FieldDescriptor& field, const std::string& path) {
+  if (field.is_map()) {
+    if (!value.is_object()) return Error(path, "must be an object, got ", DescribeJsonValue(value));
+    return absl::OkStatus();  // no map fields yet; protobuf checks keys and values
+  }
+  if (field.is_repeated()) {
+    if (!value.is_array()) return Error(path, "must be an array, got ", DescribeJsonValue(value));
+    for (size_t i = 0; i < value.size(); ++i) {
+      if (value[i].is_null()) return Error(absl::StrCat(path, "[", i, "]"), "must not be null");
+      absl::Status status = CheckValue(value[i], field, absl::StrCat(path, "[", i, "]"));
+      if (!status.ok()) return status;
+    }
+    return absl::OkStatus();
+  }
+  return CheckValue(value, field, path);
+}
+
+const FieldDescriptor* FindField(const Descriptor& descriptor, const std::string& key) {
+  if (const FieldDescriptor* field = descriptor.FindFieldByName(key)) return field;
+  for (int i = 0; i < descriptor.field_count(); ++i) {
+    if (descriptor.field(i)->json_name() == key) return descriptor.field(i);
+  }
+  return nullptr;
+}
+
+std::string OneofMembers(const OneofDescriptor& oneof) {
+  std::vector<std::string> names;
+  for (int i = 0; i < oneof.field_count(); ++i)
+    names.push_back(absl::StrCat("\"", oneof.field(i)->name(), "\""));
+  return absl::StrJoin(names, ", ");
+}
+
+absl::Status CheckMessage(const json& value, const Descriptor& descriptor,
+                          const std::string& path) {
+  if (!value.is_object()) return Error(path, "must be an object, got ", DescribeJsonValue(value));
+  std::vector<const FieldDescriptor*> seen;
+  std::vector<const FieldDescriptor*> oneof_set(descriptor.oneof_decl_count(), nullptr);
+  for (const auto& item : value.items()) {
+    const std::string& key = item.key();
+    const std::string key_path = JoinPath(path, key);
+    const FieldDescriptor* field = FindField(descriptor, key);
+    if (field == nullptr) return Error(key_path, "unknown field");
+    for (const FieldDescriptor* other : seen) {
+      if (other == field) {
+        return Error(key_path, "duplicate field: \"", field->name(), "\" and \"",
+                     field->json_name(), "\" are the same field");
+      }
+    }
+    seen.push_back(field);
+    if (item.value().is_null()) continue;  // proto3 JSON: null is the same as absent
+    if (const OneofDescriptor* oneof = field->containing_oneof()) {
+      const FieldDescriptor*& first = oneof_set[oneof->index()];
+      if (first != nullptr) {
+        return Error(path.empty() ? key_path : path, "at most one of ", OneofMembers(*oneof),
+                     " may be given, got \"", first->name(), "\" and \"", field->name(), "\"");
+      }
+      first = field;
+    }
+    absl::Status status = CheckField(item.value(), *field, key_path);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<json> ParseJsonStrict(std::string_view text) {
+  DuplicateKeyFinder duplicates;
+  json document;
+  try {
+    document = json::parse(text.begin(), text.end(), std::ref(duplicates));
+  } catch (const json::parse_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Position(text, e.byte), ": invalid JSON: ", Sv(ParseErrorReason(e.what()))));
+  }
+  if (!duplicates.first_duplicate().empty())
+    return Error(duplicates.first_duplicate(), "duplicate key");
+  return document;
+}
+
+absl::Status CheckJsonAgainstMessage(const json& value, const Descriptor& descriptor,
+                                     const std::string& path) {
+  return CheckMessage(value, descriptor, path);
+}
+
+std::string DescribeJsonValue(const json& value) {
+  constexpr size_t kMaxShown = 60;
+  switch (value.type()) {
+    case json::value_t::string: {
+      std::string shown = value.dump();
+      if (shown.size() > kMaxShown) shown = absl::StrCat(shown.substr(0, kMaxShown), "...\"");
+      return absl::StrCat("string ", shown);
+    }
+    case json::value_t::boolean:
+      return absl::StrCat("boolean ", value.dump());
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+    case json::value_t::number_float:
+      return absl::StrCat("number ", value.dump());
+    case json::value_t::null:
+      return "null";
+    case json::value_t::array:
+      return "array";
+    default:
+      return "object";
+  }
+}
+
+}  // namespace tandem::jobspec

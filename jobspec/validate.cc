@@ -1,0 +1,227 @@
+// ValidateJobConfig: the rules of proto/tandem/v1/job.proto on a resolved JobConfig, in the order
+// of the spec (name, data, vision, llm, schedule, engines), stopping at the first violation.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "engine/config.h"
+#include "jobspec/errors.h"
+#include "jobspec/job_spec.h"
+#include "jobspec/strict_json.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::jobspec {
+namespace {
+
+using internal::JoinPath;
+using internal::PathError;
+using internal::Quoted;
+using internal::Sv;
+
+absl::Status AtLeast(std::string_view path, int64_t value, int64_t min) {
+  if (value < min) return PathError(path, "must be >= ", min, ", got ", value);
+  return absl::OkStatus();
+}
+
+absl::Status Positive(std::string_view path, double value) {
+  if (!std::isfinite(value) || value <= 0) return PathError(path, "must be > 0, got ", value);
+  return absl::OkStatus();
+}
+
+bool IsNameChar(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
+}
+
+absl::Status CheckName(const std::string& name) {
+  if (name.empty()) return PathError("name", "is required (it names the run directory)");
+  if (!std::all_of(name.begin(), name.end(), IsNameChar) || name == "." || name == "..") {
+    return PathError(
+        "name",
+        "must be a file name of the characters A-Z a-z 0-9 . _ - (not \".\" or \"..\"), got ",
+        Quoted(name));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckData(const DataConfig& data) {
+  switch (data.kind) {
+    case DataConfig::Kind::kShapes:
+      RETURN_IF_ERROR(AtLeast("data.shapes.train_samples", data.shapes.train_samples, 1));
+      RETURN_IF_ERROR(AtLeast("data.shapes.eval_samples", data.shapes.eval_samples, 1));
+      break;
+    case DataConfig::Kind::kJsonl:
+      if (data.jsonl.train_path.empty()) return PathError("data.jsonl.train", "is required");
+      break;
+  }
+  if (data.max_text_tokens < 2) {
+    return PathError("data.max_text_tokens", "must be >= 2 (<bos> and <eos> count), got ",
+                     data.max_text_tokens);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGroup(std::string_view group, const std::string& pool, int32_t actors) {
+  if (pool.empty()) return PathError(JoinPath(group, "pool"), "must not be empty");
+  return AtLeast(JoinPath(group, "actors"), actors, 1);
+}
+
+// `a` must be a multiple of `b` (b >= 1 already checked): "<path_a>: must be a multiple of <name_b>
+// (b), got a".
+absl::Status MultipleOf(std::string_view path_a, int64_t a, std::string_view name_b, int64_t b) {
+  if (a % b != 0)
+    return PathError(path_a, "must be a multiple of ", Sv(name_b), " (", b, "), got ", a);
+  return absl::OkStatus();
+}
+
+absl::Status CheckVisionModel(const VisionModelConfig& m, const LlmModelConfig& llm) {
+  RETURN_IF_ERROR(AtLeast("vision.model.image_size", m.image_size, 1));
+  if (m.channels != 3) {
+    return PathError("vision.model.channels", "must be 3 (the datasets produce RGB images), got ",
+                     m.channels);
+  }
+  RETURN_IF_ERROR(AtLeast("vision.model.patch_size", m.patch_size, 1));
+  RETURN_IF_ERROR(AtLeast("vision.model.hidden", m.hidden, 1));
+  RETURN_IF_ERROR(AtLeast("vision.model.layers", m.layers, 1));
+  RETURN_IF_ERROR(AtLeast("vision.model.heads", m.heads, 1));
+  RETURN_IF_ERROR(AtLeast("vision.model.mlp_hidden", m.mlp_hidden, 1));
+  RETURN_IF_ERROR(MultipleOf("vision.model.image_size", m.image_size, "patch_size", m.patch_size));
+  RETURN_IF_ERROR(MultipleOf("vision.model.hidden", m.hidden, "heads", m.heads));
+  if (m.positions != "learned" && m.positions != "sincos") {
+    return PathError("vision.model.positions", "must be \"learned\" or \"sincos\", got ",
+                     Quoted(m.positions));
+  }
+  RETURN_IF_ERROR(Positive("vision.model.norm_eps", m.norm_eps));
+  if (m.output_dim != llm.hidden) {
+    return PathError("vision.model.output_dim", "must equal llm.model.hidden (", llm.hidden,
+                     "), got ", m.output_dim);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLlmModel(const LlmModelConfig& m) {
+  RETURN_IF_ERROR(AtLeast("llm.model.hidden", m.hidden, 1));
+  RETURN_IF_ERROR(AtLeast("llm.model.layers", m.layers, 1));
+  RETURN_IF_ERROR(AtLeast("llm.model.heads", m.heads, 1));
+  RETURN_IF_ERROR(AtLeast("llm.model.kv_heads", m.kv_heads, 1));
+  RETURN_IF_ERROR(AtLeast("llm.model.mlp_hidden", m.mlp_hidden, 1));
+  RETURN_IF_ERROR(AtLeast("llm.model.max_seq_len", m.max_seq_len, 1));
+  RETURN_IF_ERROR(MultipleOf("llm.model.hidden", m.hidden, "heads", m.heads));
+  RETURN_IF_ERROR(MultipleOf("llm.model.heads", m.heads, "kv_heads", m.kv_heads));
+  if ((m.hidden / m.heads) % 2 != 0) {
+    return PathError("llm.model.hidden",
+                     "the head size hidden / heads must be even for rotary positions, got ",
+                     m.hidden, " / ", m.heads, " = ", m.hidden / m.heads);
+  }
+  RETURN_IF_ERROR(Positive("llm.model.rope_theta", m.rope_theta));
+  RETURN_IF_ERROR(Positive("llm.model.norm_eps", m.norm_eps));
+  return AtLeast("llm.model.vocab_size", m.vocab_size, 0);
+}
+
+absl::Status CheckSchedule(const JobConfig& c) {
+  const ScheduleConfig& s = c.schedule;
+  RETURN_IF_ERROR(AtLeast("schedule.global_batch", s.global_batch, 1));
+  RETURN_IF_ERROR(AtLeast("schedule.micro_batches", s.micro_batches, 1));
+  RETURN_IF_ERROR(AtLeast("schedule.steps", s.steps, 1));
+  RETURN_IF_ERROR(AtLeast("schedule.eval_every", s.eval_every, 0));
+  RETURN_IF_ERROR(AtLeast("schedule.eval_samples", s.eval_samples, 0));
+  RETURN_IF_ERROR(AtLeast("schedule.checkpoint_every", s.checkpoint_every, 0));
+  RETURN_IF_ERROR(MultipleOf("schedule.global_batch", s.global_batch, "schedule.micro_batches",
+                             s.micro_batches));
+  // DESIGN §2: each micro-batch is split into contiguous blocks over the ranks of each group.
+  const int64_t micro = s.global_batch / s.micro_batches;
+  const bool vision_larger = c.vision.actors >= c.llm.actors;
+  const int64_t ranks = vision_larger ? c.vision.actors : c.llm.actors;
+  if (micro < ranks) {
+    return PathError("schedule.global_batch",
+                     "a micro-batch (global_batch / micro_batches = ", s.global_batch, " / ",
+                     s.micro_batches, " = ", micro,
+                     " samples) must hold at least one sample for every rank (",
+                     vision_larger ? "vision" : "llm", ".actors = ", ranks, ")");
+  }
+  if (c.data.kind == DataConfig::Kind::kShapes && s.eval_samples > c.data.shapes.eval_samples) {
+    return PathError("schedule.eval_samples", "must be <= data.shapes.eval_samples (",
+                     c.data.shapes.eval_samples, "), got ", s.eval_samples);
+  }
+  return absl::OkStatus();
+}
+
+// The group's engine config must parse with the engine's strict parser and agree with the schedule.
+absl::Status CheckEngine(std::string_view group, const std::string& engine_json, int32_t actors,
+                         const ScheduleConfig& s) {
+  const std::string path = JoinPath(group, "engine");
+  absl::StatusOr<nlohmann::json> document = ParseJsonStrict(engine_json);
+  if (!document.ok()) return PathError(path, document.status().message());
+  if (!document->is_object())
+    return PathError(path, "must be an object, got ", DescribeJsonValue(*document));
+  ASSIGN_OR_RETURN(engine::Config config,
+                   engine::ParseConfigJson(*document, absl::StrCat(path, ".")));
+
+  const int64_t micro = s.global_batch / s.micro_batches;
+  if (config.train_batch_size && *config.train_batch_size != s.global_batch) {
+    return PathError(JoinPath(path, "train_batch_size"), "must equal schedule.global_batch (",
+                     s.global_batch, ") or be left out, got ", *config.train_batch_size);
+  }
+  if (config.gradient_accumulation_steps_given &&
+      config.gradient_accumulation_steps != s.micro_batches) {
+    return PathError(JoinPath(path, "gradient_accumulation_steps"),
+                     "must equal schedule.micro_batches (", s.micro_batches,
+                     ") or be left out, got ", config.gradient_accumulation_steps);
+  }
+  if (config.train_micro_batch_size_per_gpu) {
+    const std::string key = JoinPath(path, "train_micro_batch_size_per_gpu");
+    const int64_t given = *config.train_micro_batch_size_per_gpu;
+    if (micro % actors != 0) {
+      return PathError(key, "must be left out: a micro-batch of ", micro,
+                       " samples (global_batch / micro_batches) does not split evenly over ",
+                       Sv(group), ".actors = ", actors, ", so ranks get different sizes; got ",
+                       given);
+    }
+    if (given != micro / actors) {
+      return PathError(key, "must equal schedule.global_batch / schedule.micro_batches / ",
+                       Sv(group), ".actors = ", s.global_batch, " / ", s.micro_batches, " / ",
+                       actors, " = ", micro / actors, " or be left out, got ", given);
+    }
+  }
+  // engine::Config cannot tell an explicit "mean" from the default, so look at the JSON itself.
+  auto tandem = document->find("tandem");
+  if (tandem != document->end() && tandem->is_object()) {
+    auto reduction = tandem->find("gradient_reduction");
+    if (reduction != tandem->end() && *reduction != "sum") {
+      return PathError(
+          JoinPath(path, "tandem.gradient_reduction"), "must be \"sum\" or left out, got ",
+          reduction->dump(),
+          ": the trainer normalises the loss over the global batch's tokens, so gradients are "
+          "summed across ranks and micro-batches, never averaged");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateJobConfig(const JobConfig& config) {
+  RETURN_IF_ERROR(CheckName(config.name));
+  RETURN_IF_ERROR(CheckData(config.data));
+  RETURN_IF_ERROR(CheckGroup("vision", config.vision.pool, config.vision.actors));
+  RETURN_IF_ERROR(CheckVisionModel(config.vision.model, config.llm.model));
+  RETURN_IF_ERROR(CheckGroup("llm", config.llm.pool, config.llm.actors));
+  RETURN_IF_ERROR(CheckLlmModel(config.llm.model));
+  // The LLM's sequence is the image patches followed by the caption tokens.
+  const int64_t patches = config.vision.model.num_patches();
+  const int64_t needed = patches + config.data.max_text_tokens;
+  if (config.llm.model.max_seq_len < needed) {
+    return PathError("llm.model.max_seq_len", "must be >= vision patches (", patches,
+                     ") + data.max_text_tokens (", config.data.max_text_tokens, ") = ", needed,
+                     ", got ", config.llm.model.max_seq_len);
+  }
+  RETURN_IF_ERROR(CheckSchedule(config));
+  RETURN_IF_ERROR(
+      CheckEngine("vision", config.vision.engine_json, config.vision.actors, config.schedule));
+  return CheckEngine("llm", config.llm.engine_json, config.llm.actors, config.schedule);
+}
+
+}  // namespace tandem::jobspec

@@ -1,0 +1,73 @@
+// Building blocks shared by the vision encoder (vision_encoder.h) and the LLM (llm.h): normalisation in
+// fp32, rotary position embedding, initialisation and parameter counting. See models/README.md for
+// the architectures, the parameter names and the conventions.
+//
+// NOTE [Model dtypes]
+// Both models keep their residual stream in the dtype of their parameters (fp32, or bf16 when an engine
+// runs with bf16 parameters and no autocast). Under autocast the Linear/Conv2d/matmul ops return the
+// autocast dtype; adding such a branch to the residual promotes back to the parameter dtype. Norms
+// normalise in fp32 and cast back to the input dtype; rotary embedding is applied in fp32 and cast back to
+// the dtype of q/k. Fixed tables (rotary cos/sin, 2D sine-cosine positions) are fp32 buffers, not
+// parameters: engines ignore buffers, so they are neither converted, partitioned nor checkpointed.
+//
+// Thread-compatible: a module runs on one thread at a time.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+
+namespace tandem::models {
+
+// Number of elements of all parameters of `module` and its children (trainable or not; buffers are not
+// counted). A tied weight counts once. Call before an engine takes the model over: at ZeRO-3 the engine
+// replaces the storage of partitioned parameters.
+int64_t CountParameters(const torch::nn::Module& module);
+
+// y = weight * (x / sqrt(mean(x^2 over the last dim) + eps)): the normalisation is computed in fp32 and
+// cast back to x's dtype before the weight multiply, as HF Llama does, so y has the promoted dtype of x
+// and weight (the models keep both in the parameter dtype).
+at::Tensor RmsNormForward(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// RMSNorm with a learned scale (no bias), parameter "weight" [dim] initialised to ones.
+class RmsNormImpl : public torch::nn::Module {
+ public:
+  RmsNormImpl(int64_t dim, double eps);
+  at::Tensor forward(const at::Tensor& x) { return RmsNormForward(x, weight, eps_); }
+
+  at::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RmsNorm);
+
+// LayerNorm over the last dim computed in fp32 (input, weight and bias cast up), returned in x's dtype.
+at::Tensor LayerNormFp32(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);
+
+// Rotary position embedding tables, rotate-half convention (HF Llama): for position m and channel i of a
+// head of width d, angle = m * theta^(-2 (i mod d/2) / d); cos/sin are [max_seq_len, d], fp32 (computed
+// in fp64).
+struct RotaryTables {
+  at::Tensor cos;
+  at::Tensor sin;
+};
+// REQUIRES: head_dim even and > 0, max_seq_len >= 0, theta > 0.
+RotaryTables MakeRotaryTables(int64_t head_dim, int64_t max_seq_len, double theta);
+
+// x * cos + rotate_half(x) * sin, where rotate_half(x) = [-x2, x1] for the halves x1, x2 of the last dim.
+// x [..., seq, head_dim]; cos/sin [seq, head_dim] (rows of the tables for the positions of x).
+// Computed in fp32; returns x's dtype.
+at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+// Initialisation (models/README.md): weight ~ normal(0, std), bias (if any) zero. Draws from the default
+// generator, so it is deterministic given torch::manual_seed and the call order.
+void InitLinear(torch::nn::Linear& linear, double std);
+void InitNormal(at::Tensor& tensor, double std);
+
+inline constexpr double kInitStd = 0.02;
+
+}  // namespace tandem::models

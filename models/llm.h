@@ -1,0 +1,88 @@
+// Llm: a Llama-style decoder that reads image embeddings as a prefix before the text tokens (LLaVA
+// style; DESIGN §4). Architecture, parameter names and count formula: models/README.md.
+//
+//   x = [prefix ; embed(tokens)]                      [B, P + T, hidden], one causal sequence
+//   layers x block: x += o(Attn(RoPE(q(n)), RoPE(k(n)), v(n))) with n = RMSNorm(x), causal, GQA
+//                   x += down(silu(gate(n)) * up(n))  with n = RMSNorm(x)
+//   logits = head(RMSNorm(x[:, P:]))                  [B, T, vocab], text positions only
+//
+// Each decoder block is an engine::BlockModule called through Forward (ZeRO-3 gathering, recompute).
+// Dtypes: NOTE [Model dtypes] in models/layers.h; under autocast the logits have the autocast dtype
+// (CaptionLoss computes in fp32).
+//
+// Conventions (models/README.md): position p of the sequence attends to positions <= p, so every
+// text position sees the whole prefix and the text before it; logits[:, t] predicts tokens[:, t + 1].
+//
+// Errors: the constructor, forward and the helpers throw c10::Error (TORCH_CHECK) for an inconsistent
+// config or wrongly shaped inputs; messages name the sizes. Token ids are not range-checked here (that
+// would synchronise with the device): an id outside [0, vocab_size) fails inside the embedding.
+// Thread-compatible: one forward at a time.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/block.h"
+#include "jobspec/job_config.h"
+#include "models/layers.h"
+
+namespace tandem::models {
+
+class LlmImpl : public torch::nn::Module {
+ public:
+  // Builds and initialises the model from the default generator (deterministic given
+  // torch::manual_seed). REQUIRES: vocab_size > 0, hidden a multiple of heads with an even head_dim,
+  // heads a multiple of kv_heads, max_seq_len > 0; sizes positive.
+  explicit LlmImpl(const jobspec::LlmModelConfig& config);
+
+  // prefix [B, P, hidden] (any float dtype; undefined or P = 0 for text only), tokens [B, T] int64,
+  // T >= 1, P + T <= max_seq_len. Returns logits [B, T, vocab_size] for the text positions.
+  at::Tensor forward(const at::Tensor& prefix, const at::Tensor& tokens);
+
+  const jobspec::LlmModelConfig& config() const { return config_; }
+
+  // Activation checkpointing for every decoder block (engine/block.h).
+  void set_recompute(bool recompute);
+  const std::vector<std::shared_ptr<engine::BlockModule>>& blocks() const { return blocks_; }
+
+ private:
+  jobspec::LlmModelConfig config_;
+  torch::nn::Embedding embed_{nullptr};
+  torch::nn::ModuleList block_list_{nullptr};
+  std::vector<std::shared_ptr<engine::BlockModule>> blocks_;
+  RmsNorm norm_{nullptr};
+  torch::nn::Linear head_{nullptr};  // only when !tie_embeddings
+  at::Tensor rope_cos_, rope_sin_;   // buffers [max_seq_len, head_dim], fp32
+};
+TORCH_MODULE(Llm);
+
+// Summed token cross-entropy of a batch, and the number of tokens it sums over.
+struct TokenLoss {
+  at::Tensor sum;     // fp32 scalar, differentiable w.r.t. the logits
+  int64_t count = 0;  // non-pad targets
+};
+
+// logits [B, T, V] from Llm::forward, tokens [B, T] = <bos> w1 .. wn <eos> <pad> ...: logits[:, t]
+// predicts tokens[:, t + 1]; targets equal to pad_id are ignored (and the last position predicts
+// nothing). Computed in fp32. The caller normalises (DESIGN §2: divide by the global batch's count).
+// Synchronises with the device to read `count`.
+TokenLoss CaptionLoss(const at::Tensor& logits, const at::Tensor& tokens, int64_t pad_id);
+
+// Greedy decoding under NoGradGuard: starts every row from <bos> after `prefix` [B, P, hidden] (an
+// undefined prefix decodes one text-only row) and appends the argmax token. Each step recomputes the
+// whole sequence (no KV cache: captions are tiny, and it keeps one code path with training). Stops when
+// every row has produced eos_id, after max_new_tokens steps, or when the sequence would exceed
+// max_seq_len (at most max_seq_len - P new tokens). Row b holds its generated ids without <bos>, up to
+// and excluding its first eos_id. Runs under the caller's autocast state.
+std::vector<std::vector<int32_t>> GenerateGreedy(Llm& llm, const at::Tensor& prefix, int64_t bos_id,
+                                                 int64_t eos_id, int64_t max_new_tokens);
+
+}  // namespace tandem::models

@@ -1,0 +1,168 @@
+#include "models/vision_encoder.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <string>
+
+#include "engine/compat.h"
+#include "models/layers.h"
+
+namespace tandem::models {
+namespace {
+
+namespace F = torch::nn::functional;
+
+// Multi-head self-attention: one qkv projection (with bias), output projection "proj".
+class VisionAttentionImpl : public torch::nn::Module {
+ public:
+  VisionAttentionImpl(int64_t hidden, int64_t heads)
+      : heads_(heads),
+        qkv_(register_module("qkv", torch::nn::Linear(hidden, 3 * hidden))),
+        proj_(register_module("proj", torch::nn::Linear(hidden, hidden))) {}
+
+  at::Tensor forward(const at::Tensor& x) {
+    const int64_t batch = x.size(0), seq = x.size(1), hidden = x.size(2);
+    // [B, N, 3, heads, head_dim] -> [3, B, heads, N, head_dim]
+    const at::Tensor qkv = qkv_(x).view({batch, seq, 3, heads_, hidden / heads_}).permute({2, 0, 3, 1, 4});
+    const at::Tensor out = compat::ScaledDotProductAttention(qkv[0], qkv[1], qkv[2], /*is_causal=*/false);
+    return proj_(out.transpose(1, 2).reshape({batch, seq, hidden}));
+  }
+
+  void Init(double std, double residual_std) {
+    InitLinear(qkv_, std);
+    InitLinear(proj_, residual_std);
+  }
+
+ private:
+  int64_t heads_;
+  torch::nn::Linear qkv_, proj_;
+};
+TORCH_MODULE(VisionAttention);
+
+class VisionMlpImpl : public torch::nn::Module {
+ public:
+  VisionMlpImpl(int64_t hidden, int64_t mlp_hidden)
+      : fc1_(register_module("fc1", torch::nn::Linear(hidden, mlp_hidden))),
+        fc2_(register_module("fc2", torch::nn::Linear(mlp_hidden, hidden))) {}
+
+  at::Tensor forward(const at::Tensor& x) { return fc2_(torch::gelu(fc1_(x))); }
+
+  void Init(double std, double residual_std) {
+    InitLinear(fc1_, std);
+    InitLinear(fc2_, residual_std);
+  }
+
+ private:
+  torch::nn::Linear fc1_, fc2_;
+};
+TORCH_MODULE(VisionMlp);
+
+// Pre-norm transformer block. Inputs {x [B, N, hidden]}, outputs {x'}.
+class VisionBlock : public engine::BlockModule {
+ public:
+  explicit VisionBlock(const jobspec::VisionModelConfig& c)
+      : eps_(c.norm_eps),
+        norm1_(register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)))),
+        attn_(register_module("attn", VisionAttention(c.hidden, c.heads))),
+        norm2_(register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)))),
+        mlp_(register_module("mlp", VisionMlp(c.hidden, c.mlp_hidden))) {
+    const double residual_std = kInitStd / std::sqrt(2.0 * static_cast<double>(c.layers));
+    attn_->Init(kInitStd, residual_std);
+    mlp_->Init(kInitStd, residual_std);
+    // LayerNorm already starts at weight 1, bias 0.
+  }
+
+  std::vector<at::Tensor> Run(const std::vector<at::Tensor>& inputs) override {
+    at::Tensor x = inputs[0];
+    x = x + attn_(LayerNormFp32(x, norm1_->weight, norm1_->bias, eps_));
+    x = x + mlp_(LayerNormFp32(x, norm2_->weight, norm2_->bias, eps_));
+    return {x};
+  }
+
+ private:
+  double eps_;
+  torch::nn::LayerNorm norm1_;
+  VisionAttention attn_;
+  torch::nn::LayerNorm norm2_;
+  VisionMlp mlp_;
+};
+
+void CheckConfig(const jobspec::VisionModelConfig& c) {
+  TORCH_CHECK(c.image_size > 0 && c.patch_size > 0 && c.image_size % c.patch_size == 0,
+              "VisionEncoder: image_size ", c.image_size, " must be a positive multiple of patch_size ",
+              c.patch_size);
+  TORCH_CHECK(c.channels > 0 && c.hidden > 0 && c.layers >= 0 && c.heads > 0 && c.mlp_hidden > 0 &&
+                  c.output_dim > 0,
+              "VisionEncoder: sizes must be positive (channels ", c.channels, ", hidden ", c.hidden, ", layers ",
+              c.layers, ", heads ", c.heads, ", mlp_hidden ", c.mlp_hidden, ", output_dim ", c.output_dim, ")");
+  TORCH_CHECK(c.hidden % c.heads == 0, "VisionEncoder: hidden ", c.hidden, " must be a multiple of heads ",
+              c.heads);
+  TORCH_CHECK(c.positions == "learned" || c.positions == "sincos", "VisionEncoder: positions must be \"learned\" ",
+              "or \"sincos\", got \"", c.positions, "\"");
+  TORCH_CHECK(c.positions != "sincos" || c.hidden % 4 == 0, "VisionEncoder: sincos positions need hidden ",
+              c.hidden, " to be a multiple of 4");
+}
+
+}  // namespace
+
+at::Tensor SinCosPositions2d(int64_t grid, int64_t dim) {
+  TORCH_CHECK(dim > 0 && dim % 4 == 0, "SinCosPositions2d: dim ", dim, " must be a positive multiple of 4");
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  const int64_t quarter = dim / 4;
+  const at::Tensor omega = torch::pow(10000.0, -torch::arange(quarter, f64) / static_cast<double>(quarter));
+  const at::Tensor coords = torch::arange(grid, f64);
+  const at::Tensor angles = torch::outer(coords, omega);                    // [grid, dim/4]
+  const at::Tensor axis = torch::cat({angles.sin(), angles.cos()}, -1);     // [grid, dim/2]
+  const at::Tensor rows = axis.unsqueeze(1).expand({grid, grid, dim / 2});  // row of patch (r, c)
+  const at::Tensor cols = axis.unsqueeze(0).expand({grid, grid, dim / 2});  // column of patch (r, c)
+  return torch::cat({rows, cols}, -1).reshape({grid * grid, dim}).to(torch::kFloat);
+}
+
+VisionEncoderImpl::VisionEncoderImpl(const jobspec::VisionModelConfig& config) : config_(config) {
+  CheckConfig(config_);
+  const auto& c = config_;
+  const int64_t patches = c.num_patches();
+  if (c.positions == "learned") {
+    positions_ = register_parameter("positions", torch::empty({1, patches, c.hidden}));
+    InitNormal(positions_, kInitStd);
+  } else {
+    positions_ = register_buffer("positions", SinCosPositions2d(c.grid(), c.hidden).unsqueeze(0));
+  }
+  patch_embed_ = register_module(
+      "patch_embed", torch::nn::Conv2d(torch::nn::Conv2dOptions(c.channels, c.hidden, c.patch_size).stride(c.patch_size)));
+  {
+    torch::NoGradGuard no_grad;
+    patch_embed_->weight.normal_(0.0, kInitStd);
+    patch_embed_->bias.zero_();
+  }
+  block_list_ = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.layers; ++i) {
+    auto block = std::make_shared<VisionBlock>(c);
+    block_list_->push_back(block);
+    blocks_.push_back(block);
+  }
+  norm_ = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)));
+  projector_ = register_module("projector", torch::nn::Linear(c.hidden, c.output_dim));
+  InitLinear(projector_, kInitStd);
+}
+
+at::Tensor VisionEncoderImpl::forward(const at::Tensor& images) {
+  const auto& c = config_;
+  TORCH_CHECK(images.defined() && images.dim() == 4 && images.size(1) == c.channels &&
+                  images.size(2) == c.image_size && images.size(3) == c.image_size,
+              "VisionEncoder: expected images [batch, ", c.channels, ", ", c.image_size, ", ", c.image_size,
+              "], got ", images.defined() ? images.sizes() : at::IntArrayRef{});
+  const auto dtype = patch_embed_->weight.scalar_type();
+  at::Tensor x = (images.to(dtype) - 0.5) / 0.5;
+  x = patch_embed_(x).flatten(2).transpose(1, 2).to(dtype);  // [B, P, hidden]
+  x = x + positions_.to(dtype);
+  for (const auto& block : blocks_) x = block->Forward(x);
+  return projector_(LayerNormFp32(x, norm_->weight, norm_->bias, c.norm_eps));
+}
+
+void VisionEncoderImpl::set_recompute(bool recompute) {
+  for (const auto& block : blocks_) block->set_recompute(recompute);
+}
+
+}  // namespace tandem::models

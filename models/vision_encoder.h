@@ -1,0 +1,69 @@
+// VisionEncoder: a ViT without class token whose projected patch embeddings are the LLM's prefix
+// (DESIGN §4). Architecture, parameter names and count formula: models/README.md.
+//
+//   images [B, C, H, W] float in [0, 1]  ->  (x - 0.5) / 0.5
+//   -> patch_embed Conv2d(C, hidden, kernel = stride = patch) -> [B, P, hidden] (P = (H/patch)^2,
+//      row-major over the patch grid) + positions (learned parameter, or fixed 2D sine-cosine buffer)
+//   -> layers x pre-norm block: x += proj(MHSA(LN(x))); x += fc2(GELU(fc1(LN(x))))
+//   -> final LayerNorm -> projector Linear(hidden, output_dim)  ->  [B, P, output_dim]
+//
+// Each transformer block is an engine::BlockModule called through Forward, so an engine can gather
+// its parameters just in time (ZeRO-3) and recompute it in backward (set_recompute). Dtypes: NOTE
+// [Model dtypes] in models/layers.h; under autocast the output has the autocast dtype.
+//
+// Errors: the constructor and forward throw c10::Error (TORCH_CHECK) for an inconsistent config or an
+// input of the wrong shape; the message names the sizes.
+// Thread-compatible: one forward at a time.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/block.h"
+#include "jobspec/job_config.h"
+
+namespace tandem::models {
+
+class VisionEncoderImpl : public torch::nn::Module {
+ public:
+  // Builds and initialises the model from the default generator (deterministic given
+  // torch::manual_seed). REQUIRES: image_size a positive multiple of patch_size, hidden a multiple of
+  // heads, positions "learned" or "sincos" (then hidden a multiple of 4); sizes positive.
+  explicit VisionEncoderImpl(const jobspec::VisionModelConfig& config);
+
+  // images [B, channels, image_size, image_size], values in [0, 1] -> [B, num_patches, output_dim].
+  at::Tensor forward(const at::Tensor& images);
+
+  const jobspec::VisionModelConfig& config() const { return config_; }
+  int64_t num_patches() const { return config_.num_patches(); }
+
+  // Activation checkpointing for every transformer block (engine/block.h).
+  void set_recompute(bool recompute);
+  const std::vector<std::shared_ptr<engine::BlockModule>>& blocks() const { return blocks_; }
+
+ private:
+  jobspec::VisionModelConfig config_;
+  torch::nn::Conv2d patch_embed_{nullptr};
+  at::Tensor positions_;  // [1, P, hidden]: parameter ("learned") or buffer ("sincos")
+  torch::nn::ModuleList block_list_{nullptr};
+  std::vector<std::shared_ptr<engine::BlockModule>> blocks_;
+  torch::nn::LayerNorm norm_{nullptr};
+  torch::nn::Linear projector_{nullptr};
+};
+TORCH_MODULE(VisionEncoder);
+
+// The fixed 2D sine-cosine position table [grid * grid, dim] (fp32, row-major over the grid, as MAE):
+// the first dim/2 channels encode the patch row, the last dim/2 the column; each half is
+// [sin(p * w_k), cos(p * w_k)] with w_k = 10000^(-k / (dim/4)), k < dim/4. REQUIRES: dim % 4 == 0.
+at::Tensor SinCosPositions2d(int64_t grid, int64_t dim);
+
+}  // namespace tandem::models

@@ -1,0 +1,176 @@
+// Tests for jobspec/validate.cc: every value rule, and the engine blocks (the engine's own errors
+// with the group's prefix, and agreement with the schedule), each with its exact message.
+#include <string>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "jobspec/job_spec.h"
+#include "tests/jobspec/spec_testing.h"
+
+namespace tandem::jobspec {
+namespace {
+
+using ::testing::StartsWith;
+
+TEST(ValidateJobConfig, DefaultJobConfigWithANameIsValid) {
+  JobConfig config;
+  config.name = "code";
+  EXPECT_TRUE(ValidateJobConfig(config).ok()) << ValidateJobConfig(config);
+  config.vision.model.output_dim = 32;
+  EXPECT_EQ(ValidateJobConfig(config).message(),
+            "vision.model.output_dim: must equal llm.model.hidden (64), got 32");
+}
+
+TEST(ValidateJobConfig, Name) {
+  json spec = BaseSpec();
+  spec.erase("name");
+  EXPECT_EQ(Error(spec), "job.json: name: is required (it names the run directory)");
+  spec["name"] = "my job";
+  EXPECT_EQ(Error(spec),
+            "job.json: name: must be a file name of the characters A-Z a-z 0-9 . _ - (not \".\" or "
+            "\"..\"), got \"my job\"");
+  spec["name"] = "..";
+  EXPECT_THAT(Error(spec), StartsWith("job.json: name: must be a file name"));
+}
+
+TEST(ValidateJobConfig, CountsMustBePositive) {
+  json spec = BaseSpec();
+  spec["schedule"]["steps"] = 0;
+  EXPECT_EQ(Error(spec), "job.json: schedule.steps: must be >= 1, got 0");
+  spec = BaseSpec();
+  spec["vision"]["actors"] = 0;
+  EXPECT_EQ(Error(spec), "job.json: vision.actors: must be >= 1, got 0");
+  spec = BaseSpec();
+  spec["data"]["shapes"]["train_samples"] = 0;
+  EXPECT_EQ(Error(spec), "job.json: data.shapes.train_samples: must be >= 1, got 0");
+  spec = BaseSpec();
+  spec["schedule"]["eval_every"] = -1;
+  EXPECT_EQ(Error(spec), "job.json: schedule.eval_every: must be >= 0, got -1");
+  spec = BaseSpec();
+  spec["llm"]["model"]["layers"] = 0;
+  EXPECT_EQ(Error(spec), "job.json: llm.model.layers: must be >= 1, got 0");
+  spec = BaseSpec();
+  spec["data"] = {{"jsonl", json::object()}};
+  EXPECT_EQ(Error(spec), "job.json: data.jsonl.train: is required");
+}
+
+TEST(ValidateJobConfig, GlobalBatchNotDivisibleByMicroBatches) {
+  json spec = BaseSpec();
+  spec["schedule"]["micro_batches"] = 3;
+  EXPECT_EQ(
+      Error(spec),
+      "job.json: schedule.global_batch: must be a multiple of schedule.micro_batches (3), got 8");
+}
+
+TEST(ValidateJobConfig, MicroBatchSmallerThanActors) {
+  json spec = BaseSpec();
+  spec["llm"]["actors"] = 5;  // micro-batch 8 / 2 = 4
+  EXPECT_EQ(Error(spec),
+            "job.json: schedule.global_batch: a micro-batch (global_batch / micro_batches = 8 / 2 "
+            "= 4 samples) must "
+            "hold at least one sample for every rank (llm.actors = 5)");
+}
+
+TEST(ValidateJobConfig, ModelDivisibility) {
+  json spec = BaseSpec();
+  spec["vision"]["model"]["heads"] = 5;
+  EXPECT_EQ(Error(spec), "job.json: vision.model.hidden: must be a multiple of heads (5), got 64");
+  spec = BaseSpec();
+  spec["vision"]["model"]["image_size"] = 30;
+  EXPECT_EQ(Error(spec),
+            "job.json: vision.model.image_size: must be a multiple of patch_size (8), got 30");
+  spec = BaseSpec();
+  spec["llm"]["model"]["heads"] = 3;
+  EXPECT_EQ(Error(spec), "job.json: llm.model.hidden: must be a multiple of heads (3), got 64");
+  spec = BaseSpec();
+  spec["llm"]["model"]["kv_heads"] = 3;
+  EXPECT_EQ(Error(spec), "job.json: llm.model.heads: must be a multiple of kv_heads (3), got 4");
+  spec = BaseSpec();
+  spec["llm"]["model"]["hidden"] = 72;
+  spec["llm"]["model"]["heads"] = 8;
+  spec["llm"]["model"]["kv_heads"] = 8;
+  EXPECT_EQ(Error(spec),
+            "job.json: llm.model.hidden: the head size hidden / heads must be even for rotary "
+            "positions, got 72 / 8 = 9");
+  spec = BaseSpec();
+  spec["vision"]["model"]["positions"] = "rope";
+  EXPECT_EQ(Error(spec),
+            "job.json: vision.model.positions: must be \"learned\" or \"sincos\", got \"rope\"");
+  spec = BaseSpec();
+  spec["vision"]["model"]["channels"] = 1;
+  EXPECT_EQ(Error(spec),
+            "job.json: vision.model.channels: must be 3 (the datasets produce RGB images), got 1");
+}
+
+TEST(ValidateJobConfig, MaxSeqLenTooSmallNamesBothNumbers) {
+  json spec = BaseSpec();
+  spec["llm"]["model"]["max_seq_len"] = 20;  // 16 patches + 12 text tokens = 28
+  EXPECT_EQ(Error(spec),
+            "job.json: llm.model.max_seq_len: must be >= vision patches (16) + "
+            "data.max_text_tokens (12) = 28, got 20");
+}
+
+TEST(ValidateJobConfig, EvalSamplesBeyondTheHeldOutSet) {
+  json spec = BaseSpec();
+  spec["schedule"]["eval_samples"] = 11;
+  EXPECT_EQ(Error(spec),
+            "job.json: schedule.eval_samples: must be <= data.shapes.eval_samples (10), got 11");
+}
+
+TEST(ValidateJobConfig, EngineErrorCarriesTheGroupPrefix) {
+  json spec = BaseSpec();
+  spec["vision"]["engine"] = {{"zero_optimization", {{"stage", 4}}}};
+  EXPECT_EQ(Error(spec), "job.json: vision.engine.zero_optimization.stage: must be 0..3, got 4");
+  spec = BaseSpec();
+  spec["llm"]["engine"] = {{"zero_optimization", {{"foo", 1}}}};
+  EXPECT_EQ(Error(spec), "job.json: llm.engine.zero_optimization.foo: unknown key");
+}
+
+TEST(ValidateJobConfig, EngineBatchKeysMustAgreeWithTheSchedule) {
+  json spec = BaseSpec();  // global_batch 8, micro_batches 2, vision.actors 2, llm.actors 1
+  spec["vision"]["engine"] = {{"train_batch_size", 16}};
+  EXPECT_EQ(Error(spec),
+            "job.json: vision.engine.train_batch_size: must equal schedule.global_batch (8) or be "
+            "left out, got 16");
+  spec["vision"]["engine"] = {{"gradient_accumulation_steps", 1}};
+  EXPECT_EQ(
+      Error(spec),
+      "job.json: vision.engine.gradient_accumulation_steps: must equal schedule.micro_batches (2) "
+      "or be left out, got 1");
+  spec["vision"]["engine"] = {{"train_micro_batch_size_per_gpu", 4}};
+  EXPECT_EQ(
+      Error(spec),
+      "job.json: vision.engine.train_micro_batch_size_per_gpu: must equal schedule.global_batch / "
+      "schedule.micro_batches / vision.actors = 8 / 2 / 2 = 2 or be left out, got 4");
+  // All three in agreement are accepted.
+  spec["vision"]["engine"] = {{"train_batch_size", 8},
+                              {"gradient_accumulation_steps", 2},
+                              {"train_micro_batch_size_per_gpu", 2}};
+  ExpectValid(spec.dump());
+  // A micro-batch that does not split evenly leaves no right value.
+  spec = BaseSpec();
+  spec["llm"]["actors"] = 3;
+  spec["llm"]["engine"] = {{"train_micro_batch_size_per_gpu", 1}};
+  EXPECT_EQ(
+      Error(spec),
+      "job.json: llm.engine.train_micro_batch_size_per_gpu: must be left out: a micro-batch of 4 "
+      "samples (global_batch / micro_batches) does not split evenly over llm.actors = 3, so ranks "
+      "get different sizes; got 1");
+}
+
+TEST(ValidateJobConfig, GradientReductionMeanIsRejected) {
+  json spec = BaseSpec();
+  spec["llm"]["engine"] = {{"tandem", {{"gradient_reduction", "mean"}}}};
+  EXPECT_EQ(Error(spec),
+            "job.json: llm.engine.tandem.gradient_reduction: must be \"sum\" or left out, got "
+            "\"mean\": the trainer "
+            "normalises the loss over the global batch's tokens, so gradients are summed across "
+            "ranks and "
+            "micro-batches, never averaged");
+  spec["llm"]["engine"] = {{"tandem", {{"gradient_reduction", "sum"}}}};
+  ExpectValid(spec.dump());
+}
+
+}  // namespace
+}  // namespace tandem::jobspec

@@ -1,0 +1,76 @@
+// The files a training run leaves in its run directory, written as the run goes: `metrics.jsonl` (one
+// JSON object per line), and `loss.svg` (drawn from the same records). Torch-free, so the coordinator
+// can write the same files for a disaggregated job.
+//
+//   metrics.jsonl, one line per optimizer step:
+//     {"step": 12, "loss": 1.93, "lr": 0.0029, "vision_lr": 0.0029, "grad_norm": 0.81,
+//      "samples_per_s": 950.2, "elapsed_s": 4.1}
+//   and one line per evaluation:
+//     {"eval": {"step": 250, "caption_exact_match": 0.97, "token_accuracy": 0.995}}
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace tandem::trainer {
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0;           // mean token cross-entropy over the global batch
+  double lr = 0;             // the LLM group's learning rate of this update
+  double vision_lr = 0;      // the vision group's
+  double grad_norm = 0;      // global L2 norm over both models, before clipping
+  double samples_per_s = 0;  // over this step
+  double elapsed_s = 0;      // since training started
+};
+
+struct EvalRecord {
+  int64_t step = 0;
+  double caption_exact_match = 0;
+  double token_accuracy = 0;
+};
+
+// Appends records to <run_dir>/metrics.jsonl, flushed line by line so `tail -f` works.
+class MetricsLog {
+ public:
+  static absl::StatusOr<MetricsLog> Open(const std::string& path);
+  MetricsLog(MetricsLog&& other) noexcept;
+  MetricsLog& operator=(MetricsLog&& other) noexcept;
+  ~MetricsLog();
+
+  absl::Status Append(const StepRecord& record);
+  absl::Status Append(const EvalRecord& record);
+
+  const std::vector<StepRecord>& steps() const { return steps_; }
+  const std::vector<EvalRecord>& evals() const { return evals_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  MetricsLog(std::string path, std::FILE* file) : path_(std::move(path)), file_(file) {}
+  absl::Status WriteLine(const std::string& line);
+
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  std::vector<StepRecord> steps_;
+  std::vector<EvalRecord> evals_;
+};
+
+std::string StepRecordJson(const StepRecord& record);
+std::string EvalRecordJson(const EvalRecord& record);
+
+// Reads a metrics.jsonl back (for plots of finished runs); errors name the file and line.
+absl::Status ReadMetrics(const std::string& path, std::vector<StepRecord>* steps,
+                         std::vector<EvalRecord>* evals);
+
+// An SVG chart: training loss (left axis, log scale when it spans more than a decade) against step,
+// and the evaluations' caption exact match and token accuracy (right axis, 0..1). Self-contained:
+// opens in any browser.
+std::string RenderLossSvg(const std::string& title, const std::vector<StepRecord>& steps,
+                          const std::vector<EvalRecord>& evals);
+
+}  // namespace tandem::trainer

@@ -1,0 +1,51 @@
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "trainer/colocated.h"
+#include "trainer/progress.h"
+
+namespace tandem::trainer {
+
+std::string SummaryJson(const RunSummary& s) {
+  nlohmann::ordered_json j;
+  j["job"] = s.job_name;
+  j["run_dir"] = s.run_dir;
+  j["steps"] = s.steps;
+  j["samples"] = s.samples;
+  j["final_loss"] = s.final_loss;
+  if (s.evaluated) {
+    j["caption_exact_match"] = s.caption_exact_match;
+    j["token_accuracy"] = s.token_accuracy;
+  } else {
+    j["caption_exact_match"] = nullptr;
+    j["token_accuracy"] = nullptr;
+  }
+  j["elapsed_s"] = s.elapsed_s;
+  j["samples_per_s"] = s.samples_per_s;
+  j["vision_parameters"] = s.vision_parameters;
+  j["llm_parameters"] = s.llm_parameters;
+  j["vocab_size"] = s.vocab_size;
+  j["last_checkpoint"] = s.last_checkpoint;
+  return j.dump();
+}
+
+std::string SummaryText(const RunSummary& s) {
+  std::string text = absl::StrFormat(
+      "%s: %d steps, %d samples in %s (%.1f samples/s)\n"
+      "  final loss           %.4f\n",
+      s.job_name, s.steps, s.samples, FormatDuration(s.elapsed_s), s.samples_per_s, s.final_loss);
+  if (s.evaluated) {
+    absl::StrAppendFormat(&text,
+                          "  caption exact match  %.1f%% (held-out)\n"
+                          "  token accuracy       %.1f%%\n",
+                          100 * s.caption_exact_match, 100 * s.token_accuracy);
+  } else {
+    text += "  no held-out set: not evaluated\n";
+  }
+  absl::StrAppendFormat(&text,
+                        "  models               vision %.2fM, llm %.2fM parameters, vocabulary %d\n"
+                        "  run directory        %s (metrics.jsonl, loss.svg, checkpoints/)\n",
+                        s.vision_parameters / 1e6, s.llm_parameters / 1e6, s.vocab_size, s.run_dir);
+  return text;
+}
+
+}  // namespace tandem::trainer
