@@ -288,7 +288,9 @@ absl::Status ColocatedRun::Train() {
     record.loss = loss;
     record.lr = llm_engine_->last_lr();
     record.vision_lr = vision_engine_->last_lr();
-    record.grad_norm = std::hypot(llm_engine_->last_grad_norm(), vision_engine_->last_grad_norm());
+    record.vision_grad_norm = vision_engine_->last_grad_norm();
+    record.llm_grad_norm = llm_engine_->last_grad_norm();
+    record.grad_norm = std::hypot(record.vision_grad_norm, record.llm_grad_norm);
     record.samples_per_s = rate;
     record.elapsed_s = Seconds(Clock::now() - start);
     RETURN_IF_ERROR(metrics_->Append(record));

@@ -34,6 +34,8 @@ std::string StepRecordJson(const StepRecord& r) {
   j["lr"] = r.lr;
   j["vision_lr"] = r.vision_lr;
   j["grad_norm"] = Number(r.grad_norm);
+  j["vision_grad_norm"] = Number(r.vision_grad_norm);
+  j["llm_grad_norm"] = Number(r.llm_grad_norm);
   j["samples_per_s"] = Number(r.samples_per_s);
   j["elapsed_s"] = r.elapsed_s;
   return j.dump();
@@ -116,6 +118,8 @@ absl::Status ReadMetrics(const std::string& path, std::vector<StepRecord>* steps
       r.lr = NumberOr(j, "lr", 0);
       r.vision_lr = NumberOr(j, "vision_lr", 0);
       r.grad_norm = NumberOr(j, "grad_norm", NAN);
+      r.vision_grad_norm = NumberOr(j, "vision_grad_norm", NAN);
+      r.llm_grad_norm = NumberOr(j, "llm_grad_norm", NAN);
       r.samples_per_s = NumberOr(j, "samples_per_s", 0);
       r.elapsed_s = NumberOr(j, "elapsed_s", 0);
       steps->push_back(r);

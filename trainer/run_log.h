@@ -4,7 +4,7 @@
 //
 //   metrics.jsonl, one line per optimizer step:
 //     {"step": 12, "loss": 1.93, "lr": 0.0029, "vision_lr": 0.0029, "grad_norm": 0.81,
-//      "samples_per_s": 950.2, "elapsed_s": 4.1}
+//      "vision_grad_norm": 0.3, "llm_grad_norm": 0.75, "samples_per_s": 950.2, "elapsed_s": 4.1}
 //   and one line per evaluation:
 //     {"eval": {"step": 250, "caption_exact_match": 0.97, "token_accuracy": 0.995}}
 #pragma once
@@ -25,6 +25,8 @@ struct StepRecord {
   double lr = 0;             // the LLM group's learning rate of this update
   double vision_lr = 0;      // the vision group's
   double grad_norm = 0;      // global L2 norm over both models, before clipping
+  double vision_grad_norm = 0;  // the vision group's part of it
+  double llm_grad_norm = 0;     // the LLM group's part
   double samples_per_s = 0;  // over this step
   double elapsed_s = 0;      // since training started
 };

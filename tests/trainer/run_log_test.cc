@@ -23,13 +23,14 @@ std::string TempPath(const std::string& name) {
 }
 
 TEST(RunLogTest, StepRecordIsOneJsonLineWithDocumentedKeys) {
-  StepRecord r{12, 1.5, 0.003, 0.002, 0.75, 950.5, 4.25};
+  StepRecord r{12, 1.5, 0.003, 0.002, 0.75, 0.25, 0.5, 950.5, 4.25};
   EXPECT_EQ(StepRecordJson(r),
-            R"({"step":12,"loss":1.5,"lr":0.003,"vision_lr":0.002,"grad_norm":0.75,"samples_per_s":950.5,"elapsed_s":4.25})");
+            R"({"step":12,"loss":1.5,"lr":0.003,"vision_lr":0.002,"grad_norm":0.75,"vision_grad_norm":0.25,)"
+            R"("llm_grad_norm":0.5,"samples_per_s":950.5,"elapsed_s":4.25})");
 }
 
 TEST(RunLogTest, NonFiniteLossIsWrittenAsNull) {
-  StepRecord r{3, NAN, 0.1, 0.1, INFINITY, 1, 1};
+  StepRecord r{3, NAN, 0.1, 0.1, INFINITY, 0, 0, 1, 1};
   EXPECT_THAT(StepRecordJson(r), HasSubstr(R"("loss":null)"));
   EXPECT_THAT(StepRecordJson(r), HasSubstr(R"("grad_norm":null)"));
 }
@@ -44,8 +45,8 @@ TEST(RunLogTest, AppendedRecordsReadBack) {
   {
     auto log = MetricsLog::Open(path);
     ASSERT_TRUE(log.ok()) << log.status();
-    ASSERT_TRUE(log->Append(StepRecord{1, 2.0, 0.1, 0.1, 1.0, 10, 0.5}).ok());
-    ASSERT_TRUE(log->Append(StepRecord{2, 1.0, 0.1, 0.1, 1.0, 10, 1.0}).ok());
+    ASSERT_TRUE(log->Append(StepRecord{1, 2.0, 0.1, 0.1, 1.0, 0, 0, 10, 0.5}).ok());
+    ASSERT_TRUE(log->Append(StepRecord{2, 1.0, 0.1, 0.1, 1.0, 0, 0, 10, 1.0}).ok());
     ASSERT_TRUE(log->Append(EvalRecord{2, 0.25, 0.5}).ok());
     EXPECT_EQ(log->steps().size(), 2u);
     EXPECT_EQ(log->evals().size(), 1u);
@@ -78,7 +79,7 @@ TEST(RunLogTest, OpenFailsWithThePath) {
 
 TEST(RunLogTest, SvgDrawsLossAndEvaluations) {
   std::vector<StepRecord> steps;
-  for (int i = 1; i <= 100; ++i) steps.push_back({i, 5.0 / i, 0, 0, 0, 0, 0});
+  for (int i = 1; i <= 100; ++i) steps.push_back({i, 5.0 / i, 0, 0, 0, 0, 0, 0, 0});
   const std::string svg = RenderLossSvg("job <a&b>", steps, {{50, 0.5, 0.75}, {100, 0.9, 0.95}});
   EXPECT_THAT(svg, HasSubstr("<svg xmlns=\"http://www.w3.org/2000/svg\""));
   EXPECT_THAT(svg, HasSubstr("job &lt;a&amp;b&gt;"));
@@ -89,7 +90,7 @@ TEST(RunLogTest, SvgDrawsLossAndEvaluations) {
 }
 
 TEST(RunLogTest, SvgWithoutEvaluationsHasNoAccuracyAxis) {
-  const std::string svg = RenderLossSvg("j", {{1, 2.0, 0, 0, 0, 0, 0}, {2, 1.5, 0, 0, 0, 0, 0}}, {});
+  const std::string svg = RenderLossSvg("j", {{1, 2.0, 0, 0, 0, 0, 0, 0, 0}, {2, 1.5, 0, 0, 0, 0, 0, 0, 0}}, {});
   EXPECT_THAT(svg, HasSubstr("training loss<"));
   EXPECT_THAT(svg, ::testing::Not(HasSubstr("held-out accuracy")));
 }
