@@ -234,13 +234,20 @@ std::string RenderLossSvg(const std::string& title, const std::vector<StepRecord
                           "held-out accuracy</text>\n",
                           kWidth - 16, kTop + plot_h / 2);
   }
-  // The loss curve.
-  std::string points;
+  // The loss: each step faint, and an exponential moving average (in log space when the axis is) on top.
+  std::string points, smooth_points;
+  double smooth = NAN;
+  const double alpha = std::clamp(20.0 / std::max<double>(1, steps.size()), 0.02, 1.0);
   for (const auto& s : steps) {
     if (!std::isfinite(s.loss) || s.loss <= 0) continue;
     absl::StrAppendFormat(&points, "%.1f,%.1f ", x_of(s.step), y_of_loss(s.loss));
+    const double v = log_scale ? std::log(s.loss) : s.loss;
+    smooth = std::isnan(smooth) ? v : (1 - alpha) * smooth + alpha * v;
+    absl::StrAppendFormat(&smooth_points, "%.1f,%.1f ", x_of(s.step),
+                          y_of_loss(log_scale ? std::exp(smooth) : smooth));
   }
-  absl::StrAppendFormat(&svg, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" points=\"%s\"/>\n", points);
+  absl::StrAppendFormat(&svg, "<polyline fill=\"none\" stroke=\"#aec7e8\" stroke-width=\"1\" points=\"%s\"/>\n", points);
+  absl::StrAppendFormat(&svg, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"%s\"/>\n", smooth_points);
   // The evaluations.
   auto series = [&](auto value, const char* color, const char* dash) {
     std::string pts;
@@ -256,15 +263,17 @@ std::string RenderLossSvg(const std::string& title, const std::vector<StepRecord
     series([](const EvalRecord& e) { return e.caption_exact_match; }, "#d62728", "none");
     series([](const EvalRecord& e) { return e.token_accuracy; }, "#ff9896", "4 3");
   }
-  // Legend.
+  // Legend, on a white box so curves do not run through its text.
   double lx = kLeft + 10, ly = kTop + 14;
+  absl::StrAppendFormat(&svg, "<rect x=\"%.1f\" y=\"%.1f\" width=\"290\" height=\"%d\" fill=\"white\" fill-opacity=\"0.85\"/>\n",
+                        lx - 4, ly - 12, evals.empty() ? 20 : 52);
   auto legend = [&](const char* color, const char* dash, const std::string& label) {
     absl::StrAppendFormat(&svg, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\" stroke-dasharray=\"%s\"/>\n",
                           lx, ly - 4, lx + 22, ly - 4, color, dash);
     absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", lx + 28, ly, Escape(label));
     ly += 16;
   };
-  legend("#1f77b4", "none", "training loss");
+  legend("#1f77b4", "none", "training loss (smoothed; faint: per step)");
   if (!evals.empty()) {
     legend("#d62728", "none",
            absl::StrFormat("caption exact match (last %.3f)", evals.back().caption_exact_match));
