@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/status_macros.h"
+#include "common/strict_json.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::engine {
@@ -642,104 +643,10 @@ absl::Status ParseTopLevel(const ObjectReader& root, Config* out) {
   return absl::OkStatus();
 }
 
-// Records the first key that appears twice in one object; nlohmann would silently keep the last.
-class DuplicateKeyFinder {
- public:
-  bool operator()(int depth, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        frames_.push_back(Frame{event == json::parse_event_t::object_start, NextName(), {}, 0, ""});
-        break;
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        if (!frames_.empty()) frames_.pop_back();
-        break;
-      case json::parse_event_t::key:
-        if (!frames_.empty() && first_duplicate_.empty()) {
-          Frame& f = frames_.back();
-          f.last_key = parsed.get<std::string>();
-          if (!f.keys.insert(f.last_key).second) first_duplicate_ = PathTo(f.last_key);
-        }
-        break;
-      case json::parse_event_t::value:
-        if (!frames_.empty() && !frames_.back().is_object) ++frames_.back().count;
-        break;
-    }
-    return true;
-  }
-
-  // The path of the first duplicate key, or empty.
-  const std::string& first_duplicate() const { return first_duplicate_; }
-
- private:
-  struct Frame {
-    bool is_object;
-    std::string name;  // "zero_optimization", "[2]"; empty for the root
-    std::set<std::string> keys;
-    size_t count;  // arrays: elements seen
-    std::string last_key;
-  };
-
-  // Name of a container that starts now, from its parent frame.
-  std::string NextName() {
-    if (frames_.empty()) return "";
-    Frame& parent = frames_.back();
-    if (parent.is_object) return parent.last_key;
-    return absl::StrCat("[", parent.count++, "]");
-  }
-
-  std::string PathTo(std::string_view key) const {
-    std::string path;
-    for (size_t i = 1; i < frames_.size(); ++i) {
-      const std::string& name = frames_[i].name;
-      bool index = !name.empty() && name[0] == '[';
-      absl::StrAppend(&path, (i == 1 || index) ? "" : ".", name);
-    }
-    absl::StrAppend(&path, frames_.size() > 1 ? "." : "", Sv(key));
-    return path;
-  }
-
-  std::vector<Frame> frames_;
-  std::string first_duplicate_;
-};
-
-// nlohmann reports a byte offset; users want a line and a column (both 1-based).
-std::string Position(std::string_view text, size_t byte) {
-  size_t offset = std::min(byte == 0 ? 0 : byte - 1, text.size());
-  size_t line = 1, line_start = 0;
-  for (size_t i = 0; i < offset; ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      line_start = i + 1;
-    }
-  }
-  return absl::StrCat("line ", line, ", column ", offset - line_start + 1);
-}
-
-// The reason part of a nlohmann parse_error, without its "[json.exception...] parse error at ..."
-// preamble (which counts lines and columns its own way).
-std::string_view ParseErrorReason(std::string_view what) {
-  size_t at = what.find("parse error");
-  if (at == std::string_view::npos) return what;
-  size_t colon = what.find(": ", at);
-  return colon == std::string_view::npos ? what : what.substr(colon + 2);
-}
-
 }  // namespace
 
 absl::StatusOr<Config> ParseConfig(std::string_view json_text) {
-  DuplicateKeyFinder duplicates;
-  json doc;
-  try {
-    doc = json::parse(json_text.begin(), json_text.end(), std::ref(duplicates));
-  } catch (const json::parse_error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Position(json_text, e.byte), ": invalid JSON: ", Sv(ParseErrorReason(e.what()))));
-  }
-  if (!duplicates.first_duplicate().empty()) {
-    return Error(duplicates.first_duplicate(), "duplicate key");
-  }
+  ASSIGN_OR_RETURN(json doc, ParseJsonStrict(json_text));
   return ParseConfigJson(doc);
 }
 

@@ -1,0 +1,118 @@
+#include "common/strict_json.h"
+
+#include <algorithm>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+namespace {
+
+using json = nlohmann::json;
+
+// This Abseil's string_view is its own type, so std::string_view goes through this into StrCat.
+absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+std::string JoinPath(std::string_view path, std::string_view key) {
+  return path.empty() ? std::string(key) : absl::StrCat(Sv(path), ".", Sv(key));
+}
+
+// Records the path of the first key that appears twice in one object (nlohmann keeps the last).
+class DuplicateKeyFinder {
+ public:
+  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start: {
+        std::string name = frames_.empty() ? "" : ChildPath();
+        frames_.push_back(
+            Frame{event == json::parse_event_t::object_start, std::move(name), {}, 0, ""});
+        break;
+      }
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!frames_.empty()) frames_.pop_back();
+        // A finished container is a value of its parent.
+        if (!frames_.empty() && !frames_.back().is_object) ++frames_.back().count;
+        break;
+      case json::parse_event_t::key:
+        if (!frames_.empty()) {
+          Frame& frame = frames_.back();
+          frame.last_key = parsed.get<std::string>();
+          if (!frame.keys.insert(frame.last_key).second && first_duplicate_.empty()) {
+            first_duplicate_ = JoinPath(frame.path, frame.last_key);
+          }
+        }
+        break;
+      case json::parse_event_t::value:
+        if (!frames_.empty() && !frames_.back().is_object) ++frames_.back().count;
+        break;
+    }
+    return true;
+  }
+
+  const std::string& first_duplicate() const { return first_duplicate_; }
+
+ private:
+  struct Frame {
+    bool is_object;
+    std::string path;  // of the container itself; "" for the document
+    std::set<std::string> keys;
+    size_t count;  // arrays: elements seen so far
+    std::string last_key;
+  };
+
+  // The path of a container that starts now inside the innermost frame.
+  std::string ChildPath() const {
+    const Frame& parent = frames_.back();
+    if (parent.is_object) return JoinPath(parent.path, parent.last_key);
+    return absl::StrCat(parent.path, "[", parent.count, "]");
+  }
+
+  std::vector<Frame> frames_;
+  std::string first_duplicate_;
+};
+
+// nlohmann reports the byte after the one it stopped at; users want a line and a column (1-based).
+std::string Position(std::string_view text, size_t byte) {
+  size_t offset = std::min(byte == 0 ? 0 : byte - 1, text.size());
+  size_t line = 1, line_start = 0;
+  for (size_t i = 0; i < offset; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+  }
+  return absl::StrCat("line ", line, ", column ", offset - line_start + 1);
+}
+
+// The reason of a nlohmann parse_error without its "[json.exception.parse_error.101] parse error at
+// line 1, column 2: " preamble.
+std::string_view ParseErrorReason(std::string_view what) {
+  size_t at = what.find("parse error");
+  if (at == std::string_view::npos) return what;
+  size_t colon = what.find(": ", at);
+  return colon == std::string_view::npos ? what : what.substr(colon + 2);
+}
+
+}  // namespace
+
+absl::StatusOr<json> ParseJsonStrict(std::string_view text) {
+  DuplicateKeyFinder duplicates;
+  json document;
+  try {
+    document = json::parse(text.begin(), text.end(), std::ref(duplicates));
+  } catch (const json::parse_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Position(text, e.byte), ": invalid JSON: ", Sv(ParseErrorReason(e.what()))));
+  }
+  if (!duplicates.first_duplicate().empty())
+    return absl::InvalidArgumentError(absl::StrCat(duplicates.first_duplicate(), ": duplicate key"));
+  return document;
+}
+
+}  // namespace tandem
