@@ -1,9 +1,12 @@
-// tandem: one binary, one subcommand per verb (DESIGN §1). Today: `run`.
+// tandem: one binary, one subcommand per verb (DESIGN §1): run, coordinator, actor, submit, status,
+// jobs, actors, logs, cancel.
 #include <CLI/CLI.hpp>
 
 #include <string>
 
+#include "cli/client_commands.h"
 #include "cli/run_command.h"
+#include "cli/service_commands.h"
 #include "common/logging.h"
 
 int main(int argc, char** argv) {
@@ -19,7 +22,9 @@ int main(int argc, char** argv) {
     tandem::ConfigureLogging(level);
   });
   int exit_code = 0;
-  tandem::cli::AddRunCommand(app, &exit_code);
+  tandem::cli::AddRunCommand(app, &log_level, &exit_code);
+  tandem::cli::AddServiceCommands(app, &exit_code);
+  tandem::cli::AddClientCommands(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "cli/embedded_run.h"
 #include "common/logging.h"
 #include "jobspec/job_spec.h"
 #include "trainer/colocated.h"
@@ -32,22 +33,28 @@ std::string Timestamp() {
   return text;
 }
 
-int Run(const RunFlags& flags) {
+int Run(const RunFlags& flags, const std::string& log_level) {
   auto job = jobspec::LoadJobSpecFile(flags.job_path);
   if (!job.ok()) {
     std::fprintf(stderr, "tandem run: %s\n", std::string(job.status().message()).c_str());
     return 2;
   }
+  const std::string run_dir =
+      flags.run_dir.empty() ? absl::StrCat("runs/", job->name, "-", Timestamp()) : flags.run_dir;
+  const bool terminal = isatty(fileno(stderr)) != 0;
   if (!flags.colocated) {
-    std::fprintf(stderr,
-                 "tandem run: the disaggregated service (coordinator and actor pools) is not part of this "
-                 "build yet; add --colocated to run both models in this process\n");
-    return 2;
+    EmbeddedRunOptions embedded;
+    embedded.job_path = flags.job_path;
+    embedded.run_dir = run_dir;
+    embedded.threads = flags.threads;
+    embedded.log_level = log_level;
+    embedded.json = flags.output == "json";
+    embedded.interactive = terminal;
+    return RunEmbedded(embedded);
   }
   trainer::RunOptions options;
-  options.run_dir = flags.run_dir.empty() ? absl::StrCat("runs/", job->name, "-", Timestamp()) : flags.run_dir;
+  options.run_dir = run_dir;
   options.threads = flags.threads;
-  const bool terminal = isatty(fileno(stderr)) != 0;
   options.interactive = terminal;
   options.progress = flags.output == "json" && !terminal ? nullptr : stderr;
   auto summary = trainer::RunColocated(*job, options);
@@ -65,9 +72,11 @@ int Run(const RunFlags& flags) {
 
 }  // namespace
 
-void AddRunCommand(CLI::App& app, int* exit_code) {
+void AddRunCommand(CLI::App& app, const std::string* log_level, int* exit_code) {
   auto flags = std::make_shared<RunFlags>();
-  CLI::App* run = app.add_subcommand("run", "Run a training job to the end (job spec: see examples/*.json)");
+  CLI::App* run = app.add_subcommand(
+      "run", "Run a training job to the end on this machine: a local coordinator and the job's vision and LLM "
+             "actors as child processes (job spec: see examples/*.json)");
   run->add_option("job", flags->job_path, "Job spec (tandem.v1.JobSpec as JSON)")->required()->check(CLI::ExistingFile);
   run->add_flag("--colocated", flags->colocated,
                 "Both models in this process, each under its own engine: the reference that disaggregated "
@@ -77,8 +86,10 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                   "the final weights (default runs/<name>-<timestamp>; must not exist or be empty)");
   run->add_option("--output", flags->output, "text: progress line and a summary; json: the summary as one JSON object")
       ->check(CLI::IsMember({"text", "json"}));
-  run->add_option("--threads", flags->threads, "Intra-op threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  run->callback([flags, exit_code] { *exit_code = Run(*flags); });
+  run->add_option("--threads", flags->threads,
+                  "Intra-op threads (default: all cores; without --colocated, per actor: cores / actors)")
+      ->check(CLI::NonNegativeNumber);
+  run->callback([flags, log_level, exit_code] { *exit_code = Run(*flags, *log_level); });
 }
 
 }  // namespace tandem::cli

@@ -1,14 +1,35 @@
 #include "data/batch.h"
 
 #include <algorithm>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace tandem::data {
 
-absl::StatusOr<Batch> MakeBatch(const Dataset& dataset, const std::vector<int64_t>& indices,
-                                const Tokenizer& tokenizer, int64_t text_len) {
+namespace {
+
+// Fills row `row` of the batch's tokens and text_lengths from a caption.
+absl::Status EncodeCaption(const Dataset& dataset, int64_t index, const std::string& text,
+                           const Tokenizer& tokenizer, int64_t row, Batch* batch) {
+  const std::vector<int32_t> ids = tokenizer.Encode(text);
+  const int64_t length = static_cast<int64_t>(ids.size()) + 2;
+  const int64_t text_len = batch->text_len;
+  if (length > text_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dataset.Describe(index), ": caption needs ", length,
+                     " tokens with <bos> and <eos>, more than the ", text_len, " allowed"));
+  }
+  int64_t* tokens = batch->tokens.data() + row * text_len;
+  tokens[0] = Tokenizer::kBos;
+  std::copy(ids.begin(), ids.end(), tokens + 1);
+  tokens[length - 1] = Tokenizer::kEos;
+  batch->text_lengths[row] = length;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Batch> EmptyBatch(const std::vector<int64_t>& indices, int64_t text_len) {
   if (indices.empty()) return absl::InvalidArgumentError("MakeBatch: no indices");
   if (text_len < 2) {
     return absl::InvalidArgumentError(
@@ -19,22 +40,18 @@ absl::StatusOr<Batch> MakeBatch(const Dataset& dataset, const std::vector<int64_
   batch.text_len = text_len;
   batch.tokens.assign(batch.size * text_len, Tokenizer::kPad);
   batch.text_lengths.resize(batch.size);
+  return batch;
+}
+
+}  // namespace
+
+absl::StatusOr<Batch> MakeBatch(const Dataset& dataset, const std::vector<int64_t>& indices,
+                                const Tokenizer& tokenizer, int64_t text_len) {
+  ASSIGN_OR_RETURN(Batch batch, EmptyBatch(indices, text_len));
   for (int64_t row = 0; row < batch.size; ++row) {
     const int64_t index = indices[row];
     ASSIGN_OR_RETURN(const Example example, dataset.Get(index));
-
-    const std::vector<int32_t> ids = tokenizer.Encode(example.text);
-    const int64_t length = static_cast<int64_t>(ids.size()) + 2;
-    if (length > text_len) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(dataset.Describe(index), ": caption needs ", length,
-                       " tokens with <bos> and <eos>, more than the ", text_len, " allowed"));
-    }
-    int64_t* tokens = batch.tokens.data() + row * text_len;
-    tokens[0] = Tokenizer::kBos;
-    std::copy(ids.begin(), ids.end(), tokens + 1);
-    tokens[length - 1] = Tokenizer::kEos;
-    batch.text_lengths[row] = length;
+    RETURN_IF_ERROR(EncodeCaption(dataset, index, example.text, tokenizer, row, &batch));
 
     const Image& image = example.image;
     if (row == 0) {
@@ -49,6 +66,15 @@ absl::StatusOr<Batch> MakeBatch(const Dataset& dataset, const std::vector<int64_
           image.width, ", the batch needs 3 x ", batch.image_size, " x ", batch.image_size));
     }
     batch.images.insert(batch.images.end(), image.pixels.begin(), image.pixels.end());
+  }
+  return batch;
+}
+
+absl::StatusOr<Batch> MakeTextBatch(const Dataset& dataset, const std::vector<int64_t>& indices,
+                                    const Tokenizer& tokenizer, int64_t text_len) {
+  ASSIGN_OR_RETURN(Batch batch, EmptyBatch(indices, text_len));
+  for (int64_t row = 0; row < batch.size; ++row) {
+    RETURN_IF_ERROR(EncodeCaption(dataset, indices[row], dataset.Text(indices[row]), tokenizer, row, &batch));
   }
   return batch;
 }

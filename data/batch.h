@@ -28,4 +28,9 @@ struct Batch {
 absl::StatusOr<Batch> MakeBatch(const Dataset& dataset, const std::vector<int64_t>& indices,
                                 const Tokenizer& tokenizer, int64_t text_len);
 
+// MakeBatch without the images (image_size 0, images empty): reads only Dataset::Text, so an LLM rank
+// never decodes an image. Same caption errors.
+absl::StatusOr<Batch> MakeTextBatch(const Dataset& dataset, const std::vector<int64_t>& indices,
+                                    const Tokenizer& tokenizer, int64_t text_len);
+
 }  // namespace tandem::data

@@ -193,7 +193,7 @@ TokenLoss CaptionLoss(const at::Tensor& logits, const at::Tensor& tokens, int64_
 }
 
 std::vector<std::vector<int32_t>> GenerateGreedy(Llm& llm, const at::Tensor& prefix, int64_t bos_id,
-                                                 int64_t eos_id, int64_t max_new_tokens) {
+                                                 int64_t eos_id, int64_t max_new_tokens, bool stop_when_done) {
   torch::NoGradGuard no_grad;
   const int64_t batch = prefix.defined() ? prefix.size(0) : 1;
   const int64_t patches = prefix.defined() ? prefix.size(1) : 0;
@@ -204,7 +204,7 @@ std::vector<std::vector<int32_t>> GenerateGreedy(Llm& llm, const at::Tensor& pre
   std::vector<bool> done(static_cast<size_t>(batch), false);
   int64_t remaining = batch;
   at::Tensor tokens = torch::full({batch, 1}, bos_id, torch::TensorOptions().dtype(torch::kLong).device(device));
-  for (int64_t step = 0; step < steps && remaining > 0; ++step) {
+  for (int64_t step = 0; step < steps && (remaining > 0 || !stop_when_done); ++step) {
     const at::Tensor next = llm->forward(prefix, tokens).select(1, -1).argmax(-1);  // [B]
     const at::Tensor host = next.to(torch::kCPU);
     const auto ids = host.accessor<int64_t, 1>();

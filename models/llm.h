@@ -81,8 +81,10 @@ TokenLoss CaptionLoss(const at::Tensor& logits, const at::Tensor& tokens, int64_
 // whole sequence (no KV cache: captions are tiny, and it keeps one code path with training). Stops when
 // every row has produced eos_id, after max_new_tokens steps, or when the sequence would exceed
 // max_seq_len (at most max_seq_len - P new tokens). Row b holds its generated ids without <bos>, up to
-// and excluding its first eos_id. Runs under the caller's autocast state.
+// and excluding its first eos_id. Runs under the caller's autocast state. With `stop_when_done` false it
+// always runs every step (same output): ranks of a ZeRO-3 group must call forward equally often.
 std::vector<std::vector<int32_t>> GenerateGreedy(Llm& llm, const at::Tensor& prefix, int64_t bos_id,
-                                                 int64_t eos_id, int64_t max_new_tokens);
+                                                 int64_t eos_id, int64_t max_new_tokens,
+                                                 bool stop_when_done = true);
 
 }  // namespace tandem::models

@@ -29,9 +29,9 @@
 #include "jobspec/job_spec.h"
 #include "models/llm.h"
 #include "models/vision_encoder.h"
-#include "nlohmann/json.hpp"
 #include "trainer/progress.h"
 #include "trainer/run_log.h"
+#include "trainer/step_common.h"
 
 namespace tandem::trainer {
 namespace {
@@ -42,42 +42,7 @@ constexpr char kComponent[] = "trainer";
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// The group's engine config with the schedule's batch arithmetic filled in (the job-spec parser has
-// already rejected contradictions) and sum reduction (the trainer normalises the loss itself).
-absl::StatusOr<engine::Config> GroupEngineConfig(const std::string& engine_json, std::string_view prefix,
-                                                 const jobspec::ScheduleConfig& schedule, int world) {
-  nlohmann::json json = nlohmann::json::parse(engine_json, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat(std::string(prefix), ": not valid JSON"));
-  }
-  ASSIGN_OR_RETURN(engine::Config config, engine::ParseConfigJson(json, prefix));
-  const int64_t micro = schedule.global_batch / schedule.micro_batches;
-  config.train_batch_size = schedule.global_batch;
-  config.train_micro_batch_size_per_gpu = micro / world;
-  config.gradient_accumulation_steps = schedule.micro_batches;
-  config.gradient_accumulation_steps_given = true;
-  config.gradient_reduction = engine::GradientReduction::kSum;
-  if (!config.seed) config.seed = schedule.seed;
-  return config;
-}
-
 std::string CheckpointName(int64_t step) { return absl::StrFormat("step-%06d", step); }
-
-// A micro-batch as tensors.
-struct MicroBatch {
-  at::Tensor images;  // [b, 3, H, W] float
-  at::Tensor tokens;  // [b, T] int64
-  int64_t targets = 0;  // non-pad next-token targets
-};
-
-MicroBatch ToTensors(data::Batch& batch) {
-  MicroBatch mb;
-  const int64_t s = batch.image_size;
-  mb.images = torch::from_blob(batch.images.data(), {batch.size, 3, s, s}, at::kFloat).clone();
-  mb.tokens = torch::from_blob(batch.tokens.data(), {batch.size, batch.text_len}, at::kLong).clone();
-  for (int64_t length : batch.text_lengths) mb.targets += length - 1;  // every token after <bos>
-  return mb;
-}
 
 class ColocatedRun {
  public:
@@ -133,9 +98,10 @@ absl::Status ColocatedRun::Setup() {
 
   jobspec::LlmModelConfig llm_config = job_.llm.model;
   llm_config.vocab_size = tokenizer_->size();
-  torch::manual_seed(job_.schedule.seed);
   try {
+    torch::manual_seed(VisionModelSeed(job_.schedule.seed));
     vision_ = models::VisionEncoder(vision_config);
+    torch::manual_seed(LlmModelSeed(job_.schedule.seed));
     llm_ = models::Llm(llm_config);
   } catch (const c10::Error& e) {
     return absl::InvalidArgumentError(absl::StrCat("cannot build the models: ", e.what_without_backtrace()));

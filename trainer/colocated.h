@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "jobspec/job_config.h"
+#include "trainer/summary.h"
 
 namespace tandem::trainer {
 
@@ -32,27 +33,7 @@ struct RunOptions {
   bool interactive = false;        // redraw the progress line in place (a terminal)
 };
 
-struct RunSummary {
-  std::string job_name;
-  std::string run_dir;
-  int64_t steps = 0;
-  int64_t samples = 0;              // training samples consumed
-  double final_loss = 0;            // loss of the last step
-  bool evaluated = false;           // false when the job has no held-out set
-  double caption_exact_match = 0;   // last evaluation
-  double token_accuracy = 0;
-  double elapsed_s = 0;             // training and evaluation, wall clock
-  double samples_per_s = 0;         // training samples over training time
-  int64_t vision_parameters = 0;
-  int64_t llm_parameters = 0;
-  int64_t vocab_size = 0;
-  std::string last_checkpoint;      // directory of the final checkpoint
-};
-
 absl::StatusOr<RunSummary> RunColocated(const jobspec::JobConfig& job, const RunOptions& options);
 
-// The summary as one JSON object (`--output json`, summary.json) or as a few lines for people.
-std::string SummaryJson(const RunSummary& summary);
-std::string SummaryText(const RunSummary& summary);
 
 }  // namespace tandem::trainer

@@ -1,9 +1,36 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
-#include "trainer/colocated.h"
+#include "trainer/summary.h"
 #include "trainer/progress.h"
 
 namespace tandem::trainer {
+
+absl::StatusOr<RunSummary> ParseSummaryJson(const std::string& json) {
+  nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return absl::InvalidArgumentError("summary: not a JSON object");
+  RunSummary s;
+  try {
+    s.job_name = j.value("job", "");
+    s.run_dir = j.value("run_dir", "");
+    s.steps = j.value("steps", int64_t{0});
+    s.samples = j.value("samples", int64_t{0});
+    s.final_loss = j.value("final_loss", 0.0);
+    s.evaluated = j.contains("caption_exact_match") && j["caption_exact_match"].is_number();
+    if (s.evaluated) {
+      s.caption_exact_match = j["caption_exact_match"].get<double>();
+      s.token_accuracy = j["token_accuracy"].get<double>();
+    }
+    s.elapsed_s = j.value("elapsed_s", 0.0);
+    s.samples_per_s = j.value("samples_per_s", 0.0);
+    s.vision_parameters = j.value("vision_parameters", int64_t{0});
+    s.llm_parameters = j.value("llm_parameters", int64_t{0});
+    s.vocab_size = j.value("vocab_size", int64_t{0});
+    s.last_checkpoint = j.value("last_checkpoint", "");
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(std::string("summary: ") + e.what());
+  }
+  return s;
+}
 
 std::string SummaryJson(const RunSummary& s) {
   nlohmann::ordered_json j;

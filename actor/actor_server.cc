@@ -1,0 +1,172 @@
+#include "actor/actor_server.h"
+
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+#include <signal.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "actor/actor_service.h"
+#include "actor/worker.h"
+#include "common/atomic_file.h"
+#include "common/logging.h"
+#include "proto/tandem/v1/coordinator.grpc.pb.h"
+#include "rpc/channel.h"
+#include "rpc/status.h"
+#include "transport/inbox.h"
+#include "transport/peer_service.h"
+
+namespace tandem::actor {
+namespace {
+
+constexpr char kComponent[] = "actor";
+using Clock = std::chrono::steady_clock;
+
+// Registration and heartbeats on a thread of their own; re-registers when the coordinator forgot us.
+class Membership {
+ public:
+  Membership(const ActorOptions& options, std::string address, const Worker* worker)
+      : options_(options), address_(std::move(address)), worker_(worker),
+        stub_(v1::Coordinator::NewStub(rpc::MakeChannel(options.coordinator))) {}
+
+  ~Membership() { Stop(); }
+
+  // Registers, retrying until options.connect_timeout passes.
+  absl::Status Register() {
+    const auto deadline = Clock::now() + options_.connect_timeout;
+    absl::Status status;
+    while (true) {
+      status = RegisterOnce();
+      if (status.ok() || Clock::now() >= deadline) return status;
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; })) return status;
+    }
+  }
+
+  void Start() {
+    thread_ = std::thread([this] { Loop(); });
+  }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  absl::Status RegisterOnce() {
+    v1::RegisterActorRequest request;
+    request.set_pool(options_.pool);
+    request.set_device(options_.device);
+    request.set_address(address_);
+    v1::RegisterActorResponse response;
+    absl::Status status = rpc::FromGrpc(
+        stub_->RegisterActor(rpc::ContextWithTimeout(std::chrono::seconds(10)).get(), request, &response),
+        absl::StrCat("coordinator ", options_.coordinator, ": RegisterActor"));
+    if (!status.ok()) return status;
+    std::lock_guard<std::mutex> lock(mu_);
+    actor_id_ = response.actor_id();
+    interval_ = std::chrono::milliseconds(std::max<int64_t>(50, response.heartbeat_interval_ms()));
+    TANDEM_LOG(kInfo, kComponent) << actor_id_ << ": registered with " << options_.coordinator << " in pool "
+                                  << options_.pool << ", serving on " << address_;
+    return absl::OkStatus();
+  }
+
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, interval_, [&] { return stopping_; })) {
+      v1::HeartbeatRequest request;
+      request.set_actor_id(actor_id_);
+      lock.unlock();
+      const WorkerStatus status = worker_->status();
+      request.set_job_id(status.job_id);
+      request.set_step(status.step);
+      request.set_phase(status.phase);
+      request.set_last_collective(status.last_collective);
+      v1::HeartbeatResponse response;
+      grpc::Status result =
+          stub_->Heartbeat(rpc::ContextWithTimeout(std::chrono::seconds(5)).get(), request, &response);
+      if (result.error_code() == grpc::StatusCode::NOT_FOUND) {
+        TANDEM_LOG(kWarning, kComponent) << "the coordinator does not know this actor any more; registering again";
+        absl::Status registered = RegisterOnce();
+        if (!registered.ok()) TANDEM_LOG(kWarning, kComponent) << registered.message();
+      }
+      lock.lock();
+    }
+  }
+
+  const ActorOptions& options_;
+  std::string address_;
+  const Worker* worker_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::string actor_id_;
+  std::chrono::milliseconds interval_{1000};
+  std::thread thread_;
+};
+
+}  // namespace
+
+int RunActor(const ActorOptions& options) {
+  // Signals are taken by sigwait below; every thread started from here on inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const std::string host = options.listen.substr(0, options.listen.rfind(':'));
+  WorkerOptions worker_options;
+  worker_options.device = options.device;
+  worker_options.collective_host = host.empty() ? "127.0.0.1" : host;
+  std::unique_ptr<Worker> worker = CreateWorker(worker_options);
+  auto inbox = std::make_shared<transport::Inbox>();
+  ActorService actor_service(worker.get(), inbox, options.coordinator);
+  transport::PeerService peer_service(inbox);
+
+  grpc::ServerBuilder builder;
+  rpc::ConfigureServer(builder);
+  int port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&actor_service);
+  builder.RegisterService(&peer_service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    std::fprintf(stderr, "tandem actor: cannot listen on %s\n", options.listen.c_str());
+    return 1;
+  }
+  const std::string address = options.advertise.empty() ? rpc::WithPort(options.listen, port) : options.advertise;
+
+  Membership membership(options, address, worker.get());
+  if (absl::Status status = membership.Register(); !status.ok()) {
+    std::fprintf(stderr, "tandem actor: %s\n", std::string(status.message()).c_str());
+    server->Shutdown();
+    return 1;
+  }
+  membership.Start();
+  if (!options.ready_file.empty()) {
+    if (absl::Status status = WriteFileAtomically(options.ready_file, address + "\n"); !status.ok()) {
+      std::fprintf(stderr, "tandem actor: %s\n", std::string(status.message()).c_str());
+    }
+  }
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  TANDEM_LOG(kInfo, kComponent) << "stopping (signal " << signal_number << ")";
+  membership.Stop();
+  inbox->ClearJob();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  worker->Release();
+  return 0;
+}
+
+}  // namespace tandem::actor

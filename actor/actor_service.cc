@@ -1,0 +1,145 @@
+#include "actor/actor_service.h"
+
+#include <chrono>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/prefix_store.h"
+#include "jobspec/job_spec.h"
+#include "rpc/remote_store.h"
+#include "rpc/status.h"
+#include "transport/grpc_transport.h"
+
+namespace tandem::actor {
+namespace {
+constexpr char kComponent[] = "actor";
+}  // namespace
+
+ActorService::ActorService(Worker* worker, std::shared_ptr<transport::Inbox> inbox, std::string coordinator)
+    : worker_(worker), inbox_(std::move(inbox)), coordinator_(std::move(coordinator)) {}
+
+std::string ActorService::job_id() const {
+  std::lock_guard<std::mutex> lock(id_mu_);
+  return job_id_;
+}
+
+void ActorService::set_job_id(std::string job_id) {
+  std::lock_guard<std::mutex> lock(id_mu_);
+  job_id_ = std::move(job_id);
+}
+
+absl::Status ActorService::CheckJob(const std::string& job_id) const {
+  const std::string current = this->job_id();
+  if (current.empty()) return absl::FailedPreconditionError(absl::StrCat("actor has no job (asked for ", job_id, ")"));
+  if (job_id != current) {
+    return absl::FailedPreconditionError(absl::StrCat("actor runs job ", current, ", not ", job_id));
+  }
+  return absl::OkStatus();
+}
+
+grpc::Status ActorService::AssignJob(grpc::ServerContext*, const v1::AssignJobRequest* request,
+                                     v1::AssignJobResponse* response) {
+  std::lock_guard<std::mutex> lock(command_mu_);
+  if (const std::string current = job_id(); !current.empty()) {
+    return rpc::ToGrpc(absl::FailedPreconditionError(
+        absl::StrCat("actor already runs job ", current, "; cannot take ", request->job_id())));
+  }
+  absl::StatusOr<jobspec::JobConfig> job = jobspec::ParseJobSpecJson(request->job_json(), request->job_id());
+  if (!job.ok()) return rpc::ToGrpc(job.status());
+  if (request->role() != v1::ROLE_VISION && request->role() != v1::ROLE_LLM) {
+    return rpc::ToGrpc(absl::InvalidArgumentError("assignment has no role"));
+  }
+  Assignment assignment;
+  assignment.job_id = request->job_id();
+  assignment.job = *std::move(job);
+  assignment.job.spec_dir = request->spec_dir();
+  assignment.role = request->role() == v1::ROLE_VISION ? Role::kVision : Role::kLlm;
+  assignment.rank = request->rank();
+  assignment.group_size = request->group_size();
+  assignment.peer_group_size = request->peers().addresses_size();
+  assignment.run_dir = request->run_dir();
+  assignment.timeout = std::chrono::milliseconds(request->timeout_ms() > 0 ? request->timeout_ms() : 300000);
+  assignment.threads = request->threads();
+  if (assignment.rank < 0 || assignment.rank >= assignment.group_size || assignment.peer_group_size < 1) {
+    return rpc::ToGrpc(absl::InvalidArgumentError(absl::StrCat("rank ", assignment.rank, " of ", assignment.group_size,
+                                                               " with ", assignment.peer_group_size, " peers")));
+  }
+
+  auto store = std::make_shared<PrefixStore>(rpc::CreateRemoteStore(coordinator_),
+                                             request->rendezvous_prefix() + "/");
+  transport::GrpcTransportOptions transport_options;
+  transport_options.timeout = assignment.timeout;
+  std::vector<std::string> peers(request->peers().addresses().begin(), request->peers().addresses().end());
+  inbox_->SetJob(assignment.job_id);
+  std::shared_ptr<transport::Transport> transport =
+      transport::CreateGrpcTransport(inbox_, std::move(peers), transport_options);
+  absl::StatusOr<AssignResult> result = worker_->Assign(assignment, std::move(store), std::move(transport));
+  if (!result.ok()) {
+    inbox_->ClearJob();
+    TANDEM_LOG(kWarning, kComponent) << assignment.job_id << ": cannot take the job: " << result.status().message();
+    return rpc::ToGrpc(result.status());
+  }
+  set_job_id(assignment.job_id);
+  response->set_parameters(result->parameters);
+  response->set_vocab_size(result->vocab_size);
+  response->set_train_samples(result->train_samples);
+  response->set_eval_samples(result->eval_samples);
+  return grpc::Status::OK;
+}
+
+grpc::Status ActorService::RunStep(grpc::ServerContext*, const v1::RunStepRequest* request,
+                                   v1::RunStepResponse* response) {
+  std::lock_guard<std::mutex> lock(command_mu_);
+  if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
+  absl::StatusOr<StepResult> result = worker_->RunStep(request->step());
+  if (!result.ok()) return rpc::ToGrpc(result.status());
+  response->set_loss(result->loss);
+  response->set_grad_norm(result->grad_norm);
+  response->set_lr(result->lr);
+  response->set_skipped(result->skipped);
+  response->set_compute_s(result->compute_s);
+  response->set_wait_s(result->wait_s);
+  return grpc::Status::OK;
+}
+
+grpc::Status ActorService::Evaluate(grpc::ServerContext*, const v1::EvaluateRequest* request,
+                                    v1::EvaluateResponse* response) {
+  std::lock_guard<std::mutex> lock(command_mu_);
+  if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
+  absl::StatusOr<EvalCounts> counts = worker_->Evaluate(request->step());
+  if (!counts.ok()) return rpc::ToGrpc(counts.status());
+  response->set_samples(counts->samples);
+  response->set_exact(counts->exact);
+  response->set_tokens(counts->tokens);
+  response->set_correct_tokens(counts->correct_tokens);
+  return grpc::Status::OK;
+}
+
+grpc::Status ActorService::SaveCheckpoint(grpc::ServerContext*, const v1::SaveCheckpointRequest* request,
+                                          v1::SaveCheckpointResponse*) {
+  std::lock_guard<std::mutex> lock(command_mu_);
+  if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
+  return rpc::ToGrpc(worker_->SaveCheckpoint(request->step(), request->directory()));
+}
+
+grpc::Status ActorService::Export(grpc::ServerContext*, const v1::ExportRequest* request, v1::ExportResponse*) {
+  std::lock_guard<std::mutex> lock(command_mu_);
+  if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
+  return rpc::ToGrpc(worker_->Export(request->path()));
+}
+
+grpc::Status ActorService::Release(grpc::ServerContext*, const v1::ReleaseRequest* request, v1::ReleaseResponse*) {
+  if (job_id() != request->job_id()) return grpc::Status::OK;  // not ours: nothing to release
+  // Cancel the transfers a running command waits for, so it returns before we take the lock.
+  inbox_->ClearJob();
+  std::lock_guard<std::mutex> lock(command_mu_);
+  if (job_id() != request->job_id()) return grpc::Status::OK;
+  worker_->Release();
+  TANDEM_LOG(kInfo, kComponent) << request->job_id() << ": released (" << request->reason() << ")";
+  set_job_id("");
+  return grpc::Status::OK;
+}
+
+}  // namespace tandem::actor

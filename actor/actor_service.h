@@ -1,0 +1,51 @@
+// The gRPC face of an actor: tandem.v1.Actor over a Worker (actor/worker.h). It turns requests into
+// plain values, builds the job's transport and rendezvous store, and serialises commands: the
+// coordinator sends one at a time, and a Release may arrive while a step runs (it cancels the step's
+// transfers first, so the step fails fast instead of waiting out its deadline).
+//
+// Thread-safety: handlers run on gRPC's threads; commands hold one mutex.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "actor/worker.h"
+#include "proto/tandem/v1/actor.grpc.pb.h"
+#include "transport/inbox.h"
+
+namespace tandem::actor {
+
+class ActorService final : public v1::Actor::Service {
+ public:
+  // `worker` and `inbox` outlive the service; `coordinator` is HOST:PORT of the rendezvous store.
+  ActorService(Worker* worker, std::shared_ptr<transport::Inbox> inbox, std::string coordinator);
+
+  grpc::Status AssignJob(grpc::ServerContext* context, const v1::AssignJobRequest* request,
+                         v1::AssignJobResponse* response) override;
+  grpc::Status RunStep(grpc::ServerContext* context, const v1::RunStepRequest* request,
+                       v1::RunStepResponse* response) override;
+  grpc::Status Evaluate(grpc::ServerContext* context, const v1::EvaluateRequest* request,
+                        v1::EvaluateResponse* response) override;
+  grpc::Status SaveCheckpoint(grpc::ServerContext* context, const v1::SaveCheckpointRequest* request,
+                              v1::SaveCheckpointResponse* response) override;
+  grpc::Status Export(grpc::ServerContext* context, const v1::ExportRequest* request,
+                      v1::ExportResponse* response) override;
+  grpc::Status Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
+                       v1::ReleaseResponse* response) override;
+
+ private:
+  // FailedPrecondition unless `job_id` is the current job.
+  absl::Status CheckJob(const std::string& job_id) const;
+  std::string job_id() const;
+  void set_job_id(std::string job_id);
+
+  Worker* worker_;
+  std::shared_ptr<transport::Inbox> inbox_;
+  std::string coordinator_;
+  std::mutex command_mu_;  // one command at a time
+  mutable std::mutex id_mu_;
+  std::string job_id_;  // guarded by id_mu_; changes only under command_mu_
+};
+
+}  // namespace tandem::actor

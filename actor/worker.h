@@ -1,0 +1,108 @@
+// The LibTorch half of an actor: one rank of a job's vision or LLM group (DESIGN §1, §2). It builds
+// the group's model and engine, joins the group's communicator, and runs the commands the coordinator
+// sends through the actor's gRPC service (actor/actor_service.h): steps, evaluations, checkpoints,
+// exports. Tensors reach the other group through a transport::Transport.
+//
+// This header is plain C++ (no LibTorch, no gRPC), so the gRPC side can include it (DESIGN §6).
+//
+// States: idle --Assign--> assigned --RunStep/Evaluate/SaveCheckpoint/Export--> assigned
+//         assigned --Release--> idle.  A failed command leaves the worker assigned; the coordinator then
+//         releases it. Release is allowed in every state.
+//
+// Thread-safety: commands are serialised by the caller (one at a time). status() may be read from any
+// thread (the heartbeat).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/kv_store.h"
+#include "jobspec/job_config.h"
+#include "transport/transport.h"
+
+namespace tandem::actor {
+
+enum class Role { kVision = 1, kLlm = 2 };  // values match tandem.v1.Role
+const char* RoleName(Role role);            // "vision", "llm"
+
+struct Assignment {
+  std::string job_id;
+  jobspec::JobConfig job;
+  Role role = Role::kVision;
+  int rank = 0;
+  int group_size = 1;
+  int peer_group_size = 1;  // ranks of the other group
+  std::string run_dir;      // shared output directory
+  std::chrono::milliseconds timeout{300000};
+  int threads = 0;          // intra-op threads; 0 leaves LibTorch's default
+};
+
+struct AssignResult {
+  int64_t parameters = 0;
+  int64_t vocab_size = 0;
+  int64_t train_samples = 0;
+  int64_t eval_samples = 0;
+};
+
+struct StepResult {
+  double loss = 0;       // LLM ranks: their share of the step loss; vision: 0
+  double grad_norm = 0;  // the group's, before clipping
+  double lr = 0;
+  bool skipped = false;
+  double compute_s = 0;
+  double wait_s = 0;
+};
+
+struct EvalCounts {
+  int64_t samples = 0;
+  int64_t exact = 0;
+  int64_t tokens = 0;
+  int64_t correct_tokens = 0;
+};
+
+// What the actor is doing, for its heartbeat.
+struct WorkerStatus {
+  std::string job_id;
+  int64_t step = 0;
+  const char* phase = "idle";  // idle, setup, forward, backward, transfer, optimizer, evaluate, checkpoint
+  int64_t last_collective = 0;
+};
+
+struct WorkerOptions {
+  std::string device = "cpu";                 // "cpu" or "cuda:N"
+  std::string collective_host = "127.0.0.1";  // address this rank's Gloo device binds to
+};
+
+class Worker {
+ public:
+  virtual ~Worker() = default;
+
+  // Builds the model and engine and joins the group through `store` (keys already scoped to this
+  // group and job attempt). `transport` reaches the other group's ranks. FailedPrecondition when a
+  // job is assigned already; InvalidArgument for a job this worker cannot build.
+  virtual absl::StatusOr<AssignResult> Assign(const Assignment& assignment, std::shared_ptr<KeyValueStore> store,
+                                              std::shared_ptr<transport::Transport> transport) = 0;
+  // Runs optimizer step `step` (the previous step + 1).
+  virtual absl::StatusOr<StepResult> RunStep(int64_t step) = 0;
+  // Caption generation over the held-out set after training step `step`.
+  virtual absl::StatusOr<EvalCounts> Evaluate(int64_t step) = 0;
+  // Saves this rank's shard under <directory>/<role>, with the data position; LLM rank 0 also writes
+  // <directory>/tokenizer.json.
+  virtual absl::Status SaveCheckpoint(int64_t step, const std::string& directory) = 0;
+  // Writes the group's full weights as safetensors (rank 0 writes; every rank must be called).
+  virtual absl::Status Export(const std::string& path) = 0;
+  // Frees the job's model, engine and communicator.
+  virtual void Release() = 0;
+
+  virtual WorkerStatus status() const = 0;
+};
+
+std::unique_ptr<Worker> CreateWorker(const WorkerOptions& options);
+
+}  // namespace tandem::actor

@@ -1,0 +1,276 @@
+#include "cli/client_commands.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cli/watch.h"
+#include "jobspec/job_spec.h"
+#include "jobspec/job_spec_proto.h"
+#include "proto/tandem/v1/coordinator.grpc.pb.h"
+#include "rpc/channel.h"
+#include "rpc/status.h"
+
+namespace tandem::cli {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr std::chrono::seconds kCallTimeout{30};
+
+struct ClientFlags {
+  std::string coordinator = "127.0.0.1:7070";
+  std::string output = "text";
+  bool json() const { return output == "json"; }
+};
+
+void AddClientFlags(CLI::App* command, ClientFlags* flags) {
+  command->add_option("--coordinator", flags->coordinator, "Coordinator HOST:PORT")->capture_default_str();
+  command->add_option("--output", flags->output, "text or json")->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+}
+
+int Fail(const std::string& command, const absl::Status& status) {
+  std::fprintf(stderr, "tandem %s: %s\n", command.c_str(), std::string(status.message()).c_str());
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+std::string Time(double unix_seconds) {
+  if (unix_seconds <= 0) return "-";
+  std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm local{};
+  localtime_r(&t, &local);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%d %H:%M:%S", &local);
+  return text;
+}
+
+std::string JobLine(const v1::Job& job) {
+  return absl::StrFormat("%-12s %-20s %-10s %6d/%-6d %-9s %s", job.job_id(), job.name(), StateName(job.state()),
+                         job.step(), job.steps(), job.step() > 0 ? absl::StrFormat("%.4f", job.loss()) : "-",
+                         job.message());
+}
+
+int Submit(const ClientFlags& flags, const std::string& path, bool wait, const std::string& run_dir, int threads) {
+  // Validate here first, so errors name the file; the coordinator validates again.
+  absl::StatusOr<jobspec::JobConfig> config = jobspec::LoadJobSpecFile(path);
+  if (!config.ok()) return Fail("submit", config.status());
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<v1::JobSpec> spec = jobspec::ParseJobSpecProto(text.str(), path);
+  if (!spec.ok()) return Fail("submit", spec.status());
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = *spec;
+  request.set_spec_dir(config->spec_dir);
+  if (!run_dir.empty()) request.set_run_dir(fs::absolute(run_dir).string());
+  request.set_threads(threads);
+  auto stub = v1::Coordinator::NewStub(rpc::MakeChannel(flags.coordinator));
+  v1::SubmitJobResponse response;
+  absl::Status status = rpc::FromGrpc(stub->SubmitJob(rpc::ContextWithTimeout(kCallTimeout).get(), request, &response),
+                                      absl::StrCat("coordinator ", flags.coordinator));
+  if (!status.ok()) return Fail("submit", status);
+  const std::string job_id = response.job().job_id();
+  if (!wait) {
+    std::printf("%s\n", flags.json() ? ToJson(response.job()).c_str() : job_id.c_str());
+    return 0;
+  }
+  std::fprintf(stderr, "%s submitted (run directory %s)\n", job_id.c_str(), response.job().run_dir().c_str());
+  grpc::ClientContext context;
+  WatchOptions watch;
+  watch.interactive = isatty(fileno(stderr)) != 0;
+  watch.from_start = true;
+  absl::StatusOr<v1::Job> job = WatchJob(*stub, &context, job_id, watch);
+  if (!job.ok()) return Fail("submit", job.status());
+  if (flags.json()) {
+    std::printf("%s\n", job->state() == v1::JOB_STATE_SUCCEEDED ? job->summary_json().c_str() : ToJson(*job).c_str());
+  } else {
+    std::printf("%s", DescribeOutcome(*job).c_str());
+  }
+  return job->state() == v1::JOB_STATE_SUCCEEDED ? 0 : 1;
+}
+
+int Status(const ClientFlags& flags, const std::string& job_id) {
+  auto stub = v1::Coordinator::NewStub(rpc::MakeChannel(flags.coordinator));
+  if (job_id.empty()) {  // the queue and the actors at a glance
+    v1::ListJobsResponse jobs;
+    absl::Status status = rpc::FromGrpc(stub->ListJobs(rpc::ContextWithTimeout(kCallTimeout).get(), {}, &jobs),
+                                        absl::StrCat("coordinator ", flags.coordinator));
+    if (!status.ok()) return Fail("status", status);
+    v1::ListActorsResponse actors;
+    status = rpc::FromGrpc(stub->ListActors(rpc::ContextWithTimeout(kCallTimeout).get(), {}, &actors),
+                           absl::StrCat("coordinator ", flags.coordinator));
+    if (!status.ok()) return Fail("status", status);
+    if (flags.json()) {
+      std::printf("{\"jobs\": %s, \"actors\": %s}\n", ToJson(jobs).c_str(), ToJson(actors).c_str());
+      return 0;
+    }
+    int active = 0, free = 0;
+    for (const auto& job : jobs.jobs()) {
+      active += job.state() == v1::JOB_STATE_QUEUED || job.state() == v1::JOB_STATE_RUNNING ? 1 : 0;
+    }
+    for (const auto& a : actors.actors()) free += a.job_id().empty() ? 1 : 0;
+    std::printf("coordinator %s: %d jobs (%d queued or running), %d actors (%d free)\n", flags.coordinator.c_str(),
+                jobs.jobs_size(), active, actors.actors_size(), free);
+    for (const auto& job : jobs.jobs()) {
+      if (job.state() == v1::JOB_STATE_QUEUED || job.state() == v1::JOB_STATE_RUNNING) {
+        std::printf("  %s\n", JobLine(job).c_str());
+      }
+    }
+    return 0;
+  }
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  absl::Status status = rpc::FromGrpc(stub->GetJob(rpc::ContextWithTimeout(kCallTimeout).get(), request, &job),
+                                      absl::StrCat("coordinator ", flags.coordinator));
+  if (!status.ok()) return Fail("status", status);
+  if (flags.json()) {
+    std::printf("%s\n", ToJson(job).c_str());
+    return 0;
+  }
+  std::printf("%s (%s): %s%s%s\n", job.job_id().c_str(), job.name().c_str(), StateName(job.state()).c_str(),
+              job.message().empty() ? "" : ": ", job.message().c_str());
+  std::printf("  step %lld of %lld%s\n", static_cast<long long>(job.step()), static_cast<long long>(job.steps()),
+              job.step() > 0 ? absl::StrFormat(", loss %.4f", job.loss()).c_str() : "");
+  std::printf("  submitted %s, started %s, ended %s\n", Time(job.submitted_at()).c_str(), Time(job.started_at()).c_str(),
+              Time(job.ended_at()).c_str());
+  std::printf("  run directory %s\n", job.run_dir().c_str());
+  if (job.vision_actors_size() > 0) {
+    std::string vision, llm;
+    for (const auto& id : job.vision_actors()) vision += " " + id;
+    for (const auto& id : job.llm_actors()) llm += " " + id;
+    std::printf("  vision actors:%s\n  llm actors:%s\n", vision.c_str(), llm.c_str());
+  }
+  return 0;
+}
+
+int Jobs(const ClientFlags& flags) {
+  auto stub = v1::Coordinator::NewStub(rpc::MakeChannel(flags.coordinator));
+  v1::ListJobsResponse jobs;
+  absl::Status status = rpc::FromGrpc(stub->ListJobs(rpc::ContextWithTimeout(kCallTimeout).get(), {}, &jobs),
+                                      absl::StrCat("coordinator ", flags.coordinator));
+  if (!status.ok()) return Fail("jobs", status);
+  if (flags.json()) {
+    std::printf("%s\n", ToJson(jobs).c_str());
+    return 0;
+  }
+  std::printf("%-12s %-20s %-10s %13s %-9s %s\n", "JOB", "NAME", "STATE", "STEP", "LOSS", "MESSAGE");
+  for (const auto& job : jobs.jobs()) std::printf("%s\n", JobLine(job).c_str());
+  return 0;
+}
+
+int Actors(const ClientFlags& flags) {
+  auto stub = v1::Coordinator::NewStub(rpc::MakeChannel(flags.coordinator));
+  v1::ListActorsResponse actors;
+  absl::Status status = rpc::FromGrpc(stub->ListActors(rpc::ContextWithTimeout(kCallTimeout).get(), {}, &actors),
+                                      absl::StrCat("coordinator ", flags.coordinator));
+  if (!status.ok()) return Fail("actors", status);
+  if (flags.json()) {
+    std::printf("%s\n", ToJson(actors).c_str());
+    return 0;
+  }
+  std::printf("%-12s %-8s %-8s %-22s %-6s %-12s %-8s %-10s %s\n", "ACTOR", "POOL", "DEVICE", "ADDRESS", "ALIVE", "JOB",
+              "STEP", "PHASE", "COLLECTIVE");
+  for (const auto& a : actors.actors()) {
+    std::printf("%-12s %-8s %-8s %-22s %-6s %-12s %-8lld %-10s %lld\n", a.actor_id().c_str(), a.pool().c_str(),
+                a.device().c_str(), a.address().c_str(), a.alive() ? "yes" : "no",
+                a.job_id().empty() ? "-" : a.job_id().c_str(), static_cast<long long>(a.step()), a.phase().c_str(),
+                static_cast<long long>(a.last_collective()));
+  }
+  return 0;
+}
+
+int Logs(const ClientFlags& flags, const std::string& job_id, bool follow) {
+  auto stub = v1::Coordinator::NewStub(rpc::MakeChannel(flags.coordinator));
+  grpc::ClientContext context;
+  WatchOptions watch;
+  watch.progress = stdout;
+  watch.interactive = follow && isatty(fileno(stdout)) != 0;
+  watch.from_start = true;
+  watch.follow = follow;
+  absl::StatusOr<v1::Job> job = WatchJob(*stub, &context, job_id, watch);
+  if (!job.ok()) return Fail("logs", job.status());
+  if (follow) std::printf("%s", DescribeOutcome(*job).c_str());
+  return 0;
+}
+
+int Cancel(const ClientFlags& flags, const std::string& job_id) {
+  auto stub = v1::Coordinator::NewStub(rpc::MakeChannel(flags.coordinator));
+  v1::CancelJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  absl::Status status = rpc::FromGrpc(stub->CancelJob(rpc::ContextWithTimeout(kCallTimeout).get(), request, &job),
+                                      absl::StrCat("coordinator ", flags.coordinator));
+  if (!status.ok()) return Fail("cancel", status);
+  if (flags.json()) {
+    std::printf("%s\n", ToJson(job).c_str());
+  } else {
+    std::printf("%s %s%s\n", job.job_id().c_str(), StateName(job.state()).c_str(),
+                job.state() == v1::JOB_STATE_RUNNING ? " (stopping after the current step)" : "");
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddClientCommands(CLI::App& app, int* exit_code) {
+  struct Flags {
+    ClientFlags client;
+    std::string path, job_id, run_dir;
+    bool wait = false, follow = false;
+    int threads = 0;
+  };
+  auto f = std::make_shared<Flags>();
+
+  CLI::App* submit = app.add_subcommand("submit", "Submit a job spec to a coordinator; prints the job id");
+  submit->add_option("job", f->path, "Job spec (tandem.v1.JobSpec as JSON)")->required()->check(CLI::ExistingFile);
+  submit->add_flag("--wait", f->wait, "Follow the job: progress line, events, and the final summary");
+  submit->add_option("--run-dir", f->run_dir,
+                     "Output directory, visible to every actor (default <state dir>/jobs/<id> on the coordinator)");
+  submit->add_option("--threads", f->threads, "Intra-op threads per actor (default: each actor's cores)")
+      ->check(CLI::NonNegativeNumber);
+  AddClientFlags(submit, &f->client);
+  submit->callback([=] { *exit_code = Submit(f->client, f->path, f->wait, f->run_dir, f->threads); });
+
+  CLI::App* status = app.add_subcommand("status", "A job's state, progress and actors; without JOB, the queue");
+  status->add_option("job", f->job_id, "Job id (job-000001)");
+  AddClientFlags(status, &f->client);
+  status->callback([=] { *exit_code = Status(f->client, f->job_id); });
+
+  CLI::App* jobs = app.add_subcommand("jobs", "Every job the coordinator knows, oldest first");
+  AddClientFlags(jobs, &f->client);
+  jobs->callback([=] { *exit_code = Jobs(f->client); });
+
+  CLI::App* actors = app.add_subcommand("actors", "Registered actors: pool, address, liveness, job, step, phase");
+  AddClientFlags(actors, &f->client);
+  actors->callback([=] { *exit_code = Actors(f->client); });
+
+  CLI::App* logs = app.add_subcommand("logs", "A job's event log (state changes, evaluations, checkpoints, errors)");
+  logs->add_option("job", f->job_id, "Job id")->required();
+  logs->add_flag("-f,--follow", f->follow, "Keep following until the job ends, with the progress line");
+  AddClientFlags(logs, &f->client);
+  logs->callback([=] { *exit_code = Logs(f->client, f->job_id, f->follow); });
+
+  CLI::App* cancel = app.add_subcommand("cancel", "Cancel a queued or running job");
+  cancel->add_option("job", f->job_id, "Job id")->required();
+  AddClientFlags(cancel, &f->client);
+  cancel->callback([=] { *exit_code = Cancel(f->client, f->job_id); });
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,260 @@
+#include "cli/embedded_run.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cli/watch.h"
+#include "jobspec/job_spec.h"
+#include "jobspec/job_spec_proto.h"
+#include "rpc/channel.h"
+#include "rpc/status.h"
+
+namespace tandem::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct Child {
+  std::string name;
+  pid_t pid = -1;
+  std::string log;
+  std::string ready_file;
+};
+
+// Starts this binary with `args`, stdout/stderr to `log`, in its own process group (so Ctrl-C reaches
+// only the parent, which stops the children in order), dying with the parent.
+absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log) {
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork failed: ", std::strerror(errno)));
+  if (pid == 0) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, nullptr);
+    FILE* out = std::fopen(log.c_str(), "w");
+    if (out) {
+      dup2(fileno(out), STDOUT_FILENO);
+      dup2(fileno(out), STDERR_FILENO);
+    }
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv("/proc/self/exe", argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string Tail(const std::string& path, size_t lines) {
+  std::ifstream in(path);
+  std::vector<std::string> all;
+  for (std::string line; std::getline(in, line);) all.push_back(line);
+  std::string out;
+  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out += "    " + all[i] + "\n";
+  return out;
+}
+
+class Supervisor {
+ public:
+  explicit Supervisor(std::string dir) : dir_(std::move(dir)) {}
+  ~Supervisor() { StopAll(); }
+
+  absl::Status Start(const std::string& name, std::vector<std::string> args) {
+    Child child;
+    child.name = name;
+    child.log = (fs::path(dir_) / (name + ".log")).string();
+    child.ready_file = (fs::path(dir_) / (name + ".address")).string();
+    args.push_back("--ready-file");
+    args.push_back(child.ready_file);
+    absl::StatusOr<pid_t> pid = Spawn(args, child.log);
+    if (!pid.ok()) return pid.status();
+    child.pid = *pid;
+    children_.push_back(child);
+    return absl::OkStatus();
+  }
+
+  // Waits until every child wrote its ready file; fails fast when one exits.
+  absl::StatusOr<std::vector<std::string>> AwaitReady(std::chrono::seconds timeout, const volatile bool* stop) {
+    const auto deadline = Clock::now() + timeout;
+    std::vector<std::string> addresses(children_.size());
+    while (true) {
+      size_t ready = 0;
+      for (size_t i = 0; i < children_.size(); ++i) {
+        Child& c = children_[i];
+        int status = 0;
+        if (c.pid > 0 && waitpid(c.pid, &status, WNOHANG) == c.pid) {
+          c.pid = -1;
+          return absl::InternalError(absl::StrCat(c.name, " exited during startup; its log (", c.log, ") ends with:\n",
+                                                  Tail(c.log, 15)));
+        }
+        std::ifstream in(c.ready_file);
+        if (in && std::getline(in, addresses[i]) && !addresses[i].empty()) ++ready;
+      }
+      if (ready == children_.size()) return addresses;
+      if (*stop) return absl::CancelledError("interrupted");
+      if (Clock::now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat("the local coordinator and actors did not start within ",
+                                                        timeout.count(), "s; logs in ", dir_));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  void StopAll() {
+    for (Child& c : children_) {
+      if (c.pid > 0) kill(c.pid, SIGTERM);
+    }
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    for (Child& c : children_) {
+      while (c.pid > 0) {
+        int status = 0;
+        if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
+          c.pid = -1;
+        } else if (Clock::now() >= deadline) {
+          kill(c.pid, SIGKILL);
+          waitpid(c.pid, &status, 0);
+          c.pid = -1;
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      }
+    }
+  }
+
+ private:
+  std::string dir_;
+  std::vector<Child> children_;
+};
+
+volatile bool g_stop = false;
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "tandem run: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int RunEmbedded(const EmbeddedRunOptions& options) {
+  absl::StatusOr<jobspec::JobConfig> config = jobspec::LoadJobSpecFile(options.job_path);
+  if (!config.ok()) {
+    std::fprintf(stderr, "tandem run: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  std::ifstream in(options.job_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<v1::JobSpec> spec = jobspec::ParseJobSpecProto(text.str(), options.job_path);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "tandem run: %s\n", std::string(spec.status().message()).c_str());
+    return 2;
+  }
+  const std::string run_dir = fs::absolute(options.run_dir).string();
+  std::error_code ec;
+  if (fs::exists(run_dir, ec) && !fs::is_empty(run_dir, ec)) {
+    std::fprintf(stderr, "tandem run: run directory %s already exists and is not empty; choose another --run-dir\n",
+                 run_dir.c_str());
+    return 2;
+  }
+
+  // Ctrl-C: a thread takes the signal, cancels the job, and the main flow stops the children.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  char dir_template[] = "/tmp/tandem-run-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) return Fail(absl::StrCat("cannot create a temporary directory: ", std::strerror(errno)));
+  const std::string dir = dir_template;
+  Supervisor supervisor(dir);
+  const std::vector<std::string> common = {"tandem", "--log-level", options.log_level};
+  auto with = [&](std::vector<std::string> args) {
+    std::vector<std::string> all = common;
+    all.insert(all.end(), args.begin(), args.end());
+    return all;
+  };
+  absl::Status status = supervisor.Start(
+      "coordinator", with({"coordinator", "--listen", "127.0.0.1:0", "--state-dir", dir + "/state"}));
+  if (!status.ok()) return Fail(std::string(status.message()));
+  absl::StatusOr<std::vector<std::string>> addresses = supervisor.AwaitReady(std::chrono::seconds(60), &g_stop);
+  if (!addresses.ok()) return Fail(std::string(addresses.status().message()));
+  const std::string coordinator = (*addresses)[0];
+  const int actors = config->vision.actors + config->llm.actors;
+  for (int i = 0; i < actors; ++i) {
+    const bool vision = i < config->vision.actors;
+    const std::string name = vision ? absl::StrCat("vision-", i) : absl::StrCat("llm-", i - config->vision.actors);
+    status = supervisor.Start(name, with({"actor", "--pool", vision ? config->vision.pool : config->llm.pool,
+                                          "--coordinator", coordinator, "--listen", "127.0.0.1:0"}));
+    if (!status.ok()) return Fail(std::string(status.message()));
+  }
+  addresses = supervisor.AwaitReady(std::chrono::seconds(120), &g_stop);
+  if (!addresses.ok()) return Fail(std::string(addresses.status().message()));
+
+  auto stub = v1::Coordinator::NewStub(rpc::MakeChannel(coordinator));
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = *spec;
+  request.set_spec_dir(config->spec_dir);
+  request.set_run_dir(run_dir);
+  int threads = options.threads;
+  if (threads == 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / actors);
+  request.set_threads(threads);
+  v1::SubmitJobResponse response;
+  status = rpc::FromGrpc(stub->SubmitJob(rpc::ContextWithTimeout(std::chrono::seconds(30)).get(), request, &response),
+                         "local coordinator");
+  if (!status.ok()) return Fail(std::string(status.message()));
+  const std::string job_id = response.job().job_id();
+
+  grpc::ClientContext context;
+  sigaddset(&signals, SIGUSR1);  // how the main flow tells the interrupter the run ended
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::thread interrupter([&] {
+    int signal_number = 0;
+    sigwait(&signals, &signal_number);
+    if (signal_number == SIGUSR1) return;  // the run ended by itself
+    g_stop = true;
+    v1::CancelJobRequest cancel;
+    cancel.set_job_id(job_id);
+    v1::Job job;
+    stub->CancelJob(rpc::ContextWithTimeout(std::chrono::seconds(10)).get(), cancel, &job);
+  });
+
+  WatchOptions watch;
+  watch.interactive = options.interactive;
+  watch.progress = options.json && !options.interactive ? nullptr : stderr;
+  absl::StatusOr<v1::Job> job = WatchJob(*stub, &context, job_id, watch);
+  pthread_kill(interrupter.native_handle(), SIGUSR1);
+  interrupter.join();
+  supervisor.StopAll();
+
+  if (!job.ok()) return Fail(absl::StrCat(job.status().message(), "; logs in ", dir));
+  if (job->state() != v1::JOB_STATE_SUCCEEDED) {
+    return Fail(absl::StrCat(job->name(), " ", StateName(job->state()), ": ", job->message(), " (logs in ", dir, ")"));
+  }
+  fs::remove_all(dir, ec);
+  if (options.json) {
+    std::printf("%s\n", job->summary_json().c_str());
+  } else {
+    std::printf("%s", DescribeOutcome(*job).c_str());
+  }
+  return 0;
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,62 @@
+#include "cli/watch.h"
+
+#include <ctime>
+
+#include "absl/strings/str_cat.h"
+#include "rpc/status.h"
+#include "trainer/progress.h"
+#include "trainer/summary.h"
+
+namespace tandem::cli {
+
+std::string StateName(v1::JobState state) {
+  std::string name = v1::JobState_Name(state);
+  const std::string prefix = "JOB_STATE_";
+  return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
+}
+
+std::string DescribeOutcome(const v1::Job& job) {
+  if (job.state() == v1::JOB_STATE_SUCCEEDED && !job.summary_json().empty()) {
+    absl::StatusOr<trainer::RunSummary> summary = trainer::ParseSummaryJson(job.summary_json());
+    if (summary.ok()) return trainer::SummaryText(*summary);
+  }
+  return absl::StrCat(job.job_id(), " ", StateName(job.state()), job.message().empty() ? "" : ": ", job.message(),
+                      "\n");
+}
+
+absl::StatusOr<v1::Job> WatchJob(v1::Coordinator::Stub& stub, grpc::ClientContext* context, const std::string& job_id,
+                                 const WatchOptions& options) {
+  v1::WatchJobRequest request;
+  request.set_job_id(job_id);
+  request.set_from_start(options.from_start);
+  request.set_follow(options.follow);
+  std::unique_ptr<grpc::ClientReader<v1::JobUpdate>> reader = stub.WatchJob(context, request);
+  trainer::ProgressPrinter printer(options.progress, options.interactive);
+  v1::JobUpdate update;
+  v1::Job last;
+  bool have_job = false;
+  while (reader->Read(&update)) {
+    if (update.has_step() && options.progress) {
+      const v1::StepMetrics& m = update.step();
+      printer.Update({m.step(), m.steps(), m.loss(), m.samples_per_s(), m.elapsed_s(), ""});
+    } else if (update.has_event() && options.progress) {
+      printer.Finish();
+      std::time_t t = static_cast<std::time_t>(update.event().time());
+      std::tm local{};
+      localtime_r(&t, &local);
+      char stamp[32];
+      std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &local);
+      std::fprintf(options.progress, "%s  %s\n", stamp, update.event().text().c_str());
+    } else if (update.has_job()) {
+      last = update.job();
+      have_job = true;
+    }
+  }
+  printer.Finish();
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return rpc::FromGrpc(status, absl::StrCat("watching ", job_id));
+  if (!have_job) return absl::UnavailableError(absl::StrCat("the coordinator ended the watch of ", job_id, " early"));
+  return last;
+}
+
+}  // namespace tandem::cli

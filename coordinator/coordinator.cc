@@ -1,0 +1,219 @@
+#include "coordinator/coordinator.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "jobspec/job_spec.h"
+#include "jobspec/job_spec_proto.h"
+
+namespace tandem::coordinator {
+
+namespace fs = std::filesystem;
+namespace {
+constexpr char kComponent[] = "coordinator";
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+v1::Job ToProto(const JobRecord& job) {
+  v1::Job out;
+  out.set_job_id(job.id);
+  out.set_name(job.name);
+  out.set_state(static_cast<v1::JobState>(job.state));
+  out.set_message(job.message);
+  out.set_run_dir(job.run_dir);
+  out.set_step(job.step);
+  out.set_steps(job.steps);
+  out.set_loss(job.loss);
+  out.set_submitted_at(job.submitted_at);
+  out.set_started_at(job.started_at);
+  out.set_ended_at(job.ended_at);
+  out.set_spec_json(job.spec_json);
+  out.set_summary_json(job.summary_json);
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const CoordinatorOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.state_dir));
+  // A job that was running when the coordinator stopped cannot be continued by this process yet.
+  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store->ListJobs());
+  for (JobRecord& job : jobs) {
+    if (job.state != JobState::kRunning && job.state != JobState::kRestarting) continue;
+    job.state = JobState::kFailed;
+    job.message = "the coordinator stopped while the job ran";
+    job.ended_at = UnixNow();
+    RETURN_IF_ERROR(store->UpdateJob(job));
+    RETURN_IF_ERROR(store->AppendEvent(job.id, absl::StrCat("FAILED: ", job.message)).status());
+  }
+  std::unique_ptr<Coordinator> coordinator(new Coordinator(options, std::move(store)));
+  coordinator->monitor_ = std::thread([c = coordinator.get()] { c->Monitor(); });
+  return coordinator;
+}
+
+Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store)
+    : options_(options), store_(std::move(store)), registry_(options.heartbeat_timeout) {}
+
+Coordinator::~Coordinator() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (auto& [id, runner] : runners_) runner->Cancel("the coordinator is shutting down");
+  }
+  wake_.notify_all();
+  if (monitor_.joinable()) monitor_.join();
+  std::map<std::string, std::unique_ptr<JobRunner>> runners;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    runners.swap(runners_);
+  }
+  runners.clear();  // joins
+}
+
+absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& request) {
+  ASSIGN_OR_RETURN(jobspec::JobConfig config, jobspec::JobConfigFromProto(request.spec(), "job spec"));
+  config.spec_dir = request.spec_dir();
+  if (!request.run_dir().empty()) {
+    std::error_code ec;
+    if (fs::exists(request.run_dir(), ec) && !fs::is_empty(request.run_dir(), ec)) {
+      return absl::AlreadyExistsError(absl::StrCat("run directory ", request.run_dir(),
+                                                   " already exists and is not empty; choose another"));
+    }
+  }
+  if (request.threads() < 0) return absl::InvalidArgumentError("threads must be >= 0");
+  JobRecord job;
+  job.name = config.name;
+  job.state = JobState::kQueued;
+  job.spec_json = jobspec::JobConfigToJson(config);
+  job.spec_dir = config.spec_dir;
+  job.run_dir = request.run_dir();
+  job.threads = request.threads();
+  job.steps = config.schedule.steps;
+  job.submitted_at = UnixNow();
+  ASSIGN_OR_RETURN(job, store_->CreateJob(job));
+  if (job.run_dir.empty()) {
+    job.run_dir = (fs::absolute(options_.state_dir) / "jobs" / job.id).string();
+    RETURN_IF_ERROR(store_->UpdateJob(job));
+  }
+  TANDEM_LOG(kInfo, kComponent) << job.id << ": submitted " << job.name << " (" << config.vision.actors
+                                << " vision x " << config.llm.actors << " llm actors), run directory " << job.run_dir;
+  Schedule();
+  return store_->GetJob(job.id);
+}
+
+absl::StatusOr<JobRecord> Coordinator::Cancel(const std::string& job_id) {
+  ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(job_id));
+  if (IsFinal(job.state)) {
+    return absl::FailedPreconditionError(absl::StrCat(job_id, " has already ended (", JobStateName(job.state), ")"));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = runners_.find(job_id);
+    if (it != runners_.end()) {
+      it->second->Cancel("cancelled by request");
+      return store_->GetJob(job_id);
+    }
+    ASSIGN_OR_RETURN(job, store_->GetJob(job_id));  // it may have started meanwhile: not without mu_
+    if (job.state == JobState::kQueued || job.state == JobState::kRestarting) {
+      job.state = JobState::kCancelled;
+      job.message = "cancelled by request";
+      job.ended_at = UnixNow();
+      RETURN_IF_ERROR(store_->UpdateJob(job));
+      Finish(job);
+    }
+  }
+  Schedule();
+  return store_->GetJob(job_id);
+}
+
+void Coordinator::Finish(const JobRecord& job) {
+  absl::StatusOr<int64_t> sequence = store_->AppendEvent(job.id, absl::StrCat(JobStateName(job.state), ": ", job.message));
+  v1::JobUpdate event;
+  event.mutable_event()->set_sequence(sequence.ok() ? *sequence : 0);
+  event.mutable_event()->set_time(UnixNow());
+  event.mutable_event()->set_text(absl::StrCat(JobStateName(job.state), ": ", job.message));
+  feeds_.Publish(job.id, std::move(event));
+  v1::JobUpdate final_update;
+  *final_update.mutable_job() = ToProto(job);
+  feeds_.Publish(job.id, std::move(final_update));
+  feeds_.Close(job.id);
+}
+
+void Coordinator::Schedule() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return;
+  absl::StatusOr<std::vector<JobRecord>> jobs = store_->ListJobs();
+  if (!jobs.ok()) {
+    TANDEM_LOG(kError, kComponent) << "cannot read the job queue: " << jobs.status().message();
+    return;
+  }
+  for (JobRecord& job : *jobs) {
+    if (job.state != JobState::kQueued) continue;
+    absl::StatusOr<jobspec::JobConfig> config = jobspec::ParseJobSpecJson(job.spec_json, job.id);
+    if (!config.ok()) {  // recorded by an older version that accepted it: fail it, do not block the queue
+      job.state = JobState::kFailed;
+      job.message = std::string(config.status().message());
+      job.ended_at = UnixNow();
+      if (store_->UpdateJob(job).ok()) Finish(job);
+      continue;
+    }
+    std::vector<GroupNeed> needs = {{config->vision.pool, config->vision.actors}, {config->llm.pool, config->llm.actors}};
+    absl::StatusOr<std::vector<std::vector<ActorEntry>>> actors = registry_.Reserve(job.id, needs);
+    if (!actors.ok()) {
+      const std::string message(actors.status().message());
+      if (job.message != message) {
+        job.message = message;
+        if (store_->UpdateJob(job).ok()) {
+          (void)store_->AppendEvent(job.id, message);
+          v1::JobUpdate update;
+          update.mutable_event()->set_time(UnixNow());
+          update.mutable_event()->set_text(message);
+          feeds_.Publish(job.id, std::move(update));
+        }
+      }
+      break;  // strictly in order
+    }
+    auto runner = std::make_unique<JobRunner>(job, (*actors)[0], (*actors)[1], store_.get(), &feeds_, &rendezvous_,
+                                              &registry_, options_.runner, [this](const std::string& id) {
+                                                {
+                                                  std::lock_guard<std::mutex> lock(mu_);
+                                                  finished_.push_back(id);
+                                                }
+                                                wake_.notify_all();
+                                              });
+    runner->Start();
+    runners_[job.id] = std::move(runner);
+  }
+}
+
+void Coordinator::Monitor() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    wake_.wait_for(lock, options_.heartbeat_interval);
+    if (stopping_) break;
+    std::vector<std::unique_ptr<JobRunner>> done;
+    for (const std::string& id : finished_) {
+      auto it = runners_.find(id);
+      if (it == runners_.end()) continue;
+      done.push_back(std::move(it->second));
+      runners_.erase(it);
+    }
+    finished_.clear();
+    lock.unlock();
+    done.clear();  // joins the finished runners' threads
+    for (const ActorEntry& dead : registry_.Expire()) {
+      TANDEM_LOG(kWarning, kComponent) << "actor " << dead.id << " (" << dead.address
+                                       << ") missed its heartbeats; removed"
+                                       << (dead.job_id.empty() ? "" : absl::StrCat(", failing ", dead.job_id));
+      std::lock_guard<std::mutex> guard(mu_);
+      auto it = runners_.find(dead.job_id);
+      if (it != runners_.end()) it->second->ActorLost(dead.id);
+    }
+    Schedule();
+    lock.lock();
+  }
+}
+
+}  // namespace tandem::coordinator

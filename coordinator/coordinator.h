@@ -1,0 +1,80 @@
+// The coordinator's core (DESIGN §1, §5), apart from the gRPC plumbing (coordinator_service.h): jobs
+// are validated and recorded before they are acknowledged, queued, gang-scheduled in submission order
+// onto free actors, and driven by one JobRunner each.
+//
+// Job states (JobState in job_store.h):
+//   QUEUED --its actors are all free--> RUNNING --all steps done--> SUCCEEDED
+//   QUEUED --CancelJob--> CANCELLED;  RUNNING --CancelJob--> CANCELLED (after the command in flight)
+//   RUNNING --a command failed, or an actor stopped heartbeating--> FAILED
+// Scheduling is strictly in order: a job that waits (for more actors than are free, or than exist)
+// holds the jobs behind it, and its message says what it waits for. Jobs on disjoint actors run at once.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/job_feed.h"
+#include "coordinator/job_runner.h"
+#include "coordinator/job_store.h"
+#include "coordinator/memory_store.h"
+#include "coordinator/registry.h"
+#include "proto/tandem/v1/coordinator.pb.h"
+
+namespace tandem::coordinator {
+
+struct CoordinatorOptions {
+  std::string state_dir;                               // tandem.db and jobs/<id>/ (default run dirs)
+  std::chrono::milliseconds heartbeat_interval{1000};  // what actors are told
+  std::chrono::milliseconds heartbeat_timeout{10000};  // silence after which an actor is dead
+  RunnerOptions runner;
+};
+
+class Coordinator {
+ public:
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(const CoordinatorOptions& options);
+  ~Coordinator();  // cancels running jobs and joins their runners
+
+  Registry& registry() { return registry_; }
+  MemoryStore& rendezvous() { return rendezvous_; }
+  JobFeeds& feeds() { return feeds_; }
+  JobStore& store() { return *store_; }
+  const CoordinatorOptions& options() const { return options_; }
+
+  // Validates and records the job (QUEUED), then tries to schedule. InvalidArgument with the field
+  // path for a bad spec; AlreadyExists for a non-empty run_dir.
+  absl::StatusOr<JobRecord> Submit(const v1::SubmitJobRequest& request);
+  absl::StatusOr<JobRecord> Cancel(const std::string& job_id);
+  // Starts every job at the head of the queue whose actors are free.
+  void Schedule();
+
+ private:
+  explicit Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store);
+  void Monitor();  // liveness and cleanup, on its own thread
+  void Finish(const JobRecord& job);  // a queued job ended without running
+
+  CoordinatorOptions options_;
+  std::unique_ptr<JobStore> store_;
+  Registry registry_;
+  MemoryStore rendezvous_;
+  JobFeeds feeds_;
+  std::mutex mu_;  // scheduling, runners_
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::map<std::string, std::unique_ptr<JobRunner>> runners_;  // running jobs
+  std::vector<std::string> finished_;                          // runners to join
+  std::thread monitor_;
+};
+
+// The proto view of a stored job (with its actors while it runs).
+v1::Job ToProto(const JobRecord& job);
+
+}  // namespace tandem::coordinator

@@ -1,0 +1,61 @@
+#include "coordinator/coordinator_server.h"
+
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+#include <signal.h>
+
+#include <cstdio>
+
+#include "common/atomic_file.h"
+#include "common/logging.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_service.h"
+#include "rpc/channel.h"
+
+namespace tandem::coordinator {
+
+int RunCoordinator(const CoordinatorServerOptions& options) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  CoordinatorOptions core;
+  core.state_dir = options.state_dir;
+  core.heartbeat_timeout = options.heartbeat_timeout;
+  core.heartbeat_interval = std::max(std::chrono::milliseconds(50), options.heartbeat_timeout / 5);
+  core.runner.command_timeout = options.command_timeout;
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator = Coordinator::Create(core);
+  if (!coordinator.ok()) {
+    std::fprintf(stderr, "tandem coordinator: %s\n", std::string(coordinator.status().message()).c_str());
+    return 1;
+  }
+  CoordinatorService service(coordinator->get());
+  grpc::ServerBuilder builder;
+  rpc::ConfigureServer(builder);
+  int port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    std::fprintf(stderr, "tandem coordinator: cannot listen on %s\n", options.listen.c_str());
+    return 1;
+  }
+  const std::string address = rpc::WithPort(options.listen, port);
+  TANDEM_LOG(kInfo, "coordinator") << "serving on " << address << ", state in " << options.state_dir;
+  if (!options.ready_file.empty()) {
+    if (absl::Status status = WriteFileAtomically(options.ready_file, address + "\n"); !status.ok()) {
+      std::fprintf(stderr, "tandem coordinator: %s\n", std::string(status.message()).c_str());
+      return 1;
+    }
+  }
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  TANDEM_LOG(kInfo, "coordinator") << "stopping (signal " << signal_number << ")";
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  coordinator->reset();
+  return 0;
+}
+
+}  // namespace tandem::coordinator

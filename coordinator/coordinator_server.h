@@ -1,0 +1,20 @@
+// `tandem coordinator`: serves tandem.v1.Coordinator until SIGINT or SIGTERM. Torch-free header.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+namespace tandem::coordinator {
+
+struct CoordinatorServerOptions {
+  std::string listen = "127.0.0.1:7070";   // HOST:PORT; port 0 lets the OS pick
+  std::string state_dir = "tandem-state";  // tandem.db and default run directories
+  std::chrono::milliseconds heartbeat_timeout{10000};
+  std::chrono::milliseconds command_timeout{300000};
+  // Written (atomically) with the bound HOST:PORT once serving; "" for none.
+  std::string ready_file;
+};
+
+int RunCoordinator(const CoordinatorServerOptions& options);
+
+}  // namespace tandem::coordinator

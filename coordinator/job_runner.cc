@@ -1,0 +1,374 @@
+#include "coordinator/job_runner.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <cmath>
+#include <filesystem>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/atomic_file.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "jobspec/job_spec.h"
+#include "proto/tandem/v1/actor.grpc.pb.h"
+#include "rpc/channel.h"
+#include "rpc/status.h"
+#include "trainer/run_log.h"
+#include "trainer/summary.h"
+
+namespace tandem::coordinator {
+
+namespace fs = std::filesystem;
+namespace {
+constexpr char kComponent[] = "coordinator";
+constexpr std::chrono::milliseconds kMargin{30000};
+using SteadyClock = std::chrono::steady_clock;
+double Seconds(SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); }
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+struct JobRunner::Member {
+  ActorEntry actor;
+  v1::Role role = v1::ROLE_VISION;
+  int rank = 0;
+  std::unique_ptr<v1::Actor::Stub> stub;
+  std::string Name() const {
+    return absl::StrCat(actor.id, " (", role == v1::ROLE_VISION ? "vision" : "llm", " rank ", rank, ", ",
+                        actor.address, ")");
+  }
+};
+
+JobRunner::JobRunner(JobRecord job, std::vector<ActorEntry> vision, std::vector<ActorEntry> llm, JobStore* store,
+                     JobFeeds* feeds, MemoryStore* rendezvous, Registry* registry, RunnerOptions options,
+                     std::function<void(const std::string&)> done)
+    : job_(std::move(job)), store_(store), feeds_(feeds), rendezvous_(rendezvous), registry_(registry),
+      options_(options), done_(std::move(done)) {
+  auto add = [&](const std::vector<ActorEntry>& group, v1::Role role) {
+    for (size_t r = 0; r < group.size(); ++r) {
+      auto m = std::make_unique<Member>();
+      m->actor = group[r];
+      m->role = role;
+      m->rank = static_cast<int>(r);
+      m->stub = v1::Actor::NewStub(rpc::MakeChannel(group[r].address));
+      members_.push_back(std::move(m));
+    }
+  };
+  add(vision, v1::ROLE_VISION);
+  add(llm, v1::ROLE_LLM);
+}
+
+JobRunner::~JobRunner() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void JobRunner::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void JobRunner::Cancel(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(reason_mu_);
+    if (stop_reason_.empty()) stop_reason_ = reason;
+  }
+  cancelled_ = true;
+  ReleaseAll(reason);  // interrupts a step waiting on transfers
+}
+
+void JobRunner::ActorLost(const std::string& actor_id) {
+  {
+    std::lock_guard<std::mutex> lock(reason_mu_);
+    if (stop_reason_.empty()) {
+      stop_reason_ = absl::StrCat("actor ", actor_id, " stopped sending heartbeats");
+      lost_actor_ = true;
+    }
+  }
+  cancelled_ = true;
+  ReleaseAll(absl::StrCat("actor ", actor_id, " was lost"));
+}
+
+void JobRunner::Event(const std::string& text) {
+  absl::StatusOr<int64_t> sequence = store_->AppendEvent(job_.id, text);
+  v1::JobUpdate update;
+  v1::JobEvent* event = update.mutable_event();
+  event->set_sequence(sequence.ok() ? *sequence : 0);
+  event->set_time(UnixNow());
+  event->set_text(text);
+  feeds_->Publish(job_.id, std::move(update));
+  TANDEM_LOG(kInfo, kComponent) << job_.id << ": " << text;
+}
+
+void JobRunner::SetState(JobState state, const std::string& message) {
+  job_.state = state;
+  job_.message = message;
+  if (state == JobState::kRunning) job_.started_at = UnixNow();
+  if (IsFinal(state)) job_.ended_at = UnixNow();
+  if (absl::Status status = store_->UpdateJob(job_); !status.ok()) {
+    TANDEM_LOG(kError, kComponent) << job_.id << ": cannot record state " << JobStateName(state) << ": "
+                                   << status.message();
+  }
+  Event(message.empty() ? std::string(JobStateName(state)) : absl::StrCat(JobStateName(state), ": ", message));
+}
+
+void JobRunner::ReleaseAll(const std::string& reason) {
+  std::vector<std::thread> threads;
+  for (auto& m : members_) {
+    threads.emplace_back([&, member = m.get()] {
+      v1::ReleaseRequest request;
+      request.set_job_id(job_.id);
+      request.set_reason(reason);
+      v1::ReleaseResponse response;
+      member->stub->Release(rpc::ContextWithTimeout(std::chrono::seconds(30)).get(), request, &response);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+absl::Status JobRunner::ForAll(const char* what, const std::function<absl::Status(size_t, Member&)>& call) {
+  std::vector<absl::Status> results(members_.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = call(i, *members_[i]); });
+  }
+  for (auto& t : threads) t.join();
+  // Report the root cause: a member's own failure rather than a peer's Cancelled/deadline echo of it.
+  const absl::Status* first = nullptr;
+  size_t first_index = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].ok()) continue;
+    const bool echo = results[i].code() == absl::StatusCode::kCancelled ||
+                      results[i].code() == absl::StatusCode::kDeadlineExceeded;
+    if (first == nullptr || (!echo && (first->code() == absl::StatusCode::kCancelled ||
+                                       first->code() == absl::StatusCode::kDeadlineExceeded))) {
+      first = &results[i];
+      first_index = i;
+    }
+  }
+  if (first == nullptr) return absl::OkStatus();
+  return absl::Status(first->code(), absl::StrCat(what, " failed on ", members_[first_index]->Name(), ": ",
+                                                  first->message()));
+}
+
+absl::Status JobRunner::AssignAll(trainer::RunSummary* summary) {
+  std::vector<std::string> vision_addresses, llm_addresses;
+  int vision = 0, llm = 0;
+  for (const auto& m : members_) {
+    (m->role == v1::ROLE_VISION ? vision_addresses : llm_addresses).push_back(m->actor.address);
+    (m->role == v1::ROLE_VISION ? vision : llm) += 1;
+  }
+  const std::string prefix = absl::StrCat(job_.id, "/", job_.attempt);
+  std::vector<v1::AssignJobResponse> responses(members_.size());
+  RETURN_IF_ERROR(ForAll("AssignJob", [&](size_t i, Member& m) {
+    v1::AssignJobRequest request;
+    request.set_job_id(job_.id);
+    request.set_job_json(job_.spec_json);
+    request.set_spec_dir(job_.spec_dir);
+    request.set_role(m.role);
+    request.set_rank(m.rank);
+    request.set_group_size(m.role == v1::ROLE_VISION ? vision : llm);
+    for (const std::string& a : m.role == v1::ROLE_VISION ? llm_addresses : vision_addresses) {
+      request.mutable_peers()->add_addresses(a);
+    }
+    request.set_rendezvous_prefix(absl::StrCat(prefix, "/", m.role == v1::ROLE_VISION ? "vision" : "llm"));
+    request.set_run_dir(job_.run_dir);
+    request.set_timeout_ms(options_.command_timeout.count());
+    request.set_threads(job_.threads);
+    return rpc::FromGrpc(
+        m.stub->AssignJob(rpc::ContextWithTimeout(options_.command_timeout + kMargin).get(), request, &responses[i]),
+        "AssignJob");
+  }));
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (members_[i]->role == v1::ROLE_VISION) {
+      summary->vision_parameters = responses[i].parameters();
+    } else {
+      summary->llm_parameters = responses[i].parameters();
+      summary->vocab_size = responses[i].vocab_size();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::Execute() {
+  ASSIGN_OR_RETURN(jobspec::JobConfig job, jobspec::ParseJobSpecJson(job_.spec_json, job_.id));
+  const jobspec::ScheduleConfig& schedule = job.schedule;
+  std::error_code ec;
+  fs::create_directories(fs::path(job_.run_dir) / "checkpoints", ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", job_.run_dir, ": ", ec.message()));
+  auto run_path = [&](const std::string& name) { return (fs::path(job_.run_dir) / name).string(); };
+  RETURN_IF_ERROR(WriteFileAtomically(run_path("job.json"), job_.spec_json + "\n"));
+  ASSIGN_OR_RETURN(trainer::MetricsLog metrics, trainer::MetricsLog::Open(run_path("metrics.jsonl")));
+
+  const auto start = SteadyClock::now();
+  trainer::RunSummary summary;
+  RETURN_IF_ERROR(AssignAll(&summary));
+  Event(absl::StrCat("assigned: vision ", job.vision.actors, " x llm ", job.llm.actors, " actors; setup took ",
+                     absl::StrFormat("%.1f", Seconds(SteadyClock::now() - start)), "s"));
+
+  summary.job_name = job.name;
+  summary.run_dir = job_.run_dir;
+  const auto train_start = SteadyClock::now();
+  double train_seconds = 0;
+  for (int64_t step = job_.step + 1; step <= schedule.steps; ++step) {
+    if (cancelled_) return absl::CancelledError("cancelled");
+    const auto step_start = SteadyClock::now();
+    std::vector<v1::RunStepResponse> responses(members_.size());
+    RETURN_IF_ERROR(ForAll("step", [&](size_t i, Member& m) {
+      v1::RunStepRequest request;
+      request.set_job_id(job_.id);
+      request.set_step(step);
+      return rpc::FromGrpc(
+          m.stub->RunStep(rpc::ContextWithTimeout(options_.command_timeout + kMargin).get(), request, &responses[i]),
+          absl::StrCat("step ", step));
+    }));
+    const double step_seconds = Seconds(SteadyClock::now() - step_start);
+    train_seconds += step_seconds;
+    trainer::StepRecord record;
+    record.step = step;
+    bool vision_seen = false, llm_seen = false;
+    for (size_t i = 0; i < members_.size(); ++i) {
+      const v1::RunStepResponse& r = responses[i];
+      if (members_[i]->role == v1::ROLE_LLM) {
+        record.loss += r.loss();
+        if (!llm_seen) record.lr = r.lr(), record.llm_grad_norm = r.grad_norm(), llm_seen = true;
+      } else if (!vision_seen) {
+        record.vision_lr = r.lr(), record.vision_grad_norm = r.grad_norm(), vision_seen = true;
+      }
+    }
+    record.grad_norm = std::hypot(record.vision_grad_norm, record.llm_grad_norm);
+    record.samples_per_s = schedule.global_batch / std::max(step_seconds, 1e-9);
+    record.elapsed_s = Seconds(SteadyClock::now() - train_start);
+    if (!std::isfinite(record.loss)) {
+      return absl::InternalError(absl::StrFormat(
+          "loss is %f at step %d: training diverged (lower the learning rate or enable gradient_clipping)",
+          record.loss, step));
+    }
+    RETURN_IF_ERROR(metrics.Append(record));
+    job_.step = step;
+    job_.loss = record.loss;
+    RETURN_IF_ERROR(store_->UpdateProgress(job_.id, step, record.loss));
+    summary.steps = step;
+    summary.samples += schedule.global_batch;
+    summary.final_loss = record.loss;
+    v1::JobUpdate update;
+    v1::StepMetrics* m = update.mutable_step();
+    m->set_step(step);
+    m->set_steps(schedule.steps);
+    m->set_loss(record.loss);
+    m->set_lr(record.lr);
+    m->set_grad_norm(record.grad_norm);
+    m->set_samples_per_s(record.samples_per_s);
+    m->set_elapsed_s(record.elapsed_s);
+    feeds_->Publish(job_.id, std::move(update));
+
+    const bool last = step == schedule.steps;
+    if ((schedule.eval_every > 0 && step % schedule.eval_every == 0) || last) {
+      int64_t samples = 0, exact = 0, tokens = 0, correct = 0;
+      std::mutex mu;
+      RETURN_IF_ERROR(ForAll("evaluation", [&](size_t i, Member& m) {
+        v1::EvaluateRequest request;
+        request.set_job_id(job_.id);
+        request.set_step(step);
+        v1::EvaluateResponse response;
+        absl::Status status = rpc::FromGrpc(
+            m.stub->Evaluate(rpc::ContextWithTimeout(options_.command_timeout + kMargin).get(), request, &response),
+            absl::StrCat("evaluation after step ", step));
+        std::lock_guard<std::mutex> lock(mu);
+        samples += response.samples();
+        exact += response.exact();
+        tokens += response.tokens();
+        correct += response.correct_tokens();
+        return status;
+      }));
+      if (samples > 0) {
+        trainer::EvalRecord eval{step, static_cast<double>(exact) / samples,
+                                 tokens > 0 ? static_cast<double>(correct) / tokens : 0.0};
+        RETURN_IF_ERROR(metrics.Append(eval));
+        summary.evaluated = true;
+        summary.caption_exact_match = eval.caption_exact_match;
+        summary.token_accuracy = eval.token_accuracy;
+        v1::JobUpdate e;
+        e.mutable_eval()->set_step(step);
+        e.mutable_eval()->set_caption_exact_match(eval.caption_exact_match);
+        e.mutable_eval()->set_token_accuracy(eval.token_accuracy);
+        feeds_->Publish(job_.id, std::move(e));
+        Event(absl::StrFormat("step %d: held-out caption exact match %.3f, token accuracy %.3f", step,
+                              eval.caption_exact_match, eval.token_accuracy));
+      }
+    }
+    if ((schedule.checkpoint_every > 0 && step % schedule.checkpoint_every == 0) || last) {
+      const std::string dir = run_path(absl::StrFormat("checkpoints/step-%06d", step));
+      RETURN_IF_ERROR(ForAll("checkpoint", [&](size_t i, Member& m) {
+        v1::SaveCheckpointRequest request;
+        request.set_job_id(job_.id);
+        request.set_step(step);
+        request.set_directory(dir);
+        v1::SaveCheckpointResponse response;
+        return rpc::FromGrpc(m.stub->SaveCheckpoint(rpc::ContextWithTimeout(options_.command_timeout + kMargin).get(),
+                                                    request, &response),
+                             absl::StrCat("checkpoint of step ", step));
+      }));
+      summary.last_checkpoint = dir;
+      Event(absl::StrCat("checkpoint ", dir));
+    }
+    if (last || step % 50 == 0) {
+      RETURN_IF_ERROR(WriteFileAtomically(run_path("loss.svg"),
+                                          trainer::RenderLossSvg(job.name, metrics.steps(), metrics.evals())));
+    }
+  }
+  RETURN_IF_ERROR(ForAll("export", [&](size_t i, Member& m) {
+    v1::ExportRequest request;
+    request.set_job_id(job_.id);
+    request.set_path(run_path(m.role == v1::ROLE_VISION ? "vision.safetensors" : "llm.safetensors"));
+    v1::ExportResponse response;
+    return rpc::FromGrpc(
+        m.stub->Export(rpc::ContextWithTimeout(options_.command_timeout + kMargin).get(), request, &response),
+        "export");
+  }));
+  summary.elapsed_s = Seconds(SteadyClock::now() - start);
+  summary.samples_per_s = summary.samples / std::max(train_seconds, 1e-9);
+  job_.summary_json = trainer::SummaryJson(summary);
+  return WriteFileAtomically(run_path("summary.json"), job_.summary_json + "\n");
+}
+
+void JobRunner::Run() {
+  ++job_.attempt;
+  SetState(JobState::kRunning, "");
+  absl::Status status = Execute();
+  std::string reason;
+  bool lost = false;
+  {
+    std::lock_guard<std::mutex> lock(reason_mu_);
+    reason = stop_reason_;
+    lost = lost_actor_;
+  }
+  if (status.ok()) {
+    ReleaseAll("job succeeded");
+    SetState(JobState::kSucceeded, "");
+  } else if (cancelled_ && !lost) {
+    ReleaseAll(reason);
+    SetState(JobState::kCancelled, reason);
+  } else {
+    const std::string message = lost ? absl::StrCat(reason, "; ", status.message()) : std::string(status.message());
+    ReleaseAll("job failed");
+    SetState(JobState::kFailed, message);
+  }
+  rendezvous_->DeleteWithPrefix(job_.id + "/");
+  registry_->Free(job_.id);
+  v1::JobUpdate final_update;
+  v1::Job* job = final_update.mutable_job();
+  job->set_job_id(job_.id);
+  job->set_state(static_cast<v1::JobState>(job_.state));
+  job->set_message(job_.message);
+  job->set_summary_json(job_.summary_json);
+  job->set_run_dir(job_.run_dir);
+  job->set_step(job_.step);
+  job->set_steps(job_.steps);
+  feeds_->Publish(job_.id, std::move(final_update));
+  feeds_->Close(job_.id);
+  if (done_) done_(job_.id);
+}
+
+}  // namespace tandem::coordinator

@@ -1,0 +1,78 @@
+// The step driver of one running job (DESIGN §1, §2): on a thread of its own it assigns the job to its
+// reserved actors, then sends every step, evaluation, checkpoint and the final export to all of them at
+// once and waits for all answers, so the two groups meet only through their own data dependencies
+// inside a step. It writes the run directory (job.json, metrics.jsonl, loss.svg, summary.json; the
+// actors write tokenizer.json, checkpoints and weights into the same directory) and the job's state,
+// events and progress into the job store. It never handles tensor bytes.
+//
+// A failed command (an actor's error, a dead actor, a deadline) fails the job with a message naming the
+// actor, its role and rank; every actor is then released. Cancel() stops the job after the command in
+// flight (Release interrupts a step that waits on transfers).
+//
+// Thread-safety: Cancel may be called from any thread; the rest runs on the runner's thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coordinator/job_feed.h"
+#include "coordinator/job_store.h"
+#include "coordinator/memory_store.h"
+#include "coordinator/registry.h"
+#include "trainer/summary.h"
+
+namespace tandem::coordinator {
+
+struct RunnerOptions {
+  // Deadline of each command beyond its own waits: actors get `command_timeout` for every transfer and
+  // collective, and the coordinator waits that long plus a margin for an answer.
+  std::chrono::milliseconds command_timeout{300000};
+};
+
+class JobRunner {
+ public:
+  // `done` runs on the runner's thread once the job reached a final state and its actors were freed.
+  JobRunner(JobRecord job, std::vector<ActorEntry> vision, std::vector<ActorEntry> llm, JobStore* store,
+            JobFeeds* feeds, MemoryStore* rendezvous, Registry* registry, RunnerOptions options,
+            std::function<void(const std::string& job_id)> done);
+  ~JobRunner();  // joins the thread
+
+  void Start();
+  void Cancel(const std::string& reason);
+  // Fails the job because one of its actors is gone (stopped heartbeating).
+  void ActorLost(const std::string& actor_id);
+  const std::string& job_id() const { return job_.id; }
+
+ private:
+  struct Member;
+  void Run();
+  absl::Status Execute();
+  absl::Status AssignAll(trainer::RunSummary* summary);
+  // Sends one command to every member at once (call(i, members_[i])); the root-cause error, naming its
+  // member, is returned.
+  absl::Status ForAll(const char* what, const std::function<absl::Status(size_t, Member&)>& call);
+  void Event(const std::string& text);
+  void SetState(JobState state, const std::string& message);
+  void ReleaseAll(const std::string& reason);
+
+  JobRecord job_;
+  std::vector<std::unique_ptr<Member>> members_;  // vision ranks, then LLM ranks
+  JobStore* store_;
+  JobFeeds* feeds_;
+  MemoryStore* rendezvous_;
+  Registry* registry_;
+  RunnerOptions options_;
+  std::function<void(const std::string&)> done_;
+  std::atomic<bool> cancelled_{false};
+  std::mutex reason_mu_;
+  std::string stop_reason_;  // guarded by reason_mu_
+  bool lost_actor_ = false;  // guarded by reason_mu_
+  std::thread thread_;
+};
+
+}  // namespace tandem::coordinator

@@ -1,0 +1,572 @@
+// SQLite implementation of coordinator/job_store.h.
+//
+// Schema (version 1):
+//   tandem_schema(version)    one row: marks the file as Tandem's and says how to read it
+//   job_counter(last_number)  one row: the last job number handed out; ids are never reused
+//   jobs(number, id, <JobRecord fields>, last_event)  last_event: the job's last event sequence
+//   job_events(job_id, sequence, time, text)          keyed by (job_id, sequence)
+//
+// Errors name what was being done and the database path, followed by SQLite's message. Codes: a
+// file that is not a database or not Tandem's -> FailedPrecondition, corruption -> DataLoss, busy
+// -> Unavailable, open and I/O errors -> the errno's code.
+#include "coordinator/job_store.h"
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace tandem::coordinator {
+namespace {
+
+// The schema this file creates and reads. A database with another version is refused, untouched.
+constexpr int64_t kCurrentSchemaVersion = 1;
+
+// How long a statement waits for a lock another process (the sqlite3 shell) holds before failing.
+constexpr int kBusyTimeoutMs = 5000;
+
+constexpr char kCreateSchema[] = R"sql(
+CREATE TABLE tandem_schema (version INTEGER NOT NULL);
+CREATE TABLE job_counter (last_number INTEGER NOT NULL);
+CREATE TABLE jobs (
+  number INTEGER PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  name TEXT NOT NULL,
+  state INTEGER NOT NULL,
+  message TEXT NOT NULL,
+  spec_json TEXT NOT NULL,
+  spec_dir TEXT NOT NULL,
+  run_dir TEXT NOT NULL,
+  threads INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  steps INTEGER NOT NULL,
+  loss REAL,  -- NULL stands for NaN, which SQLite cannot store
+  submitted_at REAL NOT NULL,
+  started_at REAL NOT NULL,
+  ended_at REAL NOT NULL,
+  attempt INTEGER NOT NULL,
+  summary_json TEXT NOT NULL,
+  last_event INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE job_events (
+  job_id TEXT NOT NULL,
+  sequence INTEGER NOT NULL,
+  time REAL NOT NULL,
+  text TEXT NOT NULL,
+  PRIMARY KEY (job_id, sequence)) WITHOUT ROWID;
+INSERT INTO job_counter (last_number) VALUES (0);
+)sql";
+constexpr char kInsertSchemaVersion[] = "INSERT INTO tandem_schema (version) VALUES (?1)";
+constexpr char kCountSchemaObjects[] = "SELECT count(*) FROM sqlite_schema";
+constexpr char kCountTandemSchemaTables[] =
+    "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'tandem_schema'";
+constexpr char kSelectSchemaVersion[] = "SELECT max(version) FROM tandem_schema";
+constexpr char kUseWriteAheadLog[] = "PRAGMA journal_mode = WAL";
+
+// The record's fields after the id, in the order BindJob binds them (?2 ... ?16; ?1 is the id) and
+// ReadJob reads them (columns 1 ... 15; column 0 is the id).
+#define TANDEM_JOB_FIELDS                                                                          \
+  "name, state, message, spec_json, spec_dir, run_dir, threads, step, steps, loss, submitted_at, " \
+  "started_at, ended_at, attempt, summary_json"
+#define TANDEM_JOB_FIELD_PARAMETERS \
+  "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16"
+
+constexpr char kInsertJob[] = "INSERT INTO jobs (number, id, " TANDEM_JOB_FIELDS
+                              ") VALUES (?17, ?1, " TANDEM_JOB_FIELD_PARAMETERS ")";
+constexpr char kUpdateJob[] =
+    "UPDATE jobs SET (" TANDEM_JOB_FIELDS ") = (" TANDEM_JOB_FIELD_PARAMETERS ") WHERE id = ?1";
+constexpr char kGetJob[] = "SELECT id, " TANDEM_JOB_FIELDS " FROM jobs WHERE id = ?1";
+constexpr char kListJobs[] = "SELECT id, " TANDEM_JOB_FIELDS " FROM jobs ORDER BY number";
+
+#undef TANDEM_JOB_FIELDS
+#undef TANDEM_JOB_FIELD_PARAMETERS
+
+constexpr char kUpdateProgress[] = "UPDATE jobs SET step = ?2, loss = ?3 WHERE id = ?1";
+constexpr char kJobExists[] = "SELECT 1 FROM jobs WHERE id = ?1";
+constexpr char kNextJobNumber[] =
+    "UPDATE job_counter SET last_number = last_number + 1 RETURNING last_number";
+constexpr char kNextEventSequence[] =
+    "UPDATE jobs SET last_event = last_event + 1 WHERE id = ?1 RETURNING last_event";
+constexpr char kInsertEvent[] =
+    "INSERT INTO job_events (job_id, sequence, time, text) VALUES (?1, ?2, ?3, ?4)";
+constexpr char kListEvents[] =
+    "SELECT sequence, time, text FROM job_events WHERE job_id = ?1 AND sequence > ?2 "
+    "ORDER BY sequence";
+constexpr char kBegin[] = "BEGIN IMMEDIATE";
+constexpr char kCommit[] = "COMMIT";
+
+// Unix seconds.
+double Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string FormatJobId(int64_t number) { return absl::StrFormat("job-%06d", number); }
+
+bool IsKnownState(int64_t state) {
+  return state >= static_cast<int64_t>(JobState::kQueued) &&
+         state <= static_cast<int64_t>(JobState::kRestarting);
+}
+
+absl::StatusCode CodeOf(int result) {
+  switch (result & 0xff) {
+    case SQLITE_NOTADB:
+      return absl::StatusCode::kFailedPrecondition;
+    case SQLITE_CORRUPT:
+      return absl::StatusCode::kDataLoss;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return absl::StatusCode::kUnavailable;
+    case SQLITE_PERM:
+    case SQLITE_READONLY:
+    case SQLITE_AUTH:
+      return absl::StatusCode::kPermissionDenied;
+    case SQLITE_FULL:
+      return absl::StatusCode::kResourceExhausted;
+    case SQLITE_TOOBIG:
+      return absl::StatusCode::kInvalidArgument;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
+// "<what>: <SQLite's message>"; the errno's code (and strerror) when a system call failed.
+absl::Status SqliteError(sqlite3* db, int result, absl::string_view what) {
+  const bool detailed = db != nullptr && sqlite3_extended_errcode(db) == result;
+  const std::string message =
+      absl::StrCat(what, ": ", detailed ? sqlite3_errmsg(db) : sqlite3_errstr(result));
+  const int primary = result & 0xff;
+  const int system_errno = db != nullptr ? sqlite3_system_errno(db) : 0;
+  if ((primary == SQLITE_CANTOPEN || primary == SQLITE_IOERR) && system_errno != 0) {
+    return absl::ErrnoToStatus(system_errno, message);
+  }
+  return absl::Status(CodeOf(result), message);
+}
+
+// A prepared statement on loan from a SqliteConnection's cache: bind, step, read columns. Resets
+// the statement and clears its bindings when it goes away, which also ends a write (an UPDATE ...
+// RETURNING) before its transaction commits.
+class Statement {
+ public:
+  explicit Statement(sqlite3_stmt* statement) : statement_(statement) {}
+  Statement(Statement&& other) noexcept
+      : statement_(std::exchange(other.statement_, nullptr)), bind_result_(other.bind_result_) {}
+  Statement& operator=(Statement&&) = delete;
+  ~Statement() {
+    if (statement_ == nullptr) return;
+    sqlite3_reset(statement_);
+    sqlite3_clear_bindings(statement_);
+  }
+
+  // Parameters are numbered from 1. A failure shows up in the next Next or Run.
+  Statement& BindInt(int index, int64_t value) {
+    return Check(sqlite3_bind_int64(statement_, index, value));
+  }
+  Statement& BindReal(int index, double value) {
+    // SQLite turns NaN into NULL; say so explicitly, and ReadReal turns it back.
+    if (std::isnan(value)) return Check(sqlite3_bind_null(statement_, index));
+    return Check(sqlite3_bind_double(statement_, index, value));
+  }
+  Statement& BindText(int index, const std::string& value) {
+    return Check(sqlite3_bind_text64(statement_, index, value.data(), value.size(),
+                                     SQLITE_TRANSIENT, SQLITE_UTF8));
+  }
+
+  // Steps to the next row: true when there is one, false when the statement is done.
+  absl::StatusOr<bool> Next(absl::string_view what) {
+    if (bind_result_ != SQLITE_OK) return SqliteError(db(), bind_result_, what);
+    const int result = sqlite3_step(statement_);
+    if (result == SQLITE_ROW) return true;
+    if (result == SQLITE_DONE) return false;
+    return SqliteError(db(), result, what);
+  }
+
+  // Runs a statement that returns no rows.
+  absl::Status Run(absl::string_view what) { return Next(what).status(); }
+
+  // Column 0 of the first row; nullopt when there is no row or it is NULL.
+  absl::StatusOr<std::optional<int64_t>> FirstInt(absl::string_view what) {
+    ASSIGN_OR_RETURN(const bool row, Next(what));
+    if (!row || sqlite3_column_type(statement_, 0) == SQLITE_NULL) return std::nullopt;
+    return ReadInt(0);
+  }
+
+  int64_t ReadInt(int column) const { return sqlite3_column_int64(statement_, column); }
+  double ReadReal(int column) const {
+    if (sqlite3_column_type(statement_, column) == SQLITE_NULL) {
+      return std::numeric_limits<double>::quiet_NaN();
+    }
+    return sqlite3_column_double(statement_, column);
+  }
+  std::string ReadText(int column) const {
+    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(statement_, column));
+    if (text == nullptr) return "";
+    return std::string(text, static_cast<size_t>(sqlite3_column_bytes(statement_, column)));
+  }
+
+ private:
+  Statement& Check(int result) {
+    if (result != SQLITE_OK && bind_result_ == SQLITE_OK) bind_result_ = result;
+    return *this;
+  }
+  sqlite3* db() const { return sqlite3_db_handle(statement_); }
+
+  sqlite3_stmt* statement_;
+  int bind_result_ = SQLITE_OK;
+};
+
+// Binds ?1 (id) ... ?16 in the order of TANDEM_JOB_FIELDS.
+void BindJob(const JobRecord& record, Statement& statement) {
+  statement.BindText(1, record.id)
+      .BindText(2, record.name)
+      .BindInt(3, static_cast<int64_t>(record.state))
+      .BindText(4, record.message)
+      .BindText(5, record.spec_json)
+      .BindText(6, record.spec_dir)
+      .BindText(7, record.run_dir)
+      .BindInt(8, record.threads)
+      .BindInt(9, record.step)
+      .BindInt(10, record.steps)
+      .BindReal(11, record.loss)
+      .BindReal(12, record.submitted_at)
+      .BindReal(13, record.started_at)
+      .BindReal(14, record.ended_at)
+      .BindInt(15, record.attempt)
+      .BindText(16, record.summary_json);
+}
+
+// Reads a row of kGetJob or kListJobs.
+absl::StatusOr<JobRecord> ReadJob(const Statement& row, absl::string_view what) {
+  JobRecord record;
+  record.id = row.ReadText(0);
+  record.name = row.ReadText(1);
+  const int64_t state = row.ReadInt(2);
+  if (!IsKnownState(state)) {
+    return absl::DataLossError(
+        absl::StrCat(what, ": job ", record.id, " has the unknown state ", state));
+  }
+  record.state = static_cast<JobState>(state);
+  record.message = row.ReadText(3);
+  record.spec_json = row.ReadText(4);
+  record.spec_dir = row.ReadText(5);
+  record.run_dir = row.ReadText(6);
+  record.threads = static_cast<int32_t>(row.ReadInt(7));
+  record.step = row.ReadInt(8);
+  record.steps = row.ReadInt(9);
+  record.loss = row.ReadReal(10);
+  record.submitted_at = row.ReadReal(11);
+  record.started_at = row.ReadReal(12);
+  record.ended_at = row.ReadReal(13);
+  record.attempt = row.ReadInt(14);
+  record.summary_json = row.ReadText(15);
+  return record;
+}
+
+absl::Status CheckState(const JobRecord& record, absl::string_view what) {
+  if (IsKnownState(static_cast<int64_t>(record.state))) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": job state ", static_cast<int>(record.state), " is not a JobState"));
+}
+
+absl::Status NoSuchJob(const std::string& id, const std::string& path) {
+  return absl::NotFoundError(absl::StrCat("no job ", id, " in ", path));
+}
+
+}  // namespace
+
+// One SQLite connection with a cache of prepared statements. Not thread-safe: JobStore's mutex
+// guards it.
+class SqliteConnection {
+ public:
+  // Opens (or creates) the database file; reads and writes nothing yet.
+  static absl::StatusOr<std::unique_ptr<SqliteConnection>> Open(const std::string& path,
+                                                                absl::string_view what) {
+    sqlite3* db = nullptr;
+    const int result =
+        sqlite3_open_v2(path.c_str(), &db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+    // SQLite hands out a handle even when opening fails; the connection closes it either way.
+    std::unique_ptr<SqliteConnection> connection(new SqliteConnection(db));
+    if (result != SQLITE_OK) return SqliteError(db, result, what);
+    sqlite3_extended_result_codes(db, 1);
+    sqlite3_busy_timeout(db, kBusyTimeoutMs);
+    return connection;
+  }
+
+  ~SqliteConnection() {
+    for (auto& [sql, statement] : statements_) sqlite3_finalize(statement);
+    sqlite3_close_v2(db_);
+  }
+
+  // The cached statement for `sql`, a constant of this file (the cache is keyed by its address).
+  // Each statement is on loan to one Statement at a time.
+  absl::StatusOr<Statement> Prepare(const char* sql, absl::string_view what) {
+    sqlite3_stmt*& statement = statements_[sql];
+    if (statement == nullptr) {
+      const int result =
+          sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &statement, nullptr);
+      if (result != SQLITE_OK) {
+        statements_.erase(sql);
+        return SqliteError(db_, result, what);
+      }
+    }
+    return Statement(statement);
+  }
+
+  // Runs a statement with no parameters and no rows.
+  absl::Status Execute(const char* sql, absl::string_view what) {
+    ASSIGN_OR_RETURN(Statement statement, Prepare(sql, what));
+    return statement.Run(what);
+  }
+
+  // Runs several statements once, without caching them (schema creation, pragmas).
+  absl::Status ExecuteScript(const char* sql, absl::string_view what) {
+    const int result = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
+    if (result != SQLITE_OK) return SqliteError(db_, result, what);
+    return absl::OkStatus();
+  }
+
+  // Column 0 of the first row of a query without parameters; nullopt for no row or NULL.
+  absl::StatusOr<std::optional<int64_t>> QueryInt(const char* sql, absl::string_view what) {
+    ASSIGN_OR_RETURN(Statement statement, Prepare(sql, what));
+    return statement.FirstInt(what);
+  }
+
+  // Runs `body` in a write transaction: commits when it returns OK, rolls back otherwise.
+  template <typename Body>
+  absl::Status InTransaction(absl::string_view what, Body body) {
+    RETURN_IF_ERROR(Execute(kBegin, what));
+    absl::Status status = body();
+    if (status.ok()) status = Execute(kCommit, what);
+    if (!status.ok() && !sqlite3_get_autocommit(db_)) {
+      // `status` already says what failed; a failed rollback adds nothing to it.
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    }
+    return status;
+  }
+
+  // Rows changed by the last INSERT, UPDATE or DELETE.
+  int64_t Changes() const { return sqlite3_changes64(db_); }
+
+ private:
+  explicit SqliteConnection(sqlite3* db) : db_(db) {}
+
+  sqlite3* const db_;
+  std::unordered_map<const char*, sqlite3_stmt*> statements_;
+};
+
+namespace {
+
+// Reads the file's schema before writing anything, so a file that is not Tandem's stays as it is.
+// Returns true when the database is empty (new), false when it holds Tandem's current schema.
+absl::StatusOr<bool> InspectSchema(SqliteConnection& connection, absl::string_view what) {
+  ASSIGN_OR_RETURN(const std::optional<int64_t> objects,
+                   connection.QueryInt(kCountSchemaObjects, what));
+  if (objects.value_or(0) == 0) return true;
+  ASSIGN_OR_RETURN(const std::optional<int64_t> marked,
+                   connection.QueryInt(kCountTandemSchemaTables, what));
+  if (marked.value_or(0) == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": a SQLite database, but not Tandem's (it has no tandem_schema table)"));
+  }
+  ASSIGN_OR_RETURN(const std::optional<int64_t> version,
+                   connection.QueryInt(kSelectSchemaVersion, what));
+  if (!version) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": its tandem_schema table holds no version"));
+  }
+  if (*version != kCurrentSchemaVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": schema version ", *version, " is not ", kCurrentSchemaVersion,
+                     ", the version this build reads (a newer tandem wrote it?)"));
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& state_dir) {
+  std::error_code error;
+  std::filesystem::create_directories(state_dir, error);
+  if (error) {
+    return absl::ErrnoToStatus(error.value(), absl::StrCat("creating state dir ", state_dir));
+  }
+  const std::string path = (std::filesystem::path(state_dir) / "tandem.db").string();
+  const std::string what = absl::StrCat("opening job store ", path);
+
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteConnection> synced, SqliteConnection::Open(path, what));
+  ASSIGN_OR_RETURN(const bool empty, InspectSchema(*synced, what));
+  {
+    ASSIGN_OR_RETURN(Statement journal, synced->Prepare(kUseWriteAheadLog, what));
+    ASSIGN_OR_RETURN(const bool row, journal.Next(what));
+    if (!row || journal.ReadText(0) != "wal") {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": SQLite cannot keep a write-ahead log here (journal mode stays ",
+                       row ? journal.ReadText(0) : "unknown", ")"));
+    }
+  }
+  RETURN_IF_ERROR(synced->ExecuteScript("PRAGMA synchronous = FULL", what));
+  if (empty) {
+    RETURN_IF_ERROR(synced->InTransaction(what, [&]() -> absl::Status {
+      RETURN_IF_ERROR(synced->ExecuteScript(kCreateSchema, what));
+      ASSIGN_OR_RETURN(Statement insert, synced->Prepare(kInsertSchemaVersion, what));
+      return insert.BindInt(1, kCurrentSchemaVersion).Run(what);
+    }));
+    TANDEM_LOG(kInfo, "coordinator") << "created job store " << path;
+  }
+
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteConnection> unsynced, SqliteConnection::Open(path, what));
+  RETURN_IF_ERROR(unsynced->ExecuteScript("PRAGMA synchronous = NORMAL", what));
+  return std::unique_ptr<JobStore>(new JobStore(path, std::move(synced), std::move(unsynced)));
+}
+
+JobStore::JobStore(std::string path, std::unique_ptr<SqliteConnection> synced,
+                   std::unique_ptr<SqliteConnection> unsynced)
+    : path_(std::move(path)), synced_(std::move(synced)), unsynced_(std::move(unsynced)) {}
+
+JobStore::~JobStore() = default;
+
+absl::StatusOr<JobRecord> JobStore::CreateJob(JobRecord record) {
+  const std::string what = absl::StrCat("creating a job in ", path_);
+  RETURN_IF_ERROR(CheckState(record, what));
+  if (record.submitted_at == 0) record.submitted_at = Now();
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  RETURN_IF_ERROR(synced_->InTransaction(what, [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(Statement next, synced_->Prepare(kNextJobNumber, what));
+    ASSIGN_OR_RETURN(const std::optional<int64_t> number, next.FirstInt(what));
+    if (!number) return absl::DataLossError(absl::StrCat(what, ": the job counter is missing"));
+    record.id = FormatJobId(*number);
+
+    ASSIGN_OR_RETURN(Statement insert, synced_->Prepare(kInsertJob, what));
+    BindJob(record, insert);
+    insert.BindInt(17, *number);
+    RETURN_IF_ERROR(insert.Run(what));
+    return AppendEventLocked(record.id, "submitted", what).status();
+  }));
+  return record;
+}
+
+absl::Status JobStore::UpdateJob(const JobRecord& record) {
+  const std::string what = absl::StrCat("updating job ", record.id, " in ", path_);
+  RETURN_IF_ERROR(CheckState(record, what));
+  std::lock_guard<std::mutex> lock(mutex_);
+  ASSIGN_OR_RETURN(Statement update, synced_->Prepare(kUpdateJob, what));
+  BindJob(record, update);
+  RETURN_IF_ERROR(update.Run(what));
+  if (synced_->Changes() == 0) return NoSuchJob(record.id, path_);
+  return absl::OkStatus();
+}
+
+absl::Status JobStore::UpdateProgress(const std::string& id, int64_t step, double loss) {
+  const std::string what = absl::StrCat("updating the progress of job ", id, " in ", path_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ASSIGN_OR_RETURN(Statement update, unsynced_->Prepare(kUpdateProgress, what));
+  update.BindText(1, id).BindInt(2, step).BindReal(3, loss);
+  RETURN_IF_ERROR(update.Run(what));
+  if (unsynced_->Changes() == 0) return NoSuchJob(id, path_);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobRecord> JobStore::GetJob(const std::string& id) {
+  const std::string what = absl::StrCat("reading job ", id, " from ", path_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ASSIGN_OR_RETURN(Statement query, synced_->Prepare(kGetJob, what));
+  query.BindText(1, id);
+  ASSIGN_OR_RETURN(const bool found, query.Next(what));
+  if (!found) return NoSuchJob(id, path_);
+  return ReadJob(query, what);
+}
+
+absl::StatusOr<std::vector<JobRecord>> JobStore::ListJobs() {
+  const std::string what = absl::StrCat("listing the jobs in ", path_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ASSIGN_OR_RETURN(Statement query, synced_->Prepare(kListJobs, what));
+  std::vector<JobRecord> jobs;
+  while (true) {
+    ASSIGN_OR_RETURN(const bool row, query.Next(what));
+    if (!row) break;
+    ASSIGN_OR_RETURN(JobRecord job, ReadJob(query, what));
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+absl::StatusOr<int64_t> JobStore::AppendEvent(const std::string& id, const std::string& text) {
+  const std::string what = absl::StrCat("appending an event to job ", id, " in ", path_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  int64_t sequence = 0;
+  RETURN_IF_ERROR(synced_->InTransaction(what, [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(sequence, AppendEventLocked(id, text, what));
+    return absl::OkStatus();
+  }));
+  return sequence;
+}
+
+absl::StatusOr<int64_t> JobStore::AppendEventLocked(const std::string& id, const std::string& text,
+                                                    const std::string& what) {
+  ASSIGN_OR_RETURN(Statement next, synced_->Prepare(kNextEventSequence, what));
+  next.BindText(1, id);
+  ASSIGN_OR_RETURN(const std::optional<int64_t> sequence, next.FirstInt(what));
+  if (!sequence) return NoSuchJob(id, path_);
+
+  ASSIGN_OR_RETURN(Statement insert, synced_->Prepare(kInsertEvent, what));
+  insert.BindText(1, id).BindInt(2, *sequence).BindReal(3, Now()).BindText(4, text);
+  RETURN_IF_ERROR(insert.Run(what));
+  return *sequence;
+}
+
+absl::StatusOr<std::vector<JobEventRecord>> JobStore::Events(const std::string& id,
+                                                             int64_t after_sequence) {
+  const std::string what = absl::StrCat("reading the events of job ", id, " from ", path_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  {
+    ASSIGN_OR_RETURN(Statement exists, synced_->Prepare(kJobExists, what));
+    exists.BindText(1, id);
+    ASSIGN_OR_RETURN(const bool found, exists.Next(what));
+    if (!found) return NoSuchJob(id, path_);
+  }
+  ASSIGN_OR_RETURN(Statement query, synced_->Prepare(kListEvents, what));
+  query.BindText(1, id).BindInt(2, after_sequence);
+  std::vector<JobEventRecord> events;
+  while (true) {
+    ASSIGN_OR_RETURN(const bool row, query.Next(what));
+    if (!row) break;
+    events.push_back({query.ReadInt(0), query.ReadReal(1), query.ReadText(2)});
+  }
+  return events;
+}
+
+const char* JobStateName(JobState state) {
+  switch (state) {
+    case JobState::kQueued:
+      return "QUEUED";
+    case JobState::kRunning:
+      return "RUNNING";
+    case JobState::kSucceeded:
+      return "SUCCEEDED";
+    case JobState::kFailed:
+      return "FAILED";
+    case JobState::kCancelled:
+      return "CANCELLED";
+    case JobState::kRestarting:
+      return "RESTARTING";
+  }
+  return "UNKNOWN";
+}
+
+bool IsFinal(JobState state) {
+  return state == JobState::kSucceeded || state == JobState::kFailed ||
+         state == JobState::kCancelled;
+}
+
+}  // namespace tandem::coordinator

@@ -1,0 +1,115 @@
+#include "coordinator/registry.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::coordinator {
+
+Registry::Registry(std::chrono::milliseconds heartbeat_timeout, std::function<Clock::time_point()> now)
+    : heartbeat_timeout_(heartbeat_timeout), now_(std::move(now)) {}
+
+absl::StatusOr<std::string> Registry::Register(const std::string& pool, const std::string& device,
+                                               const std::string& address) {
+  if (pool.empty()) return absl::InvalidArgumentError("RegisterActor: pool is empty");
+  if (address.empty()) return absl::InvalidArgumentError("RegisterActor: address is empty");
+  std::lock_guard<std::mutex> lock(mu_);
+  actors_.erase(std::remove_if(actors_.begin(), actors_.end(), [&](const ActorEntry& a) { return a.address == address; }),
+                actors_.end());
+  ActorEntry entry;
+  entry.id = absl::StrCat(pool, "-", next_number_[pool]++);
+  entry.pool = pool;
+  entry.device = device.empty() ? "cpu" : device;
+  entry.address = address;
+  entry.last_heartbeat = now_();
+  actors_.push_back(entry);
+  return entry.id;
+}
+
+absl::Status Registry::Heartbeat(const std::string& id, int64_t step, const std::string& phase,
+                                 int64_t last_collective) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (ActorEntry& a : actors_) {
+    if (a.id != id) continue;
+    a.last_heartbeat = now_();
+    a.step = step;
+    a.phase = phase;
+    a.last_collective = last_collective;
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat("no actor ", id, " is registered; register again"));
+}
+
+std::vector<ActorEntry> Registry::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return actors_;
+}
+
+std::vector<ActorEntry> Registry::Expire() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Clock::time_point limit = now_() - heartbeat_timeout_;
+  std::vector<ActorEntry> dead;
+  for (auto it = actors_.begin(); it != actors_.end();) {
+    if (it->last_heartbeat < limit) {
+      dead.push_back(*it);
+      it = actors_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return dead;
+}
+
+absl::StatusOr<std::vector<std::vector<ActorEntry>>> Registry::Reserve(const std::string& job_id,
+                                                                       const std::vector<GroupNeed>& needs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::vector<ActorEntry*>> picked(needs.size());
+  std::vector<std::string> missing;
+  std::map<std::string, int> taken;  // per pool, across groups that share a pool
+  for (size_t g = 0; g < needs.size(); ++g) {
+    for (ActorEntry& a : actors_) {
+      if (static_cast<int>(picked[g].size()) == needs[g].count) break;
+      if (a.pool != needs[g].pool || !a.job_id.empty()) continue;
+      bool used = false;
+      for (const auto& group : picked) used = used || std::find(group.begin(), group.end(), &a) != group.end();
+      if (!used) picked[g].push_back(&a);
+    }
+    if (static_cast<int>(picked[g].size()) < needs[g].count) {
+      int registered = 0, free = 0;
+      for (const ActorEntry& a : actors_) {
+        if (a.pool != needs[g].pool) continue;
+        ++registered;
+        free += a.job_id.empty() ? 1 : 0;
+      }
+      missing.push_back(absl::StrCat(needs[g].count, " actors of pool '", needs[g].pool, "' (", free, " free of ",
+                                     registered, " registered", taken[needs[g].pool] > 0 ? ", shared with another group" : "",
+                                     ")"));
+    }
+    taken[needs[g].pool] += needs[g].count;
+  }
+  if (!missing.empty()) {
+    std::string text = "waiting for ";
+    for (size_t i = 0; i < missing.size(); ++i) text += (i ? " and " : "") + missing[i];
+    return absl::FailedPreconditionError(text);
+  }
+  std::vector<std::vector<ActorEntry>> out(needs.size());
+  for (size_t g = 0; g < needs.size(); ++g) {
+    for (ActorEntry* a : picked[g]) {
+      a->job_id = job_id;
+      out[g].push_back(*a);
+    }
+  }
+  return out;
+}
+
+void Registry::Free(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (ActorEntry& a : actors_) {
+    if (a.job_id == job_id) {
+      a.job_id.clear();
+      a.phase = "idle";
+    }
+  }
+}
+
+}  // namespace tandem::coordinator

@@ -1,0 +1,77 @@
+// The actor registry (DESIGN §1, §5): which actors exist, in which pool, whether they are alive, and
+// which job each one runs. Plain C++ (no gRPC), so scheduling is tested without a server.
+//
+// An actor's life here:  Register -> free --Reserve--> assigned --Free(job)--> free
+//                        any state --no heartbeat for heartbeat_timeout (Expire)--> removed
+// A removed actor's next heartbeat is NotFound and it registers again under a new id. Registering an
+// address again replaces the earlier entry (the actor restarted).
+//
+// Thread-safe. The clock is injected so tests advance it by hand.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace tandem::coordinator {
+
+using Clock = std::chrono::steady_clock;
+
+struct ActorEntry {
+  std::string id;        // "<pool>-<n>"
+  std::string pool;
+  std::string device;
+  std::string address;
+  std::string job_id;    // "" when free
+  int64_t step = 0;      // from the last heartbeat
+  std::string phase = "idle";
+  int64_t last_collective = 0;
+  Clock::time_point last_heartbeat;
+};
+
+// What a job asks for: `count` actors of `pool`, in the order of the job's groups.
+struct GroupNeed {
+  std::string pool;
+  int count = 0;
+};
+
+class Registry {
+ public:
+  explicit Registry(std::chrono::milliseconds heartbeat_timeout,
+                    std::function<Clock::time_point()> now = [] { return Clock::now(); });
+
+  // Returns the new actor's id. InvalidArgument for an empty pool or address.
+  absl::StatusOr<std::string> Register(const std::string& pool, const std::string& device, const std::string& address);
+  // NotFound for an unknown id.
+  absl::Status Heartbeat(const std::string& id, int64_t step, const std::string& phase, int64_t last_collective);
+  // Every registered actor, in registration order.
+  std::vector<ActorEntry> List() const;
+  // Removes actors whose last heartbeat is older than the timeout; returns them.
+  std::vector<ActorEntry> Expire();
+  // Gang reservation: all of `needs` at once from free actors, oldest first, or nothing.
+  // FailedPrecondition saying what is missing ("needs 2 actors of pool vision, 1 of 1 registered is
+  // free") when they are not all free now.
+  absl::StatusOr<std::vector<std::vector<ActorEntry>>> Reserve(const std::string& job_id,
+                                                               const std::vector<GroupNeed>& needs);
+  // Frees every actor `job_id` holds.
+  void Free(const std::string& job_id);
+  std::chrono::milliseconds heartbeat_timeout() const { return heartbeat_timeout_; }
+  Clock::time_point now() const { return now_(); }
+
+ private:
+  const std::chrono::milliseconds heartbeat_timeout_;
+  const std::function<Clock::time_point()> now_;
+  mutable std::mutex mu_;
+  std::vector<ActorEntry> actors_;   // registration order
+  std::map<std::string, int64_t> next_number_;  // per pool
+};
+
+}  // namespace tandem::coordinator

@@ -1,0 +1,35 @@
+#include "rpc/channel.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+
+namespace tandem::rpc {
+
+constexpr int kMaxMessageBytes = 64 << 20;
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+void ConfigureServer(grpc::ServerBuilder& builder) {
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+}
+
+std::unique_ptr<grpc::ClientContext> ContextWithTimeout(std::chrono::milliseconds timeout) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() + timeout);
+  return context;
+}
+
+std::string WithPort(const std::string& address, int port) {
+  const size_t colon = address.rfind(':');
+  return (colon == std::string::npos ? address : address.substr(0, colon)) + ":" + std::to_string(port);
+}
+
+}  // namespace tandem::rpc

@@ -1,0 +1,243 @@
+// Tests for transport/grpc_transport.cc: two actors on 127.0.0.1 in one process, each with an inbox
+// served by a PeerService and a transport to the other. Tensors arrive byte-exact in several chunks;
+// refused transfers name the peer and leave the receiver working; nothing hangs.
+#include "transport/grpc_transport.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/transport/loopback_peer.h"
+#include "tests/transport/transport_testing.h"
+
+namespace tandem::transport {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::AwaitThenCancel;
+using testing::LoopbackPeer;
+using testing::Pattern;
+using testing::Tag;
+using testing::Tensor;
+using testing::Zeros;
+
+constexpr std::chrono::milliseconds kLong = std::chrono::minutes(1);
+
+// A vision actor and an LLM actor, each sending to the other.
+class GrpcTransportTest : public ::testing::Test {
+ protected:
+  explicit GrpcTransportTest(GrpcTransportOptions options = {})
+      : vision_transport_(CreateGrpcTransport(vision_.inbox(), {llm_.address()}, options)),
+        llm_transport_(CreateGrpcTransport(llm_.inbox(), {vision_.address()}, options)) {}
+
+  LoopbackPeer vision_;
+  LoopbackPeer llm_;
+  std::unique_ptr<Transport> vision_transport_;
+  std::unique_ptr<Transport> llm_transport_;
+};
+
+TEST_F(GrpcTransportTest, Float32TensorArrivesByteExactInSeveralChunks) {
+  Tensor source = Pattern(DType::kFloat32, {7, 128, 1024});  // 3.5 MiB: four 1 MiB chunks
+  Tensor destination = Zeros(DType::kFloat32, {7, 128, 1024});
+  ASSERT_EQ(source.bytes.size(), 3670016u);
+  ASSERT_TRUE(llm_transport_->Expect(Tag(1), destination.view()).ok());
+  const absl::Status sent = vision_transport_->Send(0, Tag(1), source.view())->Wait(kLong);
+  ASSERT_TRUE(sent.ok()) << sent;
+  ASSERT_TRUE(llm_transport_->Await(Tag(1), kLong).ok());
+  EXPECT_EQ(destination.bytes, source.bytes);
+}
+
+TEST_F(GrpcTransportTest, BFloat16GradientsFlowBack) {
+  const TransferTag tag = Tag(1, TransferKind::kGradients);
+  Tensor source = Pattern(DType::kBFloat16, {3, 16, 1000}, /*seed=*/7);
+  Tensor destination = Zeros(DType::kBFloat16, {3, 16, 1000});
+  ASSERT_TRUE(vision_transport_->Expect(tag, destination.view()).ok());
+  const absl::Status sent = llm_transport_->Send(0, tag, source.view())->Wait(kLong);
+  ASSERT_TRUE(sent.ok()) << sent;
+  ASSERT_TRUE(vision_transport_->Await(tag, kLong).ok());
+  EXPECT_EQ(destination.bytes, source.bytes);
+}
+
+TEST_F(GrpcTransportTest, SendAheadOfTheReceiverArrivesOnceExpected) {
+  Tensor source = Pattern(DType::kFloat32, {4, 8});
+  Tensor destination = Zeros(DType::kFloat32, {4, 8});
+  std::unique_ptr<SendHandle> send = vision_transport_->Send(0, Tag(1), source.view());
+  ASSERT_TRUE(llm_transport_->Expect(Tag(1), destination.view()).ok());
+  ASSERT_TRUE(send->Wait(kLong).ok());
+  ASSERT_TRUE(llm_transport_->Await(Tag(1), kLong).ok());
+  EXPECT_EQ(destination.bytes, source.bytes);
+}
+
+TEST_F(GrpcTransportTest, ConcurrentSendsOfAStepAllArrive) {
+  std::vector<Tensor> sources;
+  std::vector<Tensor> destinations;
+  std::vector<TransferTag> tags;
+  sources.reserve(4);
+  destinations.reserve(4);
+  for (int k = 0; k < 4; ++k) {
+    TransferTag tag = Tag(1);
+    tag.micro_batch = k;
+    tags.push_back(tag);
+    sources.push_back(Pattern(DType::kFloat32, {2, 300, 1000}, k + 1));
+    destinations.push_back(Zeros(DType::kFloat32, {2, 300, 1000}));
+    ASSERT_TRUE(llm_transport_->Expect(tag, destinations.back().view()).ok());
+  }
+  std::vector<std::unique_ptr<SendHandle>> sends;
+  for (int k = 0; k < 4; ++k) sends.push_back(vision_transport_->Send(0, tags[k], sources[k].view()));
+  for (int k = 0; k < 4; ++k) {
+    ASSERT_TRUE(sends[k]->Wait(kLong).ok());
+    ASSERT_TRUE(llm_transport_->Await(tags[k], kLong).ok());
+    EXPECT_EQ(destinations[k].bytes, sources[k].bytes) << "micro-batch " << k;
+  }
+}
+
+TEST_F(GrpcTransportTest, MismatchedTransferIsInvalidArgumentAndTheNextOneSucceeds) {
+  Tensor destination = Zeros(DType::kFloat32, {4, 8});
+  Tensor good = Pattern(DType::kFloat32, {4, 8});
+  Tensor other_dtype = Pattern(DType::kBFloat16, {4, 8});
+  Tensor other_shape = Pattern(DType::kFloat32, {8, 4});
+  struct Case {
+    TransferTag tag;
+    TensorBytes source;
+    std::string message;
+  };
+  TensorBytes short_source = good.view();
+  short_source.size = 124;
+  const std::vector<Case> cases = {
+      {Tag(1, TransferKind::kEmbeddings, "job-2"), good.view(), "job job-2, but the receiver's job is job-1"},
+      {Tag(1), other_dtype.view(), "dtype bfloat16, but the receiver expects float32"},
+      {Tag(1), other_shape.view(), "shape [8, 4], but the receiver expects [4, 8]"},
+      {Tag(1), short_source, "total_bytes 124, but the receiver expects 128"},
+  };
+  ASSERT_TRUE(llm_transport_->Expect(Tag(1), destination.view()).ok());
+  for (const Case& c : cases) {
+    const absl::Status status = vision_transport_->Send(0, c.tag, c.source)->Wait(kLong);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(status.message(), AllOf(HasSubstr("peer " + llm_.address()), HasSubstr(c.message)));
+  }
+  ASSERT_TRUE(vision_transport_->Send(0, Tag(1), good.view())->Wait(kLong).ok());
+  ASSERT_TRUE(llm_transport_->Await(Tag(1), kLong).ok());
+  EXPECT_EQ(destination.bytes, good.bytes);
+}
+
+TEST_F(GrpcTransportTest, SecondSendOfATransferIsAlreadyExists) {
+  Tensor source = Pattern(DType::kFloat32, {4, 8});
+  Tensor destination = Zeros(DType::kFloat32, {4, 8});
+  ASSERT_TRUE(llm_transport_->Expect(Tag(1), destination.view()).ok());
+  ASSERT_TRUE(vision_transport_->Send(0, Tag(1), source.view())->Wait(kLong).ok());
+  const absl::Status status = vision_transport_->Send(0, Tag(1), source.view())->Wait(kLong);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(status.message(), HasSubstr(DescribeTag(Tag(1))));
+}
+
+TEST_F(GrpcTransportTest, StaleTransferIsInvalidArgument) {
+  Tensor source = Pattern(DType::kFloat32, {4, 8});
+  Tensor destination = Zeros(DType::kFloat32, {4, 8});
+  ASSERT_TRUE(llm_transport_->Expect(Tag(2), destination.view()).ok());
+  const absl::Status status = vision_transport_->Send(0, Tag(1), source.view())->Wait(kLong);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("stale"));
+}
+
+TEST_F(GrpcTransportTest, AwaitDeadlineNamesTheTag) {
+  Tensor destination = Zeros(DType::kFloat32, {4, 8});
+  ASSERT_TRUE(llm_transport_->Expect(Tag(1), destination.view()).ok());
+  const absl::Status status = llm_transport_->Await(Tag(1), 20ms);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(status.message(), AllOf(HasSubstr(DescribeTag(Tag(1))), HasSubstr("0 of 128 bytes arrived")));
+}
+
+TEST_F(GrpcTransportTest, ClearJobCancelsAWaitingAwait) {
+  Tensor destination = Zeros(DType::kFloat32, {4, 8});
+  const absl::Status status = AwaitThenCancel(
+      [&] {
+        llm_.inbox()->SetJob("job-1");
+        return llm_transport_->Expect(Tag(1), destination.view());
+      },
+      [&] { return llm_transport_->Await(Tag(1), kLong); }, [&] { llm_.inbox()->ClearJob(); });
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
+}
+
+TEST_F(GrpcTransportTest, ResetCancelsAWaitingAwait) {
+  Tensor destination = Zeros(DType::kFloat32, {4, 8});
+  const absl::Status status = AwaitThenCancel([&] { return llm_transport_->Expect(Tag(1), destination.view()); },
+                                              [&] { return llm_transport_->Await(Tag(1), kLong); },
+                                              [&] { llm_transport_->Reset(); });
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
+}
+
+TEST_F(GrpcTransportTest, PeerRankOutsideTheGroupIsInvalidArgument) {
+  Tensor source = Pattern(DType::kFloat32, {4, 8});
+  const absl::Status status = vision_transport_->Send(1, Tag(1), source.view())->Wait(kLong);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("peer rank 1 outside [0, 1)"));
+}
+
+TEST_F(GrpcTransportTest, WaitGivesUpAfterItsTimeoutAndCancelsTheSend) {
+  Tensor source = Pattern(DType::kFloat32, {4, 8});
+  std::unique_ptr<SendHandle> send = vision_transport_->Send(0, Tag(1), source.view());  // never expected
+  const absl::Status status = send->Wait(50ms);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(status.message(), AllOf(HasSubstr("peer " + llm_.address()), HasSubstr(DescribeTag(Tag(1))),
+                                      HasSubstr("not acknowledged within 50 ms")));
+  EXPECT_EQ(send->Wait(kLong), status);  // the outcome, again
+}
+
+class GrpcTransportShortTimeoutTest : public GrpcTransportTest {
+ protected:
+  GrpcTransportShortTimeoutTest() : GrpcTransportTest(GrpcTransportOptions{.timeout = 200ms}) {}
+};
+
+TEST_F(GrpcTransportShortTimeoutTest, SendNeverExpectedIsDeadlineExceeded) {
+  Tensor source = Pattern(DType::kFloat32, {4, 8});
+  const absl::Status status = vision_transport_->Send(0, Tag(1), source.view())->Wait(kLong);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(status.message(), AllOf(HasSubstr("peer " + llm_.address()), HasSubstr(DescribeTag(Tag(1)))));
+}
+
+// A port bound to a socket that does not listen: connecting to it is refused.
+class UnusedPort {
+ public:
+  UnusedPort() : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length), 0);
+    port_ = ntohs(address.sin_port);
+  }
+  ~UnusedPort() { close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_;
+  int port_ = 0;
+};
+
+TEST(GrpcTransport, SendToAnAddressWhereNothingListensFailsWithinTheTimeout) {
+  UnusedPort unused;
+  const std::string address = "127.0.0.1:" + std::to_string(unused.port());
+  std::unique_ptr<Transport> transport =
+      CreateGrpcTransport(std::make_shared<Inbox>(), {address}, GrpcTransportOptions{.timeout = 10s});
+  Tensor source = Pattern(DType::kFloat32, {4, 8});
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Status status = transport->Send(0, Tag(1), source.view())->Wait(kLong);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(status.message(), AllOf(HasSubstr("peer " + address), HasSubstr(DescribeTag(Tag(1))),
+                                      HasSubstr("is it running and reachable?")));
+}
+
+}  // namespace
+}  // namespace tandem::transport

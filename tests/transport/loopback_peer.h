@@ -1,0 +1,51 @@
+// One actor's receiving side on 127.0.0.1 for the gRPC transport tests: an Inbox with a job, served by
+// a PeerService on a port the OS picked.
+#pragma once
+
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "rpc/channel.h"
+#include "transport/inbox.h"
+#include "transport/peer_service.h"
+
+namespace tandem::transport::testing {
+
+class LoopbackPeer {
+ public:
+  explicit LoopbackPeer(PeerServiceOptions options = {})
+      : inbox_(std::make_shared<Inbox>()), service_(inbox_, options) {
+    inbox_->SetJob("job-1");
+    grpc::ServerBuilder builder;
+    rpc::ConfigureServer(builder);
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    EXPECT_NE(server_, nullptr);
+    EXPECT_NE(port, 0);
+    address_ = "127.0.0.1:" + std::to_string(port);
+  }
+
+  ~LoopbackPeer() {
+    inbox_->ClearJob();  // streams waiting for an expectation return at once
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  }
+
+  const std::shared_ptr<Inbox>& inbox() const { return inbox_; }
+  const std::string& address() const { return address_; }
+
+ private:
+  std::shared_ptr<Inbox> inbox_;
+  PeerService service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+}  // namespace tandem::transport::testing

@@ -1,0 +1,48 @@
+#include "trainer/step_common.h"
+
+#include <torch/torch.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::trainer {
+
+absl::StatusOr<engine::Config> GroupEngineConfig(const std::string& engine_json, std::string_view prefix,
+                                                 const jobspec::ScheduleConfig& schedule, int world) {
+  nlohmann::json json = nlohmann::json::parse(engine_json, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat(std::string(prefix), ": not valid JSON"));
+  }
+  ASSIGN_OR_RETURN(engine::Config config, engine::ParseConfigJson(json, prefix));
+  const int64_t micro = schedule.global_batch / schedule.micro_batches;
+  config.train_batch_size = schedule.global_batch;
+  config.train_micro_batch_size_per_gpu = std::max<int64_t>(1, micro / world);
+  config.gradient_accumulation_steps = schedule.micro_batches;
+  config.gradient_accumulation_steps_given = true;
+  config.gradient_reduction = engine::GradientReduction::kSum;
+  if (!config.seed) config.seed = schedule.seed;
+  return config;
+}
+
+uint64_t VisionModelSeed(uint64_t job_seed) { return job_seed; }
+uint64_t LlmModelSeed(uint64_t job_seed) { return job_seed ^ 0x9E3779B97F4A7C15ull; }
+
+at::ScalarType EmbeddingScalarType(const engine::Config& vision_config) {
+  const engine::DType dtype =
+      vision_config.autocast_enabled ? vision_config.autocast_dtype : vision_config.param_dtype();
+  return dtype == engine::DType::kBFloat16 ? at::kBFloat16 : at::kFloat;
+}
+
+MicroBatch ToTensors(data::Batch& batch) {
+  MicroBatch mb;
+  const int64_t s = batch.image_size;
+  if (!batch.images.empty()) {
+    mb.images = torch::from_blob(batch.images.data(), {batch.size, 3, s, s}, at::kFloat).clone();
+  }
+  mb.tokens = torch::from_blob(batch.tokens.data(), {batch.size, batch.text_len}, at::kLong).clone();
+  for (int64_t length : batch.text_lengths) mb.targets += TargetsOf(length);  // every token after <bos>
+  return mb;
+}
+
+}  // namespace tandem::trainer

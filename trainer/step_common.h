@@ -1,0 +1,45 @@
+// What the colocated trainer and the actors share, so both run exactly the step of DESIGN §2 and a
+// disaggregated run reproduces the colocated losses: each group's engine config, model seeds, the
+// batch-to-tensor conversion and the dtype embeddings cross in. LibTorch header (torch code only).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "data/batch.h"
+#include "engine/config.h"
+#include "jobspec/job_config.h"
+
+namespace tandem::trainer {
+
+// The group's engine config with the schedule's batch arithmetic filled in (the job-spec parser has
+// already rejected contradictions) and sum reduction: the trainer normalises the loss over the global
+// batch itself. `world` is the group's size. Errors name `prefix` ("vision.engine.").
+absl::StatusOr<engine::Config> GroupEngineConfig(const std::string& engine_json, std::string_view prefix,
+                                                 const jobspec::ScheduleConfig& schedule, int world);
+
+// torch::manual_seed values before building each model: every process that builds a group's model
+// (the colocated trainer, each rank of the group) starts from the same initial weights.
+uint64_t VisionModelSeed(uint64_t job_seed);
+uint64_t LlmModelSeed(uint64_t job_seed);
+
+// The dtype of the vision group's output embeddings under its engine config: the autocast dtype when
+// autocast is on, else the parameter dtype. The LLM ranks preallocate what they receive in it.
+at::ScalarType EmbeddingScalarType(const engine::Config& vision_config);
+
+// A micro-batch (or a rank's slice of one) as tensors.
+struct MicroBatch {
+  at::Tensor images;    // [b, 3, H, W] float; undefined for a text-only batch
+  at::Tensor tokens;    // [b, T] int64
+  int64_t targets = 0;  // non-pad next-token targets
+};
+MicroBatch ToTensors(data::Batch& batch);
+
+// Next-token targets of a caption of `text_length` tokens (with <bos> and <eos>).
+inline int64_t TargetsOf(int64_t text_length) { return text_length - 1; }
+
+}  // namespace tandem::trainer

@@ -1,0 +1,34 @@
+// The Transport over gRPC: receives through an Inbox (served by PeerService on the actor's server)
+// and sends each tensor as one tandem.v1.Peer.SendTensor client stream to the peer's address.
+//
+// Sends run on a thread each; one channel per peer, created with the transport and shared by its
+// sends. Thread-safe. gRPC-free header: the actor's torch code may include it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/inbox.h"
+#include "transport/transport.h"
+
+namespace tandem::transport {
+
+struct GrpcTransportOptions {
+  // Bytes per TensorChunk message (DESIGN §5: about 1 MiB). REQUIRES: > 0. Default: 1 MiB.
+  size_t chunk_bytes = size_t{1} << 20;
+  // Deadline of each send, from Send to the receiver's acknowledgement of the last byte; it includes
+  // the time the receiver takes to expect the transfer. Default: 5 minutes.
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+};
+
+// Expect, Await and Reset go to `inbox` (which the caller also serves with a PeerService); Send(r, ...)
+// streams to `peer_addresses[r]` (HOST:PORT). A send's errors name the peer's address and the tag:
+// the receiver's code (tandem.v1.Peer), UNAVAILABLE when nothing answers, DeadlineExceeded after
+// `options.timeout`; InvalidArgument for a rank outside `peer_addresses`.
+std::unique_ptr<Transport> CreateGrpcTransport(std::shared_ptr<Inbox> inbox, std::vector<std::string> peer_addresses,
+                                               GrpcTransportOptions options = {});
+
+}  // namespace tandem::transport

@@ -1,0 +1,54 @@
+#include "transport/peer_service.h"
+
+#include <algorithm>
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "rpc/status.h"
+#include "transport/wire.h"
+
+namespace tandem::transport {
+
+PeerService::PeerService(std::shared_ptr<Inbox> inbox, PeerServiceOptions options)
+    : inbox_(std::move(inbox)), options_(options) {}
+
+grpc::Status PeerService::SendTensor(grpc::ServerContext* context, grpc::ServerReader<tandem::v1::TensorChunk>* reader,
+                                     tandem::v1::TransferAck* ack) {
+  absl::StatusOr<int64_t> received;
+  try {
+    received = Receive(*context, *reader);
+  } catch (const std::exception& e) {
+    received = absl::InternalError(absl::StrCat("receiving a tensor from ", context->peer(), ": ", e.what()));
+  }
+  if (!received.ok()) return rpc::ToGrpc(received.status());
+  ack->set_received_bytes(*received);
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<int64_t> PeerService::Receive(grpc::ServerContext& context,
+                                             grpc::ServerReader<tandem::v1::TensorChunk>& reader) {
+  tandem::v1::TensorChunk chunk;
+  if (!reader.Read(&chunk)) return absl::InvalidArgumentError("the stream ended before its first chunk");
+  TransferHeader header;
+  ASSIGN_OR_RETURN(header.tag, FromProto(chunk.tag()));
+  ASSIGN_OR_RETURN(header.dtype, FromProto(chunk.dtype()));
+  header.shape.assign(chunk.shape().begin(), chunk.shape().end());
+  header.total_bytes = chunk.total_bytes();
+
+  // Wait for the actor to expect the transfer no longer than the sender waits for the answer.
+  const auto caller_left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      context.deadline() - std::chrono::system_clock::now());
+  const auto wait = std::clamp(caller_left, std::chrono::milliseconds(0), options_.expect_timeout);
+  ASSIGN_OR_RETURN(Inbox::Delivery delivery, inbox_->Begin(header, wait));
+
+  RETURN_IF_ERROR(delivery.Write(header.tag, chunk.offset(), chunk.data()));
+  while (reader.Read(&chunk)) {
+    ASSIGN_OR_RETURN(TransferTag tag, FromProto(chunk.tag()));
+    RETURN_IF_ERROR(delivery.Write(tag, chunk.offset(), chunk.data()));
+  }
+  return delivery.Finish();
+}
+
+}  // namespace tandem::transport
