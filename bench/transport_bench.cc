@@ -36,6 +36,7 @@ struct BenchOptions {
   std::vector<int64_t> sizes_mib = {1, 16, 64};
   int repeats = 5;
   int64_t chunk_kib = 1024;
+  bool grpc_defaults = false;  // serve without ConfigurePeerServer
 };
 
 // Transfer n (1-based) of the run: every size gets one warm-up and `repeats` timed sends, in order.
@@ -88,11 +89,7 @@ int Receive(const BenchOptions& options, int port_pipe) {
   PeerService service(inbox);
   grpc::ServerBuilder builder;
   rpc::ConfigureServer(builder);
-  if (getenv("XMAX")) builder.AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, atoi(getenv("XMAX")));
-  if (getenv("XMIN")) builder.AddChannelArgument(GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, atoi(getenv("XMIN")));
-  if (getenv("XRC")) builder.AddChannelArgument(GRPC_ARG_TCP_READ_CHUNK_SIZE, atoi(getenv("XRC")));
-  if (getenv("XLA")) builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, atoi(getenv("XLA")));
-  if (getenv("XBDP")) builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, atoi(getenv("XBDP")));
+  if (!options.grpc_defaults) ConfigurePeerServer(builder);
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
@@ -153,8 +150,9 @@ int Send(const BenchOptions& options, int port) {
                            << 20;
   std::vector<std::byte> source = Pattern(max_bytes);
 
-  std::printf("transport: %d timed sends per size after one warm-up, %lld KiB chunks, median\n\n", options.repeats,
-              static_cast<long long>(options.chunk_kib));
+  std::printf("transport: %d timed sends per size after one warm-up, %lld KiB chunks, %s, median\n\n",
+              options.repeats, static_cast<long long>(options.chunk_kib),
+              options.grpc_defaults ? "gRPC's default server settings" : "ConfigurePeerServer");
   std::printf("| size | transport GB/s | memcpy GB/s | transport / memcpy |\n");
   std::printf("| --- | --- | --- | --- |\n");
   std::vector<double> seconds;
@@ -190,6 +188,8 @@ int main(int argc, char** argv) {
   app.add_option("--sizes-mib", options.sizes_mib, "tensor sizes in MiB")->check(CLI::PositiveNumber);
   app.add_option("--repeats", options.repeats, "timed sends per size")->check(CLI::PositiveNumber);
   app.add_option("--chunk-kib", options.chunk_kib, "bytes per TensorChunk, in KiB")->check(CLI::PositiveNumber);
+  app.add_flag("--grpc-defaults", options.grpc_defaults,
+               "serve with gRPC's default HTTP/2 settings instead of ConfigurePeerServer's");
   CLI11_PARSE(app, argc, argv);
 
   int fds[2];

@@ -51,4 +51,6 @@ absl::StatusOr<int64_t> PeerService::Receive(grpc::ServerContext& context,
   return delivery.Finish();
 }
 
+void ConfigurePeerServer(grpc::ServerBuilder& builder) { builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0); }
+
 }  // namespace tandem::transport

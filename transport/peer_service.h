@@ -6,6 +6,7 @@
 // Thread-safe: gRPC runs any number of streams at once. The inbox must outlive the server.
 #pragma once
 
+#include <grpcpp/server_builder.h>
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/sync_stream.h>
 
@@ -36,5 +37,10 @@ class PeerService final : public tandem::v1::Peer::Service {
   std::shared_ptr<Inbox> inbox_;
   PeerServiceOptions options_;
 };
+
+// HTTP/2 settings for the server that hosts a PeerService; call before BuildAndStart. Turns gRPC's
+// bandwidth-delay-product probing off: with it, the receive window is sized from ping round trips, and
+// on a busy host a multi-MiB transfer stalls for milliseconds at a time (bench/README.md, Transport).
+void ConfigurePeerServer(grpc::ServerBuilder& builder);
 
 }  // namespace tandem::transport

@@ -53,6 +53,16 @@ class InboxTest : public ::testing::Test {
   // Expects `tag` into the zeroed float32 [2, 3] destination_.
   void ExpectFloats(const TransferTag& tag) { ASSERT_TRUE(inbox_.Expect(tag, destination_.view()).ok()); }
 
+  // Expects Tag(1) and starts a stream for it that delivers its first `bytes` bytes.
+  absl::StatusOr<Inbox::Delivery> StartStream(size_t bytes) {
+    if (absl::Status status = inbox_.Expect(Tag(1), destination_.view()); !status.ok()) return status;
+    absl::StatusOr<Inbox::Delivery> delivery = inbox_.Begin(HeaderOf(Tag(1), source_), 0ms);
+    if (delivery.ok() && bytes > 0) {
+      if (absl::Status status = delivery->Write(Tag(1), 0, source_.span(0, bytes)); !status.ok()) return status;
+    }
+    return delivery;
+  }
+
   // A correct stream completes the expectation `tag` and lands byte-exact.
   void ExpectCorrectStreamDelivers(const TransferTag& tag) {
     ASSERT_TRUE(Deliver(inbox_, tag, source_).ok());
@@ -181,9 +191,8 @@ TEST_F(InboxTest, TransferReceivedCompletelyIsAlreadyExists) {
 }
 
 TEST_F(InboxTest, TransferBeingReceivedByAnotherStreamIsAlreadyExists) {
-  ExpectFloats(Tag(1));
-  absl::StatusOr<Inbox::Delivery> first = inbox_.Begin(HeaderOf(Tag(1), source_), 0ms);
-  ASSERT_TRUE(first.ok());
+  absl::StatusOr<Inbox::Delivery> first = StartStream(0);
+  ASSERT_TRUE(first.ok()) << first.status();
   const absl::Status status = Deliver(inbox_, Tag(1), source_);
   EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(status.message(), HasSubstr("another stream"));
@@ -209,12 +218,10 @@ TEST_F(InboxTest, HeaderUnlikeTheDestinationIsInvalidArgument) {
 }
 
 TEST_F(InboxTest, ChunkOfAnotherTagInTheStreamIsInvalidArgument) {
-  ExpectFloats(Tag(1));
   TransferTag other = Tag(1);
   other.sample_begin = 1;
-  absl::StatusOr<Inbox::Delivery> delivery = inbox_.Begin(HeaderOf(Tag(1), source_), 0ms);
-  ASSERT_TRUE(delivery.ok());
-  ASSERT_TRUE(delivery->Write(Tag(1), 0, source_.span(0, 8)).ok());
+  absl::StatusOr<Inbox::Delivery> delivery = StartStream(8);
+  ASSERT_TRUE(delivery.ok()) << delivery.status();
   const absl::Status status = delivery->Write(other, 8, source_.span(8, 8));
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("samples [1, 2) from rank 0 in the stream of "));
@@ -223,10 +230,8 @@ TEST_F(InboxTest, ChunkOfAnotherTagInTheStreamIsInvalidArgument) {
 }
 
 TEST_F(InboxTest, ChunkAtAnotherOffsetIsInvalidArgument) {
-  ExpectFloats(Tag(1));
-  absl::StatusOr<Inbox::Delivery> delivery = inbox_.Begin(HeaderOf(Tag(1), source_), 0ms);
-  ASSERT_TRUE(delivery.ok());
-  ASSERT_TRUE(delivery->Write(Tag(1), 0, source_.span(0, 8)).ok());
+  absl::StatusOr<Inbox::Delivery> delivery = StartStream(8);
+  ASSERT_TRUE(delivery.ok()) << delivery.status();
   const absl::Status status = delivery->Write(Tag(1), 12, source_.span(12, 8));
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("chunk at offset 12, but 8 bytes were received so far"));
@@ -234,10 +239,9 @@ TEST_F(InboxTest, ChunkAtAnotherOffsetIsInvalidArgument) {
 }
 
 TEST_F(InboxTest, BytesPastTheEndAreInvalidArgument) {
-  ExpectFloats(Tag(1));
   const std::string too_long(28, 'x');
-  absl::StatusOr<Inbox::Delivery> delivery = inbox_.Begin(HeaderOf(Tag(1), source_), 0ms);
-  ASSERT_TRUE(delivery.ok());
+  absl::StatusOr<Inbox::Delivery> delivery = StartStream(0);
+  ASSERT_TRUE(delivery.ok()) << delivery.status();
   const absl::Status status = delivery->Write(Tag(1), 0, too_long);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("chunk of 28 bytes at offset 0 runs past the end (24 bytes)"));
@@ -245,10 +249,8 @@ TEST_F(InboxTest, BytesPastTheEndAreInvalidArgument) {
 }
 
 TEST_F(InboxTest, StreamEndingEarlyIsInvalidArgument) {
-  ExpectFloats(Tag(1));
-  absl::StatusOr<Inbox::Delivery> delivery = inbox_.Begin(HeaderOf(Tag(1), source_), 0ms);
-  ASSERT_TRUE(delivery.ok());
-  ASSERT_TRUE(delivery->Write(Tag(1), 0, source_.span(0, 16)).ok());
+  absl::StatusOr<Inbox::Delivery> delivery = StartStream(16);
+  ASSERT_TRUE(delivery.ok()) << delivery.status();
   const absl::Status status = delivery->Finish().status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("the stream ended after 16 of 24 bytes"));
@@ -256,20 +258,16 @@ TEST_F(InboxTest, StreamEndingEarlyIsInvalidArgument) {
 }
 
 TEST_F(InboxTest, DroppedDeliveryLeavesTheTransferPending) {
-  ExpectFloats(Tag(1));
   {
-    absl::StatusOr<Inbox::Delivery> delivery = inbox_.Begin(HeaderOf(Tag(1), source_), 0ms);
-    ASSERT_TRUE(delivery.ok());
-    ASSERT_TRUE(delivery->Write(Tag(1), 0, source_.span(0, 8)).ok());
+    absl::StatusOr<Inbox::Delivery> delivery = StartStream(8);
+    ASSERT_TRUE(delivery.ok()) << delivery.status();
   }
   ExpectCorrectStreamDelivers(Tag(1));
 }
 
 TEST_F(InboxTest, AwaitTimeoutNamesTheTagAndTheBytesThatArrived) {
-  ExpectFloats(Tag(1));
-  absl::StatusOr<Inbox::Delivery> delivery = inbox_.Begin(HeaderOf(Tag(1), source_), 0ms);
-  ASSERT_TRUE(delivery.ok());
-  ASSERT_TRUE(delivery->Write(Tag(1), 0, source_.span(0, 8)).ok());
+  absl::StatusOr<Inbox::Delivery> delivery = StartStream(8);
+  ASSERT_TRUE(delivery.ok()) << delivery.status();
   const absl::Status status = inbox_.Await(Tag(1), 10ms);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(status.message(), AllOf(HasSubstr(DescribeTag(Tag(1))), HasSubstr("8 of 24 bytes arrived"),
@@ -312,15 +310,13 @@ TEST_F(InboxTest, ResetCancelsAWaitingAwaitAndKeepsTheJob) {
 }
 
 TEST_F(InboxTest, StreamInProgressIsToldWhenItsExpectationIsWithdrawn) {
-  ExpectFloats(Tag(1));
-  absl::StatusOr<Inbox::Delivery> delivery = inbox_.Begin(HeaderOf(Tag(1), source_), 0ms);
-  ASSERT_TRUE(delivery.ok());
+  absl::StatusOr<Inbox::Delivery> delivery = StartStream(0);
+  ASSERT_TRUE(delivery.ok()) << delivery.status();
   inbox_.Reset();
   EXPECT_EQ(delivery->Write(Tag(1), 0, source_.span(0, 8)).code(), absl::StatusCode::kCancelled);
 
-  ExpectFloats(Tag(1));
-  delivery = inbox_.Begin(HeaderOf(Tag(1), source_), 0ms);
-  ASSERT_TRUE(delivery.ok());
+  delivery = StartStream(8);
+  ASSERT_TRUE(delivery.ok()) << delivery.status();
   inbox_.ClearJob();
   const absl::Status status = delivery->Finish().status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
