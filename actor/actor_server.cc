@@ -136,6 +136,7 @@ int RunActor(const ActorOptions& options) {
 
   grpc::ServerBuilder builder;
   rpc::ConfigureServer(builder);
+  transport::ConfigurePeerServer(builder);
   int port = 0;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&actor_service);

@@ -1,9 +1,12 @@
 // Transport bandwidth on loopback: a sender process streams float32 tensors of several sizes to a
-// receiver process over the gRPC transport (transport/grpc_transport.h), each send timed from Send to
-// the receiver's acknowledgement of its last byte, against memcpy of the same bytes in the same run.
+// receiver process over the gRPC transport (transport/grpc_transport.h), each send timed from Send
+// to the receiver's acknowledgement of its last byte, against memcpy of the same bytes in the same
+// run.
 //
 // The receiver is a forked child, forked before anything touches gRPC; it serves a PeerService on a
-// port the OS picks and writes the port into a pipe. Prints one table.
+// port the OS picks and writes the port into a pipe. Prints one table per malloc mode: glibc's
+// defaults, then TuneMallocForLargeBuffers as the actor processes run it, each in a fresh process
+// pair.
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
@@ -21,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "common/malloc_tuning.h"
 #include "rpc/channel.h"
 #include "transport/grpc_transport.h"
 #include "transport/inbox.h"
@@ -76,13 +80,16 @@ std::vector<std::byte> Pattern(size_t bytes) {
 }
 
 // The child: receives the plan's transfers into two alternating buffers, expecting the next before
-// awaiting the current, and checks the last transfer of each size byte for byte. Returns the exit code.
+// awaiting the current, and checks the last transfer of each size byte for byte. Returns the exit
+// code.
 int Receive(const BenchOptions& options, int port_pipe) {
   const std::vector<Transfer> plan = Plan(options);
-  const size_t max_bytes = static_cast<size_t>(*std::max_element(options.sizes_mib.begin(), options.sizes_mib.end()))
-                           << 20;
+  const size_t max_bytes =
+      static_cast<size_t>(*std::max_element(options.sizes_mib.begin(), options.sizes_mib.end()))
+      << 20;
   const std::vector<std::byte> expected = Pattern(max_bytes);
-  std::vector<std::byte> buffers[2] = {std::vector<std::byte>(max_bytes), std::vector<std::byte>(max_bytes)};
+  std::vector<std::byte> buffers[2] = {std::vector<std::byte>(max_bytes),
+                                       std::vector<std::byte>(max_bytes)};
 
   auto inbox = std::make_shared<Inbox>();
   inbox->SetJob("bench");
@@ -105,8 +112,10 @@ int Receive(const BenchOptions& options, int port_pipe) {
     }
     if (n == 0 && write(port_pipe, &port, sizeof(port)) != sizeof(port)) return 1;
     status = inbox->Await(plan[n].tag, kTimeout);
-    if (status.ok() && plan[n].last_of_size && std::memcmp(buffers[n % 2].data(), expected.data(), plan[n].bytes)) {
-      std::fprintf(stderr, "receiver: %s arrived with other bytes\n", DescribeTag(plan[n].tag).c_str());
+    if (status.ok() && plan[n].last_of_size &&
+        std::memcmp(buffers[n % 2].data(), expected.data(), plan[n].bytes)) {
+      std::fprintf(stderr, "receiver: %s arrived with other bytes\n",
+                   DescribeTag(plan[n].tag).c_str());
       code = 1;
     }
   }
@@ -145,21 +154,25 @@ int Send(const BenchOptions& options, int port) {
   GrpcTransportOptions transport_options;
   transport_options.chunk_bytes = static_cast<size_t>(options.chunk_kib) << 10;
   transport_options.timeout = kTimeout;
-  std::unique_ptr<Transport> transport = CreateGrpcTransport(std::make_shared<Inbox>(), {address}, transport_options);
-  const size_t max_bytes = static_cast<size_t>(*std::max_element(options.sizes_mib.begin(), options.sizes_mib.end()))
-                           << 20;
+  std::unique_ptr<Transport> transport =
+      CreateGrpcTransport(std::make_shared<Inbox>(), {address}, transport_options);
+  const size_t max_bytes =
+      static_cast<size_t>(*std::max_element(options.sizes_mib.begin(), options.sizes_mib.end()))
+      << 20;
   std::vector<std::byte> source = Pattern(max_bytes);
 
-  std::printf("transport: %d timed sends per size after one warm-up, %lld KiB chunks, %s, median\n\n",
-              options.repeats, static_cast<long long>(options.chunk_kib),
-              options.grpc_defaults ? "gRPC's default server settings" : "ConfigurePeerServer");
+  std::printf(
+      "transport: %d timed sends per size after one warm-up, %lld KiB chunks, %s, median\n\n",
+      options.repeats, static_cast<long long>(options.chunk_kib),
+      options.grpc_defaults ? "gRPC's default server settings" : "ConfigurePeerServer");
   std::printf("| size | transport GB/s | memcpy GB/s | transport / memcpy |\n");
   std::printf("| --- | --- | --- | --- |\n");
   std::vector<double> seconds;
   for (size_t n = 0; n < plan.size(); ++n) {
     const Transfer& t = plan[n];
     const auto start = Clock::now();
-    const absl::Status status = transport->Send(0, t.tag, Float32View(source, t.bytes))->Wait(kTimeout);
+    const absl::Status status =
+        transport->Send(0, t.tag, Float32View(source, t.bytes))->Wait(kTimeout);
     const double elapsed = Seconds(Clock::now() - start);
     if (!status.ok()) {
       std::fprintf(stderr, "sender: %s\n", std::string(status.message()).c_str());
@@ -182,16 +195,10 @@ int Send(const BenchOptions& options, int port) {
 }  // namespace
 }  // namespace tandem::transport
 
-int main(int argc, char** argv) {
-  tandem::transport::BenchOptions options;
-  CLI::App app{"Transport bandwidth between two processes on loopback, against memcpy"};
-  app.add_option("--sizes-mib", options.sizes_mib, "tensor sizes in MiB")->check(CLI::PositiveNumber);
-  app.add_option("--repeats", options.repeats, "timed sends per size")->check(CLI::PositiveNumber);
-  app.add_option("--chunk-kib", options.chunk_kib, "bytes per TensorChunk, in KiB")->check(CLI::PositiveNumber);
-  app.add_flag("--grpc-defaults", options.grpc_defaults,
-               "serve with gRPC's default HTTP/2 settings instead of ConfigurePeerServer's");
-  CLI11_PARSE(app, argc, argv);
+namespace {
 
+// One measurement: forks the receiver, sends, waits for it. Returns the exit code.
+int RunPair(const tandem::transport::BenchOptions& options) {
   int fds[2];
   if (pipe(fds) != 0) {
     std::perror("pipe");
@@ -217,4 +224,54 @@ int main(int argc, char** argv) {
   waitpid(child, &child_status, 0);
   if (!WIFEXITED(child_status) || WEXITSTATUS(child_status) != 0) code = 1;
   return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tandem::transport::BenchOptions options;
+  std::string malloc_mode = "both";
+  CLI::App app{"Transport bandwidth between two processes on loopback, against memcpy"};
+  app.add_option("--sizes-mib", options.sizes_mib, "tensor sizes in MiB")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--repeats", options.repeats, "timed sends per size")->check(CLI::PositiveNumber);
+  app.add_option("--chunk-kib", options.chunk_kib, "bytes per TensorChunk, in KiB")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--grpc-defaults", options.grpc_defaults,
+               "serve with gRPC's default HTTP/2 settings instead of ConfigurePeerServer's");
+  app.add_option("--malloc", malloc_mode,
+                 "glibc malloc as the actors run it (tuned: common/malloc_tuning.h), as glibc "
+                 "defaults it, or both "
+                 "in turn")
+      ->check(CLI::IsMember({"tuned", "default", "both"}));
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<bool> tuned_modes;
+  if (malloc_mode != "tuned") tuned_modes.push_back(false);
+  if (malloc_mode != "default") tuned_modes.push_back(true);
+  for (bool tuned : tuned_modes) {
+    std::printf("%smalloc: %s\n", tuned == tuned_modes.front() ? "" : "\n",
+                tuned ? "TuneMallocForLargeBuffers (as the actors run)" : "glibc's defaults");
+    std::fflush(stdout);
+    // Each mode in a fresh process pair, so the other mode's heap and mallopt settings play no
+    // part.
+    const pid_t runner = fork();
+    if (runner < 0) {
+      std::perror("fork");
+      return 1;
+    }
+    if (runner == 0) {
+      if (tuned && !tandem::TuneMallocForLargeBuffers()) {
+        std::fprintf(
+            stderr,
+            "malloc tuning did not apply (GLIBC_TUNABLES sets malloc tunables, or not glibc)\n");
+        _exit(1);
+      }
+      _exit(RunPair(options));
+    }
+    int status = 0;
+    waitpid(runner, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 1;
+  }
+  return 0;
 }

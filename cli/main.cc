@@ -8,8 +8,10 @@
 #include "cli/run_command.h"
 #include "cli/service_commands.h"
 #include "common/logging.h"
+#include "common/malloc_tuning.h"
 
 int main(int argc, char** argv) {
+  tandem::TuneMallocForLargeBuffers();
   CLI::App app{"Tandem: multimodal training with the vision encoder and the LLM in separate actor groups, "
                "each on a low-precision ZeRO engine."};
   app.require_subcommand(1);
