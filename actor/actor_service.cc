@@ -1,5 +1,6 @@
 #include "actor/actor_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 #include <vector>
@@ -17,7 +18,8 @@ namespace {
 constexpr char kComponent[] = "actor";
 }  // namespace
 
-ActorService::ActorService(Worker* worker, std::shared_ptr<transport::Inbox> inbox, std::string coordinator)
+ActorService::ActorService(Worker* worker, std::shared_ptr<transport::Inbox> inbox,
+                           std::string coordinator)
     : worker_(worker), inbox_(std::move(inbox)), coordinator_(std::move(coordinator)) {}
 
 std::string ActorService::job_id() const {
@@ -32,9 +34,11 @@ void ActorService::set_job_id(std::string job_id) {
 
 absl::Status ActorService::CheckJob(const std::string& job_id) const {
   const std::string current = this->job_id();
-  if (current.empty()) return absl::FailedPreconditionError(absl::StrCat("actor has no job (asked for ", job_id, ")"));
+  if (current.empty())
+    return absl::FailedPreconditionError(absl::StrCat("actor has no job (asked for ", job_id, ")"));
   if (job_id != current) {
-    return absl::FailedPreconditionError(absl::StrCat("actor runs job ", current, ", not ", job_id));
+    return absl::FailedPreconditionError(
+        absl::StrCat("actor runs job ", current, ", not ", job_id));
   }
   return absl::OkStatus();
 }
@@ -46,7 +50,8 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext*, const v1::AssignJobRe
     return rpc::ToGrpc(absl::FailedPreconditionError(
         absl::StrCat("actor already runs job ", current, "; cannot take ", request->job_id())));
   }
-  absl::StatusOr<jobspec::JobConfig> job = jobspec::ParseJobSpecJson(request->job_json(), request->job_id());
+  absl::StatusOr<jobspec::JobConfig> job =
+      jobspec::ParseJobSpecJson(request->job_json(), request->job_id());
   if (!job.ok()) return rpc::ToGrpc(job.status());
   if (request->role() != v1::ROLE_VISION && request->role() != v1::ROLE_LLM) {
     return rpc::ToGrpc(absl::InvalidArgumentError("assignment has no role"));
@@ -60,28 +65,35 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext*, const v1::AssignJobRe
   assignment.group_size = request->group_size();
   assignment.peer_group_size = request->peers().addresses_size();
   assignment.run_dir = request->run_dir();
-  assignment.timeout = std::chrono::milliseconds(request->timeout_ms() > 0 ? request->timeout_ms() : 300000);
+  assignment.timeout =
+      std::chrono::milliseconds(request->timeout_ms() > 0 ? request->timeout_ms() : 300000);
   assignment.threads = request->threads();
-  if (assignment.rank < 0 || assignment.rank >= assignment.group_size || assignment.peer_group_size < 1) {
-    return rpc::ToGrpc(absl::InvalidArgumentError(absl::StrCat("rank ", assignment.rank, " of ", assignment.group_size,
-                                                               " with ", assignment.peer_group_size, " peers")));
+  if (assignment.rank < 0 || assignment.rank >= assignment.group_size ||
+      assignment.peer_group_size < 1) {
+    return rpc::ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("rank ", assignment.rank, " of ", assignment.group_size, " with ",
+                     assignment.peer_group_size, " peers")));
   }
 
   auto store = std::make_shared<PrefixStore>(rpc::CreateRemoteStore(coordinator_),
                                              request->rendezvous_prefix() + "/");
   transport::GrpcTransportOptions transport_options;
   transport_options.timeout = assignment.timeout;
-  std::vector<std::string> peers(request->peers().addresses().begin(), request->peers().addresses().end());
+  std::vector<std::string> peers(request->peers().addresses().begin(),
+                                 request->peers().addresses().end());
   inbox_->SetJob(assignment.job_id);
   std::shared_ptr<transport::Transport> transport =
       transport::CreateGrpcTransport(inbox_, std::move(peers), transport_options);
-  absl::StatusOr<AssignResult> result = worker_->Assign(assignment, std::move(store), std::move(transport));
+  absl::StatusOr<AssignResult> result =
+      worker_->Assign(assignment, std::move(store), std::move(transport));
   if (!result.ok()) {
     inbox_->ClearJob();
-    TANDEM_LOG(kWarning, kComponent) << assignment.job_id << ": cannot take the job: " << result.status().message();
+    TANDEM_LOG(kWarning, kComponent)
+        << assignment.job_id << ": cannot take the job: " << result.status().message();
     return rpc::ToGrpc(result.status());
   }
   set_job_id(assignment.job_id);
+  step_failed_ = false;
   response->set_parameters(result->parameters);
   response->set_vocab_size(result->vocab_size);
   response->set_train_samples(result->train_samples);
@@ -89,11 +101,31 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext*, const v1::AssignJobRe
   return grpc::Status::OK;
 }
 
-grpc::Status ActorService::RunStep(grpc::ServerContext*, const v1::RunStepRequest* request,
+grpc::Status ActorService::RunStep(grpc::ServerContext* context, const v1::RunStepRequest* request,
                                    v1::RunStepResponse* response) {
-  std::lock_guard<std::mutex> lock(command_mu_);
+  std::unique_lock<std::mutex> lock(command_mu_);
+  // The coordinator sends an actor's next step before the current one returns; it waits here for
+  // its turn, and fails at once when an earlier step failed or the job was released.
+  const int64_t step = request->step();
+  // A call without a deadline has one at the end of time, which the wait cannot represent.
+  const auto deadline =
+      std::min(context->deadline(), std::chrono::system_clock::now() + std::chrono::hours(24));
+  const bool turn = step_finished_.wait_until(lock, deadline, [&] {
+    return job_id() != request->job_id() || step_failed_ || worker_->status().step + 1 >= step;
+  });
   if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
-  absl::StatusOr<StepResult> result = worker_->RunStep(request->step());
+  if (step_failed_) {
+    return rpc::ToGrpc(absl::AbortedError(absl::StrCat(
+        "step ", step, " not run: an earlier step of job ", request->job_id(), " failed")));
+  }
+  if (!turn) {
+    return rpc::ToGrpc(absl::DeadlineExceededError(
+        absl::StrCat("step ", step, " not run: step ", worker_->status().step + 1,
+                     " did not finish before the deadline")));
+  }
+  absl::StatusOr<StepResult> result = worker_->RunStep(step);
+  step_failed_ = !result.ok();
+  step_finished_.notify_all();
   if (!result.ok()) return rpc::ToGrpc(result.status());
   response->set_loss(result->loss);
   response->set_grad_norm(result->grad_norm);
@@ -117,20 +149,23 @@ grpc::Status ActorService::Evaluate(grpc::ServerContext*, const v1::EvaluateRequ
   return grpc::Status::OK;
 }
 
-grpc::Status ActorService::SaveCheckpoint(grpc::ServerContext*, const v1::SaveCheckpointRequest* request,
+grpc::Status ActorService::SaveCheckpoint(grpc::ServerContext*,
+                                          const v1::SaveCheckpointRequest* request,
                                           v1::SaveCheckpointResponse*) {
   std::lock_guard<std::mutex> lock(command_mu_);
   if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
   return rpc::ToGrpc(worker_->SaveCheckpoint(request->step(), request->directory()));
 }
 
-grpc::Status ActorService::Export(grpc::ServerContext*, const v1::ExportRequest* request, v1::ExportResponse*) {
+grpc::Status ActorService::Export(grpc::ServerContext*, const v1::ExportRequest* request,
+                                  v1::ExportResponse*) {
   std::lock_guard<std::mutex> lock(command_mu_);
   if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
   return rpc::ToGrpc(worker_->Export(request->path()));
 }
 
-grpc::Status ActorService::Release(grpc::ServerContext*, const v1::ReleaseRequest* request, v1::ReleaseResponse*) {
+grpc::Status ActorService::Release(grpc::ServerContext*, const v1::ReleaseRequest* request,
+                                   v1::ReleaseResponse*) {
   if (job_id() != request->job_id()) return grpc::Status::OK;  // not ours: nothing to release
   // Cancel the transfers a running command waits for, so it returns before we take the lock.
   inbox_->ClearJob();
@@ -139,6 +174,7 @@ grpc::Status ActorService::Release(grpc::ServerContext*, const v1::ReleaseReques
   worker_->Release();
   TANDEM_LOG(kInfo, kComponent) << request->job_id() << ": released (" << request->reason() << ")";
   set_job_id("");
+  step_finished_.notify_all();  // steps waiting for their turn end now
   return grpc::Status::OK;
 }
 

@@ -1,11 +1,13 @@
 // The gRPC face of an actor: tandem.v1.Actor over a Worker (actor/worker.h). It turns requests into
-// plain values, builds the job's transport and rendezvous store, and serialises commands: the
-// coordinator sends one at a time, and a Release may arrive while a step runs (it cancels the step's
-// transfers first, so the step fails fast instead of waiting out its deadline).
+// plain values, builds the job's transport and rendezvous store, and serialises commands. The
+// coordinator sends an actor's next RunStep while the current one runs; it waits for its turn
+// (steps run in order, and none after one failed). A Release may arrive while a step runs: it
+// cancels the step's transfers first, so the step fails fast instead of waiting out its deadline.
 //
 // Thread-safety: handlers run on gRPC's threads; commands hold one mutex.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -27,7 +29,8 @@ class ActorService final : public v1::Actor::Service {
                        v1::RunStepResponse* response) override;
   grpc::Status Evaluate(grpc::ServerContext* context, const v1::EvaluateRequest* request,
                         v1::EvaluateResponse* response) override;
-  grpc::Status SaveCheckpoint(grpc::ServerContext* context, const v1::SaveCheckpointRequest* request,
+  grpc::Status SaveCheckpoint(grpc::ServerContext* context,
+                              const v1::SaveCheckpointRequest* request,
                               v1::SaveCheckpointResponse* response) override;
   grpc::Status Export(grpc::ServerContext* context, const v1::ExportRequest* request,
                       v1::ExportResponse* response) override;
@@ -44,6 +47,9 @@ class ActorService final : public v1::Actor::Service {
   std::shared_ptr<transport::Inbox> inbox_;
   std::string coordinator_;
   std::mutex command_mu_;  // one command at a time
+  std::condition_variable
+      step_finished_;         // with command_mu_: a step ended, or the job was released
+  bool step_failed_ = false;  // guarded by command_mu_: a step of the current job failed
   mutable std::mutex id_mu_;
   std::string job_id_;  // guarded by id_mu_; changes only under command_mu_
 };

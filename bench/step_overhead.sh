@@ -3,15 +3,19 @@
 # embeddings and gradients over gRPC on loopback) against `tandem run --colocated` (both models in one
 # process), on the same job and thread count, measured in this one command. Prints one table.
 #
-#   bench/step_overhead.sh [JOB.json] [STEPS] [THREADS]    (defaults: examples/shapes_vlm.json, 300, 1)
+#   bench/step_overhead.sh [JOB.json] [STEPS] [THREADS] [ROUNDS]
+#   (defaults: examples/shapes_vlm.json, 300, 1, 3)
 #
-# The step time is the median of metrics.jsonl's per-step wall time over the steps after the first 20
-# (warm-up), so evaluation, checkpoints and process start-up are not counted.
+# The two runs alternate ROUNDS times, so a slow spell of the machine touches both. A run's step times
+# are metrics.jsonl's successive elapsed_s differences after the first 20 steps (warm-up), so
+# evaluation, checkpoints and process start-up are not counted; the table gives the median over all
+# rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 job="${1:-examples/shapes_vlm.json}"
 steps="${2:-300}"
 threads="${3:-1}"
+rounds="${4:-3}"
 tandem="${TANDEM_BINARY:-build/tandem}"
 work="$(mktemp -d /tmp/tandem-step-overhead-XXXXXX)"
 trap 'rm -rf "$work"' EXIT
@@ -22,19 +26,23 @@ sed -E -e 's/"actors": *[0-9]+/"actors": 1/g' -e "s/\"steps\": *[0-9]+/\"steps\"
     "$job" > "$work/job.json"
 cp -r "$(dirname "$job")"/jsonl "$work/" 2>/dev/null || true
 
-median_step_ms() {  # metrics.jsonl -> median of successive elapsed_s differences, in ms, after step 20
+step_ms() {  # metrics.jsonl -> one step time in ms per line, after step 20
   grep -v '"eval"' "$1" | sed -E 's/.*"elapsed_s":([0-9.eE+-]+).*/\1/' |
-    awk 'NR > 1 { d[n++] = ($1 - prev) * 1000 } { prev = $1 }
-         END { m = 0; for (i = 20; i < n; i++) v[m++] = d[i]; asort(v); print v[int(m / 2) + 1] }'
+    awk 'NR > 21 { print ($1 - prev) * 1000 } { prev = $1 }'
 }
+median() { sort -g | awk '{ v[n++] = $1 } END { print v[int(n / 2)] }'; }
 
-"$tandem" --log-level warning run "$work/job.json" --colocated --threads "$threads" --run-dir "$work/colocated" \
-  --output json > /dev/null
-"$tandem" --log-level warning run "$work/job.json" --threads "$threads" --run-dir "$work/service" \
-  --output json > /dev/null
-colocated=$(median_step_ms "$work/colocated/metrics.jsonl")
-service=$(median_step_ms "$work/service/metrics.jsonl")
+for round in $(seq "$rounds"); do
+  "$tandem" --log-level warning run "$work/job.json" --colocated --threads "$threads" \
+    --run-dir "$work/colocated-$round" --output json > /dev/null
+  "$tandem" --log-level warning run "$work/job.json" --threads "$threads" --run-dir "$work/service-$round" \
+    --output json > /dev/null
+  step_ms "$work/colocated-$round/metrics.jsonl" >> "$work/colocated.ms"
+  step_ms "$work/service-$round/metrics.jsonl" >> "$work/service.ms"
+done
+colocated=$(median < "$work/colocated.ms")
+service=$(median < "$work/service.ms")
 printf '| run | median step (ms) | ratio |\n| --- | --- | --- |\n'
 printf '| --colocated | %.2f | 1.00 |\n' "$colocated"
 printf '| tandem run, 1x1 actors | %.2f | %.2f |\n' "$service" "$(awk -v a="$service" -v b="$colocated" 'BEGIN { print a / b }')"
-echo "job $job, $steps steps, $threads thread(s) per process, $(nproc) cores"
+echo "job $job, $steps steps x $rounds rounds, $threads thread(s) per process, $(nproc) cores"

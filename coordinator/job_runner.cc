@@ -2,8 +2,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -26,6 +29,10 @@ constexpr char kComponent[] = "coordinator";
 constexpr std::chrono::milliseconds kMargin{30000};
 using SteadyClock = std::chrono::steady_clock;
 double Seconds(SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); }
+// The first multiple of `every` at or after `step`; no limit when `every` is 0.
+int64_t FirstMultipleFrom(int64_t step, int64_t every) {
+  return every > 0 ? (step + every - 1) / every * every : std::numeric_limits<int64_t>::max();
+}
 double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -37,16 +44,21 @@ struct JobRunner::Member {
   int rank = 0;
   std::unique_ptr<v1::Actor::Stub> stub;
   std::string Name() const {
-    return absl::StrCat(actor.id, " (", role == v1::ROLE_VISION ? "vision" : "llm", " rank ", rank, ", ",
-                        actor.address, ")");
+    return absl::StrCat(actor.id, " (", role == v1::ROLE_VISION ? "vision" : "llm", " rank ", rank,
+                        ", ", actor.address, ")");
   }
 };
 
-JobRunner::JobRunner(JobRecord job, std::vector<ActorEntry> vision, std::vector<ActorEntry> llm, JobStore* store,
-                     JobFeeds* feeds, MemoryStore* rendezvous, Registry* registry, RunnerOptions options,
-                     std::function<void(const std::string&)> done)
-    : job_(std::move(job)), store_(store), feeds_(feeds), rendezvous_(rendezvous), registry_(registry),
-      options_(options), done_(std::move(done)) {
+JobRunner::JobRunner(JobRecord job, std::vector<ActorEntry> vision, std::vector<ActorEntry> llm,
+                     JobStore* store, JobFeeds* feeds, MemoryStore* rendezvous, Registry* registry,
+                     RunnerOptions options, std::function<void(const std::string&)> done)
+    : job_(std::move(job)),
+      store_(store),
+      feeds_(feeds),
+      rendezvous_(rendezvous),
+      registry_(registry),
+      options_(options),
+      done_(std::move(done)) {
   auto add = [&](const std::vector<ActorEntry>& group, v1::Role role) {
     for (size_t r = 0; r < group.size(); ++r) {
       auto m = std::make_unique<Member>();
@@ -107,10 +119,11 @@ void JobRunner::SetState(JobState state, const std::string& message) {
   if (state == JobState::kRunning) job_.started_at = UnixNow();
   if (IsFinal(state)) job_.ended_at = UnixNow();
   if (absl::Status status = store_->UpdateJob(job_); !status.ok()) {
-    TANDEM_LOG(kError, kComponent) << job_.id << ": cannot record state " << JobStateName(state) << ": "
-                                   << status.message();
+    TANDEM_LOG(kError, kComponent)
+        << job_.id << ": cannot record state " << JobStateName(state) << ": " << status.message();
   }
-  Event(message.empty() ? std::string(JobStateName(state)) : absl::StrCat(JobStateName(state), ": ", message));
+  Event(message.empty() ? std::string(JobStateName(state))
+                        : absl::StrCat(JobStateName(state), ": ", message));
 }
 
 void JobRunner::ReleaseAll(const std::string& reason) {
@@ -121,35 +134,127 @@ void JobRunner::ReleaseAll(const std::string& reason) {
       request.set_job_id(job_.id);
       request.set_reason(reason);
       v1::ReleaseResponse response;
-      member->stub->Release(rpc::ContextWithTimeout(std::chrono::seconds(30)).get(), request, &response);
+      member->stub->Release(rpc::ContextWithTimeout(std::chrono::seconds(30)).get(), request,
+                            &response);
     });
   }
   for (auto& t : threads) t.join();
 }
 
-absl::Status JobRunner::ForAll(const char* what, const std::function<absl::Status(size_t, Member&)>& call) {
+namespace {
+
+// The root cause among members' results: a member's own failure rather than a peer's Cancelled or
+// deadline echo of it. Returns the index, or results.size() when all are OK.
+size_t RootCause(const std::vector<absl::Status>& results) {
+  size_t first = results.size();
+  auto echo = [](const absl::Status& s) {
+    return s.code() == absl::StatusCode::kCancelled ||
+           s.code() == absl::StatusCode::kDeadlineExceeded;
+  };
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].ok()) continue;
+    if (first == results.size() || (!echo(results[i]) && echo(results[first]))) first = i;
+  }
+  return first;
+}
+
+}  // namespace
+
+absl::Status JobRunner::ForAll(const char* what,
+                               const std::function<absl::Status(size_t, Member&)>& call) {
   std::vector<absl::Status> results(members_.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < members_.size(); ++i) {
     threads.emplace_back([&, i] { results[i] = call(i, *members_[i]); });
   }
   for (auto& t : threads) t.join();
-  // Report the root cause: a member's own failure rather than a peer's Cancelled/deadline echo of it.
-  const absl::Status* first = nullptr;
-  size_t first_index = 0;
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (results[i].ok()) continue;
-    const bool echo = results[i].code() == absl::StatusCode::kCancelled ||
-                      results[i].code() == absl::StatusCode::kDeadlineExceeded;
-    if (first == nullptr || (!echo && (first->code() == absl::StatusCode::kCancelled ||
-                                       first->code() == absl::StatusCode::kDeadlineExceeded))) {
-      first = &results[i];
-      first_index = i;
+  const size_t first = RootCause(results);
+  if (first == results.size()) return absl::OkStatus();
+  return absl::Status(
+      results[first].code(),
+      absl::StrCat(what, " failed on ", members_[first]->Name(), ": ", results[first].message()));
+}
+
+absl::Status JobRunner::RunSteps(
+    int64_t first, int64_t last,
+    const std::function<absl::Status(int64_t, const StepAnswers&)>& on_step) {
+  const size_t n = members_.size();
+  std::mutex mu;
+  std::condition_variable changed;
+  std::vector<StepAnswers> answers(static_cast<size_t>(last - first + 1), StepAnswers(n));
+  std::vector<size_t> answered(answers.size(), 0);
+  bool stop = false;           // guarded by mu
+  absl::Status first_failure;  // guarded by mu: the first in time; later ones follow from it
+  size_t failed_member = 0;    // guarded by mu
+
+  // Two lanes per member, one for the odd and one for the even steps: each actor always has its
+  // next RunStep waiting (the actor runs them in order), so no step waits for a round trip to here.
+  constexpr int kLanes = 2;
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n; ++i) {
+    for (int lane = 0; lane < kLanes; ++lane) {
+      threads.emplace_back([&, i, lane] {
+        Member& m = *members_[i];
+        for (int64_t step = first + lane; step <= last; step += kLanes) {
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            if (cancelled_) stop = true;
+            if (stop) {
+              changed.notify_all();
+              return;
+            }
+          }
+          v1::RunStepRequest request;
+          request.set_job_id(job_.id);
+          request.set_step(step);
+          v1::RunStepResponse response;
+          absl::Status status = rpc::FromGrpc(
+              m.stub->RunStep(rpc::ContextWithTimeout(options_.command_timeout + kMargin).get(),
+                              request, &response),
+              absl::StrCat("step ", step));
+          std::lock_guard<std::mutex> lock(mu);
+          if (!status.ok()) {
+            if (!stop) first_failure = std::move(status), failed_member = i;
+            stop = true;
+            changed.notify_all();
+            return;
+          }
+          answers[step - first][i] = std::move(response);
+          ++answered[step - first];
+          changed.notify_all();
+        }
+      });
     }
   }
-  if (first == nullptr) return absl::OkStatus();
-  return absl::Status(first->code(), absl::StrCat(what, " failed on ", members_[first_index]->Name(), ": ",
-                                                  first->message()));
+
+  absl::Status status;
+  for (int64_t step = first; step <= last && status.ok(); ++step) {
+    StepAnswers step_answers;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      changed.wait(lock, [&] { return stop || answered[step - first] == n; });
+      if (answered[step - first] < n) break;
+      step_answers = std::move(answers[step - first]);
+    }
+    status = on_step(step, step_answers);
+  }
+  bool failed = false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    failed = stop || !status.ok();
+    stop = true;
+  }
+  // A member may be waiting on transfers from one that failed: releasing the job interrupts it.
+  if (failed) ReleaseAll(status.ok() ? "a step failed" : std::string(status.message()));
+  for (auto& t : threads) t.join();
+  if (!status.ok()) return status;
+  if (cancelled_) return absl::CancelledError("cancelled");
+  if (!first_failure.ok()) {
+    return absl::Status(first_failure.code(),
+                        absl::StrCat("step failed on ", members_[failed_member]->Name(), ": ",
+                                     first_failure.message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status JobRunner::AssignAll(trainer::RunSummary* summary) {
@@ -172,12 +277,14 @@ absl::Status JobRunner::AssignAll(trainer::RunSummary* summary) {
     for (const std::string& a : m.role == v1::ROLE_VISION ? llm_addresses : vision_addresses) {
       request.mutable_peers()->add_addresses(a);
     }
-    request.set_rendezvous_prefix(absl::StrCat(prefix, "/", m.role == v1::ROLE_VISION ? "vision" : "llm"));
+    request.set_rendezvous_prefix(
+        absl::StrCat(prefix, "/", m.role == v1::ROLE_VISION ? "vision" : "llm"));
     request.set_run_dir(job_.run_dir);
     request.set_timeout_ms(options_.command_timeout.count());
     request.set_threads(job_.threads);
     return rpc::FromGrpc(
-        m.stub->AssignJob(rpc::ContextWithTimeout(options_.command_timeout + kMargin).get(), request, &responses[i]),
+        m.stub->AssignJob(rpc::ContextWithTimeout(options_.command_timeout + kMargin).get(),
+                          request, &responses[i]),
         "AssignJob");
   }));
   for (size_t i = 0; i < members_.size(); ++i) {
@@ -196,34 +303,31 @@ absl::Status JobRunner::Execute() {
   const jobspec::ScheduleConfig& schedule = job.schedule;
   std::error_code ec;
   fs::create_directories(fs::path(job_.run_dir) / "checkpoints", ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", job_.run_dir, ": ", ec.message()));
+  if (ec)
+    return absl::UnavailableError(absl::StrCat("cannot create ", job_.run_dir, ": ", ec.message()));
   auto run_path = [&](const std::string& name) { return (fs::path(job_.run_dir) / name).string(); };
   RETURN_IF_ERROR(WriteFileAtomically(run_path("job.json"), job_.spec_json + "\n"));
-  ASSIGN_OR_RETURN(trainer::MetricsLog metrics, trainer::MetricsLog::Open(run_path("metrics.jsonl")));
+  ASSIGN_OR_RETURN(trainer::MetricsLog metrics,
+                   trainer::MetricsLog::Open(run_path("metrics.jsonl")));
 
   const auto start = SteadyClock::now();
   trainer::RunSummary summary;
   RETURN_IF_ERROR(AssignAll(&summary));
-  Event(absl::StrCat("assigned: vision ", job.vision.actors, " x llm ", job.llm.actors, " actors; setup took ",
+  Event(absl::StrCat("assigned: vision ", job.vision.actors, " x llm ", job.llm.actors,
+                     " actors; setup took ",
                      absl::StrFormat("%.1f", Seconds(SteadyClock::now() - start)), "s"));
 
   summary.job_name = job.name;
   summary.run_dir = job_.run_dir;
   const auto train_start = SteadyClock::now();
   double train_seconds = 0;
-  for (int64_t step = job_.step + 1; step <= schedule.steps; ++step) {
-    if (cancelled_) return absl::CancelledError("cancelled");
-    const auto step_start = SteadyClock::now();
-    std::vector<v1::RunStepResponse> responses(members_.size());
-    RETURN_IF_ERROR(ForAll("step", [&](size_t i, Member& m) {
-      v1::RunStepRequest request;
-      request.set_job_id(job_.id);
-      request.set_step(step);
-      return rpc::FromGrpc(
-          m.stub->RunStep(rpc::ContextWithTimeout(options_.command_timeout + kMargin).get(), request, &responses[i]),
-          absl::StrCat("step ", step));
-    }));
-    const double step_seconds = Seconds(SteadyClock::now() - step_start);
+  auto last_answer = SteadyClock::now();  // when the previous step's answers were all in
+  // Steps run in segments that end where the coordinator has work of its own: an evaluation, a
+  // checkpoint, the end. Within a segment no member waits for the coordinator between steps.
+  auto record_step = [&](int64_t step, const StepAnswers& responses) -> absl::Status {
+    const auto now = SteadyClock::now();
+    const double step_seconds = Seconds(now - last_answer);
+    last_answer = now;
     train_seconds += step_seconds;
     trainer::StepRecord record;
     record.step = step;
@@ -241,9 +345,10 @@ absl::Status JobRunner::Execute() {
     record.samples_per_s = schedule.global_batch / std::max(step_seconds, 1e-9);
     record.elapsed_s = Seconds(SteadyClock::now() - train_start);
     if (!std::isfinite(record.loss)) {
-      return absl::InternalError(absl::StrFormat(
-          "loss is %f at step %d: training diverged (lower the learning rate or enable gradient_clipping)",
-          record.loss, step));
+      return absl::InternalError(
+          absl::StrFormat("loss is %f at step %d: training diverged (lower the learning rate or "
+                          "enable gradient_clipping)",
+                          record.loss, step));
     }
     RETURN_IF_ERROR(metrics.Append(record));
     job_.step = step;
@@ -262,7 +367,22 @@ absl::Status JobRunner::Execute() {
     m->set_samples_per_s(record.samples_per_s);
     m->set_elapsed_s(record.elapsed_s);
     feeds_->Publish(job_.id, std::move(update));
+    if (step == schedule.steps || step % 50 == 0) {
+      RETURN_IF_ERROR(
+          WriteFileAtomically(run_path("loss.svg"),
+                              trainer::RenderLossSvg(job.name, metrics.steps(), metrics.evals())));
+    }
+    return absl::OkStatus();
+  };
 
+  for (int64_t done = job_.step; done < schedule.steps;) {
+    if (cancelled_) return absl::CancelledError("cancelled");
+    const int64_t first = done + 1;
+    const int64_t step = std::min({schedule.steps, FirstMultipleFrom(first, schedule.eval_every),
+                                   FirstMultipleFrom(first, schedule.checkpoint_every)});
+    last_answer = SteadyClock::now();  // evaluation and checkpoints are not step time
+    RETURN_IF_ERROR(RunSteps(first, step, record_step));
+    done = step;
     const bool last = step == schedule.steps;
     if ((schedule.eval_every > 0 && step % schedule.eval_every == 0) || last) {
       int64_t samples = 0, exact = 0, tokens = 0, correct = 0;
@@ -273,7 +393,8 @@ absl::Status JobRunner::Execute() {
         request.set_step(step);
         v1::EvaluateResponse response;
         absl::Status status = rpc::FromGrpc(
-            m.stub->Evaluate(rpc::ContextWithTimeout(options_.command_timeout + kMargin).get(), request, &response),
+            m.stub->Evaluate(rpc::ContextWithTimeout(options_.command_timeout + kMargin).get(),
+                             request, &response),
             absl::StrCat("evaluation after step ", step));
         std::lock_guard<std::mutex> lock(mu);
         samples += response.samples();
@@ -294,8 +415,8 @@ absl::Status JobRunner::Execute() {
         e.mutable_eval()->set_caption_exact_match(eval.caption_exact_match);
         e.mutable_eval()->set_token_accuracy(eval.token_accuracy);
         feeds_->Publish(job_.id, std::move(e));
-        Event(absl::StrFormat("step %d: held-out caption exact match %.3f, token accuracy %.3f", step,
-                              eval.caption_exact_match, eval.token_accuracy));
+        Event(absl::StrFormat("step %d: held-out caption exact match %.3f, token accuracy %.3f",
+                              step, eval.caption_exact_match, eval.token_accuracy));
       }
     }
     if ((schedule.checkpoint_every > 0 && step % schedule.checkpoint_every == 0) || last) {
@@ -306,25 +427,24 @@ absl::Status JobRunner::Execute() {
         request.set_step(step);
         request.set_directory(dir);
         v1::SaveCheckpointResponse response;
-        return rpc::FromGrpc(m.stub->SaveCheckpoint(rpc::ContextWithTimeout(options_.command_timeout + kMargin).get(),
-                                                    request, &response),
+        return rpc::FromGrpc(m.stub->SaveCheckpoint(
+                                 rpc::ContextWithTimeout(options_.command_timeout + kMargin).get(),
+                                 request, &response),
                              absl::StrCat("checkpoint of step ", step));
       }));
       summary.last_checkpoint = dir;
       Event(absl::StrCat("checkpoint ", dir));
     }
-    if (last || step % 50 == 0) {
-      RETURN_IF_ERROR(WriteFileAtomically(run_path("loss.svg"),
-                                          trainer::RenderLossSvg(job.name, metrics.steps(), metrics.evals())));
-    }
   }
   RETURN_IF_ERROR(ForAll("export", [&](size_t i, Member& m) {
     v1::ExportRequest request;
     request.set_job_id(job_.id);
-    request.set_path(run_path(m.role == v1::ROLE_VISION ? "vision.safetensors" : "llm.safetensors"));
+    request.set_path(
+        run_path(m.role == v1::ROLE_VISION ? "vision.safetensors" : "llm.safetensors"));
     v1::ExportResponse response;
     return rpc::FromGrpc(
-        m.stub->Export(rpc::ContextWithTimeout(options_.command_timeout + kMargin).get(), request, &response),
+        m.stub->Export(rpc::ContextWithTimeout(options_.command_timeout + kMargin).get(), request,
+                       &response),
         "export");
   }));
   summary.elapsed_s = Seconds(SteadyClock::now() - start);
@@ -351,7 +471,8 @@ void JobRunner::Run() {
     ReleaseAll(reason);
     SetState(JobState::kCancelled, reason);
   } else {
-    const std::string message = lost ? absl::StrCat(reason, "; ", status.message()) : std::string(status.message());
+    const std::string message =
+        lost ? absl::StrCat(reason, "; ", status.message()) : std::string(status.message());
     ReleaseAll("job failed");
     SetState(JobState::kFailed, message);
   }

@@ -1,13 +1,13 @@
-// The step driver of one running job (DESIGN §1, §2): on a thread of its own it assigns the job to its
-// reserved actors, then sends every step, evaluation, checkpoint and the final export to all of them at
-// once and waits for all answers, so the two groups meet only through their own data dependencies
-// inside a step. It writes the run directory (job.json, metrics.jsonl, loss.svg, summary.json; the
-// actors write tokenizer.json, checkpoints and weights into the same directory) and the job's state,
-// events and progress into the job store. It never handles tensor bytes.
+// The step driver of one running job (DESIGN §1, §2): on a thread of its own it assigns the job to
+// its reserved actors, then sends every step, evaluation, checkpoint and the final export to all of
+// them at once and waits for all answers, so the two groups meet only through their own data
+// dependencies inside a step. It writes the run directory (job.json, metrics.jsonl, loss.svg,
+// summary.json; the actors write tokenizer.json, checkpoints and weights into the same directory)
+// and the job's state, events and progress into the job store. It never handles tensor bytes.
 //
-// A failed command (an actor's error, a dead actor, a deadline) fails the job with a message naming the
-// actor, its role and rank; every actor is then released. Cancel() stops the job after the command in
-// flight (Release interrupts a step that waits on transfers).
+// A failed command (an actor's error, a dead actor, a deadline) fails the job with a message naming
+// the actor, its role and rank; every actor is then released. Cancel() stops the job after the
+// command in flight (Release interrupts a step that waits on transfers).
 //
 // Thread-safety: Cancel may be called from any thread; the rest runs on the runner's thread.
 #pragma once
@@ -26,20 +26,25 @@
 #include "coordinator/registry.h"
 #include "trainer/summary.h"
 
+namespace tandem::v1 {
+class RunStepResponse;
+}  // namespace tandem::v1
+
 namespace tandem::coordinator {
 
 struct RunnerOptions {
-  // Deadline of each command beyond its own waits: actors get `command_timeout` for every transfer and
-  // collective, and the coordinator waits that long plus a margin for an answer.
+  // Deadline of each command beyond its own waits: actors get `command_timeout` for every transfer
+  // and collective, and the coordinator waits that long plus a margin for an answer.
   std::chrono::milliseconds command_timeout{300000};
 };
 
 class JobRunner {
  public:
-  // `done` runs on the runner's thread once the job reached a final state and its actors were freed.
-  JobRunner(JobRecord job, std::vector<ActorEntry> vision, std::vector<ActorEntry> llm, JobStore* store,
-            JobFeeds* feeds, MemoryStore* rendezvous, Registry* registry, RunnerOptions options,
-            std::function<void(const std::string& job_id)> done);
+  // `done` runs on the runner's thread once the job reached a final state and its actors were
+  // freed.
+  JobRunner(JobRecord job, std::vector<ActorEntry> vision, std::vector<ActorEntry> llm,
+            JobStore* store, JobFeeds* feeds, MemoryStore* rendezvous, Registry* registry,
+            RunnerOptions options, std::function<void(const std::string& job_id)> done);
   ~JobRunner();  // joins the thread
 
   void Start();
@@ -53,9 +58,18 @@ class JobRunner {
   void Run();
   absl::Status Execute();
   absl::Status AssignAll(trainer::RunSummary* summary);
-  // Sends one command to every member at once (call(i, members_[i])); the root-cause error, naming its
-  // member, is returned.
+  // Sends one command to every member at once (call(i, members_[i])); the root-cause error, naming
+  // its member, is returned.
   absl::Status ForAll(const char* what, const std::function<absl::Status(size_t, Member&)>& call);
+  // Runs steps [first, last]: every member calls its next RunStep as soon as its previous one
+  // returned (the two groups pace each other through their transfers, so no member waits for the
+  // coordinator between steps), and `on_step` gets each step's answers, in step order, once every
+  // member answered it. The first failure stops the others at once (their actors are released) and
+  // is returned as the root cause, naming its member.
+  using StepAnswers = std::vector<v1::RunStepResponse>;
+  absl::Status RunSteps(
+      int64_t first, int64_t last,
+      const std::function<absl::Status(int64_t step, const StepAnswers&)>& on_step);
   void Event(const std::string& text);
   void SetState(JobState state, const std::string& message);
   void ReleaseAll(const std::string& reason);

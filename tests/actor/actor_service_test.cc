@@ -1,0 +1,199 @@
+// Tests for actor/actor_service.cc's ordering of RunStep: the coordinator sends an actor's next
+// step while the current one runs, so a step that arrives early waits for its turn, a step after a
+// failed one is refused with ABORTED, and a Release ends a waiting step. A real gRPC server on
+// 127.0.0.1 serves the service over a scripted Worker.
+#include "actor/actor_service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "proto/tandem/v1/actor.grpc.pb.h"
+#include "rpc/channel.h"
+#include "transport/inbox.h"
+
+namespace tandem::actor {
+namespace {
+
+constexpr char kJob[] = "job-000001";
+constexpr char kSpec[] =
+    R"({"name": "t", "data": {"shapes": {}}, "vision": {"actors": 1}, "llm": {"actors": 1}})";
+
+// Runs steps in order and records them; step `fail_at` fails. A step waits until the test lets it
+// finish (Finish), so a test can hold step 1 while step 2 arrives.
+class ScriptedWorker final : public Worker {
+ public:
+  absl::StatusOr<AssignResult> Assign(const Assignment& assignment, std::shared_ptr<KeyValueStore>,
+                                      std::shared_ptr<transport::Transport>) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = assignment.job_id;
+    step_ = 0;
+    return AssignResult{};
+  }
+  absl::StatusOr<StepResult> RunStep(int64_t step) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    started_.push_back(step);
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return finishable_ >= step; });
+    if (step != step_ + 1)
+      return absl::FailedPreconditionError(absl::StrCat("step ", step, " out of order"));
+    if (step == fail_at_) return absl::InternalError(absl::StrCat("step ", step, " broke"));
+    step_ = step;
+    return StepResult{};
+  }
+  absl::StatusOr<EvalCounts> Evaluate(int64_t) override { return EvalCounts{}; }
+  absl::Status SaveCheckpoint(int64_t, const std::string&) override { return absl::OkStatus(); }
+  absl::Status Export(const std::string&) override { return absl::OkStatus(); }
+  void Release() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_.clear();
+  }
+  WorkerStatus status() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    WorkerStatus s;
+    s.job_id = job_;
+    s.step = step_;
+    return s;
+  }
+
+  void FailAt(int64_t step) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_at_ = step;
+  }
+  // Lets steps up to `step` finish.
+  void Finish(int64_t step) {
+    std::lock_guard<std::mutex> lock(mu_);
+    finishable_ = step;
+    changed_.notify_all();
+  }
+  std::vector<int64_t> started() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return started_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  std::string job_;
+  int64_t step_ = 0;
+  int64_t fail_at_ = -1;
+  int64_t finishable_ = 1 << 30;
+  std::vector<int64_t> started_;
+};
+
+class ActorServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    service_ = std::make_unique<ActorService>(&worker_, std::make_shared<transport::Inbox>(),
+                                              "127.0.0.1:1");
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port, 0);
+    stub_ = v1::Actor::NewStub(rpc::MakeChannel(absl::StrCat("127.0.0.1:", port)));
+    v1::AssignJobRequest request;
+    request.set_job_id(kJob);
+    request.set_job_json(kSpec);
+    request.set_role(v1::ROLE_VISION);
+    request.set_rank(0);
+    request.set_group_size(1);
+    request.mutable_peers()->add_addresses("127.0.0.1:2");
+    v1::AssignJobResponse response;
+    const grpc::Status status = stub_->AssignJob(Context(10000).get(), request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  void TearDown() override { server_->Shutdown(std::chrono::system_clock::now()); }
+
+  static std::unique_ptr<grpc::ClientContext> Context(int ms) {
+    return rpc::ContextWithTimeout(std::chrono::milliseconds(ms));
+  }
+  grpc::Status RunStep(int64_t step, int timeout_ms = 10000) {
+    v1::RunStepRequest request;
+    request.set_job_id(kJob);
+    request.set_step(step);
+    v1::RunStepResponse response;
+    return stub_->RunStep(Context(timeout_ms).get(), request, &response);
+  }
+  grpc::Status Release() {
+    v1::ReleaseRequest request;
+    request.set_job_id(kJob);
+    request.set_reason("test");
+    v1::ReleaseResponse response;
+    return stub_->Release(Context(10000).get(), request, &response);
+  }
+  // Waits until the worker started `count` steps.
+  void AwaitStarted(size_t count) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (worker_.started().size() < count && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    ASSERT_GE(worker_.started().size(), count);
+  }
+
+  ScriptedWorker worker_;
+  std::unique_ptr<ActorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Actor::Stub> stub_;
+};
+
+TEST_F(ActorServiceTest, AStepSentAheadWaitsForItsPredecessor) {
+  worker_.Finish(0);  // hold step 1 once it started
+  auto first = std::async(std::launch::async, [&] { return RunStep(1); });
+  AwaitStarted(1);
+  // Step 3 comes before step 2: both wait while step 1 runs, then run in order.
+  auto third = std::async(std::launch::async, [&] { return RunStep(3); });
+  auto second = std::async(std::launch::async, [&] { return RunStep(2); });
+  worker_.Finish(3);
+  EXPECT_TRUE(first.get().ok());
+  const grpc::Status s2 = second.get(), s3 = third.get();
+  EXPECT_TRUE(s2.ok()) << s2.error_message();
+  EXPECT_TRUE(s3.ok()) << s3.error_message();
+  EXPECT_EQ(worker_.started(), (std::vector<int64_t>{1, 2, 3}));
+}
+
+TEST_F(ActorServiceTest, AStepAfterAFailedOneIsAborted) {
+  worker_.FailAt(1);
+  worker_.Finish(0);
+  auto first = std::async(std::launch::async, [&] { return RunStep(1); });
+  AwaitStarted(1);
+  auto second = std::async(std::launch::async, [&] { return RunStep(2); });
+  worker_.Finish(2);
+  const grpc::Status s1 = first.get(), s2 = second.get();
+  EXPECT_EQ(s1.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_EQ(s1.error_message(), "step 1 broke");
+  EXPECT_EQ(s2.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_EQ(s2.error_message(), "step 2 not run: an earlier step of job job-000001 failed");
+  EXPECT_EQ(worker_.started(), (std::vector<int64_t>{1}));
+}
+
+TEST_F(ActorServiceTest, ReleaseEndsAStepWaitingForItsTurn) {
+  // Step 2 without step 1: it waits until the job is released, then fails naming the job.
+  auto waiting = std::async(std::launch::async, [&] { return RunStep(2, 60000); });
+  ASSERT_EQ(waiting.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  ASSERT_TRUE(Release().ok());
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  const grpc::Status status = waiting.get();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(status.error_message(), "actor has no job (asked for job-000001)");
+  EXPECT_TRUE(worker_.started().empty());
+}
+
+TEST_F(ActorServiceTest, AStepWhosePredecessorNeverComesTimesOut) {
+  const grpc::Status status = RunStep(2, 500);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  EXPECT_TRUE(worker_.started().empty());
+}
+
+}  // namespace
+}  // namespace tandem::actor
