@@ -1,9 +1,10 @@
 // The actor's LibTorch half (worker.h): one rank of a group running DESIGN §2's step.
 //
-// NOTE [Disaggregated step] Every actor of a job draws the same sample order (same sampler, same seed),
-// so each rank knows the whole global batch without being told. Within micro-batch k of b samples, rank
-// r of a group of N owns trainer::OwnedSamples(r, N, b); a vision rank sends each overlap of its block
-// with an LLM rank's block to that rank, and gets the gradient of the same overlap back.
+// NOTE [Disaggregated step] Every actor of a job draws the same sample order (same sampler, same
+// seed), so each rank knows the whole global batch without being told. Within micro-batch k of b
+// samples, rank r of a group of N owns trainer::OwnedSamples(r, N, b); a vision rank sends each
+// overlap of its block with an LLM rank's block to that rank, and gets the gradient of the same
+// overlap back.
 //
 //   vision rank:  forward(k) -> send slices -> ... forward(k + depth - 1) ... -> await grads(k)
 //                 -> embeddings(k).backward(grad) -> engine.Step()
@@ -11,8 +12,8 @@
 //                 -> loss = token-loss sum / target tokens of the global batch -> loss.backward()
 //                 -> send leaf.grad() slices back -> engine.Step()
 //
-// The vision side runs ahead by up to `kPipelineDepth` micro-batches so both groups stay busy. The loss
-// and the engines' sum reduction make the group sums equal the colocated trainer's gradients.
+// The vision side runs ahead by up to `kPipelineDepth` micro-batches so both groups stay busy. The
+// loss and the engines' sum reduction make the group sums equal the colocated trainer's gradients.
 #include "actor/worker.h"
 
 #include <torch/torch.h>
@@ -61,7 +62,16 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 // The bytes of a contiguous CPU tensor, in place.
 TensorBytes BytesOf(const at::Tensor& tensor) {
   TensorBytes bytes;
-  bytes.dtype = tensor.scalar_type() == at::kBFloat16 ? DType::kBFloat16 : DType::kFloat32;
+  switch (tensor.scalar_type()) {
+    case at::kBFloat16:
+      bytes.dtype = DType::kBFloat16;
+      break;
+    case at::kDouble:
+      bytes.dtype = DType::kFloat64;
+      break;
+    default:
+      bytes.dtype = DType::kFloat32;
+  }
   bytes.shape.assign(tensor.sizes().begin(), tensor.sizes().end());
   bytes.data = static_cast<std::byte*>(tensor.data_ptr());
   bytes.size = tensor.numel() * tensor.element_size();
@@ -79,15 +89,16 @@ std::vector<int64_t> Sub(const std::vector<int64_t>& all, SampleRange range) {
 
 absl::Status TorchError(std::string_view what, const std::exception& e) {
   const auto* c10 = dynamic_cast<const c10::Error*>(&e);
-  return absl::InternalError(
-      absl::StrCat(absl::string_view(what.data(), what.size()), ": ", c10 ? c10->what_without_backtrace() : e.what()));
+  return absl::InternalError(absl::StrCat(absl::string_view(what.data(), what.size()), ": ",
+                                          c10 ? c10->what_without_backtrace() : e.what()));
 }
 
 class TorchWorker : public Worker {
  public:
   explicit TorchWorker(WorkerOptions options) : options_(std::move(options)) {}
 
-  absl::StatusOr<AssignResult> Assign(const Assignment& assignment, std::shared_ptr<KeyValueStore> store,
+  absl::StatusOr<AssignResult> Assign(const Assignment& assignment,
+                                      std::shared_ptr<KeyValueStore> store,
                                       std::shared_ptr<transport::Transport> transport) override;
   absl::StatusOr<StepResult> RunStep(int64_t step) override;
   absl::StatusOr<EvalCounts> Evaluate(int64_t step) override;
@@ -99,22 +110,30 @@ class TorchWorker : public Worker {
  private:
   struct VisionInFlight {
     int64_t micro_batch = 0;
-    at::Tensor embeddings;       // keeps its graph until backward
-    at::Tensor sent;             // host copy the sends read from
-    at::Tensor grad;             // host buffer the gradient slices land in
+    at::Tensor embeddings;  // keeps its graph until backward
+    at::Tensor sent;        // host copy the sends read from
+    at::Tensor grad;        // host buffer the gradient slices land in
     std::vector<TransferTag> grad_tags;
     std::vector<std::unique_ptr<transport::SendHandle>> sends;
   };
 
   absl::Status Setup(const Assignment& assignment, std::shared_ptr<KeyValueStore> store);
-  absl::StatusOr<StepResult> VisionStep(int64_t step, const std::vector<std::vector<int64_t>>& batches);
-  absl::StatusOr<StepResult> LlmStep(int64_t step, const std::vector<std::vector<int64_t>>& batches);
+  absl::StatusOr<StepResult> VisionStep(int64_t step,
+                                        const std::vector<std::vector<int64_t>>& batches);
+  absl::StatusOr<StepResult> LlmStep(int64_t step,
+                                     const std::vector<std::vector<int64_t>>& batches);
   absl::Status FinishVisionMicroBatch(VisionInFlight& f, StepResult* result);
-  absl::StatusOr<EvalCounts> EvaluateBatch(int64_t step, int64_t batch_index, const std::vector<int64_t>& indices,
-                                           std::deque<std::pair<at::Tensor, std::vector<std::unique_ptr<transport::SendHandle>>>>* sends);
+  absl::StatusOr<EvalCounts> EvaluateBatch(
+      int64_t step, int64_t batch_index, const std::vector<int64_t>& indices,
+      std::deque<std::pair<at::Tensor, std::vector<std::unique_ptr<transport::SendHandle>>>>*
+          sends);
   absl::Status WaitSends(std::vector<std::unique_ptr<transport::SendHandle>>& sends);
   absl::Status AwaitTransfer(const TransferTag& tag, StepResult* result);
-  TransferTag Tag(TransferKind kind, int64_t step, int64_t micro_batch, SampleRange samples, int source_rank) const;
+  // The engine's GradNormCombiner under schedule.gradient_clipping: exchanges the groups' squared
+  // gradient norms for current_step_ and returns their sum.
+  absl::StatusOr<double> CombineGradSquares(double group_squares);
+  TransferTag Tag(TransferKind kind, int64_t step, int64_t micro_batch, SampleRange samples,
+                  int source_rank) const;
   // The peer group's ranks whose blocks overlap `mine`, with the overlaps.
   std::vector<std::pair<int, SampleRange>> Overlaps(SampleRange mine, int64_t samples) const;
   // Runs on the command thread, which alone replaces communicator_.
@@ -122,7 +141,9 @@ class TorchWorker : public Worker {
     phase_.store(phase);
     if (communicator_) last_collective_.store(communicator_->last_sequence());
   }
-  int64_t MicroBatchSize() const { return job().schedule.global_batch / job().schedule.micro_batches; }
+  int64_t MicroBatchSize() const {
+    return job().schedule.global_batch / job().schedule.micro_batches;
+  }
   const jobspec::JobConfig& job() const { return assignment_->job; }
   bool collective_generation() const {
     return engine_->config().zero.stage == 3 && assignment_->group_size > 1;
@@ -146,11 +167,13 @@ class TorchWorker : public Worker {
   mutable std::mutex status_mu_;
   std::string job_id_;  // guarded by status_mu_ (the rest is the command thread's)
   std::atomic<int64_t> step_{0};
+  int64_t current_step_ = 0;  // the step RunStep is running (command thread only)
   std::atomic<const char*> phase_{"idle"};
   std::atomic<int64_t> last_collective_{0};
 };
 
-absl::StatusOr<AssignResult> TorchWorker::Assign(const Assignment& assignment, std::shared_ptr<KeyValueStore> store,
+absl::StatusOr<AssignResult> TorchWorker::Assign(const Assignment& assignment,
+                                                 std::shared_ptr<KeyValueStore> store,
                                                  std::shared_ptr<transport::Transport> transport) {
   if (assignment_) {
     return absl::FailedPreconditionError(
@@ -191,8 +214,10 @@ absl::Status TorchWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
   if (a.threads > 0) at::set_num_threads(a.threads);
   device_ = at::Device(options_.device);
 
-  ASSIGN_OR_RETURN(datasets_, data::OpenDatasets(job.data, job.vision.model.image_size, job.spec_dir));
-  tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::Build(data::AllTexts(*datasets_.train)));
+  ASSIGN_OR_RETURN(datasets_,
+                   data::OpenDatasets(job.data, job.vision.model.image_size, job.spec_dir));
+  tokenizer_ =
+      std::make_unique<data::Tokenizer>(data::Tokenizer::Build(data::AllTexts(*datasets_.train)));
   sampler_ = std::make_unique<data::Sampler>(datasets_.train->size(), job.schedule.seed);
   patches_ = job.vision.model.num_patches();
   width_ = job.llm.model.hidden;
@@ -213,11 +238,13 @@ absl::Status TorchWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
   }
   const int vision_ranks = a.role == Role::kVision ? a.group_size : a.peer_group_size;
   ASSIGN_OR_RETURN(engine::Config vision_config,
-                   trainer::GroupEngineConfig(job.vision.engine_json, "vision.engine.", job.schedule, vision_ranks));
+                   trainer::GroupEngineConfig(job.vision.engine_json, "vision.engine.",
+                                              job.schedule, vision_ranks));
   embedding_dtype_ = trainer::EmbeddingScalarType(vision_config);
   engine::Config config = vision_config;
   if (a.role == Role::kLlm) {
-    ASSIGN_OR_RETURN(config, trainer::GroupEngineConfig(job.llm.engine_json, "llm.engine.", job.schedule, a.group_size));
+    ASSIGN_OR_RETURN(config, trainer::GroupEngineConfig(job.llm.engine_json, "llm.engine.",
+                                                        job.schedule, a.group_size));
   }
 
   if (a.group_size == 1) {
@@ -228,29 +255,35 @@ absl::Status TorchWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
     nccl.group_name = group;
     nccl.device_index = device_.index();
     nccl.timeout = a.timeout;
-    ASSIGN_OR_RETURN(communicator_, engine::CreateNcclCommunicator(store, a.rank, a.group_size, nccl));
+    ASSIGN_OR_RETURN(communicator_,
+                     engine::CreateNcclCommunicator(store, a.rank, a.group_size, nccl));
 #else
-    return absl::InvalidArgumentError("this actor was built without NCCL; it cannot join a CUDA group");
+    return absl::InvalidArgumentError(
+        "this actor was built without NCCL; it cannot join a CUDA group");
 #endif
   } else {
     engine::GlooOptions gloo;
     gloo.group_name = group;
     gloo.hostname = options_.collective_host;
     gloo.timeout = a.timeout;
-    ASSIGN_OR_RETURN(communicator_, engine::CreateGlooCommunicator(store, a.rank, a.group_size, gloo));
+    ASSIGN_OR_RETURN(communicator_,
+                     engine::CreateGlooCommunicator(store, a.rank, a.group_size, gloo));
   }
   ASSIGN_OR_RETURN(engine_, engine::Engine::Create(model, communicator_, config));
+  if (job.schedule.gradient_clipping > 0) {
+    engine_->SetGradNormCombiner([this](double squares) { return CombineGradSquares(squares); });
+  }
   if (a.role == Role::kLlm && a.rank == 0 && !a.run_dir.empty()) {
     RETURN_IF_ERROR(tokenizer_->Save((fs::path(a.run_dir) / "tokenizer.json").string()));
   }
-  TANDEM_LOG(kInfo, kComponent) << a.job_id << " " << group << " rank " << a.rank << "/" << a.group_size
-                                << ": ready, " << models::CountParameters(*model) << " parameters on "
-                                << device_.str();
+  TANDEM_LOG(kInfo, kComponent) << a.job_id << " " << group << " rank " << a.rank << "/"
+                                << a.group_size << ": ready, " << models::CountParameters(*model)
+                                << " parameters on " << device_.str();
   return absl::OkStatus();
 }
 
-TransferTag TorchWorker::Tag(TransferKind kind, int64_t step, int64_t micro_batch, SampleRange samples,
-                             int source_rank) const {
+TransferTag TorchWorker::Tag(TransferKind kind, int64_t step, int64_t micro_batch,
+                             SampleRange samples, int source_rank) const {
   TransferTag tag;
   tag.job_id = assignment_->job_id;
   tag.kind = kind;
@@ -262,7 +295,8 @@ TransferTag TorchWorker::Tag(TransferKind kind, int64_t step, int64_t micro_batc
   return tag;
 }
 
-std::vector<std::pair<int, SampleRange>> TorchWorker::Overlaps(SampleRange mine, int64_t samples) const {
+std::vector<std::pair<int, SampleRange>> TorchWorker::Overlaps(SampleRange mine,
+                                                               int64_t samples) const {
   std::vector<std::pair<int, SampleRange>> out;
   const int peers = assignment_->peer_group_size;
   for (int peer = 0; peer < peers; ++peer) {
@@ -270,6 +304,29 @@ std::vector<std::pair<int, SampleRange>> TorchWorker::Overlaps(SampleRange mine,
     if (!overlap.empty()) out.emplace_back(peer, overlap);
   }
   return out;
+}
+
+// Rank r sends its group's squares to every peer rank p with p % group_size == r, and receives the
+// peer group's from peer rank r % peer_group_size: every rank of both groups hears from the other
+// group once, and both groups add the same two numbers.
+absl::StatusOr<double> TorchWorker::CombineGradSquares(double group_squares) {
+  const int rank = assignment_->rank, size = assignment_->group_size,
+            peers = assignment_->peer_group_size;
+  const SampleRange whole{0, 1};
+  const at::Tensor mine = at::full({1}, group_squares, at::kDouble);
+  const at::Tensor theirs = at::empty({1}, at::kDouble);
+  const TransferTag incoming =
+      Tag(TransferKind::kGradSquares, current_step_, 0, whole, rank % peers);
+  RETURN_IF_ERROR(transport_->Expect(incoming, BytesOf(theirs)));
+  std::vector<std::unique_ptr<transport::SendHandle>> sends;
+  for (int peer = rank; peer < peers; peer += size) {
+    sends.push_back(transport_->Send(
+        peer, Tag(TransferKind::kGradSquares, current_step_, 0, whole, rank), BytesOf(mine)));
+  }
+  absl::Status status = transport_->Await(incoming, assignment_->timeout);
+  status.Update(WaitSends(sends));
+  RETURN_IF_ERROR(status);
+  return group_squares + theirs.item<double>();
 }
 
 absl::Status TorchWorker::AwaitTransfer(const TransferTag& tag, StepResult* result) {
@@ -293,13 +350,17 @@ absl::StatusOr<StepResult> TorchWorker::RunStep(int64_t step) {
         absl::StrCat("step ", step, " requested, but the actor's next step is ", step_ + 1));
   }
   std::vector<std::vector<int64_t>> batches;
-  for (int64_t k = 0; k < job().schedule.micro_batches; ++k) batches.push_back(sampler_->Next(MicroBatchSize()));
+  for (int64_t k = 0; k < job().schedule.micro_batches; ++k)
+    batches.push_back(sampler_->Next(MicroBatchSize()));
   const int64_t skipped_before = engine_->skipped_steps();
+  current_step_ = step;
   absl::StatusOr<StepResult> result;
   try {
-    result = assignment_->role == Role::kVision ? VisionStep(step, batches) : LlmStep(step, batches);
+    result =
+        assignment_->role == Role::kVision ? VisionStep(step, batches) : LlmStep(step, batches);
   } catch (const std::exception& e) {
-    result = TorchError(absl::StrCat(RoleName(assignment_->role), " rank ", assignment_->rank, " step ", step), e);
+    result = TorchError(
+        absl::StrCat(RoleName(assignment_->role), " rank ", assignment_->rank, " step ", step), e);
   }
   SetPhase("idle");
   if (!result.ok()) {
@@ -313,7 +374,8 @@ absl::StatusOr<StepResult> TorchWorker::RunStep(int64_t step) {
   return result;
 }
 
-absl::StatusOr<StepResult> TorchWorker::VisionStep(int64_t step, const std::vector<std::vector<int64_t>>& batches) {
+absl::StatusOr<StepResult> TorchWorker::VisionStep(
+    int64_t step, const std::vector<std::vector<int64_t>>& batches) {
   StepResult result;
   const auto start = Clock::now();
   const int rank = assignment_->rank;
@@ -321,8 +383,8 @@ absl::StatusOr<StepResult> TorchWorker::VisionStep(int64_t step, const std::vect
   std::deque<VisionInFlight> in_flight;
   for (int64_t k = 0; k < static_cast<int64_t>(batches.size()); ++k) {
     SetPhase("forward");
-    ASSIGN_OR_RETURN(data::Batch batch,
-                     data::MakeBatch(*datasets_.train, Sub(batches[k], mine), *tokenizer_, job().data.max_text_tokens));
+    ASSIGN_OR_RETURN(data::Batch batch, data::MakeBatch(*datasets_.train, Sub(batches[k], mine),
+                                                        *tokenizer_, job().data.max_text_tokens));
     trainer::MicroBatch mb = trainer::ToTensors(batch);
     VisionInFlight f;
     f.micro_batch = k;
@@ -331,7 +393,8 @@ absl::StatusOr<StepResult> TorchWorker::VisionStep(int64_t step, const std::vect
       f.embeddings = vision_->forward(mb.images.to(device_));
     }
     if (f.embeddings.scalar_type() != embedding_dtype_) {
-      return absl::InternalError(absl::StrCat("vision embeddings are ", c10::toString(f.embeddings.scalar_type()),
+      return absl::InternalError(absl::StrCat("vision embeddings are ",
+                                              c10::toString(f.embeddings.scalar_type()),
                                               ", expected ", c10::toString(embedding_dtype_)));
     }
     f.sent = f.embeddings.detach().to(at::kCPU).contiguous();
@@ -341,11 +404,13 @@ absl::StatusOr<StepResult> TorchWorker::VisionStep(int64_t step, const std::vect
       TransferTag grad_tag = Tag(TransferKind::kGradients, step, k, overlap, peer);
       RETURN_IF_ERROR(transport_->Expect(grad_tag, BytesOf(Rows(f.grad, overlap, mine.begin))));
       f.grad_tags.push_back(grad_tag);
-      f.sends.push_back(transport_->Send(peer, Tag(TransferKind::kEmbeddings, step, k, overlap, rank),
+      f.sends.push_back(transport_->Send(peer,
+                                         Tag(TransferKind::kEmbeddings, step, k, overlap, rank),
                                          BytesOf(Rows(f.sent, overlap, mine.begin))));
     }
     in_flight.push_back(std::move(f));
-    while (in_flight.size() >= kPipelineDepth || (k + 1 == static_cast<int64_t>(batches.size()) && !in_flight.empty())) {
+    while (in_flight.size() >= kPipelineDepth ||
+           (k + 1 == static_cast<int64_t>(batches.size()) && !in_flight.empty())) {
       RETURN_IF_ERROR(FinishVisionMicroBatch(in_flight.front(), &result));
       in_flight.pop_front();
     }
@@ -364,7 +429,8 @@ absl::Status TorchWorker::FinishVisionMicroBatch(VisionInFlight& f, StepResult* 
   return engine_->Step();
 }
 
-absl::StatusOr<StepResult> TorchWorker::LlmStep(int64_t step, const std::vector<std::vector<int64_t>>& batches) {
+absl::StatusOr<StepResult> TorchWorker::LlmStep(int64_t step,
+                                                const std::vector<std::vector<int64_t>>& batches) {
   StepResult result;
   const auto start = Clock::now();
   const int rank = assignment_->rank;
@@ -376,14 +442,17 @@ absl::StatusOr<StepResult> TorchWorker::LlmStep(int64_t step, const std::vector<
   std::vector<at::Tensor> leaves;
   std::vector<std::vector<TransferTag>> tags(batches.size());
   for (size_t k = 0; k < batches.size(); ++k) {
-    ASSIGN_OR_RETURN(data::Batch text,
-                     data::MakeTextBatch(*datasets_.train, batches[k], *tokenizer_, job().data.max_text_tokens));
+    ASSIGN_OR_RETURN(
+        data::Batch text,
+        data::MakeTextBatch(*datasets_.train, batches[k], *tokenizer_, job().data.max_text_tokens));
     trainer::MicroBatch mb = trainer::ToTensors(text);
     global_targets += mb.targets;
     tokens.push_back(Rows(mb.tokens, mine, 0).to(device_));
-    leaves.push_back(at::empty({mine.size(), patches_, width_}, at::TensorOptions().dtype(embedding_dtype_)));
+    leaves.push_back(
+        at::empty({mine.size(), patches_, width_}, at::TensorOptions().dtype(embedding_dtype_)));
     for (const auto& [peer, overlap] : Overlaps(mine, b)) {
-      TransferTag tag = Tag(TransferKind::kEmbeddings, step, static_cast<int64_t>(k), overlap, peer);
+      TransferTag tag =
+          Tag(TransferKind::kEmbeddings, step, static_cast<int64_t>(k), overlap, peer);
       RETURN_IF_ERROR(transport_->Expect(tag, BytesOf(Rows(leaves[k], overlap, mine.begin))));
       tags[k].push_back(tag);
     }
@@ -399,7 +468,8 @@ absl::StatusOr<StepResult> TorchWorker::LlmStep(int64_t step, const std::vector<
     {
       auto autocast = engine_->Autocast();
       at::Tensor logits = llm_->forward(leaf, tokens[k]);
-      loss = models::CaptionLoss(logits, tokens[k], data::Tokenizer::kPad).sum / static_cast<double>(global_targets);
+      loss = models::CaptionLoss(logits, tokens[k], data::Tokenizer::kPad).sum /
+             static_cast<double>(global_targets);
     }
     SetPhase("backward");
     loss.backward();
@@ -407,8 +477,9 @@ absl::StatusOr<StepResult> TorchWorker::LlmStep(int64_t step, const std::vector<
     grads.push_back(leaf.grad().to(at::kCPU).contiguous());
     SetPhase("transfer");
     for (const auto& [peer, overlap] : Overlaps(mine, b)) {
-      sends.push_back(transport_->Send(peer, Tag(TransferKind::kGradients, step, static_cast<int64_t>(k), overlap, rank),
-                                       BytesOf(Rows(grads.back(), overlap, mine.begin))));
+      sends.push_back(transport_->Send(
+          peer, Tag(TransferKind::kGradients, step, static_cast<int64_t>(k), overlap, rank),
+          BytesOf(Rows(grads.back(), overlap, mine.begin))));
     }
     SetPhase("optimizer");
     RETURN_IF_ERROR(engine_->Step());
@@ -465,9 +536,11 @@ absl::StatusOr<EvalCounts> TorchWorker::EvaluateBatch(
   const int64_t text_len = job().data.max_text_tokens;
   EvalCounts counts;
   if (assignment_->role == Role::kVision) {
-    at::Tensor images = at::zeros({0, 3, job().vision.model.image_size, job().vision.model.image_size});
+    at::Tensor images =
+        at::zeros({0, 3, job().vision.model.image_size, job().vision.model.image_size});
     if (!mine.empty()) {
-      ASSIGN_OR_RETURN(data::Batch batch, data::MakeBatch(*datasets_.eval, Sub(indices, mine), *tokenizer_, text_len));
+      ASSIGN_OR_RETURN(data::Batch batch,
+                       data::MakeBatch(*datasets_.eval, Sub(indices, mine), *tokenizer_, text_len));
       images = trainer::ToTensors(batch).images;
     }
     if (mine.empty() && !collective_generation()) return counts;
@@ -478,8 +551,9 @@ absl::StatusOr<EvalCounts> TorchWorker::EvaluateBatch(
     }
     std::vector<std::unique_ptr<transport::SendHandle>> handles;
     for (const auto& [peer, overlap] : Overlaps(mine, n)) {
-      handles.push_back(transport_->Send(peer, Tag(TransferKind::kEvalEmbeddings, step, batch_index, overlap, rank),
-                                         BytesOf(Rows(embeddings, overlap, mine.begin))));
+      handles.push_back(transport_->Send(
+          peer, Tag(TransferKind::kEvalEmbeddings, step, batch_index, overlap, rank),
+          BytesOf(Rows(embeddings, overlap, mine.begin))));
     }
     sends->emplace_back(embeddings, std::move(handles));
     while (sends->size() > kPipelineDepth) {
@@ -489,7 +563,8 @@ absl::StatusOr<EvalCounts> TorchWorker::EvaluateBatch(
     return counts;
   }
   if (mine.empty() && !collective_generation()) return counts;
-  at::Tensor prefix = at::empty({mine.size(), patches_, width_}, at::TensorOptions().dtype(embedding_dtype_));
+  at::Tensor prefix =
+      at::empty({mine.size(), patches_, width_}, at::TensorOptions().dtype(embedding_dtype_));
   std::vector<TransferTag> tags;
   for (const auto& [peer, overlap] : Overlaps(mine, n)) {
     tags.push_back(Tag(TransferKind::kEvalEmbeddings, step, batch_index, overlap, peer));
@@ -499,11 +574,13 @@ absl::StatusOr<EvalCounts> TorchWorker::EvaluateBatch(
   std::vector<std::vector<int32_t>> generated;
   {
     auto autocast = engine_->Autocast();
-    generated = models::GenerateGreedy(llm_, prefix.to(device_), data::Tokenizer::kBos, data::Tokenizer::kEos,
-                                       text_len - 1, /*stop_when_done=*/!collective_generation());
+    generated = models::GenerateGreedy(llm_, prefix.to(device_), data::Tokenizer::kBos,
+                                       data::Tokenizer::kEos, text_len - 1,
+                                       /*stop_when_done=*/!collective_generation());
   }
   if (mine.empty()) return counts;
-  ASSIGN_OR_RETURN(data::Batch text, data::MakeTextBatch(*datasets_.eval, Sub(indices, mine), *tokenizer_, text_len));
+  ASSIGN_OR_RETURN(data::Batch text,
+                   data::MakeTextBatch(*datasets_.eval, Sub(indices, mine), *tokenizer_, text_len));
   data::CaptionScore score;
   for (int64_t row = 0; row < mine.size(); ++row) {
     const int64_t length = text.text_lengths[row];
@@ -521,22 +598,26 @@ absl::StatusOr<EvalCounts> TorchWorker::EvaluateBatch(
 absl::Status TorchWorker::SaveCheckpoint(int64_t step, const std::string& directory) {
   if (!assignment_) return absl::FailedPreconditionError("actor has no job");
   if (step != step_) {
-    return absl::FailedPreconditionError(absl::StrCat("checkpoint of step ", step, " requested at step ", step_.load()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint of step ", step, " requested at step ", step_.load()));
   }
   SetPhase("checkpoint");
   const data::Sampler::Position position = sampler_->position();
-  const std::map<std::string, std::string> client_state = {{"step", std::to_string(step)},
-                                                           {"data_epoch", std::to_string(position.epoch)},
-                                                           {"data_offset", std::to_string(position.offset)}};
+  const std::map<std::string, std::string> client_state = {
+      {"step", std::to_string(step)},
+      {"data_epoch", std::to_string(position.epoch)},
+      {"data_offset", std::to_string(position.offset)}};
   std::error_code ec;
   fs::create_directories(directory, ec);
   absl::Status status;
-  if (ec) status = absl::UnavailableError(absl::StrCat("cannot create ", directory, ": ", ec.message()));
+  if (ec)
+    status = absl::UnavailableError(absl::StrCat("cannot create ", directory, ": ", ec.message()));
   if (status.ok() && assignment_->role == Role::kLlm && assignment_->rank == 0) {
     status = tokenizer_->Save((fs::path(directory) / "tokenizer.json").string());
   }
   // Every rank takes part even after a local error, so the group's collectives stay matched.
-  status.Update(engine_->SaveCheckpoint((fs::path(directory) / RoleName(assignment_->role)).string(), client_state));
+  status.Update(engine_->SaveCheckpoint(
+      (fs::path(directory) / RoleName(assignment_->role)).string(), client_state));
   SetPhase("idle");
   return status;
 }

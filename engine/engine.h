@@ -46,6 +46,7 @@
 #include <torch/nn/module.h>
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -91,6 +92,17 @@ class Engine : public BlockHost {
 
   // Call once per micro-batch, after its backward calls.
   absl::Status Step();
+
+  // Clipping by the norm of a larger model than this group's (both groups of a job together): at each
+  // accumulation boundary Step() passes the group's squared gradient norm to `combine`, which returns
+  // the squared norm of the whole model (e.g. this group's plus the other group's, exchanged with it).
+  // Step() clips by that norm against gradient_clipping and skips the update when it is not finite, so
+  // groups that combine the same squares make the same decision. last_grad_norm() stays this group's
+  // norm; last_global_grad_norm() is the combined one. An error from `combine` fails the Step.
+  using GradNormCombiner = std::function<absl::StatusOr<double>(double group_squares)>;
+  void SetGradNormCombiner(GradNormCombiner combine) { combine_norm_ = std::move(combine); }
+  // The group's squared gradient norm now (a collective at ZeRO stages 1-3: every rank calls it).
+  absl::StatusOr<double> GroupGradSquares();
   bool IsGradientAccumulationBoundary() const;
 
   // State.
@@ -98,6 +110,7 @@ class Engine : public BlockHost {
   int64_t micro_steps() const { return micro_steps_; }
   int64_t skipped_steps() const { return skipped_steps_; }
   double last_grad_norm() const { return last_grad_norm_; }
+  double last_global_grad_norm() const { return last_global_grad_norm_; }
   double last_lr() const { return last_lr_; }
   double current_lr() const;  // the learning rate the next update will use
   const Config& config() const { return config_; }
@@ -218,7 +231,9 @@ class Engine : public BlockHost {
   int64_t global_steps_ = 0;
   int64_t skipped_steps_ = 0;
   double last_grad_norm_ = 0.0;
+  double last_global_grad_norm_ = 0.0;
   double last_lr_ = 0.0;
+  GradNormCombiner combine_norm_;
 };
 
 }  // namespace tandem::engine

@@ -1,4 +1,5 @@
-// The optimizer step at the accumulation boundary, and the collective reads built on the same views.
+// The optimizer step at the accumulation boundary, and the collective reads built on the same
+// views.
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -63,28 +64,24 @@ absl::Status Engine::Step() {
   lock.unlock();
 
   try {
-    // Global gradient norm over the group: each rank's domain, summed (stage 0 holds all of it).
-    double squares = 0.0;
-    for (size_t u = 0; u < layout_.units().size(); ++u) {
-      squares += SumOfSquares(UnitDomainGradients(static_cast<int>(u)));
-    }
-    if (config_.zero.stage > 0 && world_size() > 1) {
-      at::Tensor total = at::full({1}, squares, at::TensorOptions().dtype(at::kFloat).device(device_));
-      RETURN_IF_ERROR(Wait(communicator_->AllReduceSum(total)));
-      squares = total.item<double>();
-    }
+    ASSIGN_OR_RETURN(const double squares, GroupGradSquares());
     last_grad_norm_ = std::sqrt(squares);
-    if (!std::isfinite(last_grad_norm_)) {
+    double global_squares = squares;
+    if (combine_norm_) {
+      ASSIGN_OR_RETURN(global_squares, combine_norm_(squares));
+    }
+    last_global_grad_norm_ = std::sqrt(global_squares);
+    if (!std::isfinite(last_global_grad_norm_)) {
       ++skipped_steps_;
       grads_.zero_();
-      TANDEM_LOG(kWarning, kComponent) << "group " << communicator_->group_name() << " rank "
-                                       << rank() << ": step " << global_steps_ + 1
-                                       << " skipped, gradient norm is " << last_grad_norm_;
+      TANDEM_LOG(kWarning, kComponent)
+          << "group " << communicator_->group_name() << " rank " << rank() << ": step "
+          << global_steps_ + 1 << " skipped, gradient norm is " << last_global_grad_norm_;
       return absl::OkStatus();
     }
     double scale = 1.0;
     if (config_.gradient_clipping > 0.0) {
-      scale = std::min(1.0, config_.gradient_clipping / (last_grad_norm_ + 1e-6));
+      scale = std::min(1.0, config_.gradient_clipping / (last_global_grad_norm_ + 1e-6));
     }
     RETURN_IF_ERROR(ApplyUpdate(scale));
     RETURN_IF_ERROR(AllGatherResident());
@@ -94,6 +91,21 @@ absl::Status Engine::Step() {
   }
   ++global_steps_;
   return absl::OkStatus();
+}
+
+absl::StatusOr<double> Engine::GroupGradSquares() {
+  // Each rank's domain, summed over the group (stage 0 holds all of it on every rank).
+  double squares = 0.0;
+  for (size_t u = 0; u < layout_.units().size(); ++u) {
+    squares += SumOfSquares(UnitDomainGradients(static_cast<int>(u)));
+  }
+  if (config_.zero.stage > 0 && world_size() > 1) {
+    at::Tensor total =
+        at::full({1}, squares, at::TensorOptions().dtype(at::kFloat).device(device_));
+    RETURN_IF_ERROR(Wait(communicator_->AllReduceSum(total)));
+    squares = total.item<double>();
+  }
+  return squares;
 }
 
 absl::Status Engine::ApplyUpdate(double grad_scale) {
@@ -222,10 +234,9 @@ absl::Status Engine::ExportSafetensors(const std::string& path) {
     return absl::InternalError(absl::StrCat("export: ", e.what()));
   }
   if (rank() != 0) return absl::OkStatus();
-  return WriteSafetensors(path, named,
-                          {{"format", "pt"},
-                           {"producer", "tandem"},
-                           {"global_steps", std::to_string(global_steps_)}});
+  return WriteSafetensors(
+      path, named,
+      {{"format", "pt"}, {"producer", "tandem"}, {"global_steps", std::to_string(global_steps_)}});
 }
 
 MemoryReport Engine::Memory() const {

@@ -86,6 +86,7 @@ struct ScheduleConfig {
   int64_t eval_samples = 0;      // held-out samples per evaluation; 0 = all
   int64_t checkpoint_every = 0;  // steps between checkpoints; 0 = only at the end
   uint64_t seed = 0;             // model initialisation and data order
+  double gradient_clipping = 0;  // max L2 norm of both groups' gradient together; 0 = off
 };
 
 struct JobConfig {

@@ -61,7 +61,8 @@ Json Schedule(const ScheduleConfig& s) {
           {"eval_every", s.eval_every},
           {"eval_samples", s.eval_samples},
           {"checkpoint_every", s.checkpoint_every},
-          {"seed", s.seed}};
+          {"seed", s.seed},
+          {"gradient_clipping", s.gradient_clipping}};
 }
 
 }  // namespace

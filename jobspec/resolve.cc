@@ -135,6 +135,7 @@ ScheduleConfig ResolveSchedule(const tandem::v1::ScheduleSpec& spec) {
   if (spec.has_eval_samples()) schedule.eval_samples = spec.eval_samples();
   if (spec.has_checkpoint_every()) schedule.checkpoint_every = spec.checkpoint_every();
   if (spec.has_seed()) schedule.seed = spec.seed();
+  if (spec.has_gradient_clipping()) schedule.gradient_clipping = spec.gradient_clipping();
   return schedule;
 }
 

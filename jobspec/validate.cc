@@ -129,6 +129,10 @@ absl::Status CheckSchedule(const JobConfig& c) {
   RETURN_IF_ERROR(AtLeast("schedule.eval_every", s.eval_every, 0));
   RETURN_IF_ERROR(AtLeast("schedule.eval_samples", s.eval_samples, 0));
   RETURN_IF_ERROR(AtLeast("schedule.checkpoint_every", s.checkpoint_every, 0));
+  if (!std::isfinite(s.gradient_clipping) || s.gradient_clipping < 0) {
+    return PathError("schedule.gradient_clipping", "must be a finite number >= 0, got ",
+                     s.gradient_clipping);
+  }
   RETURN_IF_ERROR(MultipleOf("schedule.global_batch", s.global_batch, "schedule.micro_batches",
                              s.micro_batches));
   // DESIGN §2: each micro-batch is split into contiguous blocks over the ranks of each group.
@@ -160,6 +164,11 @@ absl::Status CheckEngine(std::string_view group, const std::string& engine_json,
   ASSIGN_OR_RETURN(engine::Config config,
                    engine::ParseConfigJson(*document, absl::StrCat(path, ".")));
 
+  if (s.gradient_clipping > 0 && config.gradient_clipping > 0) {
+    return PathError(JoinPath(path, "gradient_clipping"),
+                     "must be 0 or left out when schedule.gradient_clipping (", s.gradient_clipping,
+                     ") clips by the norm of both groups together, got ", config.gradient_clipping);
+  }
   const int64_t micro = s.global_batch / s.micro_batches;
   if (config.train_batch_size && *config.train_batch_size != s.global_batch) {
     return PathError(JoinPath(path, "train_batch_size"), "must equal schedule.global_batch (",

@@ -46,7 +46,8 @@ std::string CheckpointName(int64_t step) { return absl::StrFormat("step-%06d", s
 
 class ColocatedRun {
  public:
-  ColocatedRun(const jobspec::JobConfig& job, const RunOptions& options) : job_(job), options_(options) {}
+  ColocatedRun(const jobspec::JobConfig& job, const RunOptions& options)
+      : job_(job), options_(options) {}
 
   absl::StatusOr<RunSummary> Run() {
     RETURN_IF_ERROR(Setup());
@@ -61,7 +62,9 @@ class ColocatedRun {
   absl::StatusOr<EvalRecord> Evaluate(int64_t step);
   absl::Status SaveCheckpoint(int64_t step);
   absl::Status WritePlot();
-  std::string RunPath(const std::string& name) const { return (fs::path(run_dir_) / name).string(); }
+  std::string RunPath(const std::string& name) const {
+    return (fs::path(run_dir_) / name).string();
+  }
 
   const jobspec::JobConfig& job_;
   RunOptions options_;
@@ -72,6 +75,8 @@ class ColocatedRun {
   models::VisionEncoder vision_{nullptr};
   models::Llm llm_{nullptr};
   std::unique_ptr<engine::Engine> vision_engine_, llm_engine_;
+  double llm_grad_squares_ =
+      0;  // the LLM's squared gradient norm of the current step (gradient_clipping)
   std::unique_ptr<MetricsLog> metrics_;
   RunSummary summary_;
   int64_t text_len_ = 0;
@@ -85,13 +90,16 @@ absl::Status ColocatedRun::Setup() {
         "run directory ", run_dir_, " already exists and is not empty; choose another --run-dir"));
   }
   fs::create_directories(fs::path(run_dir_) / "checkpoints", ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", run_dir_, ": ", ec.message()));
+  if (ec)
+    return absl::UnavailableError(absl::StrCat("cannot create ", run_dir_, ": ", ec.message()));
   RETURN_IF_ERROR(WriteFileAtomically(RunPath("job.json"), jobspec::JobConfigToJson(job_) + "\n"));
   if (options_.threads > 0) at::set_num_threads(options_.threads);
 
   const jobspec::VisionModelConfig& vision_config = job_.vision.model;
-  ASSIGN_OR_RETURN(datasets_, data::OpenDatasets(job_.data, vision_config.image_size, job_.spec_dir));
-  tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::Build(data::AllTexts(*datasets_.train)));
+  ASSIGN_OR_RETURN(datasets_,
+                   data::OpenDatasets(job_.data, vision_config.image_size, job_.spec_dir));
+  tokenizer_ =
+      std::make_unique<data::Tokenizer>(data::Tokenizer::Build(data::AllTexts(*datasets_.train)));
   RETURN_IF_ERROR(tokenizer_->Save(RunPath("tokenizer.json")));
   text_len_ = job_.data.max_text_tokens;
   sampler_ = std::make_unique<data::Sampler>(datasets_.train->size(), job_.schedule.seed);
@@ -104,7 +112,8 @@ absl::Status ColocatedRun::Setup() {
     torch::manual_seed(LlmModelSeed(job_.schedule.seed));
     llm_ = models::Llm(llm_config);
   } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot build the models: ", e.what_without_backtrace()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot build the models: ", e.what_without_backtrace()));
   }
   summary_.vision_parameters = models::CountParameters(*vision_);
   summary_.llm_parameters = models::CountParameters(*llm_);
@@ -114,19 +123,35 @@ absl::Status ColocatedRun::Setup() {
                    GroupEngineConfig(job_.vision.engine_json, "vision.engine.", job_.schedule, 1));
   ASSIGN_OR_RETURN(engine::Config llm_engine_config,
                    GroupEngineConfig(job_.llm.engine_json, "llm.engine.", job_.schedule, 1));
-  ASSIGN_OR_RETURN(vision_engine_, engine::Engine::Create(vision_.ptr(), engine::CreateSingleRankCommunicator("vision"),
-                                                          vision_engine_config));
-  ASSIGN_OR_RETURN(llm_engine_, engine::Engine::Create(llm_.ptr(), engine::CreateSingleRankCommunicator("llm"),
-                                                       llm_engine_config));
+  ASSIGN_OR_RETURN(
+      vision_engine_,
+      engine::Engine::Create(vision_.ptr(), engine::CreateSingleRankCommunicator("vision"),
+                             vision_engine_config));
+  ASSIGN_OR_RETURN(llm_engine_,
+                   engine::Engine::Create(llm_.ptr(), engine::CreateSingleRankCommunicator("llm"),
+                                          llm_engine_config));
+  if (job_.schedule.gradient_clipping > 0) {
+    // Whole-model clipping, as the actors exchange it: the LLM steps first and reads the vision
+    // group's squares; the vision group then adds the LLM's.
+    llm_engine_->SetGradNormCombiner([this](double llm_squares) -> absl::StatusOr<double> {
+      ASSIGN_OR_RETURN(const double vision_squares, vision_engine_->GroupGradSquares());
+      llm_grad_squares_ = llm_squares;
+      return llm_squares + vision_squares;
+    });
+    vision_engine_->SetGradNormCombiner([this](double vision_squares) -> absl::StatusOr<double> {
+      return vision_squares + llm_grad_squares_;
+    });
+  }
   ASSIGN_OR_RETURN(MetricsLog log, MetricsLog::Open(RunPath("metrics.jsonl")));
   metrics_ = std::make_unique<MetricsLog>(std::move(log));
 
   summary_.job_name = job_.name;
   summary_.run_dir = run_dir_;
   TANDEM_LOG(kInfo, kComponent) << job_.name << ": colocated run in " << run_dir_ << ", vision "
-                                << summary_.vision_parameters << " and llm " << summary_.llm_parameters
-                                << " parameters, vocabulary " << tokenizer_->size() << ", "
-                                << datasets_.train->size() << " training samples";
+                                << summary_.vision_parameters << " and llm "
+                                << summary_.llm_parameters << " parameters, vocabulary "
+                                << tokenizer_->size() << ", " << datasets_.train->size()
+                                << " training samples";
   return absl::OkStatus();
 }
 
@@ -138,8 +163,8 @@ absl::StatusOr<double> ColocatedRun::TrainStep() {
   std::vector<MicroBatch> batches;
   int64_t global_targets = 0;
   for (int64_t k = 0; k < schedule.micro_batches; ++k) {
-    ASSIGN_OR_RETURN(data::Batch batch,
-                     data::MakeBatch(*datasets_.train, sampler_->Next(micro), *tokenizer_, text_len_));
+    ASSIGN_OR_RETURN(data::Batch batch, data::MakeBatch(*datasets_.train, sampler_->Next(micro),
+                                                        *tokenizer_, text_len_));
     batches.push_back(ToTensors(batch));
     global_targets += batches.back().targets;
   }
@@ -176,7 +201,8 @@ absl::StatusOr<EvalRecord> ColocatedRun::Evaluate(int64_t step) {
   const data::Dataset& eval = *datasets_.eval;
   int64_t count = eval.size();
   if (job_.schedule.eval_samples > 0) count = std::min(count, job_.schedule.eval_samples);
-  const int64_t batch_size = std::max<int64_t>(1, job_.schedule.global_batch / job_.schedule.micro_batches);
+  const int64_t batch_size =
+      std::max<int64_t>(1, job_.schedule.global_batch / job_.schedule.micro_batches);
   data::CaptionScore score;
   torch::NoGradGuard no_grad;
   for (int64_t begin = 0; begin < count; begin += batch_size) {
@@ -193,8 +219,8 @@ absl::StatusOr<EvalRecord> ColocatedRun::Evaluate(int64_t step) {
       std::vector<std::vector<int32_t>> generated;
       {
         auto autocast = llm_engine_->Autocast();
-        generated = models::GenerateGreedy(llm_, prefix, data::Tokenizer::kBos, data::Tokenizer::kEos,
-                                           text_len_ - 1);
+        generated = models::GenerateGreedy(llm_, prefix, data::Tokenizer::kBos,
+                                           data::Tokenizer::kEos, text_len_ - 1);
       }
       for (size_t row = 0; row < indices.size(); ++row) {
         const int64_t length = batch.text_lengths[row];
@@ -203,7 +229,8 @@ absl::StatusOr<EvalRecord> ColocatedRun::Evaluate(int64_t step) {
         data::Accumulate(generated[row], reference, &score);
       }
     } catch (const c10::Error& e) {
-      return absl::InternalError(absl::StrCat("evaluation at step ", step, " failed: ", e.what_without_backtrace()));
+      return absl::InternalError(
+          absl::StrCat("evaluation at step ", step, " failed: ", e.what_without_backtrace()));
     }
   }
   return EvalRecord{step, score.exact_match(), score.token_accuracy()};
@@ -218,7 +245,8 @@ absl::Status ColocatedRun::SaveCheckpoint(int64_t step) {
       {"data_offset", std::to_string(position.offset)}};
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+  if (ec)
+    return absl::UnavailableError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
   RETURN_IF_ERROR(tokenizer_->Save((dir / "tokenizer.json").string()));
   RETURN_IF_ERROR(vision_engine_->SaveCheckpoint((dir / "vision").string(), client_state));
   RETURN_IF_ERROR(llm_engine_->SaveCheckpoint((dir / "llm").string(), client_state));
@@ -243,9 +271,10 @@ absl::Status ColocatedRun::Train() {
     const double step_seconds = Seconds(Clock::now() - step_start);
     train_seconds += step_seconds;
     if (!std::isfinite(loss)) {
-      return absl::InternalError(absl::StrFormat(
-          "loss is %f at step %d: training diverged (lower the learning rate or enable gradient_clipping)",
-          loss, step));
+      return absl::InternalError(
+          absl::StrFormat("loss is %f at step %d: training diverged (lower the learning rate or "
+                          "enable gradient_clipping)",
+                          loss, step));
     }
     const double rate = schedule.global_batch / std::max(step_seconds, 1e-9);
     smoothed_rate = step == 1 ? rate : 0.9 * smoothed_rate + 0.1 * rate;
@@ -274,9 +303,10 @@ absl::Status ColocatedRun::Train() {
       summary_.caption_exact_match = eval.caption_exact_match;
       summary_.token_accuracy = eval.token_accuracy;
       printer.Finish();
-      TANDEM_LOG(kInfo, kComponent) << job_.name << ": step " << step << " held-out caption exact match "
-                                    << absl::StrFormat("%.3f", eval.caption_exact_match) << ", token accuracy "
-                                    << absl::StrFormat("%.3f", eval.token_accuracy);
+      TANDEM_LOG(kInfo, kComponent)
+          << job_.name << ": step " << step << " held-out caption exact match "
+          << absl::StrFormat("%.3f", eval.caption_exact_match) << ", token accuracy "
+          << absl::StrFormat("%.3f", eval.token_accuracy);
     }
     if ((schedule.checkpoint_every > 0 && step % schedule.checkpoint_every == 0) || last) {
       RETURN_IF_ERROR(SaveCheckpoint(step));
@@ -295,7 +325,8 @@ absl::Status ColocatedRun::Train() {
 
 absl::StatusOr<RunSummary> RunColocated(const jobspec::JobConfig& job, const RunOptions& options) {
   if (job.vision.actors != 1 || job.llm.actors != 1) {
-    TANDEM_LOG(kInfo, kComponent) << job.name << ": --colocated runs each group as one rank (the spec asks for "
+    TANDEM_LOG(kInfo, kComponent) << job.name
+                                  << ": --colocated runs each group as one rank (the spec asks for "
                                   << job.vision.actors << " vision and " << job.llm.actors
                                   << " llm actors); the global batch and its loss are the same";
   }

@@ -22,6 +22,8 @@ absl::StatusOr<engine::Config> GroupEngineConfig(const std::string& engine_json,
   config.gradient_accumulation_steps_given = true;
   config.gradient_reduction = engine::GradientReduction::kSum;
   if (!config.seed) config.seed = schedule.seed;
+  // Whole-model clipping: the engine clips by the combined norm its GradNormCombiner returns.
+  if (schedule.gradient_clipping > 0) config.gradient_clipping = schedule.gradient_clipping;
   return config;
 }
 

@@ -35,8 +35,7 @@ double RelativeError(const at::Tensor& a, const at::Tensor& b) {
       .item<double>();
 }
 
-class PrecisionTest
-    : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
+class PrecisionTest : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 // Two ranks train 3 steps under autocast in a low-precision mode; the reference trains in fp32.
 TEST_P(PrecisionTest, MatchesFp32ReferenceWithinBf16Tolerance) {
@@ -60,7 +59,8 @@ TEST_P(PrecisionTest, MatchesFp32ReferenceWithinBf16Tolerance) {
   std::vector<std::map<std::string, at::Tensor>> ref_grads, ref_params;
   for (int s = 0; s < 3; ++s) {
     optimizer.zero_grad();
-    for (int r = 0; r < kWorld; ++r) torch::mse_loss(reference->forward(xs[s * kWorld + r]), ys[s * kWorld + r]).backward();
+    for (int r = 0; r < kWorld; ++r)
+      torch::mse_loss(reference->forward(xs[s * kWorld + r]), ys[s * kWorld + r]).backward();
     std::map<std::string, at::Tensor> g, p;
     for (auto& item : reference->named_parameters()) {
       item.value().mutable_grad().div_(kWorld);
@@ -111,7 +111,8 @@ INSTANTIATE_TEST_SUITE_P(Modes, PrecisionTest,
 
 TEST(EngineAutocast, EnablesCpuBf16OnlyInsideTheScope) {
   auto model = std::make_shared<TinyNet>();
-  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(0, kBf16Full, true));
+  auto engine =
+      Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(0, kBf16Full, true));
   ASSERT_TRUE(engine.ok()) << engine.status();
   {
     auto autocast = (*engine)->Autocast();
@@ -160,7 +161,90 @@ TEST(EngineBf16Update, KahanTracksFp32) { EXPECT_LT(DriftAfterTinyUpdates("kahan
 // Stochastic rounding is unbiased; its error is a random walk: each step rounds down with
 // probability ~1e-4/0.0039 = 0.026, so the drift's standard deviation is about
 // sqrt(2000 * 0.026) * 0.0039 = 0.028. The bound is three of them, far below nearest's 0.2.
-TEST(EngineBf16Update, StochasticTracksFp32) { EXPECT_LT(DriftAfterTinyUpdates("stochastic"), 0.09); }
+TEST(EngineBf16Update, StochasticTracksFp32) {
+  EXPECT_LT(DriftAfterTinyUpdates("stochastic"), 0.09);
+}
+
+// Clipping by a combined norm (the whole model of a two-group job). With eps far above the
+// gradient, Adam's update is lr * m / eps, linear in the clipped gradient, so the clip scale shows
+// in the parameters. An engine whose combiner reports twice its group norm and clips at the group
+// norm must end where an engine without a combiner clipping at half the group norm ends.
+struct ClipRun {
+  std::map<std::string, at::Tensor> params;
+  std::vector<double> group_squares_seen;
+  double group_norm = 0, global_norm = 0;
+  int64_t skipped = 0;
+  absl::Status status;
+};
+
+ClipRun TrainWithClip(double clip, const Engine::GradNormCombiner& combine_after_record) {
+  torch::manual_seed(7);
+  auto model = std::make_shared<TinyNet>();
+  auto config = ParseConfig(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.1, "eps": 1000.0,
+      "weight_decay": 0.0}}, "gradient_clipping": )" +
+                            std::to_string(clip) + "}");
+  EXPECT_TRUE(config.ok()) << config.status();
+  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), *config);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  ClipRun run;
+  if (combine_after_record) {
+    (*engine)->SetGradNormCombiner([&](double squares) {
+      run.group_squares_seen.push_back(squares);
+      return combine_after_record(squares);
+    });
+  }
+  torch::manual_seed(8);
+  torch::mse_loss(model->forward(torch::randn({8, 5})), torch::randn({8, 3})).backward();
+  run.status = (*engine)->Step();
+  run.group_norm = (*engine)->last_grad_norm();
+  run.global_norm = (*engine)->last_global_grad_norm();
+  run.skipped = (*engine)->skipped_steps();
+  for (auto& item : model->named_parameters())
+    run.params[item.key()] = item.value().detach().clone();
+  return run;
+}
+
+// The group norm of the seeded batch, from an engine that does not clip.
+double SeededGroupNorm() { return TrainWithClip(0.0, nullptr).group_norm; }
+
+TEST(EngineGradNormCombiner, ClipsByTheCombinedNorm) {
+  const double n = SeededGroupNorm();
+  ASSERT_GT(n, 0.0);
+  ClipRun combined =
+      TrainWithClip(n, [](double squares) -> absl::StatusOr<double> { return 4.0 * squares; });
+  ASSERT_TRUE(combined.status.ok()) << combined.status;
+  ASSERT_EQ(combined.group_squares_seen.size(), 1u);
+  EXPECT_NEAR(combined.group_squares_seen[0], n * n, 1e-6 * n * n);
+  EXPECT_NEAR(combined.group_norm, n, 1e-6 * n);
+  EXPECT_NEAR(combined.global_norm, 2.0 * n, 1e-6 * n);
+  ClipRun halved = TrainWithClip(n / 2.0, nullptr);
+  ClipRun unclipped = TrainWithClip(0.0, nullptr);
+  for (const auto& [name, value] : halved.params) {
+    EXPECT_TRUE(torch::allclose(combined.params.at(name), value, 1e-5, 1e-7)) << name;
+  }
+  // And the scale matters: the unclipped run moved further.
+  EXPECT_FALSE(torch::allclose(combined.params.at("output.weight"),
+                               unclipped.params.at("output.weight"), 1e-5, 1e-7));
+}
+
+TEST(EngineGradNormCombiner, NonFiniteCombinedNormSkipsTheUpdate) {
+  torch::manual_seed(7);
+  auto initial = std::make_shared<TinyNet>();
+  ClipRun run = TrainWithClip(1.0, [](double) -> absl::StatusOr<double> { return std::nan(""); });
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  EXPECT_EQ(run.skipped, 1);
+  for (auto& item : initial->named_parameters()) {
+    EXPECT_TRUE(torch::equal(run.params.at(item.key()), item.value().detach())) << item.key();
+  }
+}
+
+TEST(EngineGradNormCombiner, CombinerErrorFailsTheStep) {
+  ClipRun run = TrainWithClip(1.0, [](double) -> absl::StatusOr<double> {
+    return absl::DeadlineExceededError("no squares from the other group");
+  });
+  EXPECT_EQ(run.status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(run.status.message(), "no squares from the other group");
+}
 
 TEST(EngineErrors, BatchSizeInconsistentWithWorldIsInvalidArgument) {
   auto config = ParseConfig(
@@ -170,7 +254,8 @@ TEST(EngineErrors, BatchSizeInconsistentWithWorldIsInvalidArgument) {
     EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
     return;
   }
-  auto engine = Engine::Create(std::make_shared<TinyNet>(), CreateSingleRankCommunicator(), *config);
+  auto engine =
+      Engine::Create(std::make_shared<TinyNet>(), CreateSingleRankCommunicator(), *config);
   EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(engine.status().message().find("train_batch_size"), std::string::npos);
 }
@@ -178,7 +263,8 @@ TEST(EngineErrors, BatchSizeInconsistentWithWorldIsInvalidArgument) {
 TEST(EngineErrors, DerivesAccumulationStepsFromBatchSizes) {
   auto config = ParseConfig(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4})");
   ASSERT_TRUE(config.ok()) << config.status();
-  auto engine = Engine::Create(std::make_shared<TinyNet>(), CreateSingleRankCommunicator(), *config);
+  auto engine =
+      Engine::Create(std::make_shared<TinyNet>(), CreateSingleRankCommunicator(), *config);
   ASSERT_TRUE(engine.ok()) << engine.status();
   EXPECT_EQ((*engine)->config().gradient_accumulation_steps, 4);
 }
@@ -186,7 +272,8 @@ TEST(EngineErrors, DerivesAccumulationStepsFromBatchSizes) {
 TEST(EngineExport, WritesEveryParameterUnderItsModuleName) {
   testing::TempDir dir;
   auto model = std::make_shared<TinyNet>();
-  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(0, kBf16FpMaster, false));
+  auto engine =
+      Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(0, kBf16FpMaster, false));
   ASSERT_TRUE(engine.ok()) << engine.status();
   ASSERT_TRUE((*engine)->ExportSafetensors(dir / "model.safetensors").ok());
   auto read = ReadSafetensors(dir / "model.safetensors");

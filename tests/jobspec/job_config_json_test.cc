@@ -48,7 +48,8 @@ TEST(JobConfigToJson, WritesEveryFieldSnakeCaseWithTwoSpaceIndent) {
   EXPECT_TRUE(written["vision"]["engine"].is_object());
   EXPECT_FALSE(written["vision"]["model"].contains("output_dim"));
   EXPECT_FALSE(written["llm"]["model"].contains("vocab_size"));
-  EXPECT_EQ(written["schedule"].size(), 7u);
+  EXPECT_EQ(written["schedule"].size(), 8u);
+  EXPECT_EQ(written["schedule"]["gradient_clipping"], 0.0);
   EXPECT_EQ(written["llm"]["model"].size(), 10u);
   EXPECT_EQ(written["vision"]["model"].size(), 10u);
 }

@@ -172,5 +172,20 @@ TEST(ValidateJobConfig, GradientReductionMeanIsRejected) {
   ExpectValid(spec.dump());
 }
 
+TEST(ValidateJobConfig, WholeModelClippingExcludesPerGroupClipping) {
+  json spec = BaseSpec();
+  spec["schedule"]["gradient_clipping"] = -1;
+  EXPECT_EQ(Error(spec),
+            "job.json: schedule.gradient_clipping: must be a finite number >= 0, got -1");
+  spec["schedule"]["gradient_clipping"] = 1.5;
+  spec["vision"]["engine"] = {{"gradient_clipping", 1.0}};
+  EXPECT_EQ(Error(spec),
+            "job.json: vision.engine.gradient_clipping: must be 0 or left out when "
+            "schedule.gradient_clipping "
+            "(1.5) clips by the norm of both groups together, got 1");
+  spec["vision"]["engine"] = {{"gradient_clipping", 0.0}};
+  ExpectValid(spec.dump());
+}
+
 }  // namespace
 }  // namespace tandem::jobspec

@@ -1,8 +1,9 @@
-// The central equivalence of DESIGN §2 through the whole service: `tandem run JOB` (a local coordinator
-// and Nv vision plus Nl LLM actor processes exchanging embeddings and gradients over gRPC) gives the
-// per-step losses of `tandem run JOB --colocated` with fp32 engines, for Nv x Nl in {1x1, 2x2, 1x2, 2x1}
-// and ZeRO stages 0-3, with gradient accumulation and the vision group running ahead. Also: the run
-// directory holds what a colocated run writes, and a bad spec fails before anything starts.
+// The central equivalence of DESIGN §2 through the whole service: `tandem run JOB` (a local
+// coordinator and Nv vision plus Nl LLM actor processes exchanging embeddings and gradients over
+// gRPC) gives the per-step losses of `tandem run JOB --colocated` with fp32 engines, for Nv x Nl in
+// {1x1, 2x2, 1x2, 2x1} and ZeRO stages 0-3, with gradient accumulation and the vision group running
+// ahead, and with clipping by the whole model's gradient norm. Also: the run directory holds what a
+// colocated run writes, and a bad spec fails before anything starts.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -33,16 +34,22 @@ std::string TempDir() {
 }
 
 // A tiny shapes job: 2 micro-batches of 6 samples per step, fp32 engines at ZeRO stage `stage`.
-std::string JobSpec(int vision_actors, int llm_actors, int stage) {
+// `schedule_extra` adds schedule keys (a leading comma and the pairs).
+std::string JobSpec(int vision_actors, int llm_actors, int stage,
+                    const std::string& schedule_extra = "") {
   const std::string engine = absl::StrCat(
       R"({"zero_optimization": {"stage": )", stage,
       R"(, "reduce_bucket_size": 20000}, "optimizer": {"type": "AdamW", "params": {"lr": 0.002}}})");
   return absl::StrCat(R"({
   "name": "equivalence",
   "data": {"shapes": {"seed": 5, "train_samples": 512, "eval_samples": 12}, "max_text_tokens": 12},
-  "vision": {"actors": )", vision_actors, R"(, "model": {"preset": "vit-tiny"}, "engine": )", engine, R"(},
-  "llm": {"actors": )", llm_actors, R"(, "model": {"preset": "llm-tiny"}, "engine": )", engine, R"(},
-  "schedule": {"global_batch": 12, "micro_batches": 2, "steps": )", kSteps, R"(, "seed": 11}
+  "vision": {"actors": )",
+                      vision_actors, R"(, "model": {"preset": "vit-tiny"}, "engine": )", engine,
+                      R"(},
+  "llm": {"actors": )",
+                      llm_actors, R"(, "model": {"preset": "llm-tiny"}, "engine": )", engine, R"(},
+  "schedule": {"global_batch": 12, "micro_batches": 2, "steps": )",
+                      kSteps, R"(, "seed": 11)", schedule_extra, R"(}
 })");
 }
 
@@ -52,7 +59,8 @@ struct Outcome {
 };
 
 Outcome RunTandem(const std::string& args) {
-  const std::string command = absl::StrCat(TANDEM_BINARY, " --log-level warning run ", args, " 2>&1");
+  const std::string command =
+      absl::StrCat(TANDEM_BINARY, " --log-level warning run ", args, " 2>&1");
   Outcome outcome;
   FILE* pipe = popen(command.c_str(), "r");
   char buffer[4096];
@@ -69,6 +77,15 @@ std::vector<double> Losses(const std::string& run_dir) {
   std::vector<double> losses;
   for (const auto& s : steps) losses.push_back(s.loss);
   return losses;
+}
+
+// Per step, within a relative 1e-4 of the colocated reference.
+void ExpectLossesMatch(const std::vector<double>& losses, const std::vector<double>& reference) {
+  ASSERT_EQ(losses.size(), reference.size());
+  for (size_t i = 0; i < losses.size(); ++i) {
+    EXPECT_LE(std::abs(losses[i] - reference[i]), 1e-4 * std::abs(reference[i]))
+        << "step " << i + 1 << ": " << losses[i] << " vs colocated " << reference[i];
+  }
 }
 
 class DisaggregatedTest : public ::testing::TestWithParam<int> {
@@ -89,8 +106,8 @@ TEST_P(DisaggregatedTest, LossesEqualColocatedForEveryGroupShape) {
   const int stage = GetParam();
   const std::string reference_dir = dir_ + "/colocated";
   const Outcome colocated =
-      RunTandem(absl::StrCat(WriteSpec("colocated.json", JobSpec(1, 1, stage)), " --colocated --threads 1 --run-dir ",
-                       reference_dir));
+      RunTandem(absl::StrCat(WriteSpec("colocated.json", JobSpec(1, 1, stage)),
+                             " --colocated --threads 1 --run-dir ", reference_dir));
   ASSERT_EQ(colocated.exit_code, 0) << colocated.output;
   const std::vector<double> reference = Losses(reference_dir);
   ASSERT_EQ(reference.size(), static_cast<size_t>(kSteps));
@@ -98,31 +115,60 @@ TEST_P(DisaggregatedTest, LossesEqualColocatedForEveryGroupShape) {
   for (auto [nv, nl] : std::vector<std::pair<int, int>>{{1, 1}, {2, 2}, {1, 2}, {2, 1}}) {
     SCOPED_TRACE(absl::StrCat(nv, " x ", nl, " at stage ", stage));
     const std::string run_dir = absl::StrCat(dir_, "/run-", nv, "x", nl);
-    const Outcome run = RunTandem(absl::StrCat(WriteSpec(absl::StrCat("job-", nv, "x", nl, ".json"), JobSpec(nv, nl, stage)),
-                                         " --threads 1 --run-dir ", run_dir));
+    const Outcome run = RunTandem(
+        absl::StrCat(WriteSpec(absl::StrCat("job-", nv, "x", nl, ".json"), JobSpec(nv, nl, stage)),
+                     " --threads 1 --run-dir ", run_dir));
     ASSERT_EQ(run.exit_code, 0) << run.output;
-    const std::vector<double> losses = Losses(run_dir);
-    ASSERT_EQ(losses.size(), reference.size());
-    for (size_t i = 0; i < losses.size(); ++i) {
-      EXPECT_LE(std::abs(losses[i] - reference[i]), 1e-4 * std::abs(reference[i]))
-          << "step " << i + 1 << ": " << losses[i] << " vs colocated " << reference[i];
-    }
+    ExpectLossesMatch(Losses(run_dir), reference);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, DisaggregatedTest, ::testing::Values(0, 1, 2, 3));
+
+// schedule.gradient_clipping clips by the norm of both groups together: the groups exchange their
+// squared norms, so the disaggregated run takes the colocated run's clipped steps. The clip is
+// below the tiny model's gradient norm, so it scales every step, and the colocated losses move away
+// from an unclipped run's (the clipping is on, not ignored on both sides).
+TEST_F(DisaggregatedTest, WholeModelClippingEqualsColocated) {
+  const std::string clip = R"(, "gradient_clipping": 0.05)";
+  const Outcome unclipped =
+      RunTandem(absl::StrCat(WriteSpec("unclipped.json", JobSpec(1, 1, 2)),
+                             " --colocated --threads 1 --run-dir ", dir_, "/unclipped"));
+  ASSERT_EQ(unclipped.exit_code, 0) << unclipped.output;
+  const Outcome colocated =
+      RunTandem(absl::StrCat(WriteSpec("colocated.json", JobSpec(1, 1, 2, clip)),
+                             " --colocated --threads 1 --run-dir ", dir_, "/colocated"));
+  ASSERT_EQ(colocated.exit_code, 0) << colocated.output;
+  const std::vector<double> reference = Losses(dir_ + "/colocated");
+  const std::vector<double> free = Losses(dir_ + "/unclipped");
+  ASSERT_EQ(reference.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(free.size(), static_cast<size_t>(kSteps));
+  EXPECT_GT(std::abs(reference.back() - free.back()), 1e-3 * std::abs(free.back()));
+
+  for (auto [nv, nl] : std::vector<std::pair<int, int>>{{1, 2}, {2, 1}}) {
+    SCOPED_TRACE(absl::StrCat(nv, " x ", nl));
+    const std::string run_dir = absl::StrCat(dir_, "/run-", nv, "x", nl);
+    const Outcome run = RunTandem(absl::StrCat(
+        WriteSpec(absl::StrCat("job-", nv, "x", nl, ".json"), JobSpec(nv, nl, 2, clip)),
+        " --threads 1 --run-dir ", run_dir));
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    ExpectLossesMatch(Losses(run_dir), reference);
+  }
+}
 
 TEST(DisaggregatedRun, WritesTheColocatedRunDirectory) {
   const std::string dir = TempDir();
   const std::string spec = dir + "/job.json";
   std::ofstream(spec) << JobSpec(2, 1, 1);
   const std::string run_dir = dir + "/run";
-  const Outcome run = RunTandem(absl::StrCat(spec, " --threads 1 --output json --run-dir ", run_dir));
+  const Outcome run =
+      RunTandem(absl::StrCat(spec, " --threads 1 --output json --run-dir ", run_dir));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, HasSubstr("\"steps\":20"));
-  for (const char* name : {"job.json", "tokenizer.json", "metrics.jsonl", "loss.svg", "summary.json",
-                           "vision.safetensors", "llm.safetensors", "checkpoints/step-000020/vision",
-                           "checkpoints/step-000020/llm", "checkpoints/step-000020/tokenizer.json"}) {
+  for (const char* name :
+       {"job.json", "tokenizer.json", "metrics.jsonl", "loss.svg", "summary.json",
+        "vision.safetensors", "llm.safetensors", "checkpoints/step-000020/vision",
+        "checkpoints/step-000020/llm", "checkpoints/step-000020/tokenizer.json"}) {
     EXPECT_TRUE(fs::exists(fs::path(run_dir) / name)) << name;
   }
   fs::remove_all(dir);
