@@ -84,8 +84,9 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext*, const v1::AssignJobRe
   inbox_->SetJob(assignment.job_id);
   std::shared_ptr<transport::Transport> transport =
       transport::CreateGrpcTransport(inbox_, std::move(peers), transport_options);
-  absl::StatusOr<AssignResult> result =
-      worker_->Assign(assignment, std::move(store), std::move(transport));
+  absl::StatusOr<AssignResult> result = absl::UnknownError("not run");
+  commands_.Run(
+      [&] { result = worker_->Assign(assignment, std::move(store), std::move(transport)); });
   if (!result.ok()) {
     inbox_->ClearJob();
     TANDEM_LOG(kWarning, kComponent)
@@ -123,7 +124,8 @@ grpc::Status ActorService::RunStep(grpc::ServerContext* context, const v1::RunSt
         absl::StrCat("step ", step, " not run: step ", worker_->status().step + 1,
                      " did not finish before the deadline")));
   }
-  absl::StatusOr<StepResult> result = worker_->RunStep(step);
+  absl::StatusOr<StepResult> result = absl::UnknownError("not run");
+  commands_.Run([&] { result = worker_->RunStep(step); });
   step_failed_ = !result.ok();
   step_finished_.notify_all();
   if (!result.ok()) return rpc::ToGrpc(result.status());
@@ -140,7 +142,8 @@ grpc::Status ActorService::Evaluate(grpc::ServerContext*, const v1::EvaluateRequ
                                     v1::EvaluateResponse* response) {
   std::lock_guard<std::mutex> lock(command_mu_);
   if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
-  absl::StatusOr<EvalCounts> counts = worker_->Evaluate(request->step());
+  absl::StatusOr<EvalCounts> counts = absl::UnknownError("not run");
+  commands_.Run([&] { counts = worker_->Evaluate(request->step()); });
   if (!counts.ok()) return rpc::ToGrpc(counts.status());
   response->set_samples(counts->samples);
   response->set_exact(counts->exact);
@@ -154,14 +157,18 @@ grpc::Status ActorService::SaveCheckpoint(grpc::ServerContext*,
                                           v1::SaveCheckpointResponse*) {
   std::lock_guard<std::mutex> lock(command_mu_);
   if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
-  return rpc::ToGrpc(worker_->SaveCheckpoint(request->step(), request->directory()));
+  absl::Status status;
+  commands_.Run([&] { status = worker_->SaveCheckpoint(request->step(), request->directory()); });
+  return rpc::ToGrpc(status);
 }
 
 grpc::Status ActorService::Export(grpc::ServerContext*, const v1::ExportRequest* request,
                                   v1::ExportResponse*) {
   std::lock_guard<std::mutex> lock(command_mu_);
   if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
-  return rpc::ToGrpc(worker_->Export(request->path()));
+  absl::Status status;
+  commands_.Run([&] { status = worker_->Export(request->path()); });
+  return rpc::ToGrpc(status);
 }
 
 grpc::Status ActorService::Release(grpc::ServerContext*, const v1::ReleaseRequest* request,
@@ -171,7 +178,7 @@ grpc::Status ActorService::Release(grpc::ServerContext*, const v1::ReleaseReques
   inbox_->ClearJob();
   std::lock_guard<std::mutex> lock(command_mu_);
   if (job_id() != request->job_id()) return grpc::Status::OK;
-  worker_->Release();
+  commands_.Run([&] { worker_->Release(); });
   TANDEM_LOG(kInfo, kComponent) << request->job_id() << ": released (" << request->reason() << ")";
   set_job_id("");
   step_finished_.notify_all();  // steps waiting for their turn end now

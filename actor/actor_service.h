@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 
+#include "actor/command_thread.h"
 #include "actor/worker.h"
 #include "proto/tandem/v1/actor.grpc.pb.h"
 #include "transport/inbox.h"
@@ -47,9 +48,10 @@ class ActorService final : public v1::Actor::Service {
   std::shared_ptr<transport::Inbox> inbox_;
   std::string coordinator_;
   std::mutex command_mu_;  // one command at a time
-  std::condition_variable
-      step_finished_;         // with command_mu_: a step ended, or the job was released
+  // With command_mu_: a step ended, or the job was released.
+  std::condition_variable step_finished_;
   bool step_failed_ = false;  // guarded by command_mu_: a step of the current job failed
+  CommandThread commands_;    // runs every worker_ command but status()
   mutable std::mutex id_mu_;
   std::string job_id_;  // guarded by id_mu_; changes only under command_mu_
 };

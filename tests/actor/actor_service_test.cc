@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <future>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "actor/command_thread.h"
 #include "proto/tandem/v1/actor.grpc.pb.h"
 #include "rpc/channel.h"
 #include "transport/inbox.h"
@@ -193,6 +195,36 @@ TEST_F(ActorServiceTest, AStepWhosePredecessorNeverComesTimesOut) {
   const grpc::Status status = RunStep(2, 500);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
   EXPECT_TRUE(worker_.started().empty());
+}
+
+TEST(CommandThread, RunsCommandsFromManyThreadsOnOneThreadEachToCompletion) {
+  CommandThread commands;
+  std::mutex mu;
+  std::vector<std::thread::id> ran_on;
+  int running = 0, most_at_once = 0;
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 8; ++i) {
+    callers.emplace_back([&] {
+      commands.Run([&] {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          ran_on.push_back(std::this_thread::get_id());
+          most_at_once = std::max(most_at_once, ++running);
+        }
+        std::this_thread::yield();
+        std::lock_guard<std::mutex> lock(mu);
+        --running;
+      });
+      // Run returned: this caller's command has finished.
+      std::lock_guard<std::mutex> lock(mu);
+      EXPECT_FALSE(ran_on.empty());
+    });
+  }
+  for (auto& t : callers) t.join();
+  ASSERT_EQ(ran_on.size(), 8u);
+  for (const auto& id : ran_on) EXPECT_EQ(id, ran_on.front());
+  EXPECT_NE(ran_on.front(), std::this_thread::get_id());
+  EXPECT_EQ(most_at_once, 1);
 }
 
 }  // namespace

@@ -1,0 +1,39 @@
+#include "actor/command_thread.h"
+
+namespace tandem::actor {
+
+CommandThread::CommandThread() : thread_([this] { Loop(); }) {}
+
+CommandThread::~CommandThread() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void CommandThread::Run(const std::function<void()>& command) {
+  Task task{&command};
+  std::unique_lock<std::mutex> lock(mu_);
+  queue_.push_back(&task);
+  changed_.notify_all();
+  changed_.wait(lock, [&] { return task.done; });
+}
+
+void CommandThread::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, nothing left
+    Task* task = queue_.front();
+    queue_.pop_front();
+    lock.unlock();
+    (*task->command)();
+    lock.lock();
+    task->done = true;
+    changed_.notify_all();
+  }
+}
+
+}  // namespace tandem::actor

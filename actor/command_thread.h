@@ -1,0 +1,43 @@
+// One long-lived thread that runs an actor's commands (assign, steps, evaluation, checkpoints,
+// export, release), whichever gRPC thread received them. LibTorch's thread-local state, the CPU
+// caches and glibc's per-thread malloc arena then stay with the work from one step to the next, as
+// in a training loop; on gRPC's pool each step could land on another thread, whose arena holds none
+// of the previous step's freed tensors. Ray runs an actor's tasks on one thread for the same
+// reason.
+//
+// Thread-safety: Run may be called from any thread; calls run one at a time, in arrival order.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace tandem::actor {
+
+class CommandThread {
+ public:
+  CommandThread();
+  ~CommandThread();  // runs what is queued, then joins
+  CommandThread(const CommandThread&) = delete;
+  CommandThread& operator=(const CommandThread&) = delete;
+
+  // Runs `command` on the thread and returns once it has returned.
+  void Run(const std::function<void()>& command);
+
+ private:
+  struct Task {
+    const std::function<void()>* command;
+    bool done = false;
+  };
+  void Loop();
+
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::deque<Task*> queue_;  // guarded by mu_
+  bool stopping_ = false;    // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace tandem::actor
