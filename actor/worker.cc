@@ -130,7 +130,7 @@ class TorchWorker : public Worker {
   absl::Status WaitSends(std::vector<std::unique_ptr<transport::SendHandle>>& sends);
   absl::Status AwaitTransfer(const TransferTag& tag, StepResult* result);
   // The engine's GradNormCombiner under schedule.gradient_clipping: exchanges the groups' squared
-  // gradient norms for current_step_ and returns their sum.
+  // gradient norms for the step running (step_ + 1) and returns their sum.
   absl::StatusOr<double> CombineGradSquares(double group_squares);
   TransferTag Tag(TransferKind kind, int64_t step, int64_t micro_batch, SampleRange samples,
                   int source_rank) const;
@@ -167,7 +167,6 @@ class TorchWorker : public Worker {
   mutable std::mutex status_mu_;
   std::string job_id_;  // guarded by status_mu_ (the rest is the command thread's)
   std::atomic<int64_t> step_{0};
-  int64_t current_step_ = 0;  // the step RunStep is running (command thread only)
   std::atomic<const char*> phase_{"idle"};
   std::atomic<int64_t> last_collective_{0};
 };
@@ -315,13 +314,12 @@ absl::StatusOr<double> TorchWorker::CombineGradSquares(double group_squares) {
   const SampleRange whole{0, 1};
   const at::Tensor mine = at::full({1}, group_squares, at::kDouble);
   const at::Tensor theirs = at::empty({1}, at::kDouble);
-  const TransferTag incoming =
-      Tag(TransferKind::kGradSquares, current_step_, 0, whole, rank % peers);
+  const TransferTag incoming = Tag(TransferKind::kGradSquares, step_ + 1, 0, whole, rank % peers);
   RETURN_IF_ERROR(transport_->Expect(incoming, BytesOf(theirs)));
   std::vector<std::unique_ptr<transport::SendHandle>> sends;
   for (int peer = rank; peer < peers; peer += size) {
     sends.push_back(transport_->Send(
-        peer, Tag(TransferKind::kGradSquares, current_step_, 0, whole, rank), BytesOf(mine)));
+        peer, Tag(TransferKind::kGradSquares, step_ + 1, 0, whole, rank), BytesOf(mine)));
   }
   absl::Status status = transport_->Await(incoming, assignment_->timeout);
   status.Update(WaitSends(sends));
@@ -353,7 +351,6 @@ absl::StatusOr<StepResult> TorchWorker::RunStep(int64_t step) {
   for (int64_t k = 0; k < job().schedule.micro_batches; ++k)
     batches.push_back(sampler_->Next(MicroBatchSize()));
   const int64_t skipped_before = engine_->skipped_steps();
-  current_step_ = step;
   absl::StatusOr<StepResult> result;
   try {
     result =
@@ -602,11 +599,8 @@ absl::Status TorchWorker::SaveCheckpoint(int64_t step, const std::string& direct
         absl::StrCat("checkpoint of step ", step, " requested at step ", step_.load()));
   }
   SetPhase("checkpoint");
-  const data::Sampler::Position position = sampler_->position();
-  const std::map<std::string, std::string> client_state = {
-      {"step", std::to_string(step)},
-      {"data_epoch", std::to_string(position.epoch)},
-      {"data_offset", std::to_string(position.offset)}};
+  const std::map<std::string, std::string> client_state =
+      trainer::CheckpointClientState(step, sampler_->position());
   std::error_code ec;
   fs::create_directories(directory, ec);
   absl::Status status;

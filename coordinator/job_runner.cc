@@ -214,7 +214,11 @@ absl::Status JobRunner::RunSteps(
               absl::StrCat("step ", step));
           std::lock_guard<std::mutex> lock(mu);
           if (!status.ok()) {
-            if (!stop) first_failure = std::move(status), failed_member = i;
+            // A member's ABORTED ("an earlier step failed") may beat its real failure here.
+            const bool replaces_echo = failed_member == i &&
+                                       first_failure.code() == absl::StatusCode::kAborted &&
+                                       status.code() != absl::StatusCode::kAborted;
+            if (!stop || replaces_echo) first_failure = std::move(status), failed_member = i;
             stop = true;
             changed.notify_all();
             return;

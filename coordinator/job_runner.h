@@ -61,11 +61,12 @@ class JobRunner {
   // Sends one command to every member at once (call(i, members_[i])); the root-cause error, naming
   // its member, is returned.
   absl::Status ForAll(const char* what, const std::function<absl::Status(size_t, Member&)>& call);
-  // Runs steps [first, last]: every member calls its next RunStep as soon as its previous one
-  // returned (the two groups pace each other through their transfers, so no member waits for the
-  // coordinator between steps), and `on_step` gets each step's answers, in step order, once every
-  // member answered it. The first failure stops the others at once (their actors are released) and
-  // is returned as the root cause, naming its member.
+  // Runs steps [first, last]: every member always has its next RunStep waiting at its actor (two
+  // lanes, odd and even steps; the actor runs them in order), so no member waits for the
+  // coordinator between steps and the groups pace each other through their transfers. `on_step`
+  // gets each step's answers, in step order, once every member answered it. The first failure stops
+  // the others at once (their actors are released) and is returned as the root cause, naming its
+  // member.
   using StepAnswers = std::vector<v1::RunStepResponse>;
   absl::Status RunSteps(
       int64_t first, int64_t last,

@@ -238,11 +238,8 @@ absl::StatusOr<EvalRecord> ColocatedRun::Evaluate(int64_t step) {
 
 absl::Status ColocatedRun::SaveCheckpoint(int64_t step) {
   const fs::path dir = fs::path(run_dir_) / "checkpoints" / CheckpointName(step);
-  const data::Sampler::Position position = sampler_->position();
-  const std::map<std::string, std::string> client_state = {
-      {"step", std::to_string(step)},
-      {"data_epoch", std::to_string(position.epoch)},
-      {"data_offset", std::to_string(position.offset)}};
+  const std::map<std::string, std::string> client_state =
+      CheckpointClientState(step, sampler_->position());
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec)

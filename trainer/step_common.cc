@@ -8,8 +8,10 @@
 
 namespace tandem::trainer {
 
-absl::StatusOr<engine::Config> GroupEngineConfig(const std::string& engine_json, std::string_view prefix,
-                                                 const jobspec::ScheduleConfig& schedule, int world) {
+absl::StatusOr<engine::Config> GroupEngineConfig(const std::string& engine_json,
+                                                 std::string_view prefix,
+                                                 const jobspec::ScheduleConfig& schedule,
+                                                 int world) {
   nlohmann::json json = nlohmann::json::parse(engine_json, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) {
     return absl::InvalidArgumentError(absl::StrCat(std::string(prefix), ": not valid JSON"));
@@ -42,9 +44,18 @@ MicroBatch ToTensors(data::Batch& batch) {
   if (!batch.images.empty()) {
     mb.images = torch::from_blob(batch.images.data(), {batch.size, 3, s, s}, at::kFloat).clone();
   }
-  mb.tokens = torch::from_blob(batch.tokens.data(), {batch.size, batch.text_len}, at::kLong).clone();
-  for (int64_t length : batch.text_lengths) mb.targets += TargetsOf(length);  // every token after <bos>
+  mb.tokens =
+      torch::from_blob(batch.tokens.data(), {batch.size, batch.text_len}, at::kLong).clone();
+  for (int64_t length : batch.text_lengths)
+    mb.targets += TargetsOf(length);  // every token after <bos>
   return mb;
+}
+
+std::map<std::string, std::string> CheckpointClientState(int64_t step,
+                                                         const data::Sampler::Position& position) {
+  return {{"step", std::to_string(step)},
+          {"data_epoch", std::to_string(position.epoch)},
+          {"data_offset", std::to_string(position.offset)}};
 }
 
 }  // namespace tandem::trainer

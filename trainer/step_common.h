@@ -6,29 +6,33 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
 #include "data/batch.h"
+#include "data/sampler.h"
 #include "engine/config.h"
 #include "jobspec/job_config.h"
 
 namespace tandem::trainer {
 
 // The group's engine config with the schedule's batch arithmetic filled in (the job-spec parser has
-// already rejected contradictions) and sum reduction: the trainer normalises the loss over the global
-// batch itself. `world` is the group's size. Errors name `prefix` ("vision.engine.").
-absl::StatusOr<engine::Config> GroupEngineConfig(const std::string& engine_json, std::string_view prefix,
-                                                 const jobspec::ScheduleConfig& schedule, int world);
+// already rejected contradictions) and sum reduction: the trainer normalises the loss over the
+// global batch itself. `world` is the group's size. Errors name `prefix` ("vision.engine.").
+absl::StatusOr<engine::Config> GroupEngineConfig(const std::string& engine_json,
+                                                 std::string_view prefix,
+                                                 const jobspec::ScheduleConfig& schedule,
+                                                 int world);
 
 // torch::manual_seed values before building each model: every process that builds a group's model
 // (the colocated trainer, each rank of the group) starts from the same initial weights.
 uint64_t VisionModelSeed(uint64_t job_seed);
 uint64_t LlmModelSeed(uint64_t job_seed);
 
-// The dtype of the vision group's output embeddings under its engine config: the autocast dtype when
-// autocast is on, else the parameter dtype. The LLM ranks preallocate what they receive in it.
+// The dtype of the vision group's output embeddings under its engine config: the autocast dtype
+// when autocast is on, else the parameter dtype. The LLM ranks preallocate what they receive in it.
 at::ScalarType EmbeddingScalarType(const engine::Config& vision_config);
 
 // A micro-batch (or a rank's slice of one) as tensors.
@@ -38,6 +42,11 @@ struct MicroBatch {
   int64_t targets = 0;  // non-pad next-token targets
 };
 MicroBatch ToTensors(data::Batch& batch);
+
+// What every engine checkpoint of a job stores beside its shard: the step and the data position, so
+// a resumed run draws the samples an uninterrupted one would.
+std::map<std::string, std::string> CheckpointClientState(int64_t step,
+                                                         const data::Sampler::Position& position);
 
 // Next-token targets of a caption of `text_length` tokens (with <bos> and <eos>).
 inline int64_t TargetsOf(int64_t text_length) { return text_length - 1; }

@@ -58,6 +58,9 @@ TEST(JobSpec, JsonlExampleLoadsWithSpecDir) {
   EXPECT_EQ(config->vision.actors, 1);
   EXPECT_EQ(config->llm.actors, 1);
   EXPECT_FALSE(json::parse(config->vision.engine_json).contains("bf16"));
+  // Clipped by the norm of both models together, not per group.
+  EXPECT_EQ(config->schedule.gradient_clipping, 1.0);
+  EXPECT_FALSE(json::parse(config->llm.engine_json).contains("gradient_clipping"));
 }
 
 TEST(JobSpec, AbsentFieldsTakeJobConfigDefaults) {
