@@ -27,11 +27,14 @@ namespace {
 constexpr char kComponent[] = "actor";
 using Clock = std::chrono::steady_clock;
 
-// Registration and heartbeats on a thread of their own; re-registers when the coordinator forgot us.
+// Registration and heartbeats on a thread of their own; re-registers when the coordinator forgot
+// us.
 class Membership {
  public:
   Membership(const ActorOptions& options, std::string address, const Worker* worker)
-      : options_(options), address_(std::move(address)), worker_(worker),
+      : options_(options),
+        address_(std::move(address)),
+        worker_(worker),
         stub_(v1::Coordinator::NewStub(rpc::MakeChannel(options.coordinator))) {}
 
   ~Membership() { Stop(); }
@@ -44,7 +47,8 @@ class Membership {
       status = RegisterOnce();
       if (status.ok() || Clock::now() >= deadline) return status;
       std::unique_lock<std::mutex> lock(mu_);
-      if (cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; })) return status;
+      if (cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; }))
+        return status;
     }
   }
 
@@ -68,15 +72,16 @@ class Membership {
     request.set_device(options_.device);
     request.set_address(address_);
     v1::RegisterActorResponse response;
-    absl::Status status = rpc::FromGrpc(
-        stub_->RegisterActor(rpc::ContextWithTimeout(std::chrono::seconds(10)).get(), request, &response),
-        absl::StrCat("coordinator ", options_.coordinator, ": RegisterActor"));
+    absl::Status status =
+        rpc::FromGrpc(stub_->RegisterActor(rpc::ContextWithTimeout(std::chrono::seconds(10)).get(),
+                                           request, &response),
+                      absl::StrCat("coordinator ", options_.coordinator, ": RegisterActor"));
     if (!status.ok()) return status;
     std::lock_guard<std::mutex> lock(mu_);
     actor_id_ = response.actor_id();
     interval_ = std::chrono::milliseconds(std::max<int64_t>(50, response.heartbeat_interval_ms()));
-    TANDEM_LOG(kInfo, kComponent) << actor_id_ << ": registered with " << options_.coordinator << " in pool "
-                                  << options_.pool << ", serving on " << address_;
+    TANDEM_LOG(kInfo, kComponent) << actor_id_ << ": registered with " << options_.coordinator
+                                  << " in pool " << options_.pool << ", serving on " << address_;
     return absl::OkStatus();
   }
 
@@ -92,10 +97,11 @@ class Membership {
       request.set_phase(status.phase);
       request.set_last_collective(status.last_collective);
       v1::HeartbeatResponse response;
-      grpc::Status result =
-          stub_->Heartbeat(rpc::ContextWithTimeout(std::chrono::seconds(5)).get(), request, &response);
+      grpc::Status result = stub_->Heartbeat(rpc::ContextWithTimeout(std::chrono::seconds(5)).get(),
+                                             request, &response);
       if (result.error_code() == grpc::StatusCode::NOT_FOUND) {
-        TANDEM_LOG(kWarning, kComponent) << "the coordinator does not know this actor any more; registering again";
+        TANDEM_LOG(kWarning, kComponent)
+            << "the coordinator does not know this actor any more; registering again";
         absl::Status registered = RegisterOnce();
         if (!registered.ok()) TANDEM_LOG(kWarning, kComponent) << registered.message();
       }
@@ -146,7 +152,8 @@ int RunActor(const ActorOptions& options) {
     std::fprintf(stderr, "tandem actor: cannot listen on %s\n", options.listen.c_str());
     return 1;
   }
-  const std::string address = options.advertise.empty() ? rpc::WithPort(options.listen, port) : options.advertise;
+  const std::string address =
+      options.advertise.empty() ? rpc::WithPort(options.listen, port) : options.advertise;
 
   Membership membership(options, address, worker.get());
   if (absl::Status status = membership.Register(); !status.ok()) {
@@ -156,7 +163,8 @@ int RunActor(const ActorOptions& options) {
   }
   membership.Start();
   if (!options.ready_file.empty()) {
-    if (absl::Status status = WriteFileAtomically(options.ready_file, address + "\n"); !status.ok()) {
+    if (absl::Status status = WriteFileAtomically(options.ready_file, address + "\n");
+        !status.ok()) {
       std::fprintf(stderr, "tandem actor: %s\n", std::string(status.message()).c_str());
     }
   }
@@ -165,6 +173,7 @@ int RunActor(const ActorOptions& options) {
   TANDEM_LOG(kInfo, kComponent) << "stopping (signal " << signal_number << ")";
   membership.Stop();
   inbox->ClearJob();
+  peer_service.CloseStreams();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   worker->Release();
   return 0;

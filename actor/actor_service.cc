@@ -95,6 +95,7 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext*, const v1::AssignJobRe
   }
   set_job_id(assignment.job_id);
   step_failed_ = false;
+  last_posted_step_ = worker_->status().step;
   response->set_parameters(result->parameters);
   response->set_vocab_size(result->vocab_size);
   response->set_train_samples(result->train_samples);
@@ -105,29 +106,39 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext*, const v1::AssignJobRe
 grpc::Status ActorService::RunStep(grpc::ServerContext* context, const v1::RunStepRequest* request,
                                    v1::RunStepResponse* response) {
   std::unique_lock<std::mutex> lock(command_mu_);
-  // The coordinator sends an actor's next step before the current one returns; it waits here for
-  // its turn, and fails at once when an earlier step failed or the job was released.
+  // The coordinator sends an actor's next step before the current one returns. It waits here until
+  // its predecessor is posted, then queues behind it on the command thread, which starts it the
+  // moment the predecessor returns. It fails at once when the job was released, and without
+  // running when an earlier step failed.
   const int64_t step = request->step();
   // A call without a deadline has one at the end of time, which the wait cannot represent.
   const auto deadline =
       std::min(context->deadline(), std::chrono::system_clock::now() + std::chrono::hours(24));
-  const bool turn = step_finished_.wait_until(lock, deadline, [&] {
-    return job_id() != request->job_id() || step_failed_ || worker_->status().step + 1 >= step;
+  const bool turn = step_posted_.wait_until(lock, deadline, [&] {
+    return job_id() != request->job_id() || last_posted_step_ + 1 >= step;
   });
   if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
-  if (step_failed_) {
-    return rpc::ToGrpc(absl::AbortedError(absl::StrCat(
-        "step ", step, " not run: an earlier step of job ", request->job_id(), " failed")));
-  }
+  const absl::Status aborted = absl::AbortedError(absl::StrCat(
+      "step ", step, " not run: an earlier step of job ", request->job_id(), " failed"));
+  if (step_failed_) return rpc::ToGrpc(aborted);
   if (!turn) {
     return rpc::ToGrpc(absl::DeadlineExceededError(
-        absl::StrCat("step ", step, " not run: step ", worker_->status().step + 1,
-                     " did not finish before the deadline")));
+        absl::StrCat("step ", step, " not run: step ", last_posted_step_ + 1,
+                     " did not come before the deadline")));
   }
   absl::StatusOr<StepResult> result = absl::UnknownError("not run");
-  commands_.Run([&] { result = worker_->RunStep(step); });
-  step_failed_ = !result.ok();
-  step_finished_.notify_all();
+  const CommandThread::Ticket ticket = commands_.Post([&] {
+    if (step_failed_) {
+      result = aborted;
+      return;
+    }
+    result = worker_->RunStep(step);
+    if (!result.ok()) step_failed_ = true;
+  });
+  last_posted_step_ = std::max(last_posted_step_, step);
+  step_posted_.notify_all();
+  lock.unlock();
+  commands_.Wait(ticket);
   if (!result.ok()) return rpc::ToGrpc(result.status());
   response->set_loss(result->loss);
   response->set_grad_norm(result->grad_norm);
@@ -181,7 +192,7 @@ grpc::Status ActorService::Release(grpc::ServerContext*, const v1::ReleaseReques
   commands_.Run([&] { worker_->Release(); });
   TANDEM_LOG(kInfo, kComponent) << request->job_id() << ": released (" << request->reason() << ")";
   set_job_id("");
-  step_finished_.notify_all();  // steps waiting for their turn end now
+  step_posted_.notify_all();  // steps waiting for their turn end now
   return grpc::Status::OK;
 }
 

@@ -7,6 +7,7 @@
 // Thread-safety: handlers run on gRPC's threads; commands hold one mutex.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -47,11 +48,13 @@ class ActorService final : public v1::Actor::Service {
   Worker* worker_;
   std::shared_ptr<transport::Inbox> inbox_;
   std::string coordinator_;
-  std::mutex command_mu_;  // one command at a time
-  // With command_mu_: a step ended, or the job was released.
-  std::condition_variable step_finished_;
-  bool step_failed_ = false;  // guarded by command_mu_: a step of the current job failed
-  CommandThread commands_;    // runs every worker_ command but status()
+  std::mutex command_mu_;  // commands are posted one at a time
+  // With command_mu_: a step was posted, or the job was released.
+  std::condition_variable step_posted_;
+  int64_t last_posted_step_ = 0;  // guarded by command_mu_
+  // A step of the current job failed; set by the command thread, read by the steps queued after it.
+  std::atomic<bool> step_failed_{false};
+  CommandThread commands_;  // runs every worker_ command but status()
   mutable std::mutex id_mu_;
   std::string job_id_;  // guarded by id_mu_; changes only under command_mu_
 };

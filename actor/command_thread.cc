@@ -13,12 +13,20 @@ CommandThread::~CommandThread() {
   thread_.join();
 }
 
-void CommandThread::Run(const std::function<void()>& command) {
-  Task task{&command};
-  std::unique_lock<std::mutex> lock(mu_);
-  queue_.push_back(&task);
+CommandThread::Ticket CommandThread::Post(std::function<void()> command) {
+  auto task = std::make_shared<Task>();
+  task->command = std::move(command);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(task);
+  }
   changed_.notify_all();
-  changed_.wait(lock, [&] { return task.done; });
+  return task;
+}
+
+void CommandThread::Wait(const Ticket& ticket) {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait(lock, [&] { return ticket->done; });
 }
 
 void CommandThread::Loop() {
@@ -26,10 +34,10 @@ void CommandThread::Loop() {
   for (;;) {
     changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, nothing left
-    Task* task = queue_.front();
+    Ticket task = queue_.front();
     queue_.pop_front();
     lock.unlock();
-    (*task->command)();
+    task->command();
     lock.lock();
     task->done = true;
     changed_.notify_all();

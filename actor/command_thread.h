@@ -5,12 +5,15 @@
 // of the previous step's freed tensors. Ray runs an actor's tasks on one thread for the same
 // reason.
 //
-// Thread-safety: Run may be called from any thread; calls run one at a time, in arrival order.
+// Thread-safety: Post, Wait and Run may be called from any thread; commands run one at a time, in
+// the order they were posted. A command posted while another runs starts the moment that one
+// returns, on the same thread, with no hand-off.
 #pragma once
 
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -23,20 +26,26 @@ class CommandThread {
   CommandThread(const CommandThread&) = delete;
   CommandThread& operator=(const CommandThread&) = delete;
 
+  struct Task {
+    std::function<void()> command;
+    bool done = false;  // guarded by mu_
+  };
+  using Ticket = std::shared_ptr<Task>;
+
+  // Queues `command` behind those already queued and returns at once.
+  Ticket Post(std::function<void()> command);
+  // Returns once the command of `ticket` has returned.
+  void Wait(const Ticket& ticket);
   // Runs `command` on the thread and returns once it has returned.
-  void Run(const std::function<void()>& command);
+  void Run(std::function<void()> command) { Wait(Post(std::move(command))); }
 
  private:
-  struct Task {
-    const std::function<void()>* command;
-    bool done = false;
-  };
   void Loop();
 
   std::mutex mu_;
   std::condition_variable changed_;
-  std::deque<Task*> queue_;  // guarded by mu_
-  bool stopping_ = false;    // guarded by mu_
+  std::deque<Ticket> queue_;  // guarded by mu_
+  bool stopping_ = false;     // guarded by mu_
   std::thread thread_;
 };
 

@@ -25,6 +25,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -122,6 +123,14 @@ class TorchWorker : public Worker {
                                         const std::vector<std::vector<int64_t>>& batches);
   absl::StatusOr<StepResult> LlmStep(int64_t step,
                                      const std::vector<std::vector<int64_t>>& batches);
+  // The images and tokens of `indices` (one micro-batch; this rank reads the rows `mine`), taken
+  // from prefetched_ when it holds the same indices.
+  absl::StatusOr<trainer::MicroBatch> VisionBatch(const std::vector<int64_t>& indices,
+                                                  SampleRange mine);
+  // Reads the next step's first micro-batch into prefetched_ without advancing the sampler, while
+  // this step waits for its gradients (like a DataLoader's prefetch). A read that fails is dropped:
+  // the step that needs the batch reads it again and reports the error.
+  void PrefetchBatch(SampleRange mine);
   absl::Status FinishVisionMicroBatch(VisionInFlight& f, StepResult* result);
   absl::StatusOr<EvalCounts> EvaluateBatch(
       int64_t step, int64_t batch_index, const std::vector<int64_t>& indices,
@@ -155,6 +164,11 @@ class TorchWorker : public Worker {
   data::Datasets datasets_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<data::Sampler> sampler_;
+  struct Prefetched {
+    std::vector<int64_t> indices;  // the whole micro-batch's, as the sampler draws them
+    trainer::MicroBatch batch;
+  };
+  std::optional<Prefetched> prefetched_;
   models::VisionEncoder vision_{nullptr};
   models::Llm llm_{nullptr};
   std::shared_ptr<engine::Communicator> communicator_;
@@ -380,9 +394,7 @@ absl::StatusOr<StepResult> TorchWorker::VisionStep(
   std::deque<VisionInFlight> in_flight;
   for (int64_t k = 0; k < static_cast<int64_t>(batches.size()); ++k) {
     SetPhase("forward");
-    ASSIGN_OR_RETURN(data::Batch batch, data::MakeBatch(*datasets_.train, Sub(batches[k], mine),
-                                                        *tokenizer_, job().data.max_text_tokens));
-    trainer::MicroBatch mb = trainer::ToTensors(batch);
+    ASSIGN_OR_RETURN(trainer::MicroBatch mb, VisionBatch(batches[k], mine));
     VisionInFlight f;
     f.micro_batch = k;
     {
@@ -406,6 +418,9 @@ absl::StatusOr<StepResult> TorchWorker::VisionStep(
                                          BytesOf(Rows(f.sent, overlap, mine.begin))));
     }
     in_flight.push_back(std::move(f));
+    if (k + 1 == static_cast<int64_t>(batches.size()) && step < job().schedule.steps) {
+      PrefetchBatch(mine);
+    }
     while (in_flight.size() >= kPipelineDepth ||
            (k + 1 == static_cast<int64_t>(batches.size()) && !in_flight.empty())) {
       RETURN_IF_ERROR(FinishVisionMicroBatch(in_flight.front(), &result));
@@ -414,6 +429,24 @@ absl::StatusOr<StepResult> TorchWorker::VisionStep(
   }
   result.compute_s = Seconds(Clock::now() - start) - result.wait_s;
   return result;
+}
+
+absl::StatusOr<trainer::MicroBatch> TorchWorker::VisionBatch(const std::vector<int64_t>& indices,
+                                                             SampleRange mine) {
+  std::optional<Prefetched> prefetched = std::exchange(prefetched_, std::nullopt);
+  if (prefetched && prefetched->indices == indices) return std::move(prefetched->batch);
+  ASSIGN_OR_RETURN(data::Batch batch, data::MakeBatch(*datasets_.train, Sub(indices, mine),
+                                                      *tokenizer_, job().data.max_text_tokens));
+  return trainer::ToTensors(batch);
+}
+
+void TorchWorker::PrefetchBatch(SampleRange mine) {
+  const data::Sampler::Position next = sampler_->position();
+  std::vector<int64_t> indices = sampler_->Next(MicroBatchSize());
+  sampler_->Seek(next);
+  absl::StatusOr<data::Batch> batch = data::MakeBatch(*datasets_.train, Sub(indices, mine),
+                                                      *tokenizer_, job().data.max_text_tokens);
+  if (batch.ok()) prefetched_ = Prefetched{std::move(indices), trainer::ToTensors(*batch)};
 }
 
 absl::Status TorchWorker::FinishVisionMicroBatch(VisionInFlight& f, StepResult* result) {
@@ -631,6 +664,7 @@ void TorchWorker::Release() {
   vision_ = models::VisionEncoder(nullptr);
   llm_ = models::Llm(nullptr);
   sampler_.reset();
+  prefetched_.reset();
   tokenizer_.reset();
   datasets_ = data::Datasets();
   transport_.reset();

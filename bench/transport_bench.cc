@@ -124,6 +124,7 @@ int Receive(const BenchOptions& options, int port_pipe) {
     code = 1;
   }
   inbox->ClearJob();
+  service.CloseStreams();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   return code;
 }

@@ -1,8 +1,12 @@
 // The Transport over gRPC: receives through an Inbox (served by PeerService on the actor's server)
-// and sends each tensor as one tandem.v1.Peer.SendTensor client stream to the peer's address.
+// and sends to the peer's address: a tensor of one chunk (chunk_bytes or fewer; every step's
+// embeddings and gradients in the tiny jobs) as one message of the peer's long-lived
+// tandem.v1.Peer.Transfers stream, written on the caller's thread; a larger one as its own SendTensor
+// client stream on a thread of its own.
 //
-// Sends run on a thread each; one channel per peer, created with the transport and shared by its
-// sends. Thread-safe. gRPC-free header: the actor's torch code may include it.
+// One channel and one Transfers stream per peer, created with the transport (the stream opens at the
+// first send and again after it broke). Thread-safe. gRPC-free header: the actor's torch code may
+// include it.
 #pragma once
 
 #include <chrono>

@@ -14,13 +14,15 @@ namespace tandem::transport {
 PeerService::PeerService(std::shared_ptr<Inbox> inbox, PeerServiceOptions options)
     : inbox_(std::move(inbox)), options_(options) {}
 
-grpc::Status PeerService::SendTensor(grpc::ServerContext* context, grpc::ServerReader<tandem::v1::TensorChunk>* reader,
+grpc::Status PeerService::SendTensor(grpc::ServerContext* context,
+                                     grpc::ServerReader<tandem::v1::TensorChunk>* reader,
                                      tandem::v1::TransferAck* ack) {
   absl::StatusOr<int64_t> received;
   try {
     received = Receive(*context, *reader);
   } catch (const std::exception& e) {
-    received = absl::InternalError(absl::StrCat("receiving a tensor from ", context->peer(), ": ", e.what()));
+    received = absl::InternalError(
+        absl::StrCat("receiving a tensor from ", context->peer(), ": ", e.what()));
   }
   if (!received.ok()) return rpc::ToGrpc(received.status());
   ack->set_received_bytes(*received);
@@ -30,7 +32,8 @@ grpc::Status PeerService::SendTensor(grpc::ServerContext* context, grpc::ServerR
 absl::StatusOr<int64_t> PeerService::Receive(grpc::ServerContext& context,
                                              grpc::ServerReader<tandem::v1::TensorChunk>& reader) {
   tandem::v1::TensorChunk chunk;
-  if (!reader.Read(&chunk)) return absl::InvalidArgumentError("the stream ended before its first chunk");
+  if (!reader.Read(&chunk))
+    return absl::InvalidArgumentError("the stream ended before its first chunk");
   TransferHeader header;
   ASSIGN_OR_RETURN(header.tag, FromProto(chunk.tag()));
   ASSIGN_OR_RETURN(header.dtype, FromProto(chunk.dtype()));
@@ -51,6 +54,69 @@ absl::StatusOr<int64_t> PeerService::Receive(grpc::ServerContext& context,
   return delivery.Finish();
 }
 
-void ConfigurePeerServer(grpc::ServerBuilder& builder) { builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0); }
+void PeerService::CloseStreams() {
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  closed_ = true;
+  for (grpc::ServerContext* context : streams_) context->TryCancel();
+}
+
+grpc::Status PeerService::Transfers(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<tandem::v1::TransferAck, tandem::v1::TensorChunk>* stream) {
+  {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    if (closed_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the actor is shutting down");
+    streams_.insert(context);
+  }
+  struct Unregister {
+    PeerService* service;
+    grpc::ServerContext* context;
+    ~Unregister() {
+      std::lock_guard<std::mutex> lock(service->streams_mu_);
+      service->streams_.erase(context);
+    }
+  } unregister{this, context};
+  tandem::v1::TensorChunk chunk;
+  while (stream->Read(&chunk)) {
+    absl::StatusOr<int64_t> received;
+    try {
+      received = ReceiveWhole(chunk);
+    } catch (const std::exception& e) {
+      received = absl::InternalError(absl::StrCat("receiving a tensor: ", e.what()));
+    }
+    tandem::v1::TransferAck ack;
+    if (received.ok()) {
+      ack.set_received_bytes(*received);
+    } else {
+      ack.set_code(static_cast<int>(received.status().code()));
+      ack.set_message(std::string(received.status().message()));
+    }
+    if (!stream->Write(ack)) break;
+  }
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<int64_t> PeerService::ReceiveWhole(const tandem::v1::TensorChunk& chunk) {
+  TransferHeader header;
+  ASSIGN_OR_RETURN(header.tag, FromProto(chunk.tag()));
+  ASSIGN_OR_RETURN(header.dtype, FromProto(chunk.dtype()));
+  header.shape.assign(chunk.shape().begin(), chunk.shape().end());
+  header.total_bytes = chunk.total_bytes();
+  if (chunk.offset() != 0 || static_cast<int64_t>(chunk.data().size()) != header.total_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        DescribeTag(header.tag), ": a Transfers message must hold the whole tensor, but it holds ",
+        chunk.data().size(), " bytes at offset ", chunk.offset(), " of ", header.total_bytes));
+  }
+  const auto wait = std::clamp(std::chrono::milliseconds(chunk.expect_within_ms()),
+                               std::chrono::milliseconds(0), options_.expect_timeout);
+  ASSIGN_OR_RETURN(Inbox::Delivery delivery, inbox_->Begin(header, wait));
+  RETURN_IF_ERROR(delivery.Write(header.tag, 0, chunk.data()));
+  return delivery.Finish();
+}
+
+void ConfigurePeerServer(grpc::ServerBuilder& builder) {
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 4 << 20);
+}
 
 }  // namespace tandem::transport

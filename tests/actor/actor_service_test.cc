@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -225,6 +226,34 @@ TEST(CommandThread, RunsCommandsFromManyThreadsOnOneThreadEachToCompletion) {
   for (const auto& id : ran_on) EXPECT_EQ(id, ran_on.front());
   EXPECT_NE(ran_on.front(), std::this_thread::get_id());
   EXPECT_EQ(most_at_once, 1);
+}
+
+TEST(CommandThread, APostedCommandRunsAfterTheOneBeforeItOnTheSameThread) {
+  CommandThread commands;
+  std::mutex mu;
+  std::condition_variable released;
+  bool go = false;
+  std::vector<std::pair<char, std::thread::id>> ran;
+  const CommandThread::Ticket first = commands.Post([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    released.wait(lock, [&] { return go; });
+    ran.emplace_back('a', std::this_thread::get_id());
+  });
+  const CommandThread::Ticket second = commands.Post([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    ran.emplace_back('b', std::this_thread::get_id());
+  });
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    go = true;
+  }
+  released.notify_all();
+  commands.Wait(second);  // the second returns only after the first
+  ASSERT_EQ(ran.size(), 2u);
+  EXPECT_EQ(ran[0].first, 'a');
+  EXPECT_EQ(ran[1].first, 'b');
+  EXPECT_EQ(ran[0].second, ran[1].second);
+  commands.Wait(first);  // already done: returns at once
 }
 
 }  // namespace

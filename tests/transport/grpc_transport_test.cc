@@ -1,6 +1,7 @@
 // Tests for transport/grpc_transport.cc: two actors on 127.0.0.1 in one process, each with an inbox
-// served by a PeerService and a transport to the other. Tensors arrive byte-exact in several chunks;
-// refused transfers name the peer and leave the receiver working; nothing hangs.
+// served by a PeerService and a transport to the other. Tensors arrive byte-exact, large ones in
+// several chunks and small ones on the peer's long-lived stream; refused transfers name the peer
+// and leave the receiver working; a broken stream is opened again; nothing hangs.
 #include "transport/grpc_transport.h"
 
 #include <netinet/in.h>
@@ -23,8 +24,8 @@ namespace {
 
 using namespace std::chrono_literals;
 using ::testing::AllOf;
-using ::testing::HasSubstr;
 using testing::AwaitThenCancel;
+using ::testing::HasSubstr;
 using testing::LoopbackPeer;
 using testing::Pattern;
 using testing::Tag;
@@ -93,7 +94,8 @@ TEST_F(GrpcTransportTest, ConcurrentSendsOfAStepAllArrive) {
     ASSERT_TRUE(llm_transport_->Expect(tag, destinations.back().view()).ok());
   }
   std::vector<std::unique_ptr<SendHandle>> sends;
-  for (int k = 0; k < 4; ++k) sends.push_back(vision_transport_->Send(0, tags[k], sources[k].view()));
+  for (int k = 0; k < 4; ++k)
+    sends.push_back(vision_transport_->Send(0, tags[k], sources[k].view()));
   for (int k = 0; k < 4; ++k) {
     ASSERT_TRUE(sends[k]->Wait(kLong).ok());
     ASSERT_TRUE(llm_transport_->Await(tags[k], kLong).ok());
@@ -114,7 +116,8 @@ TEST_F(GrpcTransportTest, MismatchedTransferIsInvalidArgumentAndTheNextOneSuccee
   TensorBytes short_source = good.view();
   short_source.size = 124;
   const std::vector<Case> cases = {
-      {Tag(1, TransferKind::kEmbeddings, "job-2"), good.view(), "job job-2, but the receiver's job is job-1"},
+      {Tag(1, TransferKind::kEmbeddings, "job-2"), good.view(),
+       "job job-2, but the receiver's job is job-1"},
       {Tag(1), other_dtype.view(), "dtype bfloat16, but the receiver expects float32"},
       {Tag(1), other_shape.view(), "shape [8, 4], but the receiver expects [4, 8]"},
       {Tag(1), short_source, "total_bytes 124, but the receiver expects 128"},
@@ -154,7 +157,8 @@ TEST_F(GrpcTransportTest, AwaitDeadlineNamesTheTag) {
   ASSERT_TRUE(llm_transport_->Expect(Tag(1), destination.view()).ok());
   const absl::Status status = llm_transport_->Await(Tag(1), 20ms);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(status.message(), AllOf(HasSubstr(DescribeTag(Tag(1))), HasSubstr("0 of 128 bytes arrived")));
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr(DescribeTag(Tag(1))), HasSubstr("0 of 128 bytes arrived")));
 }
 
 TEST_F(GrpcTransportTest, ClearJobCancelsAWaitingAwait) {
@@ -170,9 +174,9 @@ TEST_F(GrpcTransportTest, ClearJobCancelsAWaitingAwait) {
 
 TEST_F(GrpcTransportTest, ResetCancelsAWaitingAwait) {
   Tensor destination = Zeros(DType::kFloat32, {4, 8});
-  const absl::Status status = AwaitThenCancel([&] { return llm_transport_->Expect(Tag(1), destination.view()); },
-                                              [&] { return llm_transport_->Await(Tag(1), kLong); },
-                                              [&] { llm_transport_->Reset(); });
+  const absl::Status status = AwaitThenCancel(
+      [&] { return llm_transport_->Expect(Tag(1), destination.view()); },
+      [&] { return llm_transport_->Await(Tag(1), kLong); }, [&] { llm_transport_->Reset(); });
   EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
 }
 
@@ -183,14 +187,70 @@ TEST_F(GrpcTransportTest, PeerRankOutsideTheGroupIsInvalidArgument) {
   EXPECT_THAT(status.message(), HasSubstr("peer rank 1 outside [0, 1)"));
 }
 
-TEST_F(GrpcTransportTest, WaitGivesUpAfterItsTimeoutAndCancelsTheSend) {
+TEST_F(GrpcTransportTest, WaitGivesUpAfterItsTimeout) {
   Tensor source = Pattern(DType::kFloat32, {4, 8});
-  std::unique_ptr<SendHandle> send = vision_transport_->Send(0, Tag(1), source.view());  // never expected
+  std::unique_ptr<SendHandle> send =
+      vision_transport_->Send(0, Tag(1), source.view());  // never expected
   const absl::Status status = send->Wait(50ms);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(status.message(), AllOf(HasSubstr("peer " + llm_.address()), HasSubstr(DescribeTag(Tag(1))),
-                                      HasSubstr("not acknowledged within 50 ms")));
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr("peer " + llm_.address()), HasSubstr(DescribeTag(Tag(1))),
+                    HasSubstr("not acknowledged within 50 ms")));
   EXPECT_EQ(send->Wait(kLong), status);  // the outcome, again
+}
+
+TEST_F(GrpcTransportTest, ManySmallTransfersToOnePeerArriveInOrderOnItsStream) {
+  constexpr int kTransfers = 50;
+  std::vector<Tensor> sources, destinations;
+  std::vector<std::unique_ptr<SendHandle>> sends;
+  sources.reserve(kTransfers);
+  destinations.reserve(kTransfers);
+  for (int k = 0; k < kTransfers; ++k) {
+    TransferTag tag = Tag(1);
+    tag.micro_batch = k;
+    sources.push_back(Pattern(DType::kBFloat16, {16, 64}, k + 1));
+    destinations.push_back(Zeros(DType::kBFloat16, {16, 64}));
+    ASSERT_TRUE(llm_transport_->Expect(tag, destinations.back().view()).ok());
+    sends.push_back(vision_transport_->Send(0, tag, sources.back().view()));
+  }
+  for (int k = 0; k < kTransfers; ++k) {
+    TransferTag tag = Tag(1);
+    tag.micro_batch = k;
+    ASSERT_TRUE(sends[k]->Wait(kLong).ok()) << "micro-batch " << k;
+    ASSERT_TRUE(llm_transport_->Await(tag, kLong).ok());
+    EXPECT_EQ(destinations[k].bytes, sources[k].bytes) << "micro-batch " << k;
+  }
+}
+
+TEST(GrpcTransport, ASendAfterThePeerRestartedOpensTheStreamAgain) {
+  auto llm = std::make_unique<LoopbackPeer>();
+  const int port = llm->port();
+  std::unique_ptr<Transport> transport =
+      CreateGrpcTransport(std::make_shared<Inbox>(), {llm->address()});
+  Tensor source = Pattern(DType::kFloat32, {4, 8});
+  Tensor destination = Zeros(DType::kFloat32, {4, 8});
+  ASSERT_TRUE(llm->inbox()->Expect(Tag(1), destination.view()).ok());
+  ASSERT_TRUE(transport->Send(0, Tag(1), source.view())->Wait(kLong).ok());
+
+  llm.reset();  // the peer goes away: its stream breaks, and a send fails naming it
+  const absl::Status lost = transport->Send(0, Tag(2), source.view())->Wait(kLong);
+  EXPECT_FALSE(lost.ok());
+  EXPECT_THAT(lost.message(), HasSubstr("peer 127.0.0.1:" + std::to_string(port)));
+
+  // Back on the same address: sends fail fast (UNAVAILABLE) until the channel has reconnected,
+  // within gRPC's first reconnect backoff (1 s), then go through on a new stream.
+  llm = std::make_unique<LoopbackPeer>(PeerServiceOptions{}, port);
+  Tensor again = Zeros(DType::kFloat32, {4, 8});
+  ASSERT_TRUE(llm->inbox()->Expect(Tag(3), again.view()).ok());
+  absl::Status sent;
+  for (const auto deadline = std::chrono::steady_clock::now() + 20s;
+       std::chrono::steady_clock::now() < deadline;) {
+    sent = transport->Send(0, Tag(3), source.view())->Wait(kLong);
+    if (sent.code() != absl::StatusCode::kUnavailable) break;
+  }
+  ASSERT_TRUE(sent.ok()) << sent;
+  ASSERT_TRUE(llm->inbox()->Await(Tag(3), kLong).ok());
+  EXPECT_EQ(again.bytes, source.bytes);
 }
 
 class GrpcTransportShortTimeoutTest : public GrpcTransportTest {
@@ -202,7 +262,8 @@ TEST_F(GrpcTransportShortTimeoutTest, SendNeverExpectedIsDeadlineExceeded) {
   Tensor source = Pattern(DType::kFloat32, {4, 8});
   const absl::Status status = vision_transport_->Send(0, Tag(1), source.view())->Wait(kLong);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(status.message(), AllOf(HasSubstr("peer " + llm_.address()), HasSubstr(DescribeTag(Tag(1)))));
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr("peer " + llm_.address()), HasSubstr(DescribeTag(Tag(1)))));
 }
 
 // A port bound to a socket that does not listen: connecting to it is refused.
@@ -228,8 +289,8 @@ class UnusedPort {
 TEST(GrpcTransport, SendToAnAddressWhereNothingListensFailsWithinTheTimeout) {
   UnusedPort unused;
   const std::string address = "127.0.0.1:" + std::to_string(unused.port());
-  std::unique_ptr<Transport> transport =
-      CreateGrpcTransport(std::make_shared<Inbox>(), {address}, GrpcTransportOptions{.timeout = 10s});
+  std::unique_ptr<Transport> transport = CreateGrpcTransport(std::make_shared<Inbox>(), {address},
+                                                             GrpcTransportOptions{.timeout = 10s});
   Tensor source = Pattern(DType::kFloat32, {4, 8});
   const auto start = std::chrono::steady_clock::now();
   const absl::Status status = transport->Send(0, Tag(1), source.view())->Wait(kLong);

@@ -1,5 +1,5 @@
-// One actor's receiving side on 127.0.0.1 for the gRPC transport tests: an Inbox with a job, served by
-// a PeerService on a port the OS picked.
+// One actor's receiving side on 127.0.0.1 for the gRPC transport tests: an Inbox with a job, served
+// by a PeerService on a port the OS picked.
 #pragma once
 
 #include <grpcpp/security/server_credentials.h>
@@ -19,13 +19,14 @@ namespace tandem::transport::testing {
 
 class LoopbackPeer {
  public:
-  explicit LoopbackPeer(PeerServiceOptions options = {})
+  // Listens on `port`, or on one the OS picks when 0.
+  explicit LoopbackPeer(PeerServiceOptions options = {}, int port = 0)
       : inbox_(std::make_shared<Inbox>()), service_(inbox_, options) {
     inbox_->SetJob("job-1");
     grpc::ServerBuilder builder;
     rpc::ConfigureServer(builder);
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.AddListeningPort("127.0.0.1:" + std::to_string(port), grpc::InsecureServerCredentials(),
+                             &port);
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
     EXPECT_NE(server_, nullptr);
@@ -35,11 +36,13 @@ class LoopbackPeer {
 
   ~LoopbackPeer() {
     inbox_->ClearJob();  // streams waiting for an expectation return at once
+    service_.CloseStreams();
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   }
 
   const std::shared_ptr<Inbox>& inbox() const { return inbox_; }
   const std::string& address() const { return address_; }
+  int port() const { return std::stoi(address_.substr(address_.rfind(':') + 1)); }
 
  private:
   std::shared_ptr<Inbox> inbox_;

@@ -1,6 +1,7 @@
-// Tests for transport/peer_service.cc, fed hand-made chunk streams through a raw tandem.v1.Peer stub:
-// proto values the sender's transport never produces, the acknowledgement, the inbox's codes mapped
-// one to one, and how long a stream waits for its tag to be expected.
+// Tests for transport/peer_service.cc, fed hand-made chunk streams through a raw tandem.v1.Peer
+// stub: proto values the sender's transport never produces, the acknowledgement, the inbox's codes
+// mapped one to one, how long a stream waits for its tag to be expected, and the Transfers stream's
+// acknowledgement of each message.
 #include "transport/peer_service.h"
 
 #include <grpcpp/client_context.h>
@@ -50,9 +51,11 @@ class PeerServiceTest : public ::testing::Test {
  protected:
   explicit PeerServiceTest(PeerServiceOptions options = {})
       : peer_(options),
-        stub_(v1::Peer::NewStub(grpc::CreateChannel(peer_.address(), grpc::InsecureChannelCredentials()))) {}
+        stub_(v1::Peer::NewStub(
+            grpc::CreateChannel(peer_.address(), grpc::InsecureChannelCredentials()))) {}
 
-  grpc::Status Send(const std::vector<v1::TensorChunk>& chunks, std::chrono::milliseconds deadline = 30s) {
+  grpc::Status Send(const std::vector<v1::TensorChunk>& chunks,
+                    std::chrono::milliseconds deadline = 30s) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + deadline);
     ack_.Clear();
@@ -121,12 +124,82 @@ TEST_F(PeerServiceTest, ChunkAtAnotherOffsetIsInvalidArgument) {
   chunks[1].set_offset(40);
   const grpc::Status status = Send(chunks);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(status.error_message(), HasSubstr("chunk at offset 40, but 48 bytes were received so far"));
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("chunk at offset 40, but 48 bytes were received so far"));
 }
 
 TEST_F(PeerServiceTest, UnexpectedTagWaitsNoLongerThanTheCallersDeadline) {
   const grpc::Status status = Send(Chunks(Tag(1), source_, 128), 100ms);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+}
+
+// One Transfers stream carrying `messages` in order; returns the acknowledgements.
+std::vector<v1::TransferAck> SendOnOneStream(v1::Peer::Stub& stub,
+                                             const std::vector<v1::TensorChunk>& messages) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 30s);
+  auto stream = stub.Transfers(&context);
+  std::vector<v1::TransferAck> acks;
+  for (const v1::TensorChunk& message : messages) {
+    if (!stream->Write(message)) break;
+    v1::TransferAck ack;
+    if (!stream->Read(&ack)) break;
+    acks.push_back(ack);
+  }
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  return acks;
+}
+
+TEST_F(PeerServiceTest, TransfersAnswersEachMessageInOrderAndABadOneFailsAlone) {
+  Tensor second_destination = Zeros(DType::kFloat32, {4, 8});
+  Tensor second_source = Pattern(DType::kFloat32, {4, 8}, /*seed=*/9);
+  ASSERT_TRUE(peer_.inbox()->Expect(Tag(1), destination_.view()).ok());
+  ASSERT_TRUE(peer_.inbox()->Expect(Tag(2), second_destination.view()).ok());
+  v1::TensorChunk first = Chunks(Tag(1), source_, 128)[0];
+  first.set_expect_within_ms(10000);
+  v1::TensorChunk wrong_job = Chunks(Tag(1, TransferKind::kEmbeddings, "job-2"), source_, 128)[0];
+  wrong_job.set_expect_within_ms(10000);
+  v1::TensorChunk second = Chunks(Tag(2), second_source, 128)[0];
+  second.set_expect_within_ms(10000);
+
+  const std::vector<v1::TransferAck> acks = SendOnOneStream(*stub_, {first, wrong_job, second});
+  ASSERT_EQ(acks.size(), 3u);
+  EXPECT_EQ(acks[0].code(), 0);
+  EXPECT_EQ(acks[0].received_bytes(), 128);
+  EXPECT_EQ(acks[1].code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_THAT(acks[1].message(), HasSubstr("job job-2, but the receiver's job is job-1"));
+  EXPECT_EQ(acks[2].code(), 0);
+  EXPECT_EQ(acks[2].received_bytes(), 128);
+  ASSERT_TRUE(peer_.inbox()->Await(Tag(1), 0ms).ok());
+  ASSERT_TRUE(peer_.inbox()->Await(Tag(2), 0ms).ok());
+  EXPECT_EQ(destination_.bytes, source_.bytes);
+  EXPECT_EQ(second_destination.bytes, second_source.bytes);
+}
+
+TEST_F(PeerServiceTest, TransfersRefusesAPartOfATensor) {
+  ASSERT_TRUE(peer_.inbox()->Expect(Tag(1), destination_.view()).ok());
+  v1::TensorChunk part = Chunks(Tag(1), source_, 48)[0];
+  part.set_expect_within_ms(10000);
+  const std::vector<v1::TransferAck> acks = SendOnOneStream(*stub_, {part});
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_THAT(acks[0].message(),
+              HasSubstr("must hold the whole tensor, but it holds 48 bytes at offset 0 of 128"));
+  EXPECT_EQ(peer_.inbox()->Await(Tag(1), 0ms).code(),
+            absl::StatusCode::kDeadlineExceeded);  // still pending
+}
+
+TEST_F(PeerServiceTest, TransfersWaitsForAnExpectationNoLongerThanTheMessageSays) {
+  v1::TensorChunk message = Chunks(Tag(1), source_, 128)[0];
+  message.set_expect_within_ms(50);
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<v1::TransferAck> acks = SendOnOneStream(*stub_, {message});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].code(), static_cast<int>(grpc::StatusCode::DEADLINE_EXCEEDED));
+  EXPECT_THAT(acks[0].message(),
+              HasSubstr("the receiver did not expect " + DescribeTag(Tag(1)) + " within 50 ms"));
 }
 
 class PeerServiceShortWaitTest : public PeerServiceTest {
@@ -137,7 +210,8 @@ class PeerServiceShortWaitTest : public PeerServiceTest {
 TEST_F(PeerServiceShortWaitTest, UnexpectedTagIsDeadlineExceededAfterTheExpectTimeout) {
   const grpc::Status status = Send(Chunks(Tag(1), source_, 128));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-  EXPECT_THAT(status.error_message(), HasSubstr("the receiver did not expect " + DescribeTag(Tag(1))));
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("the receiver did not expect " + DescribeTag(Tag(1))));
 }
 
 }  // namespace
