@@ -118,9 +118,11 @@ grpc::Status ActorService::RunStep(grpc::ServerContext* context, const v1::RunSt
     return job_id() != request->job_id() || last_posted_step_ + 1 >= step;
   });
   if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
-  const absl::Status aborted = absl::AbortedError(absl::StrCat(
-      "step ", step, " not run: an earlier step of job ", request->job_id(), " failed"));
-  if (step_failed_) return rpc::ToGrpc(aborted);
+  const auto aborted = [&] {
+    return absl::AbortedError(absl::StrCat("step ", step, " not run: an earlier step of job ",
+                                           request->job_id(), " failed"));
+  };
+  if (step_failed_) return rpc::ToGrpc(aborted());
   if (!turn) {
     return rpc::ToGrpc(absl::DeadlineExceededError(
         absl::StrCat("step ", step, " not run: step ", last_posted_step_ + 1,
@@ -129,7 +131,7 @@ grpc::Status ActorService::RunStep(grpc::ServerContext* context, const v1::RunSt
   absl::StatusOr<StepResult> result = absl::UnknownError("not run");
   const CommandThread::Ticket ticket = commands_.Post([&] {
     if (step_failed_) {
-      result = aborted;
+      result = aborted();
       return;
     }
     result = worker_->RunStep(step);

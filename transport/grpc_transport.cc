@@ -39,42 +39,22 @@ void StartChunk(const TransferTag& tag, const TensorBytes& source, tandem::v1::T
   chunk.set_total_bytes(static_cast<int64_t>(source.size));
 }
 
-// Waits for a future outcome up to `timeout`; remembers what it returned.
-class FutureSend : public SendHandle {
- public:
-  FutureSend(std::string what, std::future<absl::Status> result)
-      : what_(std::move(what)), result_(std::move(result)) {}
-
-  absl::Status Wait(std::chrono::milliseconds timeout) override {
-    if (outcome_) return *outcome_;
-    if (result_.wait_for(timeout) != std::future_status::ready) {
-      Abandon();
-      outcome_ = absl::DeadlineExceededError(
-          absl::StrCat(what_, ": not acknowledged within ", timeout.count(), " ms"));
-      return *outcome_;
-    }
-    outcome_ = result_.get();
-    return *outcome_;
-  }
-
- protected:
-  // Called when Wait gives up; afterwards the source must not be read again.
-  virtual void Abandon() {}
-
-  const std::string what_;
-  std::future<absl::Status> result_;
-  std::optional<absl::Status> outcome_;
-};
+// OK when the receiver acknowledged all `expected` bytes, else DataLoss naming the shortfall.
+absl::Status CheckReceived(const std::string& what, int64_t received, int64_t expected) {
+  if (received == expected) return absl::OkStatus();
+  return absl::DataLossError(
+      absl::StrCat(what, ": the receiver acknowledged ", received, " of ", expected, " bytes"));
+}
 
 // A tensor of several chunks: one SendTensor stream on its own thread, since its later chunks wait
 // until the receiver expects the transfer. Wait (or the destructor) cancels the call when it gives
 // up and joins the thread, so the source is never read after Wait returned.
-class StreamedSend final : public FutureSend {
+class StreamedSend final : public SendHandle {
  public:
   StreamedSend(std::shared_ptr<tandem::v1::Peer::Stub> stub, std::string what,
                const TransferTag& tag, TensorBytes source, const GrpcTransportOptions& options)
-      : FutureSend(std::move(what), std::future<absl::Status>()),
-        stub_(std::move(stub)),
+      : stub_(std::move(stub)),
+        what_(std::move(what)),
         tag_(tag),
         source_(std::move(source)),
         chunk_bytes_(options.chunk_bytes) {
@@ -86,15 +66,27 @@ class StreamedSend final : public FutureSend {
         [this, promise = std::move(promise)]() mutable { promise.set_value(Stream()); });
   }
 
-  ~StreamedSend() override { Abandon(); }
-
- private:
-  void Abandon() override {
+  ~StreamedSend() override {
     if (!thread_.joinable()) return;
     context_.TryCancel();
     thread_.join();
   }
 
+  absl::Status Wait(std::chrono::milliseconds timeout) override {
+    if (outcome_) return *outcome_;
+    const bool finished = result_.wait_for(timeout) == std::future_status::ready;
+    if (!finished) context_.TryCancel();
+    thread_.join();
+    absl::Status status = result_.get();
+    if (!finished && !status.ok()) {
+      status = absl::DeadlineExceededError(absl::StrCat(
+          what_, ": not acknowledged within ", timeout.count(), " ms (", status.message(), ")"));
+    }
+    outcome_ = status;
+    return status;
+  }
+
+ private:
   absl::Status Stream() {
     tandem::v1::TransferAck ack;
     std::unique_ptr<grpc::ClientWriter<tandem::v1::TensorChunk>> writer =
@@ -119,19 +111,17 @@ class StreamedSend final : public FutureSend {
     }
     const grpc::Status status = writer->Finish();
     if (!status.ok()) return rpc::FromGrpc(status, what_);
-    if (ack.received_bytes() != static_cast<int64_t>(source_.size)) {
-      return absl::DataLossError(absl::StrCat(what_, ": the receiver acknowledged ",
-                                              ack.received_bytes(), " of ", source_.size,
-                                              " bytes"));
-    }
-    return absl::OkStatus();
+    return CheckReceived(what_, ack.received_bytes(), static_cast<int64_t>(source_.size));
   }
 
   std::shared_ptr<tandem::v1::Peer::Stub> stub_;
+  const std::string what_;
   const TransferTag tag_;
   const TensorBytes source_;
   const size_t chunk_bytes_;
   grpc::ClientContext context_;
+  std::future<absl::Status> result_;
+  std::optional<absl::Status> outcome_;
   std::thread thread_;
 };
 
@@ -166,17 +156,18 @@ class PeerStream {
     {
       std::lock_guard<std::mutex> write_lock(write_mu_);
       Open();
+      bool write = true;
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (broken_) {  // it broke since Open looked: the next send opens it again
           acked.set_value(lost_);
-          return std::make_unique<AckedSend>(what, std::move(ack),
-                                             static_cast<int64_t>(source.size), deadline);
+          write = false;
+        } else {
+          pending_.push_back(std::move(acked));
         }
-        pending_.push_back(std::move(acked));
       }
       // A failed write ends the stream; the reader then fails this send with the stream's status.
-      stream_->Write(chunk);
+      if (write) stream_->Write(chunk);
     }
     return std::make_unique<AckedSend>(what, std::move(ack), static_cast<int64_t>(source.size),
                                        deadline);
@@ -201,15 +192,11 @@ class PeerStream {
         return *outcome_;
       }
       const tandem::v1::TransferAck ack = ack_.get();
-      if (ack.code() != 0) {
-        outcome_ = rpc::FromGrpc(
-            grpc::Status(static_cast<grpc::StatusCode>(ack.code()), ack.message()), what_);
-      } else if (ack.received_bytes() != bytes_) {
-        outcome_ = absl::DataLossError(absl::StrCat(
-            what_, ": the receiver acknowledged ", ack.received_bytes(), " of ", bytes_, " bytes"));
-      } else {
-        outcome_ = absl::OkStatus();
-      }
+      outcome_ =
+          ack.code() != 0
+              ? rpc::FromGrpc(
+                    grpc::Status(static_cast<grpc::StatusCode>(ack.code()), ack.message()), what_)
+              : CheckReceived(what_, ack.received_bytes(), bytes_);
       return *outcome_;
     }
 

@@ -199,7 +199,7 @@ TEST_F(GrpcTransportTest, WaitGivesUpAfterItsTimeout) {
   EXPECT_EQ(send->Wait(kLong), status);  // the outcome, again
 }
 
-TEST_F(GrpcTransportTest, ManySmallTransfersToOnePeerArriveInOrderOnItsStream) {
+TEST_F(GrpcTransportTest, ManySmallTransfersToOnePeerInFlightAtOnceAllArrive) {
   constexpr int kTransfers = 50;
   std::vector<Tensor> sources, destinations;
   std::vector<std::unique_ptr<SendHandle>> sends;
