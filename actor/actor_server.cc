@@ -19,6 +19,7 @@
 #include "rpc/channel.h"
 #include "rpc/status.h"
 #include "transport/inbox.h"
+#include "transport/local_listener.h"
 #include "transport/peer_service.h"
 
 namespace tandem::actor {
@@ -137,8 +138,21 @@ int RunActor(const ActorOptions& options) {
   worker_options.collective_host = host.empty() ? "127.0.0.1" : host;
   std::unique_ptr<Worker> worker = CreateWorker(worker_options);
   auto inbox = std::make_shared<transport::Inbox>();
-  ActorService actor_service(worker.get(), inbox, options.coordinator);
-  transport::PeerService peer_service(inbox);
+  ActorService actor_service(worker.get(), inbox, options.coordinator, options.local_links);
+  transport::PeerServiceOptions peer_options;
+  std::unique_ptr<transport::LocalListener> local_listener;
+  if (options.local_links) {
+    absl::StatusOr<std::unique_ptr<transport::LocalListener>> listener =
+        transport::LocalListener::Start(inbox);
+    if (listener.ok()) {
+      local_listener = *std::move(listener);
+      peer_options.local_endpoint = local_listener->endpoint();
+    } else {
+      TANDEM_LOG(kWarning, kComponent)
+          << listener.status().message() << "; receiving over gRPC only";
+    }
+  }
+  transport::PeerService peer_service(inbox, peer_options);
 
   grpc::ServerBuilder builder;
   rpc::ConfigureServer(builder);
@@ -173,6 +187,7 @@ int RunActor(const ActorOptions& options) {
   TANDEM_LOG(kInfo, kComponent) << "stopping (signal " << signal_number << ")";
   membership.Stop();
   inbox->ClearJob();
+  if (local_listener) local_listener->Close();
   peer_service.CloseStreams();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   worker->Release();

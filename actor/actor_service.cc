@@ -19,8 +19,11 @@ constexpr char kComponent[] = "actor";
 }  // namespace
 
 ActorService::ActorService(Worker* worker, std::shared_ptr<transport::Inbox> inbox,
-                           std::string coordinator)
-    : worker_(worker), inbox_(std::move(inbox)), coordinator_(std::move(coordinator)) {}
+                           std::string coordinator, bool local_links)
+    : worker_(worker),
+      inbox_(std::move(inbox)),
+      coordinator_(std::move(coordinator)),
+      local_links_(local_links) {}
 
 std::string ActorService::job_id() const {
   std::lock_guard<std::mutex> lock(id_mu_);
@@ -79,6 +82,7 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext*, const v1::AssignJobRe
                                              request->rendezvous_prefix() + "/");
   transport::GrpcTransportOptions transport_options;
   transport_options.timeout = assignment.timeout;
+  transport_options.local_links = local_links_;
   std::vector<std::string> peers(request->peers().addresses().begin(),
                                  request->peers().addresses().end());
   inbox_->SetJob(assignment.job_id);

@@ -22,8 +22,10 @@ namespace tandem::actor {
 
 class ActorService final : public v1::Actor::Service {
  public:
-  // `worker` and `inbox` outlive the service; `coordinator` is HOST:PORT of the rendezvous store.
-  ActorService(Worker* worker, std::shared_ptr<transport::Inbox> inbox, std::string coordinator);
+  // `worker` and `inbox` outlive the service; `coordinator` is HOST:PORT of the rendezvous store;
+  // `local_links`: the jobs' transports send over local links where they can.
+  ActorService(Worker* worker, std::shared_ptr<transport::Inbox> inbox, std::string coordinator,
+               bool local_links = true);
 
   grpc::Status AssignJob(grpc::ServerContext* context, const v1::AssignJobRequest* request,
                          v1::AssignJobResponse* response) override;
@@ -48,6 +50,7 @@ class ActorService final : public v1::Actor::Service {
   Worker* worker_;
   std::shared_ptr<transport::Inbox> inbox_;
   std::string coordinator_;
+  bool local_links_;
   std::mutex command_mu_;  // commands are posted one at a time
   // With command_mu_: a step was posted, or the job was released.
   std::condition_variable step_posted_;

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Per-step time of the disaggregated `tandem run` at 1x1 (a coordinator and two actor processes,
-# embeddings and gradients over gRPC on loopback) against `tandem run --colocated` (both models in one
-# process), on the same job and thread count, measured in this one command. Prints one table.
+# embeddings and gradients over a local link, a Unix socket) against `tandem run --colocated` (both
+# models in one process), on the same job and thread count, measured in this one command; beside them
+# `tandem run --no-local-links` (the same transfers over gRPC on loopback). Prints one table.
 #
 #   bench/step_overhead.sh [JOB.json] [STEPS] [THREADS] [ROUNDS]
 #   (defaults: examples/shapes_vlm.json, 300, 1, 3)
 #
-# The two runs alternate ROUNDS times, so a slow spell of the machine touches both. A run's step times
+# The three runs alternate ROUNDS times, so a slow spell of the machine touches both. A run's step times
 # are metrics.jsonl's successive elapsed_s differences after the first 20 steps (warm-up), so
 # evaluation, checkpoints and process start-up are not counted; the table gives the median over all
 # rounds.
@@ -37,12 +38,18 @@ for round in $(seq "$rounds"); do
     --run-dir "$work/colocated-$round" --output json > /dev/null
   "$tandem" --log-level warning run "$work/job.json" --threads "$threads" --run-dir "$work/service-$round" \
     --output json > /dev/null
+  "$tandem" --log-level warning run "$work/job.json" --threads "$threads" --run-dir "$work/grpc-$round" \
+    --no-local-links --output json > /dev/null
   step_ms "$work/colocated-$round/metrics.jsonl" >> "$work/colocated.ms"
   step_ms "$work/service-$round/metrics.jsonl" >> "$work/service.ms"
+  step_ms "$work/grpc-$round/metrics.jsonl" >> "$work/grpc.ms"
 done
 colocated=$(median < "$work/colocated.ms")
-service=$(median < "$work/service.ms")
+row() {  # label, median
+  printf '| %s | %.2f | %.2f |\n' "$1" "$2" "$(awk -v a="$2" -v b="$colocated" 'BEGIN { print a / b }')"
+}
 printf '| run | median step (ms) | ratio |\n| --- | --- | --- |\n'
-printf '| --colocated | %.2f | 1.00 |\n' "$colocated"
-printf '| tandem run, 1x1 actors | %.2f | %.2f |\n' "$service" "$(awk -v a="$service" -v b="$colocated" 'BEGIN { print a / b }')"
+row "--colocated" "$colocated"
+row "tandem run, 1x1 actors" "$(median < "$work/service.ms")"
+row "tandem run --no-local-links, 1x1 actors" "$(median < "$work/grpc.ms")"
 echo "job $job, $steps steps x $rounds rounds, $threads thread(s) per process, $(nproc) cores"

@@ -1,12 +1,13 @@
-// Transport bandwidth on loopback: a sender process streams float32 tensors of several sizes to a
-// receiver process over the gRPC transport (transport/grpc_transport.h), each send timed from Send
-// to the receiver's acknowledgement of its last byte, against memcpy of the same bytes in the same
-// run.
+// Transport bandwidth between two processes on one host: a sender process streams float32 tensors
+// of several sizes to a receiver process through the actors' transport
+// (transport/grpc_transport.h), over gRPC on loopback or over a local link (a Unix socket,
+// transport/local_link.h), each send timed from Send to the receiver's acknowledgement of its last
+// byte, against memcpy of the same bytes in the same run.
 //
 // The receiver is a forked child, forked before anything touches gRPC; it serves a PeerService on a
-// port the OS picks and writes the port into a pipe. Prints one table per malloc mode: glibc's
-// defaults, then TuneMallocForLargeBuffers as the actor processes run it, each in a fresh process
-// pair.
+// port the OS picks (and, for the local path, a LocalListener the service advertises) and writes
+// the port into a pipe. Prints one table per path and malloc mode (glibc's defaults, then
+// TuneMallocForLargeBuffers as the actor processes run it), each in a fresh process pair.
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
@@ -28,6 +29,7 @@
 #include "rpc/channel.h"
 #include "transport/grpc_transport.h"
 #include "transport/inbox.h"
+#include "transport/local_listener.h"
 #include "transport/peer_service.h"
 
 namespace tandem::transport {
@@ -41,6 +43,7 @@ struct BenchOptions {
   int repeats = 5;
   int64_t chunk_kib = 1024;
   bool grpc_defaults = false;  // serve without ConfigurePeerServer
+  bool local_link = false;     // the receiver serves a local endpoint and the sender takes it
 };
 
 // Transfer n (1-based) of the run: every size gets one warm-up and `repeats` timed sends, in order.
@@ -93,7 +96,18 @@ int Receive(const BenchOptions& options, int port_pipe) {
 
   auto inbox = std::make_shared<Inbox>();
   inbox->SetJob("bench");
-  PeerService service(inbox);
+  PeerServiceOptions service_options;
+  std::unique_ptr<LocalListener> listener;
+  if (options.local_link) {
+    absl::StatusOr<std::unique_ptr<LocalListener>> started = LocalListener::Start(inbox);
+    if (!started.ok()) {
+      std::fprintf(stderr, "receiver: %s\n", std::string(started.status().message()).c_str());
+      return 1;
+    }
+    listener = *std::move(started);
+    service_options.local_endpoint = listener->endpoint();
+  }
+  PeerService service(inbox, service_options);
   grpc::ServerBuilder builder;
   rpc::ConfigureServer(builder);
   if (!options.grpc_defaults) ConfigurePeerServer(builder);
@@ -124,6 +138,7 @@ int Receive(const BenchOptions& options, int port_pipe) {
     code = 1;
   }
   inbox->ClearJob();
+  if (listener) listener->Close();
   service.CloseStreams();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   return code;
@@ -155,6 +170,7 @@ int Send(const BenchOptions& options, int port) {
   GrpcTransportOptions transport_options;
   transport_options.chunk_bytes = static_cast<size_t>(options.chunk_kib) << 10;
   transport_options.timeout = kTimeout;
+  transport_options.local_links = options.local_link;
   std::unique_ptr<Transport> transport =
       CreateGrpcTransport(std::make_shared<Inbox>(), {address}, transport_options);
   const size_t max_bytes =
@@ -162,10 +178,15 @@ int Send(const BenchOptions& options, int port) {
       << 20;
   std::vector<std::byte> source = Pattern(max_bytes);
 
-  std::printf(
-      "transport: %d timed sends per size after one warm-up, %lld KiB chunks, %s, median\n\n",
-      options.repeats, static_cast<long long>(options.chunk_kib),
-      options.grpc_defaults ? "gRPC's default server settings" : "ConfigurePeerServer");
+  if (options.local_link) {
+    std::printf("transport: %d timed sends per size after one warm-up, local link, median\n\n",
+                options.repeats);
+  } else {
+    std::printf(
+        "transport: %d timed sends per size after one warm-up, %lld KiB chunks, %s, median\n\n",
+        options.repeats, static_cast<long long>(options.chunk_kib),
+        options.grpc_defaults ? "gRPC's default server settings" : "ConfigurePeerServer");
+  }
   std::printf("| size | transport GB/s | memcpy GB/s | transport / memcpy |\n");
   std::printf("| --- | --- | --- | --- |\n");
   std::vector<double> seconds;
@@ -232,7 +253,8 @@ int RunPair(const tandem::transport::BenchOptions& options) {
 int main(int argc, char** argv) {
   tandem::transport::BenchOptions options;
   std::string malloc_mode = "both";
-  CLI::App app{"Transport bandwidth between two processes on loopback, against memcpy"};
+  std::string path = "both";
+  CLI::App app{"Transport bandwidth between two processes on one host, against memcpy"};
   app.add_option("--sizes-mib", options.sizes_mib, "tensor sizes in MiB")
       ->check(CLI::PositiveNumber);
   app.add_option("--repeats", options.repeats, "timed sends per size")->check(CLI::PositiveNumber);
@@ -245,34 +267,45 @@ int main(int argc, char** argv) {
                  "defaults it, or both "
                  "in turn")
       ->check(CLI::IsMember({"tuned", "default", "both"}));
+  app.add_option("--path", path,
+                 "grpc (Peer streams on loopback), local (a local link, as actors on one host "
+                 "send), or both in turn")
+      ->check(CLI::IsMember({"grpc", "local", "both"}));
   CLI11_PARSE(app, argc, argv);
 
   std::vector<bool> tuned_modes;
   if (malloc_mode != "tuned") tuned_modes.push_back(false);
   if (malloc_mode != "default") tuned_modes.push_back(true);
-  for (bool tuned : tuned_modes) {
-    std::printf("%smalloc: %s\n", tuned == tuned_modes.front() ? "" : "\n",
-                tuned ? "TuneMallocForLargeBuffers (as the actors run)" : "glibc's defaults");
-    std::fflush(stdout);
-    // Each mode in a fresh process pair, so the other mode's heap and mallopt settings play no
-    // part.
-    const pid_t runner = fork();
-    if (runner < 0) {
-      std::perror("fork");
-      return 1;
-    }
-    if (runner == 0) {
-      if (tuned && !tandem::TuneMallocForLargeBuffers()) {
-        std::fprintf(
-            stderr,
-            "malloc tuning did not apply (GLIBC_TUNABLES sets malloc tunables, or not glibc)\n");
-        _exit(1);
+  std::vector<bool> local_paths;
+  if (path != "local") local_paths.push_back(false);
+  if (path != "grpc") local_paths.push_back(true);
+  bool first = true;
+  for (bool local : local_paths)
+    for (bool tuned : tuned_modes) {
+      options.local_link = local;
+      std::printf("%spath: %s; malloc: %s\n", first ? "" : "\n", local ? "local link" : "gRPC",
+                  tuned ? "TuneMallocForLargeBuffers (as the actors run)" : "glibc's defaults");
+      first = false;
+      std::fflush(stdout);
+      // Each mode in a fresh process pair, so the other mode's heap and mallopt settings play no
+      // part.
+      const pid_t runner = fork();
+      if (runner < 0) {
+        std::perror("fork");
+        return 1;
       }
-      _exit(RunPair(options));
+      if (runner == 0) {
+        if (tuned && !tandem::TuneMallocForLargeBuffers()) {
+          std::fprintf(
+              stderr,
+              "malloc tuning did not apply (GLIBC_TUNABLES sets malloc tunables, or not glibc)\n");
+          _exit(1);
+        }
+        _exit(RunPair(options));
+      }
+      int status = 0;
+      waitpid(runner, &status, 0);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 1;
     }
-    int status = 0;
-    waitpid(runner, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 1;
-  }
   return 0;
 }

@@ -35,8 +35,8 @@ struct Child {
   std::string ready_file;
 };
 
-// Starts this binary with `args`, stdout/stderr to `log`, in its own process group (so Ctrl-C reaches
-// only the parent, which stops the children in order), dying with the parent.
+// Starts this binary with `args`, stdout/stderr to `log`, in its own process group (so Ctrl-C
+// reaches only the parent, which stops the children in order), dying with the parent.
 absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log) {
   const pid_t parent = getpid();
   const pid_t pid = fork();
@@ -67,7 +67,8 @@ std::string Tail(const std::string& path, size_t lines) {
   std::vector<std::string> all;
   for (std::string line; std::getline(in, line);) all.push_back(line);
   std::string out;
-  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out += "    " + all[i] + "\n";
+  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i)
+    out += "    " + all[i] + "\n";
   return out;
 }
 
@@ -91,7 +92,8 @@ class Supervisor {
   }
 
   // Waits until every child wrote its ready file; fails fast when one exits.
-  absl::StatusOr<std::vector<std::string>> AwaitReady(std::chrono::seconds timeout, const volatile bool* stop) {
+  absl::StatusOr<std::vector<std::string>> AwaitReady(std::chrono::seconds timeout,
+                                                      const volatile bool* stop) {
     const auto deadline = Clock::now() + timeout;
     std::vector<std::string> addresses(children_.size());
     while (true) {
@@ -101,8 +103,8 @@ class Supervisor {
         int status = 0;
         if (c.pid > 0 && waitpid(c.pid, &status, WNOHANG) == c.pid) {
           c.pid = -1;
-          return absl::InternalError(absl::StrCat(c.name, " exited during startup; its log (", c.log, ") ends with:\n",
-                                                  Tail(c.log, 15)));
+          return absl::InternalError(absl::StrCat(c.name, " exited during startup; its log (",
+                                                  c.log, ") ends with:\n", Tail(c.log, 15)));
         }
         std::ifstream in(c.ready_file);
         if (in && std::getline(in, addresses[i]) && !addresses[i].empty()) ++ready;
@@ -110,8 +112,9 @@ class Supervisor {
       if (ready == children_.size()) return addresses;
       if (*stop) return absl::CancelledError("interrupted");
       if (Clock::now() >= deadline) {
-        return absl::DeadlineExceededError(absl::StrCat("the local coordinator and actors did not start within ",
-                                                        timeout.count(), "s; logs in ", dir_));
+        return absl::DeadlineExceededError(
+            absl::StrCat("the local coordinator and actors did not start within ", timeout.count(),
+                         "s; logs in ", dir_));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -169,8 +172,10 @@ int RunEmbedded(const EmbeddedRunOptions& options) {
   const std::string run_dir = fs::absolute(options.run_dir).string();
   std::error_code ec;
   if (fs::exists(run_dir, ec) && !fs::is_empty(run_dir, ec)) {
-    std::fprintf(stderr, "tandem run: run directory %s already exists and is not empty; choose another --run-dir\n",
-                 run_dir.c_str());
+    std::fprintf(
+        stderr,
+        "tandem run: run directory %s already exists and is not empty; choose another --run-dir\n",
+        run_dir.c_str());
     return 2;
   }
 
@@ -182,7 +187,8 @@ int RunEmbedded(const EmbeddedRunOptions& options) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   char dir_template[] = "/tmp/tandem-run-XXXXXX";
-  if (mkdtemp(dir_template) == nullptr) return Fail(absl::StrCat("cannot create a temporary directory: ", std::strerror(errno)));
+  if (mkdtemp(dir_template) == nullptr)
+    return Fail(absl::StrCat("cannot create a temporary directory: ", std::strerror(errno)));
   const std::string dir = dir_template;
   Supervisor supervisor(dir);
   const std::vector<std::string> common = {"tandem", "--log-level", options.log_level};
@@ -192,17 +198,24 @@ int RunEmbedded(const EmbeddedRunOptions& options) {
     return all;
   };
   absl::Status status = supervisor.Start(
-      "coordinator", with({"coordinator", "--listen", "127.0.0.1:0", "--state-dir", dir + "/state"}));
+      "coordinator",
+      with({"coordinator", "--listen", "127.0.0.1:0", "--state-dir", dir + "/state"}));
   if (!status.ok()) return Fail(std::string(status.message()));
-  absl::StatusOr<std::vector<std::string>> addresses = supervisor.AwaitReady(std::chrono::seconds(60), &g_stop);
+  absl::StatusOr<std::vector<std::string>> addresses =
+      supervisor.AwaitReady(std::chrono::seconds(60), &g_stop);
   if (!addresses.ok()) return Fail(std::string(addresses.status().message()));
   const std::string coordinator = (*addresses)[0];
   const int actors = config->vision.actors + config->llm.actors;
   for (int i = 0; i < actors; ++i) {
     const bool vision = i < config->vision.actors;
-    const std::string name = vision ? absl::StrCat("vision-", i) : absl::StrCat("llm-", i - config->vision.actors);
-    status = supervisor.Start(name, with({"actor", "--pool", vision ? config->vision.pool : config->llm.pool,
-                                          "--coordinator", coordinator, "--listen", "127.0.0.1:0"}));
+    const std::string name =
+        vision ? absl::StrCat("vision-", i) : absl::StrCat("llm-", i - config->vision.actors);
+    std::vector<std::string> args = {
+        "actor",         "--pool",    vision ? config->vision.pool : config->llm.pool,
+        "--coordinator", coordinator, "--listen",
+        "127.0.0.1:0"};
+    if (!options.local_links) args.push_back("--no-local-links");
+    status = supervisor.Start(name, with(std::move(args)));
     if (!status.ok()) return Fail(std::string(status.message()));
   }
   addresses = supervisor.AwaitReady(std::chrono::seconds(120), &g_stop);
@@ -214,11 +227,13 @@ int RunEmbedded(const EmbeddedRunOptions& options) {
   request.set_spec_dir(config->spec_dir);
   request.set_run_dir(run_dir);
   int threads = options.threads;
-  if (threads == 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / actors);
+  if (threads == 0)
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / actors);
   request.set_threads(threads);
   v1::SubmitJobResponse response;
-  status = rpc::FromGrpc(stub->SubmitJob(rpc::ContextWithTimeout(std::chrono::seconds(30)).get(), request, &response),
-                         "local coordinator");
+  status = rpc::FromGrpc(
+      stub->SubmitJob(rpc::ContextWithTimeout(std::chrono::seconds(30)).get(), request, &response),
+      "local coordinator");
   if (!status.ok()) return Fail(std::string(status.message()));
   const std::string job_id = response.job().job_id();
 
@@ -246,7 +261,8 @@ int RunEmbedded(const EmbeddedRunOptions& options) {
 
   if (!job.ok()) return Fail(absl::StrCat(job.status().message(), "; logs in ", dir));
   if (job->state() != v1::JOB_STATE_SUCCEEDED) {
-    return Fail(absl::StrCat(job->name(), " ", StateName(job->state()), ": ", job->message(), " (logs in ", dir, ")"));
+    return Fail(absl::StrCat(job->name(), " ", StateName(job->state()), ": ", job->message(),
+                             " (logs in ", dir, ")"));
   }
   fs::remove_all(dir, ec);
   if (options.json) {

@@ -22,6 +22,7 @@ struct RunFlags {
   std::string run_dir;
   std::string output = "text";
   int threads = 0;
+  bool no_local_links = false;
 };
 
 std::string Timestamp() {
@@ -50,6 +51,7 @@ int Run(const RunFlags& flags, const std::string& log_level) {
     embedded.log_level = log_level;
     embedded.json = flags.output == "json";
     embedded.interactive = terminal;
+    embedded.local_links = !flags.no_local_links;
     return RunEmbedded(embedded);
   }
   trainer::RunOptions options;
@@ -59,7 +61,8 @@ int Run(const RunFlags& flags, const std::string& log_level) {
   options.progress = flags.output == "json" && !terminal ? nullptr : stderr;
   auto summary = trainer::RunColocated(*job, options);
   if (!summary.ok()) {
-    std::fprintf(stderr, "tandem run: %s: %s\n", job->name.c_str(), std::string(summary.status().message()).c_str());
+    std::fprintf(stderr, "tandem run: %s: %s\n", job->name.c_str(),
+                 std::string(summary.status().message()).c_str());
     return 1;
   }
   if (flags.output == "json") {
@@ -74,21 +77,32 @@ int Run(const RunFlags& flags, const std::string& log_level) {
 
 void AddRunCommand(CLI::App& app, const std::string* log_level, int* exit_code) {
   auto flags = std::make_shared<RunFlags>();
-  CLI::App* run = app.add_subcommand(
-      "run", "Run a training job to the end on this machine: a local coordinator and the job's vision and LLM "
-             "actors as child processes (job spec: see examples/*.json)");
-  run->add_option("job", flags->job_path, "Job spec (tandem.v1.JobSpec as JSON)")->required()->check(CLI::ExistingFile);
-  run->add_flag("--colocated", flags->colocated,
-                "Both models in this process, each under its own engine: the reference that disaggregated "
-                "runs are compared with");
-  run->add_option("--run-dir", flags->run_dir,
-                  "Where the run writes job.json, tokenizer.json, metrics.jsonl, loss.svg, checkpoints/ and "
-                  "the final weights (default runs/<name>-<timestamp>; must not exist or be empty)");
-  run->add_option("--output", flags->output, "text: progress line and a summary; json: the summary as one JSON object")
+  CLI::App* run = app.add_subcommand("run",
+                                     "Run a training job to the end on this machine: a local "
+                                     "coordinator and the job's vision and LLM "
+                                     "actors as child processes (job spec: see examples/*.json)");
+  run->add_option("job", flags->job_path, "Job spec (tandem.v1.JobSpec as JSON)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  run->add_flag(
+      "--colocated", flags->colocated,
+      "Both models in this process, each under its own engine: the reference that disaggregated "
+      "runs are compared with");
+  run->add_option(
+      "--run-dir", flags->run_dir,
+      "Where the run writes job.json, tokenizer.json, metrics.jsonl, loss.svg, checkpoints/ and "
+      "the final weights (default runs/<name>-<timestamp>; must not exist or be empty)");
+  run->add_option("--output", flags->output,
+                  "text: progress line and a summary; json: the summary as one JSON object")
       ->check(CLI::IsMember({"text", "json"}));
-  run->add_option("--threads", flags->threads,
-                  "Intra-op threads (default: all cores; without --colocated, per actor: cores / actors)")
+  run->add_option(
+         "--threads", flags->threads,
+         "Intra-op threads (default: all cores; without --colocated, per actor: cores / actors)")
       ->check(CLI::NonNegativeNumber);
+  run->add_flag(
+      "--no-local-links", flags->no_local_links,
+      "Without --colocated: keep every transfer between the actors on gRPC over loopback instead "
+      "of local links (Unix sockets), e.g. to measure what they save");
   run->callback([flags, log_level, exit_code] { *exit_code = Run(*flags, *log_level); });
 }
 

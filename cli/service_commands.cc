@@ -11,37 +11,54 @@ void AddServiceCommands(CLI::App& app, int* exit_code) {
   auto coordinator = std::make_shared<coordinator::CoordinatorServerOptions>();
   auto heartbeat_timeout_s = std::make_shared<double>(10.0);
   auto command_timeout_s = std::make_shared<double>(300.0);
-  CLI::App* c = app.add_subcommand("coordinator", "Run the coordinator: actor registry, job queue, scheduler, "
-                                                  "rendezvous store and step driver");
-  c->add_option("--listen", coordinator->listen, "HOST:PORT to serve on (port 0: the OS picks)")->capture_default_str();
-  c->add_option("--state-dir", coordinator->state_dir,
-                "Directory of the job database (tandem.db) and of default run directories (jobs/<id>)")
+  CLI::App* c = app.add_subcommand("coordinator",
+                                   "Run the coordinator: actor registry, job queue, scheduler, "
+                                   "rendezvous store and step driver");
+  c->add_option("--listen", coordinator->listen, "HOST:PORT to serve on (port 0: the OS picks)")
+      ->capture_default_str();
+  c->add_option(
+       "--state-dir", coordinator->state_dir,
+       "Directory of the job database (tandem.db) and of default run directories (jobs/<id>)")
       ->capture_default_str();
   c->add_option("--heartbeat-timeout", *heartbeat_timeout_s,
                 "Seconds without a heartbeat after which an actor is dead and its job fails")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  c->add_option("--command-timeout", *command_timeout_s,
-                "Seconds any step, transfer, collective or checkpoint may take before the job fails")
+  c->add_option(
+       "--command-timeout", *command_timeout_s,
+       "Seconds any step, transfer, collective or checkpoint may take before the job fails")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  c->add_option("--ready-file", coordinator->ready_file, "Write the bound HOST:PORT here once serving");
+  c->add_option("--ready-file", coordinator->ready_file,
+                "Write the bound HOST:PORT here once serving");
   c->callback([=] {
-    coordinator->heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(*heartbeat_timeout_s * 1000));
-    coordinator->command_timeout = std::chrono::milliseconds(static_cast<int64_t>(*command_timeout_s * 1000));
+    coordinator->heartbeat_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(*heartbeat_timeout_s * 1000));
+    coordinator->command_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(*command_timeout_s * 1000));
     *exit_code = coordinator::RunCoordinator(*coordinator);
   });
 
   auto actor = std::make_shared<actor::ActorOptions>();
-  CLI::App* a = app.add_subcommand("actor", "Run an actor: one rank of a vision or LLM group, in a pool");
-  a->add_option("--pool", actor->pool, "Pool to join (a job spec's vision.pool / llm.pool)")->required();
-  a->add_option("--coordinator", actor->coordinator, "Coordinator HOST:PORT")->capture_default_str();
-  a->add_option("--listen", actor->listen, "HOST:PORT for the Actor and Peer services (port 0: the OS picks)")
+  CLI::App* a =
+      app.add_subcommand("actor", "Run an actor: one rank of a vision or LLM group, in a pool");
+  a->add_option("--pool", actor->pool, "Pool to join (a job spec's vision.pool / llm.pool)")
+      ->required();
+  a->add_option("--coordinator", actor->coordinator, "Coordinator HOST:PORT")
       ->capture_default_str();
-  a->add_option("--advertise", actor->advertise,
-                "HOST:PORT other processes reach this actor at (default: the listen host and bound port)");
+  a->add_option("--listen", actor->listen,
+                "HOST:PORT for the Actor and Peer services (port 0: the OS picks)")
+      ->capture_default_str();
+  a->add_option(
+      "--advertise", actor->advertise,
+      "HOST:PORT other processes reach this actor at (default: the listen host and bound port)");
   a->add_option("--device", actor->device, "cpu or cuda:N")->capture_default_str();
-  a->add_option("--ready-file", actor->ready_file, "Write this actor's address here once registered");
+  a->add_option("--ready-file", actor->ready_file,
+                "Write this actor's address here once registered");
+  a->add_flag(
+      "!--no-local-links", actor->local_links,
+      "Keep every transfer on gRPC: serve no local endpoint and do not send over local links (Unix "
+      "sockets to actors on the same host and network namespace)");
   a->callback([=] { *exit_code = actor::RunActor(*actor); });
 }
 

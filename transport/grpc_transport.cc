@@ -13,38 +13,16 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "proto/tandem/v1/peer.grpc.pb.h"
 #include "rpc/channel.h"
 #include "rpc/status.h"
+#include "transport/acked_send.h"
+#include "transport/local_link.h"
 #include "transport/wire.h"
 
 namespace tandem::transport {
 namespace {
-
-// A send that failed before it started.
-class FailedSend final : public SendHandle {
- public:
-  explicit FailedSend(absl::Status status) : status_(std::move(status)) {}
-  absl::Status Wait(std::chrono::milliseconds) override { return status_; }
-
- private:
-  absl::Status status_;
-};
-
-// Fills `chunk` with the tag and, as for the first chunk of a transfer, dtype, shape and size.
-void StartChunk(const TransferTag& tag, const TensorBytes& source, tandem::v1::TensorChunk& chunk) {
-  ToProto(tag, chunk.mutable_tag());
-  chunk.set_dtype(ToProto(source.dtype));
-  for (int64_t dim : source.shape) chunk.add_shape(dim);
-  chunk.set_total_bytes(static_cast<int64_t>(source.size));
-}
-
-// OK when the receiver acknowledged all `expected` bytes, else DataLoss naming the shortfall.
-absl::Status CheckReceived(const std::string& what, int64_t received, int64_t expected) {
-  if (received == expected) return absl::OkStatus();
-  return absl::DataLossError(
-      absl::StrCat(what, ": the receiver acknowledged ", received, " of ", expected, " bytes"));
-}
 
 // A tensor of several chunks: one SendTensor stream on its own thread, since its later chunks wait
 // until the receiver expects the transfer. Wait (or the destructor) cancels the call when it gives
@@ -174,40 +152,6 @@ class PeerStream {
   }
 
  private:
-  // Waits for the acknowledgement of one message, until the send's deadline at the latest.
-  class AckedSend final : public SendHandle {
-   public:
-    AckedSend(std::string what, std::future<tandem::v1::TransferAck> ack, int64_t bytes,
-              std::chrono::steady_clock::time_point deadline)
-        : what_(std::move(what)), ack_(std::move(ack)), bytes_(bytes), deadline_(deadline) {}
-
-    absl::Status Wait(std::chrono::milliseconds timeout) override {
-      if (outcome_) return *outcome_;
-      const auto now = std::chrono::steady_clock::now();
-      const auto until = std::min(now + timeout, deadline_);
-      if (ack_.wait_until(until) != std::future_status::ready) {
-        const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
-        outcome_ = absl::DeadlineExceededError(
-            absl::StrCat(what_, ": not acknowledged within ", waited.count(), " ms"));
-        return *outcome_;
-      }
-      const tandem::v1::TransferAck ack = ack_.get();
-      outcome_ =
-          ack.code() != 0
-              ? rpc::FromGrpc(
-                    grpc::Status(static_cast<grpc::StatusCode>(ack.code()), ack.message()), what_)
-              : CheckReceived(what_, ack.received_bytes(), bytes_);
-      return *outcome_;
-    }
-
-   private:
-    const std::string what_;
-    std::future<tandem::v1::TransferAck> ack_;
-    const int64_t bytes_;
-    const std::chrono::steady_clock::time_point deadline_;
-    std::optional<absl::Status> outcome_;
-  };
-
   // REQUIRES: write_mu_ held.
   void Open() {
     {
@@ -273,6 +217,47 @@ class PeerStream {
   tandem::v1::TransferAck lost_;  // guarded by mu_: what sends get once the stream broke
 };
 
+// A peer's local link, tried at the first send to it (and again after it broke): when the peer
+// serves a local endpoint and this process can connect to it, its sends go there instead of gRPC.
+class LocalRoute {
+ public:
+  LocalRoute(std::shared_ptr<tandem::v1::Peer::Stub> stub, std::string address)
+      : stub_(std::move(stub)), address_(std::move(address)) {}
+
+  // The link to send on, or null for gRPC.
+  std::shared_ptr<LocalLink> Link() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (link_ && !link_->broken()) return link_;
+    if (!link_ && tried_) return nullptr;  // the peer has none, or it is out of reach
+    tried_ = true;
+    link_.reset();
+    absl::StatusOr<std::shared_ptr<LocalLink>> link = Connect();
+    if (!link.ok()) {
+      TANDEM_LOG(kDebug, "transport") << link.status().message() << "; sending over gRPC";
+      return nullptr;
+    }
+    link_ = *std::move(link);
+    return link_;
+  }
+
+ private:
+  absl::StatusOr<std::shared_ptr<LocalLink>> Connect() {
+    const std::string what = absl::StrCat("peer ", address_, ": local link");
+    tandem::v1::LocalEndpointResponse response;
+    const grpc::Status status =
+        stub_->LocalEndpoint(rpc::ContextWithTimeout(std::chrono::seconds(5)).get(),
+                             tandem::v1::LocalEndpointRequest(), &response);
+    if (!status.ok()) return rpc::FromGrpc(status, what);
+    return LocalLink::Connect({response.socket_name(), response.nonce()}, what);
+  }
+
+  std::shared_ptr<tandem::v1::Peer::Stub> stub_;
+  const std::string address_;
+  std::mutex mu_;
+  std::shared_ptr<LocalLink> link_;  // guarded by mu_
+  bool tried_ = false;               // guarded by mu_
+};
+
 class GrpcTransport final : public Transport {
  public:
   GrpcTransport(std::shared_ptr<Inbox> inbox, std::vector<std::string> peer_addresses,
@@ -281,6 +266,8 @@ class GrpcTransport final : public Transport {
     for (const std::string& address : addresses_) {
       stubs_.push_back(std::make_shared<tandem::v1::Peer::Stub>(rpc::MakeChannel(address)));
       streams_.push_back(std::make_unique<PeerStream>(stubs_.back()));
+      if (options_.local_links)
+        local_.push_back(std::make_unique<LocalRoute>(stubs_.back(), address));
     }
   }
 
@@ -300,6 +287,10 @@ class GrpcTransport final : public Transport {
                        addresses_.size(), ")")));
     }
     std::string what = absl::StrCat("peer ", addresses_[peer_rank], ": sending ", DescribeTag(tag));
+    if (!local_.empty()) {
+      if (std::shared_ptr<LocalLink> link = local_[peer_rank]->Link())
+        return link->Send(what, tag, std::move(source), options_.timeout);
+    }
     if (source.size <= options_.chunk_bytes) {
       return streams_[peer_rank]->Send(what, tag, std::move(source), options_.timeout);
     }
@@ -315,6 +306,7 @@ class GrpcTransport final : public Transport {
   GrpcTransportOptions options_;
   std::vector<std::shared_ptr<tandem::v1::Peer::Stub>> stubs_;  // one channel per peer
   std::vector<std::unique_ptr<PeerStream>> streams_;            // one Transfers stream per peer
+  std::vector<std::unique_ptr<LocalRoute>> local_;  // per peer; empty without options.local_links
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "rpc/status.h"
+#include "transport/acked_send.h"
 #include "transport/wire.h"
 
 namespace tandem::transport {
@@ -34,11 +35,7 @@ absl::StatusOr<int64_t> PeerService::Receive(grpc::ServerContext& context,
   tandem::v1::TensorChunk chunk;
   if (!reader.Read(&chunk))
     return absl::InvalidArgumentError("the stream ended before its first chunk");
-  TransferHeader header;
-  ASSIGN_OR_RETURN(header.tag, FromProto(chunk.tag()));
-  ASSIGN_OR_RETURN(header.dtype, FromProto(chunk.dtype()));
-  header.shape.assign(chunk.shape().begin(), chunk.shape().end());
-  header.total_bytes = chunk.total_bytes();
+  ASSIGN_OR_RETURN(const TransferHeader header, HeaderFromProto(chunk));
 
   // Wait for the actor to expect the transfer no longer than the sender waits for the answer.
   const auto caller_left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -52,6 +49,17 @@ absl::StatusOr<int64_t> PeerService::Receive(grpc::ServerContext& context,
     RETURN_IF_ERROR(delivery.Write(tag, chunk.offset(), chunk.data()));
   }
   return delivery.Finish();
+}
+
+grpc::Status PeerService::LocalEndpoint(grpc::ServerContext*,
+                                        const tandem::v1::LocalEndpointRequest*,
+                                        tandem::v1::LocalEndpointResponse* response) {
+  if (!options_.local_endpoint) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this actor serves no local links");
+  }
+  response->set_socket_name(options_.local_endpoint->socket_name);
+  response->set_nonce(options_.local_endpoint->nonce);
+  return grpc::Status::OK;
 }
 
 void PeerService::CloseStreams() {
@@ -84,24 +92,13 @@ grpc::Status PeerService::Transfers(
     } catch (const std::exception& e) {
       received = absl::InternalError(absl::StrCat("receiving a tensor: ", e.what()));
     }
-    tandem::v1::TransferAck ack;
-    if (received.ok()) {
-      ack.set_received_bytes(*received);
-    } else {
-      ack.set_code(static_cast<int>(received.status().code()));
-      ack.set_message(std::string(received.status().message()));
-    }
-    if (!stream->Write(ack)) break;
+    if (!stream->Write(AckOf(received))) break;
   }
   return grpc::Status::OK;
 }
 
 absl::StatusOr<int64_t> PeerService::ReceiveWhole(const tandem::v1::TensorChunk& chunk) {
-  TransferHeader header;
-  ASSIGN_OR_RETURN(header.tag, FromProto(chunk.tag()));
-  ASSIGN_OR_RETURN(header.dtype, FromProto(chunk.dtype()));
-  header.shape.assign(chunk.shape().begin(), chunk.shape().end());
-  header.total_bytes = chunk.total_bytes();
+  ASSIGN_OR_RETURN(const TransferHeader header, HeaderFromProto(chunk));
   if (chunk.offset() != 0 || static_cast<int64_t>(chunk.data().size()) != header.total_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         DescribeTag(header.tag), ": a Transfers message must hold the whole tensor, but it holds ",

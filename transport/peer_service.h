@@ -13,10 +13,12 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "proto/tandem/v1/peer.grpc.pb.h"
 #include "transport/inbox.h"
+#include "transport/local_link.h"
 
 namespace tandem::transport {
 
@@ -24,6 +26,8 @@ struct PeerServiceOptions {
   // How long a stream whose transfer the actor does not expect yet waits for it (a sender may run
   // ahead of its receiver by a step), capped by the caller's deadline. Default: 5 minutes.
   std::chrono::milliseconds expect_timeout = std::chrono::minutes(5);
+  // The actor's LocalListener, which LocalEndpoint tells senders about; none: UNIMPLEMENTED.
+  std::optional<LocalEndpoint> local_endpoint;
 };
 
 class PeerService final : public tandem::v1::Peer::Service {
@@ -36,6 +40,10 @@ class PeerService final : public tandem::v1::Peer::Service {
   grpc::Status Transfers(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<tandem::v1::TransferAck, tandem::v1::TensorChunk>* stream) override;
+
+  grpc::Status LocalEndpoint(grpc::ServerContext* context,
+                             const tandem::v1::LocalEndpointRequest* request,
+                             tandem::v1::LocalEndpointResponse* response) override;
 
   // Cancels every open Transfers stream and refuses new ones (UNAVAILABLE). A peer's stream stays
   // open between its transfers, so call this before Server::Shutdown, which otherwise waits its

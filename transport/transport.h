@@ -1,8 +1,8 @@
 // The data plane between a job's two groups, behind one small interface (DESIGN §2, §5): the actors'
 // step logic posts what it expects to receive, sends slices to the other group's ranks, and waits,
-// without knowing how bytes travel. gRPC client streams (tandem.v1.Peer) are the implementation now
-// (transport/grpc_transport.h); a same-GPU (CUDA IPC) or NCCL path can be added per actor pair behind
-// the same calls.
+// without knowing how bytes travel. The implementation (transport/grpc_transport.h) sends over
+// tandem.v1.Peer streams, or over a local link (a Unix socket, transport/local_link.h) to a peer on
+// the same host; a same-GPU (CUDA IPC) or NCCL path can be added per actor pair behind the same calls.
 //
 // Torch-free and gRPC-free: torch code includes it, and hands tensors over as TensorBytes.
 #pragma once

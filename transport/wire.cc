@@ -1,6 +1,7 @@
 #include "transport/wire.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace tandem::transport {
 
@@ -47,6 +48,22 @@ absl::StatusOr<DType> FromProto(tandem::v1::DType dtype) {
     default:
       return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", dtype));
   }
+}
+
+void StartChunk(const TransferTag& tag, const TensorBytes& source, tandem::v1::TensorChunk& chunk) {
+  ToProto(tag, chunk.mutable_tag());
+  chunk.set_dtype(ToProto(source.dtype));
+  for (int64_t dim : source.shape) chunk.add_shape(dim);
+  chunk.set_total_bytes(static_cast<int64_t>(source.size));
+}
+
+absl::StatusOr<TransferHeader> HeaderFromProto(const tandem::v1::TensorChunk& chunk) {
+  TransferHeader header;
+  ASSIGN_OR_RETURN(header.tag, FromProto(chunk.tag()));
+  ASSIGN_OR_RETURN(header.dtype, FromProto(chunk.dtype()));
+  header.shape.assign(chunk.shape().begin(), chunk.shape().end());
+  header.total_bytes = chunk.total_bytes();
+  return header;
 }
 
 }  // namespace tandem::transport

@@ -1,7 +1,9 @@
 // Tests for transport/grpc_transport.cc: two actors on 127.0.0.1 in one process, each with an inbox
-// served by a PeerService and a transport to the other. Tensors arrive byte-exact, large ones in
-// several chunks and small ones on the peer's long-lived stream; refused transfers name the peer
-// and leave the receiver working; a broken stream is opened again; nothing hangs.
+// served by a PeerService and a transport to the other. Every GrpcTransportTest runs twice: over
+// gRPC (the peers serve no local endpoint) and over local links (they do). Tensors arrive
+// byte-exact, large ones in several chunks and small ones on the peer's long-lived stream; refused
+// transfers name the peer and leave the receiver working; a broken stream is opened again; a peer
+// whose local endpoint is out of reach gets gRPC; nothing hangs.
 #include "transport/grpc_transport.h"
 
 #include <netinet/in.h>
@@ -34,11 +36,14 @@ using testing::Zeros;
 
 constexpr std::chrono::milliseconds kLong = std::chrono::minutes(1);
 
-// A vision actor and an LLM actor, each sending to the other.
-class GrpcTransportTest : public ::testing::Test {
+// A vision actor and an LLM actor, each sending to the other; the parameter: whether they serve
+// local endpoints.
+class GrpcTransportTest : public ::testing::TestWithParam<bool> {
  protected:
   explicit GrpcTransportTest(GrpcTransportOptions options = {})
-      : vision_transport_(CreateGrpcTransport(vision_.inbox(), {llm_.address()}, options)),
+      : vision_(PeerServiceOptions{}, 0, GetParam()),
+        llm_(PeerServiceOptions{}, 0, GetParam()),
+        vision_transport_(CreateGrpcTransport(vision_.inbox(), {llm_.address()}, options)),
         llm_transport_(CreateGrpcTransport(llm_.inbox(), {vision_.address()}, options)) {}
 
   LoopbackPeer vision_;
@@ -47,7 +52,7 @@ class GrpcTransportTest : public ::testing::Test {
   std::unique_ptr<Transport> llm_transport_;
 };
 
-TEST_F(GrpcTransportTest, Float32TensorArrivesByteExactInSeveralChunks) {
+TEST_P(GrpcTransportTest, Float32TensorArrivesByteExactInSeveralChunks) {
   Tensor source = Pattern(DType::kFloat32, {7, 128, 1024});  // 3.5 MiB: four 1 MiB chunks
   Tensor destination = Zeros(DType::kFloat32, {7, 128, 1024});
   ASSERT_EQ(source.bytes.size(), 3670016u);
@@ -58,7 +63,7 @@ TEST_F(GrpcTransportTest, Float32TensorArrivesByteExactInSeveralChunks) {
   EXPECT_EQ(destination.bytes, source.bytes);
 }
 
-TEST_F(GrpcTransportTest, BFloat16GradientsFlowBack) {
+TEST_P(GrpcTransportTest, BFloat16GradientsFlowBack) {
   const TransferTag tag = Tag(1, TransferKind::kGradients);
   Tensor source = Pattern(DType::kBFloat16, {3, 16, 1000}, /*seed=*/7);
   Tensor destination = Zeros(DType::kBFloat16, {3, 16, 1000});
@@ -69,7 +74,7 @@ TEST_F(GrpcTransportTest, BFloat16GradientsFlowBack) {
   EXPECT_EQ(destination.bytes, source.bytes);
 }
 
-TEST_F(GrpcTransportTest, SendAheadOfTheReceiverArrivesOnceExpected) {
+TEST_P(GrpcTransportTest, SendAheadOfTheReceiverArrivesOnceExpected) {
   Tensor source = Pattern(DType::kFloat32, {4, 8});
   Tensor destination = Zeros(DType::kFloat32, {4, 8});
   std::unique_ptr<SendHandle> send = vision_transport_->Send(0, Tag(1), source.view());
@@ -79,7 +84,7 @@ TEST_F(GrpcTransportTest, SendAheadOfTheReceiverArrivesOnceExpected) {
   EXPECT_EQ(destination.bytes, source.bytes);
 }
 
-TEST_F(GrpcTransportTest, ConcurrentSendsOfAStepAllArrive) {
+TEST_P(GrpcTransportTest, ConcurrentSendsOfAStepAllArrive) {
   std::vector<Tensor> sources;
   std::vector<Tensor> destinations;
   std::vector<TransferTag> tags;
@@ -103,7 +108,7 @@ TEST_F(GrpcTransportTest, ConcurrentSendsOfAStepAllArrive) {
   }
 }
 
-TEST_F(GrpcTransportTest, MismatchedTransferIsInvalidArgumentAndTheNextOneSucceeds) {
+TEST_P(GrpcTransportTest, MismatchedTransferIsInvalidArgumentAndTheNextOneSucceeds) {
   Tensor destination = Zeros(DType::kFloat32, {4, 8});
   Tensor good = Pattern(DType::kFloat32, {4, 8});
   Tensor other_dtype = Pattern(DType::kBFloat16, {4, 8});
@@ -133,7 +138,7 @@ TEST_F(GrpcTransportTest, MismatchedTransferIsInvalidArgumentAndTheNextOneSuccee
   EXPECT_EQ(destination.bytes, good.bytes);
 }
 
-TEST_F(GrpcTransportTest, SecondSendOfATransferIsAlreadyExists) {
+TEST_P(GrpcTransportTest, SecondSendOfATransferIsAlreadyExists) {
   Tensor source = Pattern(DType::kFloat32, {4, 8});
   Tensor destination = Zeros(DType::kFloat32, {4, 8});
   ASSERT_TRUE(llm_transport_->Expect(Tag(1), destination.view()).ok());
@@ -143,7 +148,7 @@ TEST_F(GrpcTransportTest, SecondSendOfATransferIsAlreadyExists) {
   EXPECT_THAT(status.message(), HasSubstr(DescribeTag(Tag(1))));
 }
 
-TEST_F(GrpcTransportTest, StaleTransferIsInvalidArgument) {
+TEST_P(GrpcTransportTest, StaleTransferIsInvalidArgument) {
   Tensor source = Pattern(DType::kFloat32, {4, 8});
   Tensor destination = Zeros(DType::kFloat32, {4, 8});
   ASSERT_TRUE(llm_transport_->Expect(Tag(2), destination.view()).ok());
@@ -152,7 +157,7 @@ TEST_F(GrpcTransportTest, StaleTransferIsInvalidArgument) {
   EXPECT_THAT(status.message(), HasSubstr("stale"));
 }
 
-TEST_F(GrpcTransportTest, AwaitDeadlineNamesTheTag) {
+TEST_P(GrpcTransportTest, AwaitDeadlineNamesTheTag) {
   Tensor destination = Zeros(DType::kFloat32, {4, 8});
   ASSERT_TRUE(llm_transport_->Expect(Tag(1), destination.view()).ok());
   const absl::Status status = llm_transport_->Await(Tag(1), 20ms);
@@ -161,7 +166,7 @@ TEST_F(GrpcTransportTest, AwaitDeadlineNamesTheTag) {
               AllOf(HasSubstr(DescribeTag(Tag(1))), HasSubstr("0 of 128 bytes arrived")));
 }
 
-TEST_F(GrpcTransportTest, ClearJobCancelsAWaitingAwait) {
+TEST_P(GrpcTransportTest, ClearJobCancelsAWaitingAwait) {
   Tensor destination = Zeros(DType::kFloat32, {4, 8});
   const absl::Status status = AwaitThenCancel(
       [&] {
@@ -172,7 +177,7 @@ TEST_F(GrpcTransportTest, ClearJobCancelsAWaitingAwait) {
   EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
 }
 
-TEST_F(GrpcTransportTest, ResetCancelsAWaitingAwait) {
+TEST_P(GrpcTransportTest, ResetCancelsAWaitingAwait) {
   Tensor destination = Zeros(DType::kFloat32, {4, 8});
   const absl::Status status = AwaitThenCancel(
       [&] { return llm_transport_->Expect(Tag(1), destination.view()); },
@@ -180,14 +185,14 @@ TEST_F(GrpcTransportTest, ResetCancelsAWaitingAwait) {
   EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
 }
 
-TEST_F(GrpcTransportTest, PeerRankOutsideTheGroupIsInvalidArgument) {
+TEST_P(GrpcTransportTest, PeerRankOutsideTheGroupIsInvalidArgument) {
   Tensor source = Pattern(DType::kFloat32, {4, 8});
   const absl::Status status = vision_transport_->Send(1, Tag(1), source.view())->Wait(kLong);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("peer rank 1 outside [0, 1)"));
 }
 
-TEST_F(GrpcTransportTest, WaitGivesUpAfterItsTimeout) {
+TEST_P(GrpcTransportTest, WaitGivesUpAfterItsTimeout) {
   Tensor source = Pattern(DType::kFloat32, {4, 8});
   std::unique_ptr<SendHandle> send =
       vision_transport_->Send(0, Tag(1), source.view());  // never expected
@@ -199,7 +204,7 @@ TEST_F(GrpcTransportTest, WaitGivesUpAfterItsTimeout) {
   EXPECT_EQ(send->Wait(kLong), status);  // the outcome, again
 }
 
-TEST_F(GrpcTransportTest, ManySmallTransfersToOnePeerInFlightAtOnceAllArrive) {
+TEST_P(GrpcTransportTest, ManySmallTransfersToOnePeerInFlightAtOnceAllArrive) {
   constexpr int kTransfers = 50;
   std::vector<Tensor> sources, destinations;
   std::vector<std::unique_ptr<SendHandle>> sends;
@@ -222,8 +227,8 @@ TEST_F(GrpcTransportTest, ManySmallTransfersToOnePeerInFlightAtOnceAllArrive) {
   }
 }
 
-TEST(GrpcTransport, ASendAfterThePeerRestartedOpensTheStreamAgain) {
-  auto llm = std::make_unique<LoopbackPeer>();
+TEST_P(GrpcTransportTest, ASendAfterThePeerRestartedOpensTheStreamAgain) {
+  auto llm = std::make_unique<LoopbackPeer>(PeerServiceOptions{}, 0, GetParam());
   const int port = llm->port();
   std::unique_ptr<Transport> transport =
       CreateGrpcTransport(std::make_shared<Inbox>(), {llm->address()});
@@ -239,7 +244,7 @@ TEST(GrpcTransport, ASendAfterThePeerRestartedOpensTheStreamAgain) {
 
   // Back on the same address: sends fail fast (UNAVAILABLE) until the channel has reconnected,
   // within gRPC's first reconnect backoff (1 s), then go through on a new stream.
-  llm = std::make_unique<LoopbackPeer>(PeerServiceOptions{}, port);
+  llm = std::make_unique<LoopbackPeer>(PeerServiceOptions{}, port, GetParam());
   Tensor again = Zeros(DType::kFloat32, {4, 8});
   ASSERT_TRUE(llm->inbox()->Expect(Tag(3), again.view()).ok());
   absl::Status sent;
@@ -253,17 +258,69 @@ TEST(GrpcTransport, ASendAfterThePeerRestartedOpensTheStreamAgain) {
   EXPECT_EQ(again.bytes, source.bytes);
 }
 
+INSTANTIATE_TEST_SUITE_P(Paths, GrpcTransportTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "LocalLinks" : "Grpc";
+                         });
+
 class GrpcTransportShortTimeoutTest : public GrpcTransportTest {
  protected:
   GrpcTransportShortTimeoutTest() : GrpcTransportTest(GrpcTransportOptions{.timeout = 200ms}) {}
 };
 
-TEST_F(GrpcTransportShortTimeoutTest, SendNeverExpectedIsDeadlineExceeded) {
+TEST_P(GrpcTransportShortTimeoutTest, SendNeverExpectedIsDeadlineExceeded) {
   Tensor source = Pattern(DType::kFloat32, {4, 8});
   const absl::Status status = vision_transport_->Send(0, Tag(1), source.view())->Wait(kLong);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(status.message(),
               AllOf(HasSubstr("peer " + llm_.address()), HasSubstr(DescribeTag(Tag(1)))));
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, GrpcTransportShortTimeoutTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "LocalLinks" : "Grpc";
+                         });
+
+TEST(GrpcTransport, ALinkedPeerKeepsReceivingWhenItsGrpcServerIsGone) {
+  LoopbackPeer llm(PeerServiceOptions{}, 0, /*local_links=*/true);
+  std::unique_ptr<Transport> transport =
+      CreateGrpcTransport(std::make_shared<Inbox>(), {llm.address()});
+  Tensor source = Pattern(DType::kFloat32, {4, 8});
+  Tensor first = Zeros(DType::kFloat32, {4, 8});
+  ASSERT_TRUE(llm.inbox()->Expect(Tag(1), first.view()).ok());
+  ASSERT_TRUE(transport->Send(0, Tag(1), source.view())->Wait(kLong).ok());
+
+  llm.StopServer();  // only the local link is left: the next sends must take it
+  Tensor second = Zeros(DType::kFloat32, {4, 8});
+  Tensor large = Pattern(DType::kFloat32, {3, 1024, 1024}, 5);  // 12 MiB, written on a thread
+  Tensor third = Zeros(DType::kFloat32, {3, 1024, 1024});
+  ASSERT_TRUE(llm.inbox()->Expect(Tag(2), second.view()).ok());
+  ASSERT_TRUE(llm.inbox()->Expect(Tag(3), third.view()).ok());
+  std::unique_ptr<SendHandle> large_send = transport->Send(0, Tag(3), large.view());
+  const absl::Status sent = transport->Send(0, Tag(2), source.view())->Wait(kLong);
+  ASSERT_TRUE(sent.ok()) << sent;
+  const absl::Status large_sent = large_send->Wait(kLong);
+  ASSERT_TRUE(large_sent.ok()) << large_sent;
+  ASSERT_TRUE(llm.inbox()->Await(Tag(2), kLong).ok());
+  ASSERT_TRUE(llm.inbox()->Await(Tag(3), kLong).ok());
+  EXPECT_EQ(second.bytes, source.bytes);
+  EXPECT_EQ(third.bytes, large.bytes);
+}
+
+TEST(GrpcTransport, APeerWhoseLocalEndpointIsOutOfReachGetsGrpc) {
+  // As when the peer runs in another network namespace: its socket name means nothing here.
+  PeerServiceOptions options;
+  options.local_endpoint = LocalEndpoint{"tandem-nowhere-0123456789abcdef", "0123456789abcdef"};
+  LoopbackPeer llm(options);
+  std::unique_ptr<Transport> transport =
+      CreateGrpcTransport(std::make_shared<Inbox>(), {llm.address()});
+  Tensor source = Pattern(DType::kFloat32, {4, 8});
+  Tensor destination = Zeros(DType::kFloat32, {4, 8});
+  ASSERT_TRUE(llm.inbox()->Expect(Tag(1), destination.view()).ok());
+  const absl::Status sent = transport->Send(0, Tag(1), source.view())->Wait(kLong);
+  ASSERT_TRUE(sent.ok()) << sent;
+  ASSERT_TRUE(llm.inbox()->Await(Tag(1), kLong).ok());
+  EXPECT_EQ(destination.bytes, source.bytes);
 }
 
 // A port bound to a socket that does not listen: connecting to it is refused.

@@ -1,5 +1,6 @@
 // One actor's receiving side on 127.0.0.1 for the gRPC transport tests: an Inbox with a job, served
-// by a PeerService on a port the OS picked.
+// by a PeerService on a port the OS picked and, when asked, by a LocalListener that the service
+// advertises.
 #pragma once
 
 #include <grpcpp/security/server_credentials.h>
@@ -13,15 +14,18 @@
 #include "gtest/gtest.h"
 #include "rpc/channel.h"
 #include "transport/inbox.h"
+#include "transport/local_listener.h"
 #include "transport/peer_service.h"
 
 namespace tandem::transport::testing {
 
 class LoopbackPeer {
  public:
-  // Listens on `port`, or on one the OS picks when 0.
-  explicit LoopbackPeer(PeerServiceOptions options = {}, int port = 0)
-      : inbox_(std::make_shared<Inbox>()), service_(inbox_, options) {
+  // Listens on `port`, or on one the OS picks when 0; with `local_links`, also on a local endpoint.
+  explicit LoopbackPeer(PeerServiceOptions options = {}, int port = 0, bool local_links = false)
+      : inbox_(std::make_shared<Inbox>()),
+        listener_(local_links ? *LocalListener::Start(inbox_) : nullptr),
+        service_(inbox_, WithEndpoint(options, listener_.get())) {
     inbox_->SetJob("job-1");
     grpc::ServerBuilder builder;
     rpc::ConfigureServer(builder);
@@ -36,6 +40,7 @@ class LoopbackPeer {
 
   ~LoopbackPeer() {
     inbox_->ClearJob();  // streams waiting for an expectation return at once
+    if (listener_) listener_->Close();
     service_.CloseStreams();
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   }
@@ -43,9 +48,21 @@ class LoopbackPeer {
   const std::shared_ptr<Inbox>& inbox() const { return inbox_; }
   const std::string& address() const { return address_; }
   int port() const { return std::stoi(address_.substr(address_.rfind(':') + 1)); }
+  // Stops the gRPC server (and the Peer service); a local listener keeps serving.
+  void StopServer() {
+    service_.CloseStreams();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  }
 
  private:
+  static PeerServiceOptions WithEndpoint(PeerServiceOptions options,
+                                         const LocalListener* listener) {
+    if (listener) options.local_endpoint = listener->endpoint();
+    return options;
+  }
+
   std::shared_ptr<Inbox> inbox_;
+  std::unique_ptr<LocalListener> listener_;
   PeerService service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;

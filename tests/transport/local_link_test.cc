@@ -1,0 +1,192 @@
+// Tests for transport/local_link.h and transport/local_listener.h without gRPC: a LocalListener on
+// an inbox and LocalLinks connected to it in one process. Tensors land byte-exact, small and large;
+// a refused transfer is acknowledged with the inbox's code and the link goes on; a wrong key, a
+// garbage frame or a listener that went away fail clearly and hang nothing.
+#include "transport/local_link.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/transport/transport_testing.h"
+#include "transport/inbox.h"
+#include "transport/local_listener.h"
+
+namespace tandem::transport {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+using testing::Pattern;
+using testing::Tag;
+using testing::Tensor;
+using testing::Zeros;
+
+constexpr std::chrono::milliseconds kLong = std::chrono::minutes(1);
+
+class LocalLinkTest : public ::testing::Test {
+ protected:
+  LocalLinkTest() : inbox_(std::make_shared<Inbox>()) {
+    inbox_->SetJob("job-1");
+    listener_ = *LocalListener::Start(inbox_);
+  }
+  ~LocalLinkTest() override {
+    inbox_->ClearJob();
+    listener_->Close();
+  }
+
+  std::shared_ptr<LocalLink> Connect() {
+    absl::StatusOr<std::shared_ptr<LocalLink>> link =
+        LocalLink::Connect(listener_->endpoint(), "test link");
+    EXPECT_TRUE(link.ok()) << link.status();
+    return link.ok() ? *link : nullptr;
+  }
+
+  // The listener still serves: a new link delivers a tensor byte-exact.
+  void ExpectANewLinkCarriesATransfer() {
+    std::shared_ptr<LocalLink> link = Connect();
+    ASSERT_NE(link, nullptr);
+    Tensor source = Pattern(DType::kFloat32, {4, 8});
+    Tensor destination = Zeros(DType::kFloat32, {4, 8});
+    ASSERT_TRUE(inbox_->Expect(Tag(1), destination.view()).ok());
+    ASSERT_TRUE(link->Send("good", Tag(1), source.view(), kLong)->Wait(kLong).ok());
+    ASSERT_TRUE(inbox_->Await(Tag(1), kLong).ok());
+    EXPECT_EQ(destination.bytes, source.bytes);
+  }
+
+  std::shared_ptr<Inbox> inbox_;
+  std::unique_ptr<LocalListener> listener_;
+};
+
+TEST_F(LocalLinkTest, SmallAndLargeTensorsArriveByteExact) {
+  std::shared_ptr<LocalLink> link = Connect();
+  ASSERT_NE(link, nullptr);
+  Tensor small = Pattern(DType::kBFloat16, {4, 8});
+  Tensor large = Pattern(DType::kFloat32, {5, 1000, 1000}, 3);  // 20 MB: threaded, read in pieces
+  Tensor small_in = Zeros(DType::kBFloat16, {4, 8});
+  Tensor large_in = Zeros(DType::kFloat32, {5, 1000, 1000});
+  ASSERT_TRUE(inbox_->Expect(Tag(1), large_in.view()).ok());
+  ASSERT_TRUE(inbox_->Expect(Tag(1, TransferKind::kGradients), small_in.view()).ok());
+  std::unique_ptr<SendHandle> large_send = link->Send("large", Tag(1), large.view(), kLong);
+  std::unique_ptr<SendHandle> small_send =
+      link->Send("small", Tag(1, TransferKind::kGradients), small.view(), kLong);
+  ASSERT_TRUE(large_send->Wait(kLong).ok());
+  ASSERT_TRUE(small_send->Wait(kLong).ok());
+  ASSERT_TRUE(inbox_->Await(Tag(1), kLong).ok());
+  ASSERT_TRUE(inbox_->Await(Tag(1, TransferKind::kGradients), kLong).ok());
+  EXPECT_EQ(large_in.bytes, large.bytes);
+  EXPECT_EQ(small_in.bytes, small.bytes);
+}
+
+TEST_F(LocalLinkTest, ARefusedTransferIsAcknowledgedWithItsCodeAndTheLinkGoesOn) {
+  std::shared_ptr<LocalLink> link = Connect();
+  ASSERT_NE(link, nullptr);
+  Tensor destination = Zeros(DType::kFloat32, {4, 8});
+  Tensor wrong = Pattern(DType::kFloat32, {8, 4});
+  Tensor large_wrong = Pattern(DType::kFloat32, {8, 1024, 256});  // 8 MiB to skip
+  Tensor good = Pattern(DType::kFloat32, {4, 8}, 2);
+  ASSERT_TRUE(inbox_->Expect(Tag(1), destination.view()).ok());
+  absl::Status status = link->Send("wrong shape", Tag(1), wrong.view(), kLong)->Wait(kLong);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("shape [8, 4], but the receiver expects [4, 8]"));
+  status = link->Send("large", Tag(1), large_wrong.view(), kLong)->Wait(kLong);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  status = link->Send("another job", Tag(1, TransferKind::kEmbeddings, "job-2"), good.view(), kLong)
+               ->Wait(kLong);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("job job-2, but the receiver's job is job-1"));
+  ASSERT_TRUE(link->Send("good", Tag(1), good.view(), kLong)->Wait(kLong).ok());
+  ASSERT_TRUE(inbox_->Await(Tag(1), kLong).ok());
+  EXPECT_EQ(destination.bytes, good.bytes);
+  EXPECT_FALSE(link->broken());
+}
+
+TEST_F(LocalLinkTest, AWrongKeyIsUnauthenticatedAndTheListenerServesOthers) {
+  LocalEndpoint forged = listener_->endpoint();
+  forged.nonce[0] ^= 1;
+  absl::StatusOr<std::shared_ptr<LocalLink>> refused = LocalLink::Connect(forged, "forged link");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("forged link"));
+
+  ExpectANewLinkCarriesATransfer();
+}
+
+TEST_F(LocalLinkTest, NothingListeningIsUnavailable) {
+  const absl::StatusOr<std::shared_ptr<LocalLink>> link =
+      LocalLink::Connect({"tandem-nowhere-0123456789abcdef", "x"}, "nowhere");
+  EXPECT_EQ(link.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(link.status().message(), HasSubstr("connecting to @tandem-nowhere"));
+}
+
+TEST_F(LocalLinkTest, AGarbageFrameClosesOnlyThatConnection) {
+  // A connection that presents the key, then writes a frame with a wrong magic number.
+  const LocalEndpoint& endpoint = listener_->endpoint();
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path + 1, endpoint.socket_name.data(), endpoint.socket_name.size());
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM, 0));
+  ASSERT_EQ(connect(fd.get(), reinterpret_cast<const sockaddr*>(&address),
+                    offsetof(sockaddr_un, sun_path) + 1 + endpoint.socket_name.size()),
+            0);
+  ASSERT_TRUE(WriteFrame(fd.get(), FrameType::kHello, endpoint.nonce, nullptr, 0, "raw").ok());
+  ASSERT_TRUE(ReadFrameHead(fd.get(), "raw").ok());  // the handshake's acknowledgement
+  const char garbage[32] = "not a frame at all, just bytes";
+  ASSERT_EQ(send(fd.get(), garbage, sizeof(garbage), MSG_NOSIGNAL), 32);
+  char byte;
+  EXPECT_EQ(recv(fd.get(), &byte, 1, 0), 0);  // the listener closed the connection
+
+  ExpectANewLinkCarriesATransfer();
+}
+
+TEST_F(LocalLinkTest, PendingSendsFailWhenTheListenerGoesAway) {
+  std::shared_ptr<LocalLink> link = Connect();
+  ASSERT_NE(link, nullptr);
+  Tensor source = Pattern(DType::kFloat32, {4, 8});
+  std::unique_ptr<SendHandle> send = link->Send("never expected", Tag(1), source.view(), kLong);
+  inbox_->ClearJob();  // the listener's thread, waiting for the expectation, answers and goes on
+  EXPECT_EQ(send->Wait(kLong).code(), absl::StatusCode::kFailedPrecondition);
+  std::unique_ptr<SendHandle> pending = link->Send("pending", Tag(2), source.view(), kLong);
+  listener_->Close();
+  const absl::Status status = pending->Wait(kLong);
+  EXPECT_TRUE(status.code() == absl::StatusCode::kUnavailable ||
+              status.code() == absl::StatusCode::kFailedPrecondition)
+      << status;
+  EXPECT_EQ(link->Send("after", Tag(3), source.view(), kLong)->Wait(kLong).code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(link->broken());
+}
+
+TEST(FrameHead, MalformedHeadsAreInvalidArgument) {
+  FrameHead good;
+  good.magic = kFrameMagic;
+  good.type = static_cast<uint32_t>(FrameType::kTensor);
+  good.meta_bytes = 100;
+  good.data_bytes = 4096;
+  EXPECT_TRUE(CheckFrameHead(good).ok());
+  FrameHead head = good;
+  head.magic = 1;
+  EXPECT_THAT(CheckFrameHead(head).message(), HasSubstr("not a local link frame"));
+  head = good;
+  head.type = 9;
+  EXPECT_THAT(CheckFrameHead(head).message(), HasSubstr("unknown frame type 9"));
+  head = good;
+  head.meta_bytes = kMaxFrameMeta + 1;
+  EXPECT_THAT(CheckFrameHead(head).message(), HasSubstr("frame metadata of 65537 bytes"));
+  head = good;
+  head.data_bytes = kMaxFrameData + 1;
+  EXPECT_EQ(CheckFrameHead(head).code(), absl::StatusCode::kInvalidArgument);
+  head = good;
+  head.type = static_cast<uint32_t>(FrameType::kAck);
+  EXPECT_THAT(CheckFrameHead(head).message(), HasSubstr("with 4096 data bytes"));
+}
+
+}  // namespace
+}  // namespace tandem::transport

@@ -1,0 +1,240 @@
+#include "transport/local_listener.h"
+
+#include <errno.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "transport/acked_send.h"
+#include "transport/wire.h"
+
+namespace tandem::transport {
+namespace {
+
+constexpr char kComponent[] = "transport";
+constexpr size_t kReadPiece = size_t{1} << 20;
+constexpr std::chrono::milliseconds kHandshake(2000);
+
+std::string RandomBytes(size_t n) {
+  std::string out(n, '\0');
+  size_t filled = 0;
+  while (filled < n) {
+    const ssize_t got = getrandom(out.data() + filled, n - filled, 0);
+    if (got > 0) filled += static_cast<size_t>(got);
+  }
+  return out;
+}
+
+void SetReceiveTimeout(int fd, std::chrono::milliseconds timeout) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+absl::Status WriteAck(int fd, const tandem::v1::TransferAck& ack, const std::string& what) {
+  return WriteFrame(fd, FrameType::kAck, ack.SerializeAsString(), nullptr, 0, what);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LocalListener>> LocalListener::Start(
+    std::shared_ptr<Inbox> inbox, std::chrono::milliseconds expect_timeout) {
+  LocalEndpoint endpoint;
+  endpoint.socket_name =
+      absl::StrCat("tandem-", getpid(), "-", absl::BytesToHexString(RandomBytes(8)));
+  endpoint.nonce = RandomBytes(16);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path + 1, endpoint.socket_name.data(), endpoint.socket_name.size());
+  const auto length =
+      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + endpoint.socket_name.size());
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0 || bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0 ||
+      listen(fd.get(), 64) != 0) {
+    return absl::UnavailableError(absl::StrCat("local links: cannot listen on @",
+                                               endpoint.socket_name, ": ", std::strerror(errno)));
+  }
+  return std::unique_ptr<LocalListener>(
+      new LocalListener(std::move(inbox), expect_timeout, std::move(fd), std::move(endpoint)));
+}
+
+LocalListener::LocalListener(std::shared_ptr<Inbox> inbox, std::chrono::milliseconds expect_timeout,
+                             UniqueFd fd, LocalEndpoint endpoint)
+    : inbox_(std::move(inbox)),
+      expect_timeout_(expect_timeout),
+      fd_(std::move(fd)),
+      endpoint_(std::move(endpoint)) {
+  acceptor_ = std::thread([this] { Accept(); });
+}
+
+LocalListener::~LocalListener() { Close(); }
+
+void LocalListener::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    shutdown(fd_.get(), SHUT_RDWR);  // accept returns
+    for (Link& link : links_) shutdown(link.fd.get(), SHUT_RDWR);
+  }
+  acceptor_.join();
+  // No thread adds links any more.
+  for (Link& link : links_) link.thread.join();
+  links_.clear();
+}
+
+void LocalListener::Accept() {
+  for (;;) {
+    UniqueFd fd(accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    std::list<Link> finished;  // links that ended, joined outside the lock
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return;
+      if (fd.get() < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        TANDEM_LOG(kError, kComponent) << "local links: accept: " << std::strerror(errno);
+        return;
+      }
+      for (auto it = links_.begin(); it != links_.end();) {
+        auto next = std::next(it);
+        if (it->done) finished.splice(finished.end(), links_, it);
+        it = next;
+      }
+      Link& link = links_.emplace_back();
+      link.fd = std::move(fd);
+      link.thread = std::thread([this, &link] { Serve(link); });
+    }
+    for (Link& ended : finished) ended.thread.join();
+  }
+}
+
+bool LocalListener::Handshake(int fd) {
+  SetReceiveTimeout(fd, kHandshake);
+  const std::string what = "local link handshake";
+  absl::StatusOr<FrameHead> head = ReadFrameHead(fd, what);
+  std::string nonce;
+  absl::Status status = head.status();
+  if (status.ok() && head->type == static_cast<uint32_t>(FrameType::kHello) &&
+      head->meta_bytes == endpoint_.nonce.size()) {
+    nonce.resize(head->meta_bytes);
+    status = ReadExactly(fd, nonce.data(), nonce.size(), what);
+  }
+  tandem::v1::TransferAck ack;
+  if (!status.ok() || nonce != endpoint_.nonce) {
+    TANDEM_LOG(kWarning, kComponent)
+        << "local links: refused a connection that did not present this actor's key"
+        << (status.ok() ? "" : absl::StrCat(" (", status.message(), ")"));
+    ack.set_code(static_cast<int>(absl::StatusCode::kUnauthenticated));
+    ack.set_message("the local link's key does not match");
+    WriteAck(fd, ack, what).IgnoreError();
+    return false;
+  }
+  SetReceiveTimeout(fd, std::chrono::milliseconds(0));
+  return WriteAck(fd, ack, what).ok();
+}
+
+void LocalListener::Serve(Link& link) {
+  const int fd = link.fd.get();
+  if (Handshake(fd)) {
+    for (;;) {
+      absl::StatusOr<FrameHead> head = ReadFrameHead(fd, "local link");
+      if (!head.ok()) {  // closed, or out of step
+        if (!absl::IsUnavailable(head.status()))
+          TANDEM_LOG(kWarning, kComponent) << head.status().message() << "; closing the link";
+        break;
+      }
+      absl::Status connection_error;
+      absl::StatusOr<int64_t> received;
+      try {
+        received = Receive(fd, *head, connection_error);
+      } catch (const std::exception& e) {
+        received = absl::InternalError(absl::StrCat("receiving a tensor: ", e.what()));
+      }
+      if (!connection_error.ok()) {
+        if (!absl::IsUnavailable(connection_error))
+          TANDEM_LOG(kWarning, kComponent) << connection_error.message();
+        break;
+      }
+      if (!WriteAck(fd, AckOf(received), "local link").ok()) break;
+    }
+  }
+  shutdown(fd, SHUT_RDWR);
+  std::lock_guard<std::mutex> lock(mu_);
+  link.done = true;
+}
+
+absl::StatusOr<int64_t> LocalListener::Receive(int fd, const FrameHead& head,
+                                               absl::Status& connection_error) {
+  const std::string what = "local link";
+  std::string meta(head.meta_bytes, '\0');
+  tandem::v1::TensorChunk chunk;
+  connection_error = ReadExactly(fd, meta.data(), meta.size(), what);
+  if (connection_error.ok() &&
+      (head.type != static_cast<uint32_t>(FrameType::kTensor) || !chunk.ParseFromString(meta))) {
+    connection_error = absl::InvalidArgumentError(absl::StrCat(
+        what, ": a frame of type ", head.type, " that is no tensor; closing the link"));
+  }
+  if (!connection_error.ok()) return connection_error;
+
+  absl::StatusOr<TransferHeader> header = HeaderFromProto(chunk);
+  absl::Status refused = header.status();
+  if (refused.ok() && header->total_bytes != static_cast<int64_t>(head.data_bytes)) {
+    refused = absl::InvalidArgumentError(
+        absl::StrCat(DescribeTag(header->tag), ": the frame holds ", head.data_bytes,
+                     " bytes of a tensor of ", header->total_bytes));
+  }
+  std::optional<Inbox::Delivery> delivery;
+  if (refused.ok()) {
+    const auto wait = std::clamp(std::chrono::milliseconds(chunk.expect_within_ms()),
+                                 std::chrono::milliseconds(0), expect_timeout_);
+    absl::StatusOr<Inbox::Delivery> begun = inbox_->Begin(*header, wait);
+    refused = begun.status();
+    if (begun.ok()) delivery.emplace(*std::move(begun));
+  }
+  if (!refused.ok()) {
+    connection_error = Skip(fd, head.data_bytes);
+    return refused;
+  }
+  thread_local std::vector<char> piece(kReadPiece);
+  uint64_t offset = 0;
+  while (offset < head.data_bytes) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kReadPiece, head.data_bytes - offset));
+    connection_error = ReadExactly(fd, piece.data(), n, what);
+    if (!connection_error.ok()) return connection_error;
+    absl::Status written = delivery->Write(header->tag, static_cast<int64_t>(offset),
+                                           std::string_view(piece.data(), n));
+    offset += n;
+    if (!written.ok()) {
+      connection_error = Skip(fd, head.data_bytes - offset);
+      return written;
+    }
+  }
+  return delivery->Finish();
+}
+
+absl::Status LocalListener::Skip(int fd, uint64_t bytes) {
+  thread_local std::vector<char> piece(kReadPiece);
+  while (bytes > 0) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kReadPiece, bytes));
+    RETURN_IF_ERROR(ReadExactly(fd, piece.data(), n, "local link"));
+    bytes -= n;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::transport

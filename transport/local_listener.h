@@ -1,0 +1,69 @@
+// The receiving end of local links (transport/local_link.h): a Unix stream socket in the abstract
+// namespace, named and keyed afresh for each actor process, whose connections each get a thread
+// that reads tensor frames into the actor's Inbox and answers each with an acknowledgement, exactly
+// as a Peer.Transfers stream does (the Inbox's checks, codes and waits are the same).
+//
+// A connection must present the nonce first (tandem.v1.Peer.LocalEndpoint tells it to senders that
+// already passed the gRPC server's checks); otherwise it is answered UNAUTHENTICATED and closed.
+#pragma once
+
+#include <chrono>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "transport/inbox.h"
+#include "transport/local_link.h"
+
+namespace tandem::transport {
+
+class LocalListener {
+ public:
+  // Listens on "tandem-<pid>-<random>". `expect_timeout` bounds how long a frame whose transfer the
+  // actor does not expect yet waits for it (capped by the sender's expect_within_ms).
+  static absl::StatusOr<std::unique_ptr<LocalListener>> Start(
+      std::shared_ptr<Inbox> inbox,
+      std::chrono::milliseconds expect_timeout = std::chrono::minutes(5));
+
+  ~LocalListener();  // Close()
+  LocalListener(const LocalListener&) = delete;
+  LocalListener& operator=(const LocalListener&) = delete;
+
+  const LocalEndpoint& endpoint() const { return endpoint_; }
+
+  // Stops accepting, closes every link and joins their threads. Clear the inbox's job first, so
+  // that no thread waits for an expectation. Idempotent.
+  void Close();
+
+ private:
+  struct Link {
+    UniqueFd fd;
+    std::thread thread;
+    bool done = false;  // guarded by mu_
+  };
+
+  LocalListener(std::shared_ptr<Inbox> inbox, std::chrono::milliseconds expect_timeout, UniqueFd fd,
+                LocalEndpoint endpoint);
+  void Accept();
+  void Serve(Link& link);
+  // False when the connection did not present the nonce.
+  bool Handshake(int fd);
+  // Takes one tensor frame whose head was read; the outcome is what its acknowledgement says.
+  // Errors of the connection itself (it closed, a frame that is no tensor) end `connection_error`.
+  absl::StatusOr<int64_t> Receive(int fd, const FrameHead& head, absl::Status& connection_error);
+  // Reads and drops `bytes` of a frame's data, to stay in step after a refused transfer.
+  absl::Status Skip(int fd, uint64_t bytes);
+
+  std::shared_ptr<Inbox> inbox_;
+  const std::chrono::milliseconds expect_timeout_;
+  UniqueFd fd_;
+  const LocalEndpoint endpoint_;
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::list<Link> links_;  // guarded by mu_
+  bool closed_ = false;    // guarded by mu_
+};
+
+}  // namespace tandem::transport
