@@ -186,10 +186,12 @@ int RunActor(const ActorOptions& options) {
   sigwait(&signals, &signal_number);
   TANDEM_LOG(kInfo, kComponent) << "stopping (signal " << signal_number << ")";
   membership.Stop();
-  inbox->ClearJob();
-  if (local_listener) local_listener->Close();
+  inbox->ClearJob();  // transfers waiting for an expectation return at once
   peer_service.CloseStreams();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // No AssignJob can give the inbox a job any more: the local links' threads end at once.
+  inbox->ClearJob();
+  if (local_listener) local_listener->Close();
   worker->Release();
   return 0;
 }

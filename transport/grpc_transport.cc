@@ -217,8 +217,11 @@ class PeerStream {
   tandem::v1::TransferAck lost_;  // guarded by mu_: what sends get once the stream broke
 };
 
-// A peer's local link, tried at the first send to it (and again after it broke): when the peer
-// serves a local endpoint and this process can connect to it, its sends go there instead of gRPC.
+// A peer's local link, tried at the first send to it: when the peer serves a local endpoint and
+// this process can connect to it, its sends go there instead of gRPC. A peer without one
+// (UNIMPLEMENTED) or out of reach of a Unix socket (another host or network namespace) keeps gRPC
+// for the transport's life; any other failure, or a link that broke, is tried again after a pause,
+// sending over gRPC meanwhile.
 class LocalRoute {
  public:
   LocalRoute(std::shared_ptr<tandem::v1::Peer::Stub> stub, std::string address)
@@ -228,16 +231,22 @@ class LocalRoute {
   std::shared_ptr<LocalLink> Link() {
     std::lock_guard<std::mutex> lock(mu_);
     if (link_ && !link_->broken()) return link_;
-    if (!link_ && tried_) return nullptr;  // the peer has none, or it is out of reach
-    tried_ = true;
+    if (never_ || std::chrono::steady_clock::now() < retry_at_) return nullptr;
     link_.reset();
     absl::StatusOr<std::shared_ptr<LocalLink>> link = Connect();
-    if (!link.ok()) {
-      TANDEM_LOG(kDebug, "transport") << link.status().message() << "; sending over gRPC";
-      return nullptr;
+    if (link.ok()) {
+      link_ = *std::move(link);
+      return link_;
     }
-    link_ = *std::move(link);
-    return link_;
+    const absl::StatusCode code = link.status().code();
+    never_ = code == absl::StatusCode::kUnimplemented || code == absl::StatusCode::kNotFound;
+    retry_at_ = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    if (!logged_) {
+      TANDEM_LOG(kInfo, "transport") << link.status().message() << "; sending over gRPC"
+                                     << (never_ ? "" : " and trying again in 10 s");
+      logged_ = true;
+    }
+    return nullptr;
   }
 
  private:
@@ -254,8 +263,10 @@ class LocalRoute {
   std::shared_ptr<tandem::v1::Peer::Stub> stub_;
   const std::string address_;
   std::mutex mu_;
-  std::shared_ptr<LocalLink> link_;  // guarded by mu_
-  bool tried_ = false;               // guarded by mu_
+  std::shared_ptr<LocalLink> link_;                 // guarded by mu_
+  bool never_ = false;                              // guarded by mu_
+  std::chrono::steady_clock::time_point retry_at_;  // guarded by mu_
+  bool logged_ = false;                             // guarded by mu_
 };
 
 class GrpcTransport final : public Transport {

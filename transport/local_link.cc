@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "transport/acked_send.h"
 #include "transport/wire.h"
 
@@ -22,7 +23,9 @@ absl::Status SocketError(const std::string& what, const std::string& doing, int 
   return absl::UnavailableError(absl::StrCat(what, ": ", doing, ": ", std::strerror(error)));
 }
 
+// A socket timeout of `timeout`, at least 1 ms (0 would mean none).
 void SetTimeout(int fd, int option, std::chrono::milliseconds timeout) {
+  timeout = std::max(timeout, std::chrono::milliseconds(1));
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
   tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
@@ -50,7 +53,12 @@ int UniqueFd::release() {
 }
 
 absl::Status WriteFrame(int fd, FrameType type, std::string_view meta, const std::byte* data,
-                        size_t data_bytes, const std::string& what) {
+                        size_t data_bytes, const std::string& what,
+                        std::chrono::steady_clock::time_point deadline) {
+  if (meta.size() > kMaxFrameMeta) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", meta.size(), " bytes of tag and shape, over ", kMaxFrameMeta));
+  }
   FrameHead head;
   head.magic = kFrameMagic;
   head.type = static_cast<uint32_t>(type);
@@ -62,14 +70,20 @@ absl::Status WriteFrame(int fd, FrameType type, std::string_view meta, const std
   iovec* part = parts;
   size_t left = 3;
   while (left > 0) {
+    const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (remaining.count() <= 0) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ": the receiver did not take it in time"));
+    }
+    SetTimeout(fd, SO_SNDTIMEO, remaining);
     msghdr message{};
     message.msg_iov = part;
     message.msg_iovlen = left;
     const ssize_t n = sendmsg(fd, &message, MSG_NOSIGNAL);
     if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK)
-        return absl::UnavailableError(absl::StrCat(what, ": the receiver stopped reading"));
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
+        continue;  // the loop's deadline
       return SocketError(what, "writing", errno);
     }
     size_t written = static_cast<size_t>(n);
@@ -135,61 +149,11 @@ absl::StatusOr<FrameHead> ReadFrameHead(int fd, const std::string& what) {
   return head;
 }
 
-// A tensor larger than kInlineBytes: its frame is written on a thread of its own. Wait (or the
-// destructor) breaks the link when it gives up, which ends the write, and joins the thread, so the
-// source is never read after Wait returned.
-class LocalLink::ThreadedSend final : public SendHandle {
- public:
-  ThreadedSend(std::shared_ptr<LocalLink> link, std::string what, const TransferTag& tag,
-               TensorBytes source, std::chrono::milliseconds timeout)
-      : link_(std::move(link)),
-        what_(std::move(what)),
-        bytes_(static_cast<int64_t>(source.size)),
-        deadline_(std::chrono::steady_clock::now() + timeout) {
-    written_ = std::async(std::launch::async, [this, tag, source = std::move(source), timeout] {
-      std::lock_guard<std::mutex> lock(link_->write_mu_);
-      return link_->WriteLocked(tag, source, timeout);
-    });
-  }
+namespace {
 
-  ~ThreadedSend() override {
-    if (!written_.valid()) return;
-    if (written_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-      link_->Break(absl::CancelledError(absl::StrCat(what_, ": the send was dropped")));
-    }
-    written_.wait();
-  }
-
-  absl::Status Wait(std::chrono::milliseconds timeout) override {
-    if (outcome_) return *outcome_;
-    const auto now = std::chrono::steady_clock::now();
-    const auto until = std::min(now + timeout, deadline_);
-    if (written_.wait_until(until) != std::future_status::ready) {
-      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
-      outcome_ = absl::DeadlineExceededError(
-          absl::StrCat(what_, ": not taken by the receiver within ", waited.count(), " ms"));
-      link_->Break(*outcome_);
-      written_.wait();
-      return *outcome_;
-    }
-    AckedSend acked(what_, written_.get(), bytes_, deadline_);
-    outcome_ = acked.Wait(std::max(std::chrono::milliseconds(0),
-                                   std::chrono::duration_cast<std::chrono::milliseconds>(
-                                       until - std::chrono::steady_clock::now())));
-    return *outcome_;
-  }
-
- private:
-  std::shared_ptr<LocalLink> link_;
-  const std::string what_;
-  const int64_t bytes_;
-  const std::chrono::steady_clock::time_point deadline_;
-  std::future<std::future<tandem::v1::TransferAck>> written_;
-  std::optional<absl::Status> outcome_;
-};
-
-absl::StatusOr<std::shared_ptr<LocalLink>> LocalLink::Connect(const LocalEndpoint& endpoint,
-                                                              std::string what) {
+// Connects to `endpoint` and presents its nonce; the listener answers with an acknowledgement, so
+// a connection is known good before its first tensor.
+absl::StatusOr<UniqueFd> OpenConnection(const LocalEndpoint& endpoint, const std::string& what) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   if (endpoint.socket_name.empty() || endpoint.socket_name.size() + 1 > sizeof(address.sun_path)) {
@@ -201,33 +165,151 @@ absl::StatusOr<std::shared_ptr<LocalLink>> LocalLink::Connect(const LocalEndpoin
       static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + endpoint.socket_name.size());
   UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return SocketError(what, "socket", errno);
-  const int buffer = kSocketBufferBytes;
+  const int buffer = LocalLink::kSocketBufferBytes;
   setsockopt(fd.get(), SOL_SOCKET, SO_SNDBUF, &buffer, sizeof(buffer));
-  constexpr std::chrono::milliseconds kHandshake(2000);
+  constexpr std::chrono::milliseconds kHandshake(10000);
+  const auto deadline = std::chrono::steady_clock::now() + kHandshake;
   SetTimeout(fd.get(), SO_SNDTIMEO, kHandshake);
   SetTimeout(fd.get(), SO_RCVTIMEO, kHandshake);
   if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0) {
+    if (errno == ECONNREFUSED || errno == ENOENT) {
+      return absl::NotFoundError(absl::StrCat(what, ": nothing listens at @", endpoint.socket_name,
+                                              " here (another host or network namespace)"));
+    }
     return SocketError(what, absl::StrCat("connecting to @", endpoint.socket_name), errno);
   }
-  // The listener answers the nonce with an acknowledgement, so a link is known good before its
-  // first tensor.
-  absl::Status status = WriteFrame(fd.get(), FrameType::kHello, endpoint.nonce, nullptr, 0, what);
-  absl::StatusOr<FrameHead> head =
-      status.ok() ? ReadFrameHead(fd.get(), what) : absl::StatusOr<FrameHead>(status);
-  if (!head.ok()) return head.status();
-  std::string meta(head->meta_bytes, '\0');
-  if (absl::Status read = ReadExactly(fd.get(), meta.data(), meta.size(), what); !read.ok())
-    return read;
+  RETURN_IF_ERROR(
+      WriteFrame(fd.get(), FrameType::kHello, endpoint.nonce, nullptr, 0, what, deadline));
+  ASSIGN_OR_RETURN(const FrameHead head, ReadFrameHead(fd.get(), what));
+  std::string meta(head.meta_bytes, '\0');
+  RETURN_IF_ERROR(ReadExactly(fd.get(), meta.data(), meta.size(), what));
   tandem::v1::TransferAck ack;
-  if (head->type != static_cast<uint32_t>(FrameType::kAck) || !ack.ParseFromString(meta)) {
+  if (head.type != static_cast<uint32_t>(FrameType::kAck) || !ack.ParseFromString(meta)) {
     return absl::UnavailableError(absl::StrCat(what, ": the listener did not accept the link"));
   }
   if (ack.code() != 0) return AckStatus(what, ack, 0);
-  SetTimeout(fd.get(), SO_RCVTIMEO, std::chrono::milliseconds(0));  // the reader waits for good
-  return std::shared_ptr<LocalLink>(new LocalLink(std::move(fd), std::move(what)));
+  return fd;
 }
 
-LocalLink::LocalLink(UniqueFd fd, std::string what) : fd_(std::move(fd)), what_(std::move(what)) {
+// Reads one acknowledgement frame.
+absl::StatusOr<tandem::v1::TransferAck> ReadAck(int fd, const std::string& what) {
+  ASSIGN_OR_RETURN(const FrameHead head, ReadFrameHead(fd, what));
+  std::string meta(head.meta_bytes, '\0');
+  RETURN_IF_ERROR(ReadExactly(fd, meta.data(), meta.size(), what));
+  tandem::v1::TransferAck ack;
+  if (head.type != static_cast<uint32_t>(FrameType::kAck) || !ack.ParseFromString(meta)) {
+    return absl::InternalError(absl::StrCat(what, ": a frame that is not an acknowledgement"));
+  }
+  return ack;
+}
+
+tandem::v1::TensorChunk FrameMeta(const TransferTag& tag, const TensorBytes& source,
+                                  std::chrono::milliseconds expect_within) {
+  tandem::v1::TensorChunk chunk;
+  StartChunk(tag, source, chunk);
+  chunk.set_expect_within_ms(expect_within.count());
+  return chunk;
+}
+
+}  // namespace
+
+// A tensor larger than the shared link takes: a connection of its own, on a thread of its own.
+// Wait (or the destructor) shuts the connection down when it gives up, which ends the thread's
+// write or read, and joins the thread, so the source is never read after Wait returned.
+class LocalLink::OwnConnectionSend final : public SendHandle {
+ public:
+  OwnConnectionSend(LocalEndpoint endpoint, std::string what, const TransferTag& tag,
+                    TensorBytes source, std::chrono::milliseconds timeout)
+      : what_(std::move(what)), deadline_(std::chrono::steady_clock::now() + timeout) {
+    result_ = std::async(std::launch::async,
+                         [this, endpoint = std::move(endpoint), tag, source = std::move(source)] {
+                           return Run(endpoint, tag, source);
+                         });
+  }
+
+  ~OwnConnectionSend() override {
+    if (!result_.valid()) return;
+    Abandon();
+    result_.wait();
+  }
+
+  absl::Status Wait(std::chrono::milliseconds timeout) override {
+    if (outcome_) return *outcome_;
+    const auto now = std::chrono::steady_clock::now();
+    const auto until = std::min(now + timeout, deadline_);
+    if (result_.wait_until(until) != std::future_status::ready) {
+      const auto waited =
+          std::max(std::chrono::milliseconds(0),
+                   std::chrono::duration_cast<std::chrono::milliseconds>(until - now));
+      Abandon();
+      result_.wait();
+      outcome_ = absl::DeadlineExceededError(
+          absl::StrCat(what_, ": not acknowledged within ", waited.count(), " ms"));
+      return *outcome_;
+    }
+    outcome_ = result_.get();
+    return *outcome_;
+  }
+
+ private:
+  absl::Status Run(const LocalEndpoint& endpoint, const TransferTag& tag,
+                   const TensorBytes& source) {
+    absl::StatusOr<UniqueFd> fd = OpenConnection(endpoint, what_);
+    if (!fd.ok()) return fd.status();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (abandoned_) return absl::CancelledError(absl::StrCat(what_, ": abandoned"));
+      fd_ = fd->get();
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline_ - std::chrono::steady_clock::now());
+    absl::Status status =
+        WriteFrame(fd->get(), FrameType::kTensor, FrameMeta(tag, source, left).SerializeAsString(),
+                   source.data, source.size, what_, deadline_);
+    if (status.ok()) {
+      SetTimeout(fd->get(), SO_RCVTIMEO,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                     deadline_ - std::chrono::steady_clock::now()));
+    }
+    absl::StatusOr<tandem::v1::TransferAck> ack =
+        status.ok() ? ReadAck(fd->get(), what_) : absl::StatusOr<tandem::v1::TransferAck>(status);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fd_ = -1;
+    }
+    if (!ack.ok()) return ack.status();
+    return AckStatus(what_, *ack, static_cast<int64_t>(source.size));
+  }
+
+  void Abandon() {
+    std::lock_guard<std::mutex> lock(mu_);
+    abandoned_ = true;
+    if (fd_ >= 0) shutdown(fd_, SHUT_RDWR);
+  }
+
+  const std::string what_;
+  const std::chrono::steady_clock::time_point deadline_;
+  std::mutex mu_;
+  int fd_ = -1;             // guarded by mu_: the connection while Run uses it
+  bool abandoned_ = false;  // guarded by mu_
+  std::future<absl::Status> result_;
+  std::optional<absl::Status> outcome_;
+};
+
+absl::StatusOr<std::shared_ptr<LocalLink>> LocalLink::Connect(const LocalEndpoint& endpoint,
+                                                              std::string what) {
+  ASSIGN_OR_RETURN(UniqueFd fd, OpenConnection(endpoint, what));
+  SetTimeout(fd.get(), SO_RCVTIMEO, std::chrono::hours(24 * 365));  // the reader waits for good
+  return std::shared_ptr<LocalLink>(new LocalLink(std::move(fd), endpoint, std::move(what)));
+}
+
+LocalLink::LocalLink(UniqueFd fd, LocalEndpoint endpoint, std::string what)
+    : fd_(std::move(fd)), endpoint_(std::move(endpoint)), what_(std::move(what)) {
+  // The kernel may cap the buffer (net.core.wmem_max) and reports it doubled for its bookkeeping.
+  int buffer = 0;
+  socklen_t length = sizeof(buffer);
+  getsockopt(fd_.get(), SOL_SOCKET, SO_SNDBUF, &buffer, &length);
+  shared_bytes_ = std::min(kMaxSharedBytes, static_cast<size_t>(std::max(buffer, 0)) / 4);
   reader_ = std::thread([this] { ReadAcks(); });
 }
 
@@ -243,59 +325,44 @@ bool LocalLink::broken() const {
 
 std::unique_ptr<SendHandle> LocalLink::Send(const std::string& what, const TransferTag& tag,
                                             TensorBytes source, std::chrono::milliseconds timeout) {
-  if (source.size > kInlineBytes) {
-    return std::make_unique<ThreadedSend>(shared_from_this(), what, tag, std::move(source),
-                                          timeout);
+  if (source.size > shared_bytes_) {
+    return std::make_unique<OwnConnectionSend>(endpoint_, what, tag, std::move(source), timeout);
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::future<tandem::v1::TransferAck> ack;
+  const std::string meta = FrameMeta(tag, source, timeout).SerializeAsString();
+  if (meta.size() > kMaxFrameMeta) {
+    return std::make_unique<FailedSend>(absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", meta.size(), " bytes of tag and shape, over ", kMaxFrameMeta)));
+  }
+  std::promise<tandem::v1::TransferAck> acked;
+  std::future<tandem::v1::TransferAck> ack = acked.get_future();
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  bool write = true;
   {
-    std::lock_guard<std::mutex> lock(write_mu_);
-    ack = WriteLocked(tag, source, timeout);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_) {
+      acked.set_value(lost_);
+      write = false;
+    } else {
+      pending_.push_back(std::move(acked));
+    }
+  }
+  if (write) {
+    // A failed write leaves the link out of step: breaking it fails this send and all pending.
+    absl::Status written =
+        WriteFrame(fd_.get(), FrameType::kTensor, meta, source.data, source.size, what_, deadline);
+    if (!written.ok()) Break(written);
   }
   return std::make_unique<AckedSend>(what, std::move(ack), static_cast<int64_t>(source.size),
                                      deadline);
 }
 
-std::future<tandem::v1::TransferAck> LocalLink::WriteLocked(const TransferTag& tag,
-                                                            const TensorBytes& source,
-                                                            std::chrono::milliseconds timeout) {
-  std::promise<tandem::v1::TransferAck> acked;
-  std::future<tandem::v1::TransferAck> ack = acked.get_future();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (broken_) {
-      acked.set_value(lost_);
-      return ack;
-    }
-    pending_.push_back(std::move(acked));
-  }
-  tandem::v1::TensorChunk chunk;
-  StartChunk(tag, source, chunk);
-  chunk.set_expect_within_ms(timeout.count());
-  SetTimeout(fd_.get(), SO_SNDTIMEO, timeout);
-  // A failed write leaves the link out of step: breaking it fails this send and all pending.
-  absl::Status written = WriteFrame(fd_.get(), FrameType::kTensor, chunk.SerializeAsString(),
-                                    source.data, source.size, what_);
-  if (!written.ok()) Break(written);
-  return ack;
-}
-
 void LocalLink::ReadAcks() {
   absl::Status status;
-  std::string meta;
   for (;;) {
-    absl::StatusOr<FrameHead> head = ReadFrameHead(fd_.get(), what_);
-    if (!head.ok()) {
-      status = head.status();
-      break;
-    }
-    meta.resize(head->meta_bytes);
-    status = ReadExactly(fd_.get(), meta.data(), meta.size(), what_);
-    if (!status.ok()) break;
-    tandem::v1::TransferAck ack;
-    if (head->type != static_cast<uint32_t>(FrameType::kAck) || !ack.ParseFromString(meta)) {
-      status = absl::InternalError(absl::StrCat(what_, ": a frame that is not an acknowledgement"));
+    absl::StatusOr<tandem::v1::TransferAck> ack = ReadAck(fd_.get(), what_);
+    if (!ack.ok()) {
+      status = ack.status();
       break;
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -303,7 +370,7 @@ void LocalLink::ReadAcks() {
       status = absl::InternalError(absl::StrCat(what_, ": an acknowledgement of nothing"));
       break;
     }
-    pending_.front().set_value(ack);
+    pending_.front().set_value(*ack);
     pending_.pop_front();
   }
   Break(status);

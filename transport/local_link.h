@@ -66,10 +66,13 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-// Writes one frame whole (retrying short writes). Unavailable naming `what` when the socket fails
-// or a send timeout set on it passes; the link is then out of step and must be closed.
+// Writes one frame whole (retrying short writes) by `deadline`. InvalidArgument (nothing written)
+// for meta over kMaxFrameMeta; Unavailable naming `what` when the socket fails; DeadlineExceeded
+// when the deadline passes mid-frame. After an error past the first byte the link is out of step
+// and must be closed.
 absl::Status WriteFrame(int fd, FrameType type, std::string_view meta, const std::byte* data,
-                        size_t data_bytes, const std::string& what);
+                        size_t data_bytes, const std::string& what,
+                        std::chrono::steady_clock::time_point deadline);
 
 // Reads exactly `size` bytes. Unavailable naming `what` at end of stream or on an error.
 absl::Status ReadExactly(int fd, void* out, size_t size, const std::string& what);
@@ -81,16 +84,21 @@ absl::StatusOr<FrameHead> ReadFrameHead(int fd, const std::string& what);
 // Checks a frame head that arrived (the decoding half of ReadFrameHead; fuzzed on its own).
 absl::Status CheckFrameHead(const FrameHead& head);
 
-// The sending end of one local link, to one peer. Thread-safe. Tensors of up to `inline_bytes` are
-// written on the caller's thread (the socket's send buffer holds them, so Send returns at once);
-// larger ones on a thread of their own, since their write waits for the receiver to expect them.
-// Sends queue behind each other in send order. A reader thread hands each acknowledgement to its
-// send. Once the link broke (the peer went away, a write failed), it stays broken: pending sends
-// fail with its status, and the transport connects anew.
-class LocalLink : public std::enable_shared_from_this<LocalLink> {
+// The sending end of one local link, to one peer. Thread-safe.
+//
+// Tensors that fit half the socket's send buffer (and 1 MiB) share the link: each is written on the
+// caller's thread, in call order, and the socket holds it, so Send returns at once, and a reader
+// thread hands each acknowledgement to its send; they come in send order, as on Peer.Transfers.
+// A larger tensor gets a connection of its own, written and acknowledged on a thread of its own, as
+// a SendTensor call does: it waits for the receiver to expect it without holding up the link, and
+// its timeout closes only its own connection. Once the shared link broke (the peer went away, a
+// write failed), it stays broken: pending sends fail with its status, and the transport connects
+// anew.
+class LocalLink {
  public:
-  // Connects to `endpoint` and presents its nonce. Unavailable naming `what` when nothing listens
-  // there (another host or network namespace); the caller then keeps to gRPC.
+  // Connects to `endpoint` and presents its nonce. NotFound naming `what` when nothing listens
+  // there (another host or network namespace): the caller then keeps to gRPC; Unauthenticated when
+  // the listener refused the nonce; Unavailable when the connection failed otherwise.
   static absl::StatusOr<std::shared_ptr<LocalLink>> Connect(const LocalEndpoint& endpoint,
                                                             std::string what);
   ~LocalLink();
@@ -101,21 +109,22 @@ class LocalLink : public std::enable_shared_from_this<LocalLink> {
   std::unique_ptr<SendHandle> Send(const std::string& what, const TransferTag& tag,
                                    TensorBytes source, std::chrono::milliseconds timeout);
 
-  static constexpr size_t kInlineBytes = size_t{1} << 20;
-  static constexpr int kSocketBufferBytes = 4 << 20;
+  // Tensors above this size get a connection of their own.
+  size_t shared_bytes() const { return shared_bytes_; }
+
+  static constexpr size_t kMaxSharedBytes = size_t{1} << 20;
+  static constexpr int kSocketBufferBytes = 4 << 20;  // asked for; the kernel may cap it
 
  private:
-  class ThreadedSend;
-  LocalLink(UniqueFd fd, std::string what);
-  // Writes one tensor frame and queues its acknowledgement. REQUIRES: write_mu_ held.
-  std::future<tandem::v1::TransferAck> WriteLocked(const TransferTag& tag,
-                                                   const TensorBytes& source,
-                                                   std::chrono::milliseconds timeout);
+  class OwnConnectionSend;
+  LocalLink(UniqueFd fd, LocalEndpoint endpoint, std::string what);
   void ReadAcks();
   void Break(const absl::Status& status);
 
   UniqueFd fd_;
+  const LocalEndpoint endpoint_;
   const std::string what_;
+  size_t shared_bytes_ = 0;
   std::mutex write_mu_;  // one frame at a time
   mutable std::mutex mu_;
   std::deque<std::promise<tandem::v1::TransferAck>> pending_;  // guarded by mu_, in send order

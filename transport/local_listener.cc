@@ -12,6 +12,7 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -27,14 +28,21 @@ namespace {
 
 constexpr char kComponent[] = "transport";
 constexpr size_t kReadPiece = size_t{1} << 20;
-constexpr std::chrono::milliseconds kHandshake(2000);
+constexpr std::chrono::milliseconds kHandshake(10000);
+constexpr size_t kMaxAckMessage = 4096;
+constexpr std::chrono::milliseconds kWriteTimeout(60000);
 
-std::string RandomBytes(size_t n) {
+absl::StatusOr<std::string> RandomBytes(size_t n) {
   std::string out(n, '\0');
   size_t filled = 0;
   while (filled < n) {
     const ssize_t got = getrandom(out.data() + filled, n - filled, 0);
-    if (got > 0) filled += static_cast<size_t>(got);
+    if (got > 0) {
+      filled += static_cast<size_t>(got);
+    } else if (got < 0 && errno != EINTR) {
+      return absl::UnavailableError(
+          absl::StrCat("local links: no random bytes for a key: ", std::strerror(errno)));
+    }
   }
   return out;
 }
@@ -46,8 +54,11 @@ void SetReceiveTimeout(int fd, std::chrono::milliseconds timeout) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
 
-absl::Status WriteAck(int fd, const tandem::v1::TransferAck& ack, const std::string& what) {
-  return WriteFrame(fd, FrameType::kAck, ack.SerializeAsString(), nullptr, 0, what);
+// Writes an acknowledgement, its message cut to kMaxAckMessage bytes so the frame stays small.
+absl::Status WriteAck(int fd, tandem::v1::TransferAck ack, const std::string& what) {
+  if (ack.message().size() > kMaxAckMessage) ack.mutable_message()->resize(kMaxAckMessage);
+  return WriteFrame(fd, FrameType::kAck, ack.SerializeAsString(), nullptr, 0, what,
+                    std::chrono::steady_clock::now() + kWriteTimeout);
 }
 
 }  // namespace
@@ -55,9 +66,9 @@ absl::Status WriteAck(int fd, const tandem::v1::TransferAck& ack, const std::str
 absl::StatusOr<std::unique_ptr<LocalListener>> LocalListener::Start(
     std::shared_ptr<Inbox> inbox, std::chrono::milliseconds expect_timeout) {
   LocalEndpoint endpoint;
-  endpoint.socket_name =
-      absl::StrCat("tandem-", getpid(), "-", absl::BytesToHexString(RandomBytes(8)));
-  endpoint.nonce = RandomBytes(16);
+  ASSIGN_OR_RETURN(const std::string name_bytes, RandomBytes(8));
+  ASSIGN_OR_RETURN(endpoint.nonce, RandomBytes(16));
+  endpoint.socket_name = absl::StrCat("tandem-", getpid(), "-", absl::BytesToHexString(name_bytes));
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path + 1, endpoint.socket_name.data(), endpoint.socket_name.size());
@@ -101,14 +112,19 @@ void LocalListener::Close() {
 void LocalListener::Accept() {
   for (;;) {
     UniqueFd fd(accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    const int accept_error = errno;
     std::list<Link> finished;  // links that ended, joined outside the lock
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (closed_) return;
       if (fd.get() < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        TANDEM_LOG(kError, kComponent) << "local links: accept: " << std::strerror(errno);
-        return;
+        if (accept_error != EINTR && accept_error != ECONNABORTED) {
+          // Out of descriptors or memory: say so, and try again shortly rather than never.
+          TANDEM_LOG(kWarning, kComponent)
+              << "local links: accept: " << std::strerror(accept_error);
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        continue;
       }
       for (auto it = links_.begin(); it != links_.end();) {
         auto next = std::next(it);
@@ -117,7 +133,12 @@ void LocalListener::Accept() {
       }
       Link& link = links_.emplace_back();
       link.fd = std::move(fd);
-      link.thread = std::thread([this, &link] { Serve(link); });
+      try {
+        link.thread = std::thread([this, &link] { Serve(link); });
+      } catch (const std::system_error& e) {  // out of threads: refuse this connection
+        TANDEM_LOG(kWarning, kComponent) << "local links: " << e.what();
+        links_.pop_back();
+      }
     }
     for (Link& ended : finished) ended.thread.join();
   }
@@ -162,14 +183,16 @@ void LocalListener::Serve(Link& link) {
       absl::StatusOr<int64_t> received;
       try {
         received = Receive(fd, *head, connection_error);
-      } catch (const std::exception& e) {
-        received = absl::InternalError(absl::StrCat("receiving a tensor: ", e.what()));
+      } catch (const std::exception& e) {  // where in the frame is unknown: end the link
+        connection_error =
+            absl::InternalError(absl::StrCat("local link: receiving a tensor: ", e.what()));
       }
       if (!connection_error.ok()) {
         if (!absl::IsUnavailable(connection_error))
           TANDEM_LOG(kWarning, kComponent) << connection_error.message();
         break;
       }
+      frames_.fetch_add(1);
       if (!WriteAck(fd, AckOf(received), "local link").ok()) break;
     }
   }

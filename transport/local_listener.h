@@ -7,7 +7,9 @@
 // already passed the gRPC server's checks); otherwise it is answered UNAUTHENTICATED and closed.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -32,6 +34,8 @@ class LocalListener {
   LocalListener& operator=(const LocalListener&) = delete;
 
   const LocalEndpoint& endpoint() const { return endpoint_; }
+  // Tensor frames taken so far, accepted or refused.
+  int64_t frames() const { return frames_.load(); }
 
   // Stops accepting, closes every link and joins their threads. Clear the inbox's job first, so
   // that no thread waits for an expectation. Idempotent.
@@ -64,6 +68,7 @@ class LocalListener {
   std::mutex mu_;
   std::list<Link> links_;  // guarded by mu_
   bool closed_ = false;    // guarded by mu_
+  std::atomic<int64_t> frames_{0};
 };
 
 }  // namespace tandem::transport

@@ -61,6 +61,7 @@ TEST_P(GrpcTransportTest, Float32TensorArrivesByteExactInSeveralChunks) {
   ASSERT_TRUE(sent.ok()) << sent;
   ASSERT_TRUE(llm_transport_->Await(Tag(1), kLong).ok());
   EXPECT_EQ(destination.bytes, source.bytes);
+  EXPECT_EQ(llm_.local_frames(), GetParam() ? 1 : 0);  // the path the parameter names
 }
 
 TEST_P(GrpcTransportTest, BFloat16GradientsFlowBack) {
@@ -225,6 +226,7 @@ TEST_P(GrpcTransportTest, ManySmallTransfersToOnePeerInFlightAtOnceAllArrive) {
     ASSERT_TRUE(llm_transport_->Await(tag, kLong).ok());
     EXPECT_EQ(destinations[k].bytes, sources[k].bytes) << "micro-batch " << k;
   }
+  EXPECT_EQ(llm_.local_frames(), GetParam() ? kTransfers : 0);
 }
 
 TEST_P(GrpcTransportTest, ASendAfterThePeerRestartedOpensTheStreamAgain) {

@@ -24,7 +24,7 @@ class LoopbackPeer {
   // Listens on `port`, or on one the OS picks when 0; with `local_links`, also on a local endpoint.
   explicit LoopbackPeer(PeerServiceOptions options = {}, int port = 0, bool local_links = false)
       : inbox_(std::make_shared<Inbox>()),
-        listener_(local_links ? *LocalListener::Start(inbox_) : nullptr),
+        listener_(local_links ? StartListener(inbox_) : nullptr),
         service_(inbox_, WithEndpoint(options, listener_.get())) {
     inbox_->SetJob("job-1");
     grpc::ServerBuilder builder;
@@ -48,6 +48,8 @@ class LoopbackPeer {
   const std::shared_ptr<Inbox>& inbox() const { return inbox_; }
   const std::string& address() const { return address_; }
   int port() const { return std::stoi(address_.substr(address_.rfind(':') + 1)); }
+  // Tensor frames its local listener took (0 without one).
+  int64_t local_frames() const { return listener_ ? listener_->frames() : 0; }
   // Stops the gRPC server (and the Peer service); a local listener keeps serving.
   void StopServer() {
     service_.CloseStreams();
@@ -55,6 +57,12 @@ class LoopbackPeer {
   }
 
  private:
+  static std::unique_ptr<LocalListener> StartListener(const std::shared_ptr<Inbox>& inbox) {
+    absl::StatusOr<std::unique_ptr<LocalListener>> listener = LocalListener::Start(inbox);
+    EXPECT_TRUE(listener.ok()) << listener.status();
+    return listener.ok() ? *std::move(listener) : nullptr;
+  }
+
   static PeerServiceOptions WithEndpoint(PeerServiceOptions options,
                                          const LocalListener* listener) {
     if (listener) options.local_endpoint = listener->endpoint();
