@@ -143,7 +143,7 @@ int RunActor(const ActorOptions& options) {
   std::unique_ptr<transport::LocalListener> local_listener;
   if (options.local_links) {
     absl::StatusOr<std::unique_ptr<transport::LocalListener>> listener =
-        transport::LocalListener::Start(inbox);
+        transport::LocalListener::Start(inbox, peer_options.expect_timeout);
     if (listener.ok()) {
       local_listener = *std::move(listener);
       peer_options.local_endpoint = local_listener->endpoint();

@@ -23,16 +23,25 @@ absl::Status SocketError(const std::string& what, const std::string& doing, int 
   return absl::UnavailableError(absl::StrCat(what, ": ", doing, ": ", std::strerror(error)));
 }
 
-// A socket timeout of `timeout`, at least 1 ms (0 would mean none).
-void SetTimeout(int fd, int option, std::chrono::milliseconds timeout) {
-  timeout = std::max(timeout, std::chrono::milliseconds(1));
+}  // namespace
+
+void SetSocketTimeout(int fd, int option, std::chrono::milliseconds timeout) {
+  timeout = std::max(timeout, std::chrono::milliseconds(0));
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
   tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
   setsockopt(fd, SOL_SOCKET, option, &tv, sizeof(tv));
 }
 
-}  // namespace
+absl::StatusOr<socklen_t> AbstractAddress(const std::string& name, sockaddr_un* address) {
+  *address = sockaddr_un{};
+  address->sun_family = AF_UNIX;
+  if (name.empty() || name.size() + 1 > sizeof(address->sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("bad local socket name '", name, "'"));
+  }
+  std::memcpy(address->sun_path + 1, name.data(), name.size());
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+}
 
 UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
   if (this != &other) {
@@ -76,7 +85,7 @@ absl::Status WriteFrame(int fd, FrameType type, std::string_view meta, const std
       return absl::DeadlineExceededError(
           absl::StrCat(what, ": the receiver did not take it in time"));
     }
-    SetTimeout(fd, SO_SNDTIMEO, remaining);
+    SetSocketTimeout(fd, SO_SNDTIMEO, remaining);
     msghdr message{};
     message.msg_iov = part;
     message.msg_iovlen = left;
@@ -154,24 +163,19 @@ namespace {
 // Connects to `endpoint` and presents its nonce; the listener answers with an acknowledgement, so
 // a connection is known good before its first tensor.
 absl::StatusOr<UniqueFd> OpenConnection(const LocalEndpoint& endpoint, const std::string& what) {
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  if (endpoint.socket_name.empty() || endpoint.socket_name.size() + 1 > sizeof(address.sun_path)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": bad local socket name '", endpoint.socket_name, "'"));
-  }
-  std::memcpy(address.sun_path + 1, endpoint.socket_name.data(), endpoint.socket_name.size());
-  const auto length =
-      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + endpoint.socket_name.size());
+  sockaddr_un address;
+  absl::StatusOr<socklen_t> length = AbstractAddress(endpoint.socket_name, &address);
+  if (!length.ok())
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", length.status().message()));
   UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return SocketError(what, "socket", errno);
   const int buffer = LocalLink::kSocketBufferBytes;
   setsockopt(fd.get(), SOL_SOCKET, SO_SNDBUF, &buffer, sizeof(buffer));
   constexpr std::chrono::milliseconds kHandshake(10000);
   const auto deadline = std::chrono::steady_clock::now() + kHandshake;
-  SetTimeout(fd.get(), SO_SNDTIMEO, kHandshake);
-  SetTimeout(fd.get(), SO_RCVTIMEO, kHandshake);
-  if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0) {
+  SetSocketTimeout(fd.get(), SO_SNDTIMEO, kHandshake);
+  SetSocketTimeout(fd.get(), SO_RCVTIMEO, kHandshake);
+  if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), *length) != 0) {
     if (errno == ECONNREFUSED || errno == ENOENT) {
       return absl::NotFoundError(absl::StrCat(what, ": nothing listens at @", endpoint.socket_name,
                                               " here (another host or network namespace)"));
@@ -267,9 +271,10 @@ class LocalLink::OwnConnectionSend final : public SendHandle {
         WriteFrame(fd->get(), FrameType::kTensor, FrameMeta(tag, source, left).SerializeAsString(),
                    source.data, source.size, what_, deadline_);
     if (status.ok()) {
-      SetTimeout(fd->get(), SO_RCVTIMEO,
-                 std::chrono::duration_cast<std::chrono::milliseconds>(
-                     deadline_ - std::chrono::steady_clock::now()));
+      SetSocketTimeout(fd->get(), SO_RCVTIMEO,
+                       std::max(std::chrono::milliseconds(1),
+                                std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    deadline_ - std::chrono::steady_clock::now())));
     }
     absl::StatusOr<tandem::v1::TransferAck> ack =
         status.ok() ? ReadAck(fd->get(), what_) : absl::StatusOr<tandem::v1::TransferAck>(status);
@@ -299,7 +304,8 @@ class LocalLink::OwnConnectionSend final : public SendHandle {
 absl::StatusOr<std::shared_ptr<LocalLink>> LocalLink::Connect(const LocalEndpoint& endpoint,
                                                               std::string what) {
   ASSIGN_OR_RETURN(UniqueFd fd, OpenConnection(endpoint, what));
-  SetTimeout(fd.get(), SO_RCVTIMEO, std::chrono::hours(24 * 365));  // the reader waits for good
+  SetSocketTimeout(fd.get(), SO_RCVTIMEO,
+                   std::chrono::milliseconds(0));  // the reader waits for good
   return std::shared_ptr<LocalLink>(new LocalLink(std::move(fd), endpoint, std::move(what)));
 }
 

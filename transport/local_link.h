@@ -13,6 +13,9 @@
 // Internal to the transport's .cc files and tests (uses the tandem.v1 messages).
 #pragma once
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -65,6 +68,13 @@ class UniqueFd {
  private:
   int fd_ = -1;
 };
+
+// Sets SO_SNDTIMEO or SO_RCVTIMEO; zero or less: no timeout.
+void SetSocketTimeout(int fd, int option, std::chrono::milliseconds timeout);
+
+// Fills `address` with the abstract socket `name` and returns its length. InvalidArgument for an
+// empty name or one too long for sun_path.
+absl::StatusOr<socklen_t> AbstractAddress(const std::string& name, sockaddr_un* address);
 
 // Writes one frame whole (retrying short writes) by `deadline`. InvalidArgument (nothing written)
 // for meta over kMaxFrameMeta; Unavailable naming `what` when the socket fails; DeadlineExceeded

@@ -47,13 +47,6 @@ absl::StatusOr<std::string> RandomBytes(size_t n) {
   return out;
 }
 
-void SetReceiveTimeout(int fd, std::chrono::milliseconds timeout) {
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-}
-
 // Writes an acknowledgement, its message cut to kMaxAckMessage bytes so the frame stays small.
 absl::Status WriteAck(int fd, tandem::v1::TransferAck ack, const std::string& what) {
   if (ack.message().size() > kMaxAckMessage) ack.mutable_message()->resize(kMaxAckMessage);
@@ -69,11 +62,8 @@ absl::StatusOr<std::unique_ptr<LocalListener>> LocalListener::Start(
   ASSIGN_OR_RETURN(const std::string name_bytes, RandomBytes(8));
   ASSIGN_OR_RETURN(endpoint.nonce, RandomBytes(16));
   endpoint.socket_name = absl::StrCat("tandem-", getpid(), "-", absl::BytesToHexString(name_bytes));
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path + 1, endpoint.socket_name.data(), endpoint.socket_name.size());
-  const auto length =
-      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + endpoint.socket_name.size());
+  sockaddr_un address;
+  ASSIGN_OR_RETURN(const socklen_t length, AbstractAddress(endpoint.socket_name, &address));
   UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0 || bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0 ||
       listen(fd.get(), 64) != 0) {
@@ -145,7 +135,7 @@ void LocalListener::Accept() {
 }
 
 bool LocalListener::Handshake(int fd) {
-  SetReceiveTimeout(fd, kHandshake);
+  SetSocketTimeout(fd, SO_RCVTIMEO, kHandshake);
   const std::string what = "local link handshake";
   absl::StatusOr<FrameHead> head = ReadFrameHead(fd, what);
   std::string nonce;
@@ -165,7 +155,7 @@ bool LocalListener::Handshake(int fd) {
     WriteAck(fd, ack, what).IgnoreError();
     return false;
   }
-  SetReceiveTimeout(fd, std::chrono::milliseconds(0));
+  SetSocketTimeout(fd, SO_RCVTIMEO, std::chrono::milliseconds(0));  // frames come when they come
   return WriteAck(fd, ack, what).ok();
 }
 

@@ -181,13 +181,11 @@ TEST_F(LocalLinkTest, NothingListeningIsNotFound) {
 TEST_F(LocalLinkTest, AGarbageFrameClosesOnlyThatConnection) {
   // A connection that presents the key, then writes a frame with a wrong magic number.
   const LocalEndpoint& endpoint = listener_->endpoint();
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path + 1, endpoint.socket_name.data(), endpoint.socket_name.size());
+  sockaddr_un address;
+  const absl::StatusOr<socklen_t> length = AbstractAddress(endpoint.socket_name, &address);
+  ASSERT_TRUE(length.ok());
   UniqueFd fd(socket(AF_UNIX, SOCK_STREAM, 0));
-  ASSERT_EQ(connect(fd.get(), reinterpret_cast<const sockaddr*>(&address),
-                    offsetof(sockaddr_un, sun_path) + 1 + endpoint.socket_name.size()),
-            0);
+  ASSERT_EQ(connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), *length), 0);
   timeval ten_seconds{10, 0};  // a regression fails the test instead of hanging it
   setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &ten_seconds, sizeof(ten_seconds));
   ASSERT_TRUE(WriteFrame(fd.get(), FrameType::kHello, endpoint.nonce, nullptr, 0, "raw",

@@ -24,7 +24,7 @@ class LoopbackPeer {
   // Listens on `port`, or on one the OS picks when 0; with `local_links`, also on a local endpoint.
   explicit LoopbackPeer(PeerServiceOptions options = {}, int port = 0, bool local_links = false)
       : inbox_(std::make_shared<Inbox>()),
-        listener_(local_links ? StartListener(inbox_) : nullptr),
+        listener_(local_links ? StartListener(inbox_, options) : nullptr),
         service_(inbox_, WithEndpoint(options, listener_.get())) {
     inbox_->SetJob("job-1");
     grpc::ServerBuilder builder;
@@ -57,8 +57,10 @@ class LoopbackPeer {
   }
 
  private:
-  static std::unique_ptr<LocalListener> StartListener(const std::shared_ptr<Inbox>& inbox) {
-    absl::StatusOr<std::unique_ptr<LocalListener>> listener = LocalListener::Start(inbox);
+  static std::unique_ptr<LocalListener> StartListener(const std::shared_ptr<Inbox>& inbox,
+                                                      const PeerServiceOptions& options) {
+    absl::StatusOr<std::unique_ptr<LocalListener>> listener =
+        LocalListener::Start(inbox, options.expect_timeout);
     EXPECT_TRUE(listener.ok()) << listener.status();
     return listener.ok() ? *std::move(listener) : nullptr;
   }
