@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -32,10 +33,13 @@ using Clock = std::chrono::steady_clock;
 // us.
 class Membership {
  public:
-  Membership(const ActorOptions& options, std::string address, const Worker* worker)
+  // `forgotten` runs before the actor registers again.
+  Membership(const ActorOptions& options, std::string address, const Worker* worker,
+             std::function<void()> forgotten)
       : options_(options),
         address_(std::move(address)),
         worker_(worker),
+        forgotten_(std::move(forgotten)),
         stub_(v1::Coordinator::NewStub(rpc::MakeChannel(options.coordinator))) {}
 
   ~Membership() { Stop(); }
@@ -103,6 +107,7 @@ class Membership {
       if (result.error_code() == grpc::StatusCode::NOT_FOUND) {
         TANDEM_LOG(kWarning, kComponent)
             << "the coordinator does not know this actor any more; registering again";
+        forgotten_();
         absl::Status registered = RegisterOnce();
         if (!registered.ok()) TANDEM_LOG(kWarning, kComponent) << registered.message();
       }
@@ -113,6 +118,7 @@ class Membership {
   const ActorOptions& options_;
   std::string address_;
   const Worker* worker_;
+  std::function<void()> forgotten_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -169,7 +175,9 @@ int RunActor(const ActorOptions& options) {
   const std::string address =
       options.advertise.empty() ? rpc::WithPort(options.listen, port) : options.advertise;
 
-  Membership membership(options, address, worker.get());
+  Membership membership(options, address, worker.get(), [&actor_service] {
+    actor_service.ReleaseCurrentJob("the coordinator no longer knows this actor");
+  });
   if (absl::Status status = membership.Register(); !status.ok()) {
     std::fprintf(stderr, "tandem actor: %s\n", std::string(status.message()).c_str());
     server->Shutdown();

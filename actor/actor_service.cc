@@ -71,6 +71,8 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext*, const v1::AssignJobRe
   assignment.timeout =
       std::chrono::milliseconds(request->timeout_ms() > 0 ? request->timeout_ms() : 300000);
   assignment.threads = request->threads();
+  assignment.attempt = std::max<int64_t>(1, request->attempt());
+  assignment.resume_from = request->resume_from();
   if (assignment.rank < 0 || assignment.rank >= assignment.group_size ||
       assignment.peer_group_size < 1) {
     return rpc::ToGrpc(absl::InvalidArgumentError(
@@ -85,7 +87,7 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext*, const v1::AssignJobRe
   transport_options.local_links = local_links_;
   std::vector<std::string> peers(request->peers().addresses().begin(),
                                  request->peers().addresses().end());
-  inbox_->SetJob(assignment.job_id);
+  inbox_->SetJob(TransferJobKey(assignment.job_id, assignment.attempt));
   std::shared_ptr<transport::Transport> transport =
       transport::CreateGrpcTransport(inbox_, std::move(peers), transport_options);
   absl::StatusOr<AssignResult> result = absl::UnknownError("not run");
@@ -104,6 +106,7 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext*, const v1::AssignJobRe
   response->set_vocab_size(result->vocab_size);
   response->set_train_samples(result->train_samples);
   response->set_eval_samples(result->eval_samples);
+  response->set_step(result->step);
   return grpc::Status::OK;
 }
 
@@ -190,16 +193,25 @@ grpc::Status ActorService::Export(grpc::ServerContext*, const v1::ExportRequest*
 
 grpc::Status ActorService::Release(grpc::ServerContext*, const v1::ReleaseRequest* request,
                                    v1::ReleaseResponse*) {
-  if (job_id() != request->job_id()) return grpc::Status::OK;  // not ours: nothing to release
+  ReleaseJob(request->job_id(), request->reason());
+  return grpc::Status::OK;
+}
+
+void ActorService::ReleaseCurrentJob(const std::string& reason) {
+  const std::string current = job_id();
+  if (!current.empty()) ReleaseJob(current, reason);
+}
+
+void ActorService::ReleaseJob(const std::string& job, const std::string& reason) {
+  if (job_id() != job) return;  // not ours: nothing to release
   // Cancel the transfers a running command waits for, so it returns before we take the lock.
   inbox_->ClearJob();
   std::lock_guard<std::mutex> lock(command_mu_);
-  if (job_id() != request->job_id()) return grpc::Status::OK;
+  if (job_id() != job) return;
   commands_.Run([&] { worker_->Release(); });
-  TANDEM_LOG(kInfo, kComponent) << request->job_id() << ": released (" << request->reason() << ")";
+  TANDEM_LOG(kInfo, kComponent) << job << ": released (" << reason << ")";
   set_job_id("");
   step_posted_.notify_all();  // steps waiting for their turn end now
-  return grpc::Status::OK;
 }
 
 }  // namespace tandem::actor

@@ -41,7 +41,14 @@ class ActorService final : public v1::Actor::Service {
   grpc::Status Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
                        v1::ReleaseResponse* response) override;
 
+  // Releases whatever job the actor runs, e.g. when the coordinator no longer knows the actor (it
+  // restarted, or declared the actor lost): that job is scheduled again from its checkpoint, and
+  // the actor must be free to take it.
+  void ReleaseCurrentJob(const std::string& reason);
+
  private:
+  // Releases `job` if it is the current one.
+  void ReleaseJob(const std::string& job, const std::string& reason);
   // FailedPrecondition unless `job_id` is the current job.
   absl::Status CheckJob(const std::string& job_id) const;
   std::string job_id() const;

@@ -47,6 +47,10 @@ namespace tandem::actor {
 
 const char* RoleName(Role role) { return role == Role::kVision ? "vision" : "llm"; }
 
+std::string TransferJobKey(const std::string& job_id, int64_t attempt) {
+  return absl::StrCat(job_id, "#", attempt);
+}
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -218,6 +222,7 @@ absl::StatusOr<AssignResult> TorchWorker::Assign(const Assignment& assignment,
   result.vocab_size = tokenizer_->size();
   result.train_samples = datasets_.train->size();
   result.eval_samples = datasets_.eval ? datasets_.eval->size() : 0;
+  result.step = step_.load();
   return result;
 }
 
@@ -289,6 +294,15 @@ absl::Status TorchWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
   if (a.role == Role::kLlm && a.rank == 0 && !a.run_dir.empty()) {
     RETURN_IF_ERROR(tokenizer_->Save((fs::path(a.run_dir) / "tokenizer.json").string()));
   }
+  if (!a.resume_from.empty()) {
+    ASSIGN_OR_RETURN(trainer::ResumePoint resume,
+                     trainer::LoadGroupCheckpoint(*engine_, a.resume_from, group));
+    sampler_->Seek(resume.position);
+    step_ = resume.step;
+    TANDEM_LOG(kInfo, kComponent) << a.job_id << " " << group << " rank " << a.rank
+                                  << ": resumed from " << a.resume_from << " at step "
+                                  << resume.step;
+  }
   TANDEM_LOG(kInfo, kComponent) << a.job_id << " " << group << " rank " << a.rank << "/"
                                 << a.group_size << ": ready, " << models::CountParameters(*model)
                                 << " parameters on " << device_.str();
@@ -298,7 +312,7 @@ absl::Status TorchWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
 TransferTag TorchWorker::Tag(TransferKind kind, int64_t step, int64_t micro_batch,
                              SampleRange samples, int source_rank) const {
   TransferTag tag;
-  tag.job_id = assignment_->job_id;
+  tag.job_id = TransferJobKey(assignment_->job_id, assignment_->attempt);
   tag.kind = kind;
   tag.step = step;
   tag.micro_batch = micro_batch;

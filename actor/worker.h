@@ -41,13 +41,20 @@ struct Assignment {
   std::string run_dir;      // shared output directory
   std::chrono::milliseconds timeout{300000};
   int threads = 0;          // intra-op threads; 0 leaves LibTorch's default
+  int64_t attempt = 1;      // which time the job runs; transfers are keyed by job and attempt
+  std::string resume_from;  // a complete checkpoint directory to load, or ""
 };
+
+// The key a job's transfers carry (TransferTag::job_id) and the inbox accepts: "<job
+// id>#<attempt>", so a transfer of an earlier attempt of the same job is refused.
+std::string TransferJobKey(const std::string& job_id, int64_t attempt);
 
 struct AssignResult {
   int64_t parameters = 0;
   int64_t vocab_size = 0;
   int64_t train_samples = 0;
   int64_t eval_samples = 0;
+  int64_t step = 0;  // the last completed step: the checkpoint's, or 0
 };
 
 struct StepResult {
@@ -84,8 +91,9 @@ class Worker {
   virtual ~Worker() = default;
 
   // Builds the model and engine and joins the group through `store` (keys already scoped to this
-  // group and job attempt). `transport` reaches the other group's ranks. FailedPrecondition when a
-  // job is assigned already; InvalidArgument for a job this worker cannot build.
+  // group and job attempt), then loads assignment.resume_from when it is set. `transport` reaches
+  // the other group's ranks. FailedPrecondition when a job is assigned already; InvalidArgument for
+  // a job this worker cannot build; the checkpoint's own error when it cannot be loaded.
   virtual absl::StatusOr<AssignResult> Assign(const Assignment& assignment, std::shared_ptr<KeyValueStore> store,
                                               std::shared_ptr<transport::Transport> transport) = 0;
   // Runs optimizer step `step` (the previous step + 1).

@@ -50,6 +50,11 @@ std::string ToJson(const google::protobuf::Message& message) {
   return out;
 }
 
+bool IsActive(v1::JobState state) {
+  return state == v1::JOB_STATE_QUEUED || state == v1::JOB_STATE_RUNNING ||
+         state == v1::JOB_STATE_RESTARTING;
+}
+
 std::string Time(double unix_seconds) {
   if (unix_seconds <= 0) return "-";
   std::time_t t = static_cast<std::time_t>(unix_seconds);
@@ -122,13 +127,13 @@ int Status(const ClientFlags& flags, const std::string& job_id) {
     }
     int active = 0, free = 0;
     for (const auto& job : jobs.jobs()) {
-      active += job.state() == v1::JOB_STATE_QUEUED || job.state() == v1::JOB_STATE_RUNNING ? 1 : 0;
+      active += IsActive(job.state()) ? 1 : 0;
     }
     for (const auto& a : actors.actors()) free += a.job_id().empty() ? 1 : 0;
-    std::printf("coordinator %s: %d jobs (%d queued or running), %d actors (%d free)\n", flags.coordinator.c_str(),
-                jobs.jobs_size(), active, actors.actors_size(), free);
+    std::printf("coordinator %s: %d jobs (%d queued, running or restarting), %d actors (%d free)\n",
+                flags.coordinator.c_str(), jobs.jobs_size(), active, actors.actors_size(), free);
     for (const auto& job : jobs.jobs()) {
-      if (job.state() == v1::JOB_STATE_QUEUED || job.state() == v1::JOB_STATE_RUNNING) {
+      if (IsActive(job.state())) {
         std::printf("  %s\n", JobLine(job).c_str());
       }
     }
@@ -151,6 +156,9 @@ int Status(const ClientFlags& flags, const std::string& job_id) {
   std::printf("  submitted %s, started %s, ended %s\n", Time(job.submitted_at()).c_str(), Time(job.started_at()).c_str(),
               Time(job.ended_at()).c_str());
   std::printf("  run directory %s\n", job.run_dir().c_str());
+  if (job.restarts() > 0) {
+    std::printf("  restarted %lld times after failures\n", static_cast<long long>(job.restarts()));
+  }
   if (job.vision_actors_size() > 0) {
     std::string vision, llm;
     for (const auto& id : job.vision_actors()) vision += " " + id;

@@ -5,18 +5,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cli/watch.h"
+#include "common/process_exit.h"
 #include "jobspec/job_spec.h"
 #include "jobspec/job_spec_proto.h"
 #include "rpc/channel.h"
@@ -33,6 +36,9 @@ struct Child {
   pid_t pid = -1;
   std::string log;
   std::string ready_file;
+  std::vector<std::string> args;
+  std::optional<int64_t> oom_kills_at_start;  // common/process_exit.h
+  int restarts = 0;
 };
 
 // Starts this binary with `args`, stdout/stderr to `log`, in its own process group (so Ctrl-C
@@ -84,6 +90,8 @@ class Supervisor {
     child.ready_file = (fs::path(dir_) / (name + ".address")).string();
     args.push_back("--ready-file");
     args.push_back(child.ready_file);
+    child.args = args;
+    child.oom_kills_at_start = OomKills();
     absl::StatusOr<pid_t> pid = Spawn(args, child.log);
     if (!pid.ok()) return pid.status();
     child.pid = *pid;
@@ -117,6 +125,41 @@ class Supervisor {
                          "s; logs in ", dir_));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  // Actors that ended while the job ran: each is reported to the coordinator with why it ended
+  // (so the job restarts from its checkpoint at once, naming the cause) and started again, up to
+  // `max_restarts` times per actor. Children [first, end) are actors.
+  void KeepActors(size_t first, v1::Coordinator::Stub& coordinator, int64_t max_restarts) {
+    for (size_t i = first; i < children_.size(); ++i) {
+      Child& c = children_[i];
+      int status = 0;
+      if (c.pid <= 0 || waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
+      c.pid = -1;
+      const std::string why = DescribeExit(ExitOf(status, c.oom_kills_at_start));
+      std::string address;
+      std::ifstream(c.ready_file) >> address;
+      v1::ReportActorExitRequest request;
+      request.set_address(address);
+      request.set_description(why);
+      v1::ReportActorExitResponse response;
+      coordinator.ReportActorExit(rpc::ContextWithTimeout(std::chrono::seconds(10)).get(), request,
+                                  &response);
+      if (c.restarts >= max_restarts) {
+        std::fprintf(stderr, "tandem run: actor %s %s; not started again (%d restarts)\n",
+                     c.name.c_str(), why.c_str(), c.restarts);
+        continue;
+      }
+      ++c.restarts;
+      std::fprintf(stderr, "tandem run: actor %s %s; starting it again (log %s)\n", c.name.c_str(),
+                   why.c_str(), c.log.c_str());
+      std::error_code ec;
+      fs::remove(c.ready_file, ec);
+      c.log = (fs::path(dir_) / absl::StrCat(c.name, ".", c.restarts, ".log")).string();
+      c.oom_kills_at_start = OomKills();
+      absl::StatusOr<pid_t> pid = Spawn(c.args, c.log);
+      if (pid.ok()) c.pid = *pid;
     }
   }
 
@@ -251,10 +294,21 @@ int RunEmbedded(const EmbeddedRunOptions& options) {
     stub->CancelJob(rpc::ContextWithTimeout(std::chrono::seconds(10)).get(), cancel, &job);
   });
 
+  // Actor processes that end are started again while the job runs, as a cluster's restart policy
+  // would; the job resumes on them from its last checkpoint.
+  std::atomic<bool> watching{true};
+  std::thread keeper([&] {
+    while (watching) {
+      supervisor.KeepActors(1, *stub, config->max_restarts);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
   WatchOptions watch;
   watch.interactive = options.interactive;
   watch.progress = options.json && !options.interactive ? nullptr : stderr;
   absl::StatusOr<v1::Job> job = WatchJob(*stub, &context, job_id, watch);
+  watching = false;
+  keeper.join();
   pthread_kill(interrupter.native_handle(), SIGUSR1);
   interrupter.join();
   supervisor.StopAll();

@@ -18,10 +18,12 @@ void AddServiceCommands(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   c->add_option(
        "--state-dir", coordinator->state_dir,
-       "Directory of the job database (tandem.db) and of default run directories (jobs/<id>)")
+       "Directory of the job database (tandem.db) and of default run directories (jobs/<id>); "
+       "a coordinator started again on it resumes the jobs that were running")
       ->capture_default_str();
   c->add_option("--heartbeat-timeout", *heartbeat_timeout_s,
-                "Seconds without a heartbeat after which an actor is dead and its job fails")
+                "Seconds without a heartbeat after which an actor is dead and its job restarts "
+                "from its last checkpoint (or fails, with no restarts left)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   c->add_option(

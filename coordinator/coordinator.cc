@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "jobspec/job_spec.h"
 #include "jobspec/job_spec_proto.h"
+#include "trainer/checkpoint_dir.h"
 
 namespace tandem::coordinator {
 
@@ -33,20 +34,24 @@ v1::Job ToProto(const JobRecord& job) {
   out.set_ended_at(job.ended_at);
   out.set_spec_json(job.spec_json);
   out.set_summary_json(job.summary_json);
+  out.set_restarts(job.restarts);
   return out;
 }
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const CoordinatorOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.state_dir));
-  // A job that was running when the coordinator stopped cannot be continued by this process yet.
+  // A job that was running when the coordinator stopped resumes from its last complete checkpoint
+  // once actors of its pools are free (they re-register when their heartbeats are not known here).
+  // This is not one of the job's restarts: the job did not fail.
   ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store->ListJobs());
   for (JobRecord& job : jobs) {
-    if (job.state != JobState::kRunning && job.state != JobState::kRestarting) continue;
-    job.state = JobState::kFailed;
-    job.message = "the coordinator stopped while the job ran";
-    job.ended_at = UnixNow();
+    if (job.state != JobState::kRunning) continue;
+    job.state = JobState::kRestarting;
+    job.message =
+        "the coordinator restarted while the job ran; it resumes from its last complete "
+        "checkpoint once its actors register";
     RETURN_IF_ERROR(store->UpdateJob(job));
-    RETURN_IF_ERROR(store->AppendEvent(job.id, absl::StrCat("FAILED: ", job.message)).status());
+    RETURN_IF_ERROR(store->AppendEvent(job.id, absl::StrCat("RESTARTING: ", job.message)).status());
   }
   std::unique_ptr<Coordinator> coordinator(new Coordinator(options, std::move(store)));
   coordinator->monitor_ = std::thread([c = coordinator.get()] { c->Monitor(); });
@@ -60,7 +65,7 @@ Coordinator::~Coordinator() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
-    for (auto& [id, runner] : runners_) runner->Cancel("the coordinator is shutting down");
+    for (auto& [id, runner] : runners_) runner->Suspend("the coordinator is shutting down");
   }
   wake_.notify_all();
   if (monitor_.joinable()) monitor_.join();
@@ -92,6 +97,19 @@ absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& reques
   job.threads = request.threads();
   job.steps = config.schedule.steps;
   job.submitted_at = UnixNow();
+  if (!config.resume_from.empty()) {
+    const std::string path = jobspec::SpecPath(config.resume_from, config.spec_dir);
+    absl::StatusOr<trainer::CheckpointInfo> checkpoint = trainer::ReadCheckpoint(path);
+    if (!checkpoint.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job spec: resume_from: ", checkpoint.status().message()));
+    }
+    if (checkpoint->step >= config.schedule.steps) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job spec: resume_from: ", path, " is at step ", checkpoint->step,
+          " and schedule.steps is ", config.schedule.steps, ": nothing is left to train"));
+    }
+  }
   ASSIGN_OR_RETURN(job, store_->CreateJob(job));
   if (job.run_dir.empty()) {
     job.run_dir = (fs::absolute(options_.state_dir) / "jobs" / job.id).string();
@@ -128,6 +146,16 @@ absl::StatusOr<JobRecord> Coordinator::Cancel(const std::string& job_id) {
   return store_->GetJob(job_id);
 }
 
+void Coordinator::ReportActorExit(const std::string& address, const std::string& description) {
+  const std::optional<ActorEntry> actor = registry_.ReportExit(address, description);
+  TANDEM_LOG(kWarning, kComponent) << "actor " << (actor ? actor->id : std::string("?")) << " ("
+                                   << address << ") " << description;
+  if (!actor || actor->job_id.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = runners_.find(actor->job_id);
+  if (it != runners_.end()) it->second->ActorLost(actor->id, absl::StrCat("died: ", description));
+}
+
 void Coordinator::Finish(const JobRecord& job) {
   absl::StatusOr<int64_t> sequence = store_->AppendEvent(job.id, absl::StrCat(JobStateName(job.state), ": ", job.message));
   v1::JobUpdate event;
@@ -150,7 +178,9 @@ void Coordinator::Schedule() {
     return;
   }
   for (JobRecord& job : *jobs) {
-    if (job.state != JobState::kQueued) continue;
+    if (job.state != JobState::kQueued && job.state != JobState::kRestarting) continue;
+    // A runner that just ended this job's last attempt is still finishing: next round.
+    if (runners_.count(job.id) > 0) break;
     absl::StatusOr<jobspec::JobConfig> config = jobspec::ParseJobSpecJson(job.spec_json, job.id);
     if (!config.ok()) {  // recorded by an older version that accepted it: fail it, do not block the queue
       job.state = JobState::kFailed;
@@ -209,7 +239,7 @@ void Coordinator::Monitor() {
                                        << (dead.job_id.empty() ? "" : absl::StrCat(", failing ", dead.job_id));
       std::lock_guard<std::mutex> guard(mu_);
       auto it = runners_.find(dead.job_id);
-      if (it != runners_.end()) it->second->ActorLost(dead.id);
+      if (it != runners_.end()) it->second->ActorLost(dead.id, "stopped sending heartbeats");
     }
     Schedule();
     lock.lock();

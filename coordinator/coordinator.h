@@ -1,13 +1,16 @@
-// The coordinator's core (DESIGN §1, §5), apart from the gRPC plumbing (coordinator_service.h): jobs
-// are validated and recorded before they are acknowledged, queued, gang-scheduled in submission order
-// onto free actors, and driven by one JobRunner each.
+// The coordinator's core (DESIGN §1, §5), apart from the gRPC plumbing (coordinator_service.h):
+// jobs are validated and recorded before they are acknowledged, queued, gang-scheduled in
+// submission order onto free actors, and driven by one JobRunner each.
 //
 // Job states (JobState in job_store.h):
 //   QUEUED --its actors are all free--> RUNNING --all steps done--> SUCCEEDED
-//   QUEUED --CancelJob--> CANCELLED;  RUNNING --CancelJob--> CANCELLED (after the command in flight)
-//   RUNNING --a command failed, or an actor stopped heartbeating--> FAILED
+//   QUEUED --CancelJob--> CANCELLED;  RUNNING --CancelJob--> CANCELLED (after the command in
+//   flight) RUNNING --an actor was lost, restarts left--> RESTARTING --its actors are free-->
+//   RUNNING RUNNING --a command failed, or an actor was lost with no restarts left--> FAILED
+//   RUNNING --the coordinator stops (or restarts)--> RESTARTING
 // Scheduling is strictly in order: a job that waits (for more actors than are free, or than exist)
-// holds the jobs behind it, and its message says what it waits for. Jobs on disjoint actors run at once.
+// holds the jobs behind it, and its message says what it waits for. Jobs on disjoint actors run at
+// once.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -55,6 +58,9 @@ class Coordinator {
   absl::StatusOr<JobRecord> Cancel(const std::string& job_id);
   // Starts every job at the head of the queue whose actors are free.
   void Schedule();
+  // A supervisor says the actor process at `address` ended (Registry::ReportExit); its job, if any,
+  // restarts at once.
+  void ReportActorExit(const std::string& address, const std::string& description);
 
  private:
   explicit Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store);

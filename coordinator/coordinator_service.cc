@@ -27,6 +27,16 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*, const v1::Heart
                                                    request->last_collective()));
 }
 
+grpc::Status CoordinatorService::ReportActorExit(grpc::ServerContext*,
+                                                 const v1::ReportActorExitRequest* request,
+                                                 v1::ReportActorExitResponse*) {
+  if (request->address().empty()) {
+    return ToGrpc(absl::InvalidArgumentError("ReportActorExit: address is empty"));
+  }
+  coordinator_->ReportActorExit(request->address(), request->description());
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorService::ListActors(grpc::ServerContext*, const v1::ListActorsRequest*,
                                             v1::ListActorsResponse* response) {
   const Clock::time_point now = coordinator_->registry().now();

@@ -14,6 +14,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status RegisterActor(grpc::ServerContext*, const v1::RegisterActorRequest*, v1::RegisterActorResponse*) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*, v1::HeartbeatResponse*) override;
   grpc::Status ListActors(grpc::ServerContext*, const v1::ListActorsRequest*, v1::ListActorsResponse*) override;
+  grpc::Status ReportActorExit(grpc::ServerContext*, const v1::ReportActorExitRequest*,
+                               v1::ReportActorExitResponse*) override;
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::SubmitJobResponse*) override;
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::Job*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <limits>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -18,6 +19,7 @@
 #include "proto/tandem/v1/actor.grpc.pb.h"
 #include "rpc/channel.h"
 #include "rpc/status.h"
+#include "trainer/checkpoint_dir.h"
 #include "trainer/run_log.h"
 #include "trainer/summary.h"
 
@@ -27,6 +29,11 @@ namespace fs = std::filesystem;
 namespace {
 constexpr char kComponent[] = "coordinator";
 constexpr std::chrono::milliseconds kMargin{30000};
+// How long a Release may take: it interrupts the command in flight, so a live actor answers at
+// once.
+constexpr std::chrono::seconds kReleaseTimeout{30};
+// How long an unreachable actor's supervisor may take to report why it ended.
+constexpr std::chrono::milliseconds kExitReportWait{1000};
 using SteadyClock = std::chrono::steady_clock;
 double Seconds(SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); }
 // The first multiple of `every` at or after `step`; no limit when `every` is 0.
@@ -90,13 +97,24 @@ void JobRunner::Cancel(const std::string& reason) {
   ReleaseAll(reason);  // interrupts a step waiting on transfers
 }
 
-void JobRunner::ActorLost(const std::string& actor_id) {
+void JobRunner::Suspend(const std::string& reason) {
   {
     std::lock_guard<std::mutex> lock(reason_mu_);
-    if (stop_reason_.empty()) {
-      stop_reason_ = absl::StrCat("actor ", actor_id, " stopped sending heartbeats");
-      lost_actor_ = true;
-    }
+    if (stop_reason_.empty()) stop_reason_ = reason;
+    suspended_ = true;
+  }
+  cancelled_ = true;
+  ReleaseAll(reason);
+}
+
+void JobRunner::ActorLost(const std::string& actor_id, const std::string& what) {
+  std::string name = actor_id;
+  for (const auto& m : members_) {
+    if (m->actor.id == actor_id) name = m->Name();
+  }
+  {
+    std::lock_guard<std::mutex> lock(reason_mu_);
+    lost_contact_.emplace(actor_id, absl::StrCat(name, " ", what));
   }
   cancelled_ = true;
   ReleaseAll(absl::StrCat("actor ", actor_id, " was lost"));
@@ -128,17 +146,34 @@ void JobRunner::SetState(JobState state, const std::string& message) {
 
 void JobRunner::ReleaseAll(const std::string& reason) {
   std::vector<std::thread> threads;
-  for (auto& m : members_) {
-    threads.emplace_back([&, member = m.get()] {
+  std::vector<std::string> unreachable(members_.size());
+  for (size_t i = 0; i < members_.size(); ++i) {
+    threads.emplace_back([&, i] {
       v1::ReleaseRequest request;
       request.set_job_id(job_.id);
       request.set_reason(reason);
       v1::ReleaseResponse response;
-      member->stub->Release(rpc::ContextWithTimeout(std::chrono::seconds(30)).get(), request,
-                            &response);
+      const grpc::Status status = members_[i]->stub->Release(
+          rpc::ContextWithTimeout(kReleaseTimeout).get(), request, &response);
+      // Release always succeeds on a live actor: a failure to reach it is the actor's loss.
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+          status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        // A supervisor that saw the process end says why, within moments.
+        const std::optional<std::string> exit =
+            registry_->AwaitExitReport(members_[i]->actor.address, attempt_start_, kExitReportWait);
+        unreachable[i] = exit ? absl::StrCat(members_[i]->Name(), " died: ", *exit)
+                              : absl::StrCat("lost contact with ", members_[i]->Name(), " (",
+                                             status.error_message(), ")");
+      }
     });
   }
   for (auto& t : threads) t.join();
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (unreachable[i].empty()) continue;
+    registry_->Remove(members_[i]->actor.id);
+    std::lock_guard<std::mutex> lock(reason_mu_);
+    lost_contact_.emplace(members_[i]->actor.id, unreachable[i]);
+  }
 }
 
 namespace {
@@ -261,7 +296,8 @@ absl::Status JobRunner::RunSteps(
   return absl::OkStatus();
 }
 
-absl::Status JobRunner::AssignAll(trainer::RunSummary* summary) {
+absl::Status JobRunner::AssignAll(trainer::RunSummary* summary, const std::string& resume_from,
+                                  int64_t resume_step) {
   std::vector<std::string> vision_addresses, llm_addresses;
   int vision = 0, llm = 0;
   for (const auto& m : members_) {
@@ -286,10 +322,17 @@ absl::Status JobRunner::AssignAll(trainer::RunSummary* summary) {
     request.set_run_dir(job_.run_dir);
     request.set_timeout_ms(options_.command_timeout.count());
     request.set_threads(job_.threads);
-    return rpc::FromGrpc(
+    request.set_attempt(job_.attempt);
+    request.set_resume_from(resume_from);
+    RETURN_IF_ERROR(rpc::FromGrpc(
         m.stub->AssignJob(rpc::ContextWithTimeout(options_.command_timeout + kMargin).get(),
                           request, &responses[i]),
-        "AssignJob");
+        "AssignJob"));
+    if (responses[i].step() != resume_step) {
+      return absl::DataLossError(absl::StrCat("resumed at step ", responses[i].step(), " from ",
+                                              resume_from, ", expected step ", resume_step));
+    }
+    return absl::OkStatus();
   }));
   for (size_t i = 0; i < members_.size(); ++i) {
     if (members_[i]->role == v1::ROLE_VISION) {
@@ -310,16 +353,35 @@ absl::Status JobRunner::Execute() {
   if (ec)
     return absl::UnavailableError(absl::StrCat("cannot create ", job_.run_dir, ": ", ec.message()));
   auto run_path = [&](const std::string& name) { return (fs::path(job_.run_dir) / name).string(); };
+  max_restarts_ = job.max_restarts;
   RETURN_IF_ERROR(WriteFileAtomically(run_path("job.json"), job_.spec_json + "\n"));
+  // Where this attempt starts: the job's own last complete checkpoint, else the one its spec names.
+  std::optional<trainer::CheckpointInfo> resume = trainer::LatestCheckpoint(job_.run_dir);
+  if (!resume && !job.resume_from.empty()) {
+    ASSIGN_OR_RETURN(resume, trainer::ReadCheckpoint(job.resume_from));
+  }
+  const int64_t resume_step = resume ? resume->step : 0;
   ASSIGN_OR_RETURN(trainer::MetricsLog metrics,
-                   trainer::MetricsLog::Open(run_path("metrics.jsonl")));
+                   trainer::MetricsLog::OpenResumed(run_path("metrics.jsonl"), resume_step));
+  if (job_.step != resume_step) {
+    job_.step = resume_step;
+    job_.loss = metrics.steps().empty() ? 0 : metrics.steps().back().loss;
+    RETURN_IF_ERROR(store_->UpdateJob(job_));
+  }
 
   const auto start = SteadyClock::now();
   trainer::RunSummary summary;
-  RETURN_IF_ERROR(AssignAll(&summary));
+  RETURN_IF_ERROR(AssignAll(&summary, resume ? resume->directory : "", resume_step));
   Event(absl::StrCat("assigned: vision ", job.vision.actors, " x llm ", job.llm.actors,
                      " actors; setup took ",
                      absl::StrFormat("%.1f", Seconds(SteadyClock::now() - start)), "s"));
+  if (resume) {
+    Event(absl::StrCat("resumed from ", resume->directory, " at step ", resume_step,
+                       " (written by vision ", resume->vision_actors, " x llm ", resume->llm_actors,
+                       " actors)"));
+    summary.last_checkpoint = resume->directory;
+  }
+  summary.samples = resume_step * schedule.global_batch;  // the job's, not only this attempt's
 
   summary.job_name = job.name;
   summary.run_dir = job_.run_dir;
@@ -424,7 +486,7 @@ absl::Status JobRunner::Execute() {
       }
     }
     if ((schedule.checkpoint_every > 0 && step % schedule.checkpoint_every == 0) || last) {
-      const std::string dir = run_path(absl::StrFormat("checkpoints/step-%06d", step));
+      const std::string dir = run_path("checkpoints/" + trainer::CheckpointName(step));
       RETURN_IF_ERROR(ForAll("checkpoint", [&](size_t i, Member& m) {
         v1::SaveCheckpointRequest request;
         request.set_job_id(job_.id);
@@ -436,6 +498,9 @@ absl::Status JobRunner::Execute() {
                                  request, &response),
                              absl::StrCat("checkpoint of step ", step));
       }));
+      // It counts once every rank of both groups saved its shard: the marker goes last.
+      RETURN_IF_ERROR(
+          trainer::MarkCheckpointComplete({dir, step, job.vision.actors, job.llm.actors}));
       summary.last_checkpoint = dir;
       Event(absl::StrCat("checkpoint ", dir));
     }
@@ -458,41 +523,69 @@ absl::Status JobRunner::Execute() {
 }
 
 void JobRunner::Run() {
+  attempt_start_ = registry_->now();
   ++job_.attempt;
   SetState(JobState::kRunning, "");
   absl::Status status = Execute();
   std::string reason;
-  bool lost = false;
+  bool lost = false, suspended = false;
   {
     std::lock_guard<std::mutex> lock(reason_mu_);
     reason = stop_reason_;
-    lost = lost_actor_;
+    lost = !lost_contact_.empty();
+    suspended = suspended_;
   }
   if (status.ok()) {
     ReleaseAll("job succeeded");
     SetState(JobState::kSucceeded, "");
-  } else if (cancelled_ && !lost) {
+  } else if (suspended) {
+    ReleaseAll(reason);
+    SetState(JobState::kRestarting,
+             absl::StrCat(reason, "; it resumes from its last complete checkpoint"));
+  } else if (!reason.empty()) {  // cancelled by request
     ReleaseAll(reason);
     SetState(JobState::kCancelled, reason);
   } else {
-    const std::string message =
-        lost ? absl::StrCat(reason, "; ", status.message()) : std::string(status.message());
+    // Releasing every member also finds those that cannot be reached any more.
     ReleaseAll("job failed");
-    SetState(JobState::kFailed, message);
+    std::string message(status.message());
+    {
+      std::lock_guard<std::mutex> lock(reason_mu_);
+      for (const auto& [id, what] : lost_contact_) message = absl::StrCat(what, "; ", message);
+      lost = !lost_contact_.empty();
+    }
+    if (lost && job_.restarts < max_restarts_) {
+      ++job_.restarts;
+      const std::optional<trainer::CheckpointInfo> checkpoint =
+          trainer::LatestCheckpoint(job_.run_dir);
+      SetState(JobState::kRestarting, absl::StrCat(message, "; restart ", job_.restarts, " of ",
+                                                   max_restarts_, " (failure.max_restarts) from ",
+                                                   checkpoint ? checkpoint->directory : "the start",
+                                                   " once its actors are free"));
+    } else {
+      if (lost) {
+        message = absl::StrCat(message, "; gave up after ", job_.restarts,
+                               " restarts (failure.max_restarts is ", max_restarts_, ")");
+      }
+      SetState(JobState::kFailed, message);
+    }
   }
-  rendezvous_->DeleteWithPrefix(job_.id + "/");
+  rendezvous_->DeleteWithPrefix(absl::StrCat(job_.id, "/", job_.attempt, "/"));
   registry_->Free(job_.id);
-  v1::JobUpdate final_update;
-  v1::Job* job = final_update.mutable_job();
-  job->set_job_id(job_.id);
-  job->set_state(static_cast<v1::JobState>(job_.state));
-  job->set_message(job_.message);
-  job->set_summary_json(job_.summary_json);
-  job->set_run_dir(job_.run_dir);
-  job->set_step(job_.step);
-  job->set_steps(job_.steps);
-  feeds_->Publish(job_.id, std::move(final_update));
-  feeds_->Close(job_.id);
+  if (IsFinal(job_.state)) {
+    v1::JobUpdate final_update;
+    v1::Job* job = final_update.mutable_job();
+    job->set_job_id(job_.id);
+    job->set_state(static_cast<v1::JobState>(job_.state));
+    job->set_message(job_.message);
+    job->set_summary_json(job_.summary_json);
+    job->set_run_dir(job_.run_dir);
+    job->set_step(job_.step);
+    job->set_steps(job_.steps);
+    job->set_restarts(job_.restarts);
+    feeds_->Publish(job_.id, std::move(final_update));
+    feeds_->Close(job_.id);
+  }
   if (done_) done_(job_.id);
 }
 

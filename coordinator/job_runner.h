@@ -5,9 +5,14 @@
 // summary.json; the actors write tokenizer.json, checkpoints and weights into the same directory)
 // and the job's state, events and progress into the job store. It never handles tensor bytes.
 //
-// A failed command (an actor's error, a dead actor, a deadline) fails the job with a message naming
-// the actor, its role and rank; every actor is then released. Cancel() stops the job after the
-// command in flight (Release interrupts a step that waits on transfers).
+// A failed command (an actor's error, a dead actor, a deadline) ends the attempt with a message
+// naming the actor, its role and rank; every actor is then released. When an actor was lost (it
+// stopped heartbeating, or cannot be reached to be released) and the job has restarts left
+// (failure.max_restarts), the job goes to RESTARTING and the coordinator schedules it again; the
+// next attempt resumes from the last complete checkpoint (the job's own, else the spec's
+// resume_from). Any other failure, or one restart too many, fails it. Cancel() stops the job after
+// the command in flight (Release interrupts a step that waits on transfers); Suspend() does the
+// same but leaves it RESTARTING, for a coordinator that shuts down.
 //
 // Thread-safety: Cancel may be called from any thread; the rest runs on the runner's thread.
 #pragma once
@@ -15,7 +20,9 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,15 +56,19 @@ class JobRunner {
 
   void Start();
   void Cancel(const std::string& reason);
-  // Fails the job because one of its actors is gone (stopped heartbeating).
-  void ActorLost(const std::string& actor_id);
+  void Suspend(const std::string& reason);
+  // Ends the attempt because one of its actors is gone: `what` says how ("stopped sending
+  // heartbeats", "died: killed by signal 9 (SIGKILL)").
+  void ActorLost(const std::string& actor_id, const std::string& what);
   const std::string& job_id() const { return job_.id; }
 
  private:
   struct Member;
   void Run();
   absl::Status Execute();
-  absl::Status AssignAll(trainer::RunSummary* summary);
+  // Assigns every member; each loads `resume_from` when it is set and must report `resume_step`.
+  absl::Status AssignAll(trainer::RunSummary* summary, const std::string& resume_from,
+                         int64_t resume_step);
   // Sends one command to every member at once (call(i, members_[i])); the root-cause error, naming
   // its member, is returned.
   absl::Status ForAll(const char* what, const std::function<absl::Status(size_t, Member&)>& call);
@@ -73,6 +84,8 @@ class JobRunner {
       const std::function<absl::Status(int64_t step, const StepAnswers&)>& on_step);
   void Event(const std::string& text);
   void SetState(JobState state, const std::string& message);
+  // Releases every member at once. Members that cannot be reached are removed from the registry
+  // and recorded in lost_contact_.
   void ReleaseAll(const std::string& reason);
 
   JobRecord job_;
@@ -86,7 +99,11 @@ class JobRunner {
   std::atomic<bool> cancelled_{false};
   std::mutex reason_mu_;
   std::string stop_reason_;  // guarded by reason_mu_
-  bool lost_actor_ = false;  // guarded by reason_mu_
+  bool suspended_ = false;   // guarded by reason_mu_
+  // Actors lost during this attempt: id -> what happened, naming the member. Guarded by reason_mu_.
+  std::map<std::string, std::string> lost_contact_;
+  Clock::time_point attempt_start_;  // registry clock
+  int64_t max_restarts_ = 0;         // from the spec, once Execute parsed it
   std::thread thread_;
 };
 

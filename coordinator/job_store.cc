@@ -1,6 +1,6 @@
 // SQLite implementation of coordinator/job_store.h.
 //
-// Schema (version 1):
+// Schema (version 2; a version-1 database gains the `restarts` column when it is opened):
 //   tandem_schema(version)    one row: marks the file as Tandem's and says how to read it
 //   job_counter(last_number)  one row: the last job number handed out; ids are never reused
 //   jobs(number, id, <JobRecord fields>, last_event)  last_event: the job's last event sequence
@@ -31,7 +31,12 @@ namespace tandem::coordinator {
 namespace {
 
 // The schema this file creates and reads. A database with another version is refused, untouched.
-constexpr int64_t kCurrentSchemaVersion = 1;
+constexpr int64_t kCurrentSchemaVersion = 2;
+// Version 1 lacked jobs.restarts; Open upgrades such a file in one transaction.
+constexpr char kUpgradeFromVersion1[] = R"sql(
+ALTER TABLE jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;
+UPDATE tandem_schema SET version = 2;
+)sql";
 
 // How long a statement waits for a lock another process (the sqlite3 shell) holds before failing.
 constexpr int kBusyTimeoutMs = 5000;
@@ -57,7 +62,8 @@ CREATE TABLE jobs (
   ended_at REAL NOT NULL,
   attempt INTEGER NOT NULL,
   summary_json TEXT NOT NULL,
-  last_event INTEGER NOT NULL DEFAULT 0);
+  last_event INTEGER NOT NULL DEFAULT 0,
+  restarts INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE job_events (
   job_id TEXT NOT NULL,
   sequence INTEGER NOT NULL,
@@ -73,16 +79,16 @@ constexpr char kCountTandemSchemaTables[] =
 constexpr char kSelectSchemaVersion[] = "SELECT max(version) FROM tandem_schema";
 constexpr char kUseWriteAheadLog[] = "PRAGMA journal_mode = WAL";
 
-// The record's fields after the id, in the order BindJob binds them (?2 ... ?16; ?1 is the id) and
-// ReadJob reads them (columns 1 ... 15; column 0 is the id).
+// The record's fields after the id, in the order BindJob binds them (?2 ... ?17; ?1 is the id) and
+// ReadJob reads them (columns 1 ... 16; column 0 is the id).
 #define TANDEM_JOB_FIELDS                                                                          \
   "name, state, message, spec_json, spec_dir, run_dir, threads, step, steps, loss, submitted_at, " \
-  "started_at, ended_at, attempt, summary_json"
+  "started_at, ended_at, attempt, summary_json, restarts"
 #define TANDEM_JOB_FIELD_PARAMETERS \
-  "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16"
+  "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17"
 
 constexpr char kInsertJob[] = "INSERT INTO jobs (number, id, " TANDEM_JOB_FIELDS
-                              ") VALUES (?17, ?1, " TANDEM_JOB_FIELD_PARAMETERS ")";
+                              ") VALUES (?18, ?1, " TANDEM_JOB_FIELD_PARAMETERS ")";
 constexpr char kUpdateJob[] =
     "UPDATE jobs SET (" TANDEM_JOB_FIELDS ") = (" TANDEM_JOB_FIELD_PARAMETERS ") WHERE id = ?1";
 constexpr char kGetJob[] = "SELECT id, " TANDEM_JOB_FIELDS " FROM jobs WHERE id = ?1";
@@ -224,7 +230,7 @@ class Statement {
   int bind_result_ = SQLITE_OK;
 };
 
-// Binds ?1 (id) ... ?16 in the order of TANDEM_JOB_FIELDS.
+// Binds ?1 (id) ... ?17 in the order of TANDEM_JOB_FIELDS.
 void BindJob(const JobRecord& record, Statement& statement) {
   statement.BindText(1, record.id)
       .BindText(2, record.name)
@@ -241,7 +247,8 @@ void BindJob(const JobRecord& record, Statement& statement) {
       .BindReal(13, record.started_at)
       .BindReal(14, record.ended_at)
       .BindInt(15, record.attempt)
-      .BindText(16, record.summary_json);
+      .BindText(16, record.summary_json)
+      .BindInt(17, record.restarts);
 }
 
 // Reads a row of kGetJob or kListJobs.
@@ -268,6 +275,7 @@ absl::StatusOr<JobRecord> ReadJob(const Statement& row, absl::string_view what) 
   record.ended_at = row.ReadReal(13);
   record.attempt = row.ReadInt(14);
   record.summary_json = row.ReadText(15);
+  record.restarts = row.ReadInt(16);
   return record;
 }
 
@@ -367,11 +375,12 @@ class SqliteConnection {
 namespace {
 
 // Reads the file's schema before writing anything, so a file that is not Tandem's stays as it is.
-// Returns true when the database is empty (new), false when it holds Tandem's current schema.
-absl::StatusOr<bool> InspectSchema(SqliteConnection& connection, absl::string_view what) {
+// Returns the schema version the file holds: 0 when the database is empty (new), else 1 (to be
+// upgraded) or the current one.
+absl::StatusOr<int64_t> InspectSchema(SqliteConnection& connection, absl::string_view what) {
   ASSIGN_OR_RETURN(const std::optional<int64_t> objects,
                    connection.QueryInt(kCountSchemaObjects, what));
-  if (objects.value_or(0) == 0) return true;
+  if (objects.value_or(0) == 0) return 0;
   ASSIGN_OR_RETURN(const std::optional<int64_t> marked,
                    connection.QueryInt(kCountTandemSchemaTables, what));
   if (marked.value_or(0) == 0) {
@@ -384,12 +393,12 @@ absl::StatusOr<bool> InspectSchema(SqliteConnection& connection, absl::string_vi
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": its tandem_schema table holds no version"));
   }
-  if (*version != kCurrentSchemaVersion) {
+  if (*version != kCurrentSchemaVersion && *version != 1) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": schema version ", *version, " is not ", kCurrentSchemaVersion,
                      ", the version this build reads (a newer tandem wrote it?)"));
   }
-  return false;
+  return *version;
 }
 
 }  // namespace
@@ -404,7 +413,8 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& stat
   const std::string what = absl::StrCat("opening job store ", path);
 
   ASSIGN_OR_RETURN(std::unique_ptr<SqliteConnection> synced, SqliteConnection::Open(path, what));
-  ASSIGN_OR_RETURN(const bool empty, InspectSchema(*synced, what));
+  ASSIGN_OR_RETURN(const int64_t version, InspectSchema(*synced, what));
+  const bool empty = version == 0;
   {
     ASSIGN_OR_RETURN(Statement journal, synced->Prepare(kUseWriteAheadLog, what));
     ASSIGN_OR_RETURN(const bool row, journal.Next(what));
@@ -422,6 +432,10 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& stat
       return insert.BindInt(1, kCurrentSchemaVersion).Run(what);
     }));
     TANDEM_LOG(kInfo, "coordinator") << "created job store " << path;
+  } else if (version == 1) {
+    RETURN_IF_ERROR(synced->InTransaction(
+        what, [&] { return synced->ExecuteScript(kUpgradeFromVersion1, what); }));
+    TANDEM_LOG(kInfo, "coordinator") << "upgraded job store " << path << " to schema version 2";
   }
 
   ASSIGN_OR_RETURN(std::unique_ptr<SqliteConnection> unsynced, SqliteConnection::Open(path, what));
@@ -449,7 +463,7 @@ absl::StatusOr<JobRecord> JobStore::CreateJob(JobRecord record) {
 
     ASSIGN_OR_RETURN(Statement insert, synced_->Prepare(kInsertJob, what));
     BindJob(record, insert);
-    insert.BindInt(17, *number);
+    insert.BindInt(18, *number);
     RETURN_IF_ERROR(insert.Run(what));
     return AppendEventLocked(record.id, "submitted", what).status();
   }));

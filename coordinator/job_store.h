@@ -28,7 +28,8 @@
 //
 //   QUEUED:     waiting for free actors of each pool; `message` says for what.
 //   RUNNING:    actors assigned; `attempt` counts how often the job has entered this state.
-//   RESTARTING: an actor died; waiting for actors to resume from the last complete checkpoint.
+//   RESTARTING: an actor died (or the coordinator restarted); waiting for actors to resume from the
+//               last complete checkpoint.
 //   SUCCEEDED, FAILED, CANCELLED are final; `message` says why a job failed.
 #pragma once
 
@@ -77,6 +78,7 @@ struct JobRecord {
   double started_at = 0;     // 0 until it runs
   double ended_at = 0;       // 0 until it ends
   int64_t attempt = 0;       // the scheduler increments it each time the job starts running
+  int64_t restarts = 0;      // restarts after failures (not those after a coordinator restart)
   std::string summary_json;  // summary.json's contents once the job succeeded
 };
 

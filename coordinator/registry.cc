@@ -112,4 +112,43 @@ void Registry::Free(const std::string& job_id) {
   }
 }
 
+bool Registry::Remove(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it =
+      std::find_if(actors_.begin(), actors_.end(), [&](const ActorEntry& a) { return a.id == id; });
+  if (it == actors_.end()) return false;
+  actors_.erase(it);
+  return true;
+}
+
+std::optional<ActorEntry> Registry::ReportExit(const std::string& address,
+                                               const std::string& description) {
+  std::optional<ActorEntry> removed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    exits_[address] = {now_(), description};
+    auto it = std::find_if(actors_.begin(), actors_.end(),
+                           [&](const ActorEntry& a) { return a.address == address; });
+    if (it != actors_.end()) {
+      removed = *it;
+      actors_.erase(it);
+    }
+  }
+  exit_reported_.notify_all();
+  return removed;
+}
+
+std::optional<std::string> Registry::AwaitExitReport(const std::string& address,
+                                                     Clock::time_point since,
+                                                     std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::optional<std::string> found;
+  exit_reported_.wait_for(lock, timeout, [&] {
+    auto it = exits_.find(address);
+    if (it != exits_.end() && it->second.time >= since) found = it->second.description;
+    return found.has_value();
+  });
+  return found;
+}
+
 }  // namespace tandem::coordinator

@@ -1,19 +1,22 @@
-// The actor registry (DESIGN §1, §5): which actors exist, in which pool, whether they are alive, and
-// which job each one runs. Plain C++ (no gRPC), so scheduling is tested without a server.
+// The actor registry (DESIGN §1, §5): which actors exist, in which pool, whether they are alive,
+// and which job each one runs. Plain C++ (no gRPC), so scheduling is tested without a server.
 //
 // An actor's life here:  Register -> free --Reserve--> assigned --Free(job)--> free
 //                        any state --no heartbeat for heartbeat_timeout (Expire)--> removed
-// A removed actor's next heartbeat is NotFound and it registers again under a new id. Registering an
-// address again replaces the earlier entry (the actor restarted).
+//                        any state --unreachable from a job's runner (Remove)--> removed
+// A removed actor's next heartbeat is NotFound and it registers again under a new id. Registering
+// an address again replaces the earlier entry (the actor restarted).
 //
 // Thread-safe. The clock is injected so tests advance it by hand.
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,6 +66,16 @@ class Registry {
                                                                const std::vector<GroupNeed>& needs);
   // Frees every actor `job_id` holds.
   void Free(const std::string& job_id);
+  // Forgets an actor that cannot be reached (lost contact): it is not reserved again, and if it is
+  // alive after all its next heartbeat is NotFound and it registers again. Returns whether it was
+  // registered.
+  bool Remove(const std::string& id);
+  // A supervisor's report that the actor process at `address` ended: the actor (if registered) is
+  // removed and returned, and the description is kept for AwaitExitReport.
+  std::optional<ActorEntry> ReportExit(const std::string& address, const std::string& description);
+  // The description reported for `address` at or after `since`, waiting up to `timeout` for it.
+  std::optional<std::string> AwaitExitReport(const std::string& address, Clock::time_point since,
+                                             std::chrono::milliseconds timeout);
   std::chrono::milliseconds heartbeat_timeout() const { return heartbeat_timeout_; }
   Clock::time_point now() const { return now_(); }
 
@@ -72,6 +85,12 @@ class Registry {
   mutable std::mutex mu_;
   std::vector<ActorEntry> actors_;   // registration order
   std::map<std::string, int64_t> next_number_;  // per pool
+  struct ExitReport {
+    Clock::time_point time;
+    std::string description;
+  };
+  std::map<std::string, ExitReport> exits_;  // by address, the latest
+  std::condition_variable exit_reported_;
 };
 
 }  // namespace tandem::coordinator

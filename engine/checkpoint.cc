@@ -3,18 +3,45 @@
 // A checkpoint directory holds one shard per rank, "rank_<r>_of_<w>.safetensors", with this rank's
 // optimizer domain (NOTE [Units] in layout.h): "weights" (param dtype), "master", "exp_avg",
 // "exp_avg_sq", "compensation" (those present), "rng_state" (the CPU generator), and metadata (step
-// counts, stage, precision, layout sizes, and the caller's client state under "client."). Each shard is
-// written atomically (temp, fsync, rename). After a barrier, rank 0 writes the "complete" marker last:
-// a directory without it is an interrupted save and is refused by LoadCheckpoint.
+// counts, stage, precision, layout sizes, and the caller's client state under "client."). Each
+// shard is written atomically (temp, fsync, rename). After a barrier, rank 0 writes the "complete"
+// marker last: a directory without it is an interrupted save and is refused by LoadCheckpoint.
+//
+// NOTE [Re-partitioning on load]
+// Every saved tensor but rng_state is the concatenation, over the saved group's units, of the
+// rank's domain of that unit: the whole padded unit at stage 0, its chunk [r*shard, (r+1)*shard) at
+// stages 1-3. Units hold consecutive parameters in named_parameters() order with padding only at
+// their end, so the real elements of all units in order are the model's parameters, flattened and
+// concatenated. The metadata records what rebuilds the saved layout: world_size, zero_stage and
+// "unit_elements" (the real element count of each unit, comma-separated).
+//
+// LoadCheckpoint takes the saved world size from the "complete" marker. If this engine's layout is
+// the saved one (same world size, stage, units and domain size), each rank reads its own shard
+// only. Otherwise it re-partitions: every shard of the saved group must be present and agree with
+// rank 0's metadata; for each tensor name in turn, the pieces of the saved domains that overlap
+// this rank's new domain are copied into a zeroed CPU buffer of the new domain's size (so padding
+// reads zero), which then replaces the engine's buffer. A saved stage-0 group is replicated: only
+// rank 0's shard is read. Each rank thus reads up to the whole model's state, but holds at most one
+// saved tensor and one buffer of its own domain at a time. The RNG state is this rank's own if the
+// saved group had this rank, else rank 0's; step counts and client state come from rank 0's shard.
+// Precision and the parameter count must match (FailedPrecondition otherwise). All headers are
+// checked before the engine changes; only a shard that changes on disk during the load can leave
+// it partly loaded. If gradient_accumulation_steps changed, the micro step count is rescaled so
+// that the next micro-batch starts a new accumulation.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <limits>
 #include <mutex>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "engine/engine.h"
@@ -24,8 +51,21 @@
 namespace tandem::engine {
 namespace {
 
+using Metadata = std::map<std::string, std::string>;
+
 constexpr char kCompleteMarker[] = "complete";
 constexpr char kClientPrefix[] = "client.";
+// Metadata every shard of one save holds with the same value (or all leave out).
+constexpr const char* kGroupKeys[] = {"world_size",
+                                      "zero_stage",
+                                      "precision",
+                                      "num_parameters",
+                                      "unit_elements",
+                                      "domain_elements",
+                                      "gradient_accumulation_steps",
+                                      "global_steps",
+                                      "micro_steps",
+                                      "skipped_steps"};
 
 std::string ShardName(int rank, int world) {
   return absl::StrCat("rank_", rank, "_of_", world, ".safetensors");
@@ -33,32 +73,232 @@ std::string ShardName(int rank, int world) {
 
 std::string PrecisionName(const Config& config) {
   if (!config.bf16_enabled) return "fp32";
-  return absl::StrCat("bf16", config.bf16_master_weights_and_grads ? "+bf16_master" : "+fp32_master",
+  return absl::StrCat("bf16",
+                      config.bf16_master_weights_and_grads ? "+bf16_master" : "+fp32_master",
                       config.bf16_optimizer_states ? "+bf16_states" : "+fp32_states");
 }
 
-// The "__metadata__" map of a safetensors file's header.
-absl::StatusOr<std::map<std::string, std::string>> ReadShardMetadata(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+std::string UnitElements(const Layout& layout) {
+  std::vector<int64_t> elements;
+  for (const Unit& unit : layout.units()) elements.push_back(unit.numel);
+  return absl::StrJoin(elements, ",");
+}
+
+// The safetensors dtype string of the tensors a checkpoint holds.
+const char* DtypeName(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat:
+      return "F32";
+    case at::kBFloat16:
+      return "BF16";
+    case at::kByte:
+      return "U8";
+    default:
+      return "";
+  }
+}
+
+// One tensor of a shard: its dtype string, element count, and bytes [begin, end) of the file.
+struct TensorEntry {
+  std::string dtype;
+  int64_t numel = 0;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+
+// A shard's safetensors header, read without its data.
+struct ShardHeader {
+  std::string path;
+  Metadata metadata;
+  std::map<std::string, TensorEntry> tensors;
+
+  const std::string* Find(const std::string& key) const {
+    auto it = metadata.find(key);
+    return it == metadata.end() ? nullptr : &it->second;
+  }
+};
+
+absl::StatusOr<ShardHeader> ReadShardHeader(const std::string& path) {
+  auto invalid = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", path, ": ", what));
+  };
+  std::error_code ec;
+  const uint64_t file_size = std::filesystem::file_size(path, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat("checkpoint: ", path, ": ", ec.message()));
+  std::ifstream in(path, std::ios::binary);
   uint64_t header_size = 0;
-  if (bytes.size() < sizeof(header_size)) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", path, ": truncated"));
+  if (!in || file_size < sizeof(header_size) ||
+      !in.read(reinterpret_cast<char*>(&header_size), sizeof(header_size))) {
+    return invalid("truncated");
   }
-  std::memcpy(&header_size, bytes.data(), sizeof(header_size));
-  if (header_size > bytes.size() - sizeof(header_size)) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", path, ": bad header length"));
-  }
-  auto header = nlohmann::json::parse(bytes.substr(sizeof(header_size), header_size), nullptr,
-                                      /*allow_exceptions=*/false);
+  if (header_size > file_size - sizeof(header_size)) return invalid("bad header length");
+  std::string text(header_size, '\0');
+  if (!in.read(text.data(), static_cast<std::streamsize>(header_size))) return invalid("truncated");
+  auto header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!header.is_object() || !header.contains("__metadata__") ||
       !header["__metadata__"].is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", path, ": no metadata"));
+    return invalid("no metadata");
   }
-  std::map<std::string, std::string> metadata;
-  for (const auto& [key, value] : header["__metadata__"].items()) {
-    if (value.is_string()) metadata[key] = value.get<std::string>();
+  ShardHeader shard;
+  shard.path = path;
+  const uint64_t data_start = sizeof(header_size) + header_size;
+  for (const auto& [key, value] : header.items()) {
+    if (key == "__metadata__") {
+      for (const auto& [name, entry] : value.items()) {
+        if (entry.is_string()) shard.metadata[name] = entry.get<std::string>();
+      }
+      continue;
+    }
+    const std::string bad = absl::StrCat("tensor '", key, "' has a malformed header entry");
+    if (!value.is_object() || !value.contains("dtype") || !value["dtype"].is_string() ||
+        !value.contains("shape") || !value["shape"].is_array() || !value.contains("data_offsets") ||
+        !value["data_offsets"].is_array() || value["data_offsets"].size() != 2) {
+      return invalid(bad);
+    }
+    TensorEntry entry;
+    entry.dtype = value["dtype"].get<std::string>();
+    entry.numel = 1;
+    for (const auto& dim : value["shape"]) {
+      if (!dim.is_number_unsigned() || dim.get<uint64_t>() > uint64_t{1} << 62 ||
+          __builtin_mul_overflow(entry.numel, dim.get<int64_t>(), &entry.numel)) {
+        return invalid(bad);
+      }
+    }
+    for (const auto& offset : value["data_offsets"]) {
+      if (!offset.is_number_unsigned()) return invalid(bad);
+    }
+    const uint64_t begin = value["data_offsets"][0].get<uint64_t>();
+    const uint64_t end = value["data_offsets"][1].get<uint64_t>();
+    if (begin > end || end > file_size - data_start) return invalid(bad);
+    entry.begin = data_start + begin;
+    entry.end = data_start + end;
+    shard.tensors[key] = std::move(entry);
   }
-  return metadata;
+  return shard;
+}
+
+// InvalidArgument unless the shard holds `name` as `numel` elements of `type`.
+absl::Status CheckTensor(const ShardHeader& shard, const std::string& name, at::ScalarType type,
+                         int64_t numel) {
+  auto it = shard.tensors.find(name);
+  if (it == shard.tensors.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: ", shard.path, ": tensor '", name, "' missing"));
+  }
+  const int64_t element_size = at::empty({0}, at::TensorOptions().dtype(type)).element_size();
+  if (it->second.dtype != DtypeName(type) || it->second.numel != numel ||
+      it->second.end - it->second.begin != static_cast<uint64_t>(numel * element_size)) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", shard.path, ": tensor '", name,
+                                                   "' has the wrong size or dtype"));
+  }
+  return absl::OkStatus();
+}
+
+// Reads one tensor of a shard (checked by CheckTensor) as a flat CPU tensor.
+absl::StatusOr<at::Tensor> ReadShardTensor(const ShardHeader& shard, const std::string& name,
+                                           at::ScalarType type) {
+  const TensorEntry& entry = shard.tensors.at(name);
+  at::Tensor tensor = at::empty({entry.numel}, at::TensorOptions().dtype(type));
+  std::ifstream in(shard.path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(entry.begin));
+  if (!in || !in.read(static_cast<char*>(tensor.data_ptr()),
+                      static_cast<std::streamsize>(entry.end - entry.begin))) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint: ", shard.path, ": cannot read tensor '", name, "'"));
+  }
+  return tensor;
+}
+
+// The world size of the save the "complete" marker closed.
+absl::StatusOr<int> SavedWorldSize(const std::string& marker) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(marker));
+  auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object() || !json.contains("world_size") ||
+      !json["world_size"].is_number_integer() || json["world_size"].get<int64_t>() < 1 ||
+      json["world_size"].get<int64_t>() > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: ", marker, ": no valid world_size"));
+  }
+  return static_cast<int>(json["world_size"].get<int64_t>());
+}
+
+// Real parameter elements [global, global + length) of the flattened model that sit at
+// [local, local + length) of a domain tensor.
+struct Segment {
+  int64_t global = 0;
+  int64_t local = 0;
+  int64_t length = 0;
+};
+
+// One copy from a saved domain tensor into this rank's new domain.
+struct Piece {
+  int64_t source = 0;
+  int64_t target = 0;
+  int64_t length = 0;
+};
+
+// The real elements of `rank`'s domain in a group of `world` ranks at ZeRO `stage` whose units hold
+// `unit_elements` each (Engine::DomainStart / DomainLength and NOTE [Units]); `domain_elements`
+// receives the domain's length, padding included.
+std::vector<Segment> DomainSegments(const std::vector<int64_t>& unit_elements, int world, int stage,
+                                    int rank, int64_t* domain_elements) {
+  std::vector<Segment> segments;
+  int64_t global = 0, local = 0;
+  for (int64_t numel : unit_elements) {
+    const int64_t padded = (numel + world - 1) / world * world;
+    const int64_t start = stage == 0 ? 0 : rank * (padded / world);
+    const int64_t length = stage == 0 ? padded : padded / world;
+    const int64_t real_end = std::min(start + length, numel);
+    if (real_end > start) segments.push_back({global + start, local, real_end - start});
+    local += length;
+    global += numel;
+  }
+  *domain_elements = local;
+  return segments;
+}
+
+// The overlaps of two segment lists, each sorted by `global`.
+std::vector<Piece> Overlap(const std::vector<Segment>& source, const std::vector<Segment>& target) {
+  std::vector<Piece> pieces;
+  size_t i = 0, j = 0;
+  while (i < source.size() && j < target.size()) {
+    const Segment& s = source[i];
+    const Segment& t = target[j];
+    const int64_t begin = std::max(s.global, t.global);
+    const int64_t end = std::min(s.global + s.length, t.global + t.length);
+    if (begin < end) {
+      pieces.push_back({s.local + begin - s.global, t.local + begin - t.global, end - begin});
+    }
+    if (s.global + s.length <= t.global + t.length) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return pieces;
+}
+
+absl::StatusOr<std::vector<int64_t>> ParseUnitElements(const ShardHeader& shard,
+                                                       int64_t num_parameters) {
+  const std::string* value = shard.Find("unit_elements");
+  std::vector<int64_t> elements;
+  int64_t total = 0;
+  bool ok = value != nullptr && !value->empty();
+  if (ok) {
+    for (absl::string_view part : absl::StrSplit(*value, ',')) {
+      int64_t numel = 0;
+      ok = absl::SimpleAtoi(part, &numel) && numel > 0 &&
+           !__builtin_add_overflow(total, numel, &total);
+      if (!ok) break;
+      elements.push_back(numel);
+    }
+  }
+  if (!ok || total != num_parameters) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: ", shard.path, ": unit_elements is ", value ? *value : "absent",
+                     ", not the element counts of units holding ", num_parameters, " parameters"));
+  }
+  return elements;
 }
 
 }  // namespace
@@ -77,7 +317,10 @@ absl::Status Engine::SaveCheckpoint(const std::string& directory,
   }
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
-  if (ec) return absl::InternalError(absl::StrCat("checkpoint: cannot create ", directory, ": ", ec.message()));
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("checkpoint: cannot create ", directory, ": ", ec.message()));
+  }
 
   NamedTensors tensors;
   try {
@@ -100,10 +343,12 @@ absl::Status Engine::SaveCheckpoint(const std::string& directory,
       {"global_steps", std::to_string(global_steps_)},
       {"micro_steps", std::to_string(micro_steps_)},
       {"skipped_steps", std::to_string(skipped_steps_)},
+      {"gradient_accumulation_steps", std::to_string(config_.gradient_accumulation_steps)},
       {"zero_stage", std::to_string(config_.zero.stage)},
       {"world_size", std::to_string(world_size())},
       {"precision", PrecisionName(config_)},
       {"num_parameters", std::to_string(layout_.num_elements())},
+      {"unit_elements", UnitElements(layout_)},
       {"domain_elements", std::to_string(domain_elements_)},
   };
   for (const auto& [key, value] : client_state) metadata[kClientPrefix + key] = value;
@@ -121,88 +366,237 @@ absl::Status Engine::SaveCheckpoint(const std::string& directory,
 
 absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
     const std::string& directory) {
-  if (!std::filesystem::exists(directory + "/" + kCompleteMarker)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint: ", directory, " is incomplete or missing (no '", kCompleteMarker, "' marker)"));
+  const std::string marker = directory + "/" + kCompleteMarker;
+  if (!std::filesystem::exists(marker)) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint: ", directory,
+                                                      " is incomplete or missing (no '",
+                                                      kCompleteMarker, "' marker)"));
   }
-  const std::string shard = directory + "/" + ShardName(rank(), world_size());
-  if (!std::filesystem::exists(shard)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint: ", directory, " has no shard for rank ", rank(), " of ", world_size(),
-        " (it was written by a group of another size; resharding on load is not supported yet)"));
-  }
-  ASSIGN_OR_RETURN(NamedTensors tensors, ReadSafetensors(shard));
-  std::map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
-  using Metadata = std::map<std::string, std::string>;
-  ASSIGN_OR_RETURN(Metadata metadata, ReadShardMetadata(shard));
-  auto expect = [&](const std::string& key, const std::string& want) -> absl::Status {
-    auto it = metadata.find(key);
-    if (it == metadata.end() || it->second != want) {
+  ASSIGN_OR_RETURN(const int saved_world, SavedWorldSize(marker));
+  auto read_header = [&](int saved_rank) -> absl::StatusOr<ShardHeader> {
+    const std::string path = directory + "/" + ShardName(saved_rank, saved_world);
+    if (!std::filesystem::exists(path)) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint: ", shard, ": ", key, " is ", it == metadata.end() ? "absent" : it->second,
-          ", this engine has ", want, " (changing it on load is not supported yet)"));
+          "checkpoint: ", path, " is missing (the checkpoint was written by a group of ",
+          saved_world, " ranks and needs the shard of each)"));
     }
-    return absl::OkStatus();
+    return ReadShardHeader(path);
   };
-  RETURN_IF_ERROR(expect("world_size", std::to_string(world_size())));
-  RETURN_IF_ERROR(expect("zero_stage", std::to_string(config_.zero.stage)));
-  RETURN_IF_ERROR(expect("precision", PrecisionName(config_)));
-  RETURN_IF_ERROR(expect("num_parameters", std::to_string(layout_.num_elements())));
-  RETURN_IF_ERROR(expect("domain_elements", std::to_string(domain_elements_)));
+  auto same = [](const ShardHeader& shard, const std::string& key, const std::string& want) {
+    const std::string* value = shard.Find(key);
+    return value != nullptr && *value == want;
+  };
+  auto expect = [&](const ShardHeader& shard, const std::string& key,
+                    const std::string& want) -> absl::Status {
+    if (same(shard, key, want)) return absl::OkStatus();
+    const std::string* value = shard.Find(key);
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint: ", shard.path, ": ", key, " is ", value ? *value : "absent",
+                     ", this engine has ", want,
+                     " (a checkpoint loads only into the same model and precision)"));
+  };
 
-  auto take = [&](const std::string& name, const at::Tensor& target) -> absl::Status {
-    auto it = by_name.find(name);
-    if (it == by_name.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", shard, ": tensor '", name, "' missing"));
+  // This rank's own shard when the group has the saved size, else rank 0's. When the layout is the
+  // saved one, nothing else is read.
+  const int first_rank = saved_world == world_size() ? rank() : 0;
+  ASSIGN_OR_RETURN(ShardHeader first, read_header(first_rank));
+  RETURN_IF_ERROR(expect(first, "precision", PrecisionName(config_)));
+  RETURN_IF_ERROR(expect(first, "num_parameters", std::to_string(layout_.num_elements())));
+  if (!same(first, "world_size", std::to_string(saved_world))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: ", first.path, ": world_size disagrees with ", marker));
+  }
+  const std::string unit_elements = UnitElements(layout_);
+  const bool has_units = first.Find("unit_elements") != nullptr;
+  const bool same_layout = saved_world == world_size() &&
+                           same(first, "zero_stage", std::to_string(config_.zero.stage)) &&
+                           same(first, "domain_elements", std::to_string(domain_elements_)) &&
+                           (!has_units || same(first, "unit_elements", unit_elements));
+  if (!same_layout && !has_units) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint: ", first.path,
+        " has no unit_elements, so it loads only into a group of its own world size, ZeRO stage "
+        "and units"));
+  }
+
+  // Step counts and client state, from `first` on the fast path and rank 0's shard otherwise; all
+  // parsed before the engine changes.
+  Metadata metadata;
+  int64_t global_steps = 0, micro_steps = 0, skipped_steps = 0;
+  auto take_metadata = [&](const ShardHeader& shard) -> absl::Status {
+    metadata = shard.metadata;
+    auto number = [&](const std::string& key, int64_t* out) {
+      const std::string* value = shard.Find(key);
+      return value != nullptr && absl::SimpleAtoi(*value, out);
+    };
+    if (!number("global_steps", &global_steps) || !number("micro_steps", &micro_steps) ||
+        !number("skipped_steps", &skipped_steps)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: ", shard.path, ": bad step counts"));
     }
-    if (it->second.numel() != target.numel() || it->second.scalar_type() != target.scalar_type()) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", shard, ": tensor '", name,
-                                                     "' has the wrong size or dtype"));
+    // Saved at an accumulation boundary: with another number of micro-batches per step, the count
+    // moves to the same boundary of this engine's steps.
+    int64_t saved_accumulation = 0;
+    if (number("gradient_accumulation_steps", &saved_accumulation) && saved_accumulation > 0 &&
+        micro_steps % saved_accumulation == 0) {
+      micro_steps = micro_steps / saved_accumulation * config_.gradient_accumulation_steps;
     }
-    target.copy_(it->second.view(target.sizes()));
     return absl::OkStatus();
   };
-  try {
-    int64_t offset = 0;
-    std::vector<at::Tensor> weights;
-    auto it = by_name.find("weights");
-    if (it == by_name.end() || it->second.numel() != domain_elements_ ||
-        it->second.scalar_type() != param_dtype_) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", shard, ": bad 'weights' tensor"));
+
+  // The domain tensors to restore, and how a whole domain of one goes into the engine.
+  struct Buffer {
+    std::string name;
+    at::ScalarType type;
+    at::Tensor target;  // undefined for the weights, which live in UnitWeights
+  };
+  std::vector<Buffer> buffers = {{"weights", param_dtype_, at::Tensor()}};
+  if (master_.defined()) buffers.push_back({"master", at::kFloat, master_});
+  buffers.push_back({"exp_avg", state_dtype_, exp_avg_});
+  buffers.push_back({"exp_avg_sq", state_dtype_, exp_avg_sq_});
+  if (compensation_.defined()) buffers.push_back({"compensation", at::kBFloat16, compensation_});
+  auto restore = [&](const Buffer& buffer, const at::Tensor& domain) {
+    if (buffer.target.defined()) {
+      buffer.target.copy_(domain);
+      return;
     }
     for (size_t u = 0; u < layout_.units().size(); ++u) {
-      at::Tensor target = UnitWeights(u);
-      target.copy_(it->second.narrow(0, offset, target.numel()));
-      offset += target.numel();
+      UnitWeights(u).copy_(domain.narrow(0, domain_offset_[u], DomainLength(u)));
     }
-    if (master_.defined()) RETURN_IF_ERROR(take("master", master_));
-    RETURN_IF_ERROR(take("exp_avg", exp_avg_));
-    RETURN_IF_ERROR(take("exp_avg_sq", exp_avg_sq_));
-    if (compensation_.defined()) RETURN_IF_ERROR(take("compensation", compensation_));
-    auto rng = by_name.find("rng_state");
-    if (rng != by_name.end()) {
-      auto generator = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(rng->second);
+  };
+  auto restore_rng = [](const at::Tensor& state) {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(state);
+  };
+
+  try {
+    if (same_layout) {
+      RETURN_IF_ERROR(take_metadata(first));
+      for (const Buffer& buffer : buffers) {
+        RETURN_IF_ERROR(CheckTensor(first, buffer.name, buffer.type, domain_elements_));
+      }
+      ASSIGN_OR_RETURN(NamedTensors tensors, ReadSafetensors(first.path));
+      std::map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
+      for (const Buffer& buffer : buffers) restore(buffer, by_name.at(buffer.name).view({-1}));
+      auto rng = by_name.find("rng_state");
+      if (rng != by_name.end()) restore_rng(rng->second);
+    } else {
+      // Re-partitioning (NOTE [Re-partitioning on load]). Everything that can be checked without
+      // the data comes first, so that a refused checkpoint leaves the engine as it was.
+      std::vector<ShardHeader> shards;
+      for (int r = 0; r < saved_world; ++r) {
+        if (r == first_rank) {
+          shards.push_back(first);
+          continue;
+        }
+        ASSIGN_OR_RETURN(ShardHeader shard, read_header(r));
+        shards.push_back(std::move(shard));
+      }
+      const ShardHeader& reference = shards[0];
+      for (int r = 1; r < saved_world; ++r) {
+        for (const char* key : kGroupKeys) {
+          const std::string* want = reference.Find(key);
+          const std::string* value = shards[r].Find(key);
+          if ((want == nullptr) != (value == nullptr) || (want != nullptr && *want != *value)) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "checkpoint: ", shards[r].path, ": ", key, " is ", value ? *value : "absent",
+                ", but ", reference.path, " has ", want ? *want : "absent"));
+          }
+        }
+      }
+      int saved_stage = -1;
+      int64_t saved_domain = -1;
+      const std::string* stage_value = reference.Find("zero_stage");
+      const std::string* domain_value = reference.Find("domain_elements");
+      if (stage_value == nullptr || !absl::SimpleAtoi(*stage_value, &saved_stage) ||
+          saved_stage < 0 || saved_stage > 3 || domain_value == nullptr ||
+          !absl::SimpleAtoi(*domain_value, &saved_domain)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint: ", reference.path, ": bad zero_stage or domain_elements"));
+      }
+      RETURN_IF_ERROR(take_metadata(reference));
+      ASSIGN_OR_RETURN(const std::vector<int64_t> saved_units,
+                       ParseUnitElements(reference, layout_.num_elements()));
+      int64_t domain = 0;
+      DomainSegments(saved_units, saved_world, saved_stage, 0, &domain);
+      if (domain != saved_domain) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint: ", reference.path, ": domain_elements is ", saved_domain,
+                         ", but unit_elements at ZeRO stage ", saved_stage, " on ", saved_world,
+                         " ranks make ", domain));
+      }
+
+      // This rank's new domain, and the pieces of each saved domain that fill it. A saved stage-0
+      // group is replicated, so rank 0's shard holds everything.
+      std::vector<Segment> target;
+      int64_t global = 0, target_elements = 0;
+      for (size_t u = 0; u < layout_.units().size(); ++u) {
+        const int64_t numel = layout_.units()[u].numel;
+        const int64_t start = DomainStart(u);
+        const int64_t end = std::min(start + DomainLength(u), numel);
+        if (end > start) target.push_back({global + start, domain_offset_[u], end - start});
+        target_elements += std::max<int64_t>(end - start, 0);
+        global += numel;
+      }
+      std::vector<std::vector<Piece>> pieces(saved_world);
+      int64_t covered = 0;
+      for (int r = 0; r < (saved_stage == 0 ? 1 : saved_world); ++r) {
+        pieces[r] =
+            Overlap(DomainSegments(saved_units, saved_world, saved_stage, r, &domain), target);
+        for (const Piece& piece : pieces[r]) covered += piece.length;
+      }
+      if (covered != target_elements) {
+        return absl::InternalError(
+            absl::StrCat("checkpoint: ", directory, ": the saved domains cover ", covered,
+                         " of this rank's ", target_elements, " parameter elements"));
+      }
+      for (int r = 0; r < saved_world; ++r) {
+        if (pieces[r].empty()) continue;
+        for (const Buffer& buffer : buffers) {
+          RETURN_IF_ERROR(CheckTensor(shards[r], buffer.name, buffer.type, saved_domain));
+        }
+      }
+      const ShardHeader& rng_shard = shards[rank() < saved_world ? rank() : 0];
+      auto rng = rng_shard.tensors.find("rng_state");
+      if (rng != rng_shard.tensors.end()) {
+        RETURN_IF_ERROR(CheckTensor(rng_shard, "rng_state", at::kByte, rng->second.numel));
+      }
+
+      // The data, one tensor name at a time.
+      for (const Buffer& buffer : buffers) {
+        at::Tensor staged = at::zeros({domain_elements_}, at::TensorOptions().dtype(buffer.type));
+        for (int r = 0; r < saved_world; ++r) {
+          if (pieces[r].empty()) continue;
+          ASSIGN_OR_RETURN(at::Tensor saved, ReadShardTensor(shards[r], buffer.name, buffer.type));
+          for (const Piece& piece : pieces[r]) {
+            staged.narrow(0, piece.target, piece.length)
+                .copy_(saved.narrow(0, piece.source, piece.length));
+          }
+        }
+        restore(buffer, staged);
+      }
+      if (rng != rng_shard.tensors.end()) {
+        ASSIGN_OR_RETURN(at::Tensor state, ReadShardTensor(rng_shard, "rng_state", at::kByte));
+        restore_rng(state);
+      }
     }
     grads_.zero_();
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("checkpoint: ", shard, ": ", e.what()));
+    return absl::InternalError(absl::StrCat("checkpoint: ", directory, ": ", e.what()));
   }
-  auto number = [&](const std::string& key, int64_t* out) {
-    auto it = metadata.find(key);
-    return it != metadata.end() && absl::SimpleAtoi(it->second, out);
-  };
-  if (!number("global_steps", &global_steps_) || !number("micro_steps", &micro_steps_) ||
-      !number("skipped_steps", &skipped_steps_)) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", shard, ": bad step counts"));
-  }
+
+  global_steps_ = global_steps;
+  micro_steps_ = micro_steps;
+  skipped_steps_ = skipped_steps;
   last_lr_ = current_lr();
   RETURN_IF_ERROR(AllGatherResident());
 
   std::map<std::string, std::string> client_state;
   for (const auto& [key, value] : metadata) {
-    if (key.rfind(kClientPrefix, 0) == 0) client_state[key.substr(sizeof(kClientPrefix) - 1)] = value;
+    if (key.rfind(kClientPrefix, 0) == 0) {
+      client_state[key.substr(sizeof(kClientPrefix) - 1)] = value;
+    }
   }
   RETURN_IF_ERROR(Wait(communicator_->Barrier()));
   return client_state;

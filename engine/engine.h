@@ -132,6 +132,9 @@ class Engine : public BlockHost {
   // atomically, and rank 0 writes the "complete" marker after every rank finished; call at an
   // accumulation boundary. `client_state` (e.g. the data position) is stored with each shard and
   // returned by LoadCheckpoint, which restores params, master, moments, step counts and the RNG.
+  // LoadCheckpoint accepts a checkpoint written by a group of any world size at any ZeRO stage and
+  // re-partitions it onto this group's layout (NOTE [Re-partitioning on load] in checkpoint.cc);
+  // the precision and the model must be the same (FailedPrecondition otherwise).
   absl::Status SaveCheckpoint(const std::string& directory,
                               const std::map<std::string, std::string>& client_state = {});
   absl::StatusOr<std::map<std::string, std::string>> LoadCheckpoint(const std::string& directory);

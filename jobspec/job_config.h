@@ -95,6 +95,8 @@ struct JobConfig {
   VisionGroupConfig vision;
   LlmGroupConfig llm;
   ScheduleConfig schedule;
+  int64_t max_restarts = 3;      // failure.max_restarts
+  std::string resume_from;       // a checkpoint directory; "" = from scratch
   std::string spec_dir;          // directory of the spec file, for relative data paths ("" = cwd)
 };
 

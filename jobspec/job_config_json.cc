@@ -10,12 +10,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;  // keeps the order of job.proto
 
-// Relative jsonl paths are relative to the spec's directory; written out joined with it.
-std::string DataPath(const std::string& path, const std::string& spec_dir) {
-  if (path.empty() || spec_dir.empty() || std::filesystem::path(path).is_absolute()) return path;
-  return (std::filesystem::path(spec_dir) / path).lexically_normal().string();
-}
-
 Json Engine(const std::string& engine_json) {
   Json engine = Json::parse(engine_json, nullptr, /*allow_exceptions=*/false);
   if (engine.is_discarded()) return engine_json;  // the parser will reject it, naming the group
@@ -31,8 +25,8 @@ Json Data(const DataConfig& data, const std::string& spec_dir) {
                        {"eval_samples", data.shapes.eval_samples}};
       break;
     case DataConfig::Kind::kJsonl:
-      out["jsonl"] = {{"train", DataPath(data.jsonl.train_path, spec_dir)},
-                      {"eval", DataPath(data.jsonl.eval_path, spec_dir)}};
+      out["jsonl"] = {{"train", SpecPath(data.jsonl.train_path, spec_dir)},
+                      {"eval", SpecPath(data.jsonl.eval_path, spec_dir)}};
       break;
   }
   out["max_text_tokens"] = data.max_text_tokens;
@@ -67,6 +61,11 @@ Json Schedule(const ScheduleConfig& s) {
 
 }  // namespace
 
+std::string SpecPath(const std::string& path, const std::string& spec_dir) {
+  if (path.empty() || spec_dir.empty() || std::filesystem::path(path).is_absolute()) return path;
+  return (std::filesystem::path(spec_dir) / path).lexically_normal().string();
+}
+
 std::string JobConfigToJson(const JobConfig& config) {
   Json out = Json::object();
   out["name"] = config.name;
@@ -80,6 +79,8 @@ std::string JobConfigToJson(const JobConfig& config) {
                 {"model", LlmModel(config.llm.model)},
                 {"engine", Engine(config.llm.engine_json)}};
   out["schedule"] = Schedule(config.schedule);
+  out["failure"] = {{"max_restarts", config.max_restarts}};
+  out["resume_from"] = SpecPath(config.resume_from, config.spec_dir);
   // Paths come from users; a byte that is not UTF-8 is replaced rather than thrown over.
   return out.dump(2, ' ', false, Json::error_handler_t::replace);
 }

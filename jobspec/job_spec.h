@@ -49,10 +49,14 @@ absl::Status ValidateJobConfig(const JobConfig& config);
 // in the order of job.proto, 2-space indent, no trailing newline, engine configs embedded as JSON
 // objects. Fields that are not part of a spec are not written: vision.model.output_dim (always
 // llm.model.hidden), llm.model.vocab_size (from the tokenizer) and spec_dir. Instead, relative
-// jsonl paths are written joined with spec_dir, so the output stands on its own wherever it is
-// stored: reading it back gives the same config with spec_dir "" (identical to the input when
-// spec_dir was already ""). An engine_json that is not valid JSON is written as a string (which the
-// parser then rejects).
+// jsonl paths and resume_from are written joined with spec_dir, so the output stands on its own
+// wherever it is stored: reading it back gives the same config with spec_dir "" (identical to the
+// input when spec_dir was already ""). An engine_json that is not valid JSON is written as a string
+// (which the parser then rejects).
 std::string JobConfigToJson(const JobConfig& config);
+
+// A path of the spec (a jsonl file, resume_from) as it is opened: joined with spec_dir when it is
+// relative and spec_dir is set; "" stays "".
+std::string SpecPath(const std::string& path, const std::string& spec_dir);
 
 }  // namespace tandem::jobspec

@@ -159,6 +159,8 @@ absl::StatusOr<JobConfig> Resolve(const tandem::v1::JobSpec& spec) {
   // The projector maps patches into the LLM's embedding space.
   config.vision.model.output_dim = config.llm.model.hidden;
   config.schedule = ResolveSchedule(spec.schedule());
+  if (spec.failure().has_max_restarts()) config.max_restarts = spec.failure().max_restarts();
+  config.resume_from = spec.resume_from();
   return config;
 }
 

@@ -228,6 +228,7 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
                      ", got ", config.llm.model.max_seq_len);
   }
   RETURN_IF_ERROR(CheckSchedule(config));
+  RETURN_IF_ERROR(AtLeast("failure.max_restarts", config.max_restarts, 0));
   RETURN_IF_ERROR(
       CheckEngine("vision", config.vision.engine_json, config.vision.actors, config.schedule));
   return CheckEngine("llm", config.llm.engine_json, config.llm.actors, config.schedule);

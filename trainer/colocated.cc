@@ -29,6 +29,7 @@
 #include "jobspec/job_spec.h"
 #include "models/llm.h"
 #include "models/vision_encoder.h"
+#include "trainer/checkpoint_dir.h"
 #include "trainer/progress.h"
 #include "trainer/run_log.h"
 #include "trainer/step_common.h"
@@ -41,8 +42,6 @@ constexpr char kComponent[] = "trainer";
 
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-std::string CheckpointName(int64_t step) { return absl::StrFormat("step-%06d", step); }
 
 class ColocatedRun {
  public:
@@ -61,6 +60,8 @@ class ColocatedRun {
   absl::StatusOr<double> TrainStep();
   absl::StatusOr<EvalRecord> Evaluate(int64_t step);
   absl::Status SaveCheckpoint(int64_t step);
+  // Loads job_.resume_from into both engines and the sampler; sets first_step_.
+  absl::Status Resume();
   absl::Status WritePlot();
   std::string RunPath(const std::string& name) const {
     return (fs::path(run_dir_) / name).string();
@@ -80,6 +81,7 @@ class ColocatedRun {
   std::unique_ptr<MetricsLog> metrics_;
   RunSummary summary_;
   int64_t text_len_ = 0;
+  int64_t first_step_ = 1;
 };
 
 absl::Status ColocatedRun::Setup() {
@@ -142,6 +144,7 @@ absl::Status ColocatedRun::Setup() {
       return vision_squares + llm_grad_squares_;
     });
   }
+  if (!job_.resume_from.empty()) RETURN_IF_ERROR(Resume());
   ASSIGN_OR_RETURN(MetricsLog log, MetricsLog::Open(RunPath("metrics.jsonl")));
   metrics_ = std::make_unique<MetricsLog>(std::move(log));
 
@@ -152,6 +155,32 @@ absl::Status ColocatedRun::Setup() {
                                 << summary_.llm_parameters << " parameters, vocabulary "
                                 << tokenizer_->size() << ", " << datasets_.train->size()
                                 << " training samples";
+  return absl::OkStatus();
+}
+
+absl::Status ColocatedRun::Resume() {
+  ASSIGN_OR_RETURN(CheckpointInfo checkpoint,
+                   ReadCheckpoint(jobspec::SpecPath(job_.resume_from, job_.spec_dir)));
+  if (checkpoint.step >= job_.schedule.steps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resume_from: ", checkpoint.directory, " is at step ", checkpoint.step,
+        ", and schedule.steps is ", job_.schedule.steps, ": nothing is left to train"));
+  }
+  ASSIGN_OR_RETURN(ResumePoint vision,
+                   LoadGroupCheckpoint(*vision_engine_, checkpoint.directory, "vision"));
+  ASSIGN_OR_RETURN(ResumePoint llm, LoadGroupCheckpoint(*llm_engine_, checkpoint.directory, "llm"));
+  if (vision.step != checkpoint.step || llm.step != checkpoint.step ||
+      !(vision.position == llm.position)) {
+    return absl::DataLossError(absl::StrCat(
+        "resume_from: ", checkpoint.directory, ": its groups disagree (vision at step ",
+        vision.step, ", llm at step ", llm.step, ", marker at step ", checkpoint.step, ")"));
+  }
+  sampler_->Seek(llm.position);
+  first_step_ = checkpoint.step + 1;
+  summary_.samples = checkpoint.step * job_.schedule.global_batch;
+  TANDEM_LOG(kInfo, kComponent) << job_.name << ": resumed from " << checkpoint.directory
+                                << " (written by " << checkpoint.vision_actors << " vision x "
+                                << checkpoint.llm_actors << " llm actors)";
   return absl::OkStatus();
 }
 
@@ -247,6 +276,7 @@ absl::Status ColocatedRun::SaveCheckpoint(int64_t step) {
   RETURN_IF_ERROR(tokenizer_->Save((dir / "tokenizer.json").string()));
   RETURN_IF_ERROR(vision_engine_->SaveCheckpoint((dir / "vision").string(), client_state));
   RETURN_IF_ERROR(llm_engine_->SaveCheckpoint((dir / "llm").string(), client_state));
+  RETURN_IF_ERROR(MarkCheckpointComplete({dir.string(), step, 1, 1}));
   summary_.last_checkpoint = dir.string();
   return absl::OkStatus();
 }
@@ -262,7 +292,7 @@ absl::Status ColocatedRun::Train() {
   const auto start = Clock::now();
   double train_seconds = 0, smoothed_rate = 0;
   const bool can_eval = datasets_.eval != nullptr && datasets_.eval->size() > 0;
-  for (int64_t step = 1; step <= schedule.steps; ++step) {
+  for (int64_t step = first_step_; step <= schedule.steps; ++step) {
     const auto step_start = Clock::now();
     ASSIGN_OR_RETURN(double loss, TrainStep());
     const double step_seconds = Seconds(Clock::now() - step_start);
@@ -274,7 +304,7 @@ absl::Status ColocatedRun::Train() {
                           loss, step));
     }
     const double rate = schedule.global_batch / std::max(step_seconds, 1e-9);
-    smoothed_rate = step == 1 ? rate : 0.9 * smoothed_rate + 0.1 * rate;
+    smoothed_rate = step == first_step_ ? rate : 0.9 * smoothed_rate + 0.1 * rate;
     StepRecord record;
     record.step = step;
     record.loss = loss;

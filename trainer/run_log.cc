@@ -4,11 +4,14 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/atomic_file.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::trainer {
@@ -57,6 +60,31 @@ absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path) {
     return absl::UnavailableError(absl::StrCat(path, ": cannot open for writing: ", std::strerror(errno)));
   }
   return MetricsLog(path, file);
+}
+
+absl::StatusOr<MetricsLog> MetricsLog::OpenResumed(const std::string& path, int64_t last_step) {
+  std::vector<StepRecord> steps;
+  std::vector<EvalRecord> evals;
+  if (std::filesystem::exists(path)) RETURN_IF_ERROR(ReadMetrics(path, &steps, &evals));
+  auto later = [&](const auto& record) { return record.step > last_step; };
+  steps.erase(std::remove_if(steps.begin(), steps.end(), later), steps.end());
+  evals.erase(std::remove_if(evals.begin(), evals.end(), later), evals.end());
+  // Records are written back in step order, each evaluation after the step it follows.
+  std::string kept;
+  size_t e = 0;
+  for (const StepRecord& step : steps) {
+    for (; e < evals.size() && evals[e].step < step.step; ++e)
+      kept += EvalRecordJson(evals[e]) + "\n";
+    kept += StepRecordJson(step) + "\n";
+    for (; e < evals.size() && evals[e].step == step.step; ++e)
+      kept += EvalRecordJson(evals[e]) + "\n";
+  }
+  for (; e < evals.size(); ++e) kept += EvalRecordJson(evals[e]) + "\n";
+  RETURN_IF_ERROR(WriteFileAtomically(path, kept));
+  ASSIGN_OR_RETURN(MetricsLog log, Open(path));
+  log.steps_ = std::move(steps);
+  log.evals_ = std::move(evals);
+  return log;
 }
 
 MetricsLog::MetricsLog(MetricsLog&& other) noexcept

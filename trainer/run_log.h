@@ -41,6 +41,11 @@ struct EvalRecord {
 class MetricsLog {
  public:
   static absl::StatusOr<MetricsLog> Open(const std::string& path);
+  // For a run that resumes after step `last_step` (0: from scratch): keeps the file's records up to
+  // that step and drops the later ones (a run that died after its checkpoint trained them, and they
+  // are trained again), rewriting the file atomically, then appends. A file that does not exist is
+  // created; one that cannot be read is an error naming its line, and is left as it was.
+  static absl::StatusOr<MetricsLog> OpenResumed(const std::string& path, int64_t last_step);
   MetricsLog(MetricsLog&& other) noexcept;
   MetricsLog& operator=(MetricsLog&& other) noexcept;
   ~MetricsLog();

@@ -2,8 +2,12 @@
 
 #include <torch/torch.h>
 
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/engine.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::trainer {
@@ -56,6 +60,32 @@ std::map<std::string, std::string> CheckpointClientState(int64_t step,
   return {{"step", std::to_string(step)},
           {"data_epoch", std::to_string(position.epoch)},
           {"data_offset", std::to_string(position.offset)}};
+}
+
+absl::StatusOr<ResumePoint> ParseCheckpointClientState(
+    const std::map<std::string, std::string>& state, const std::string& where) {
+  auto number = [&](const char* key, int64_t* out) -> absl::Status {
+    auto it = state.find(key);
+    if (it == state.end() || !absl::SimpleAtoi(it->second, out) || *out < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": the checkpoint's '", key, "' is ",
+          it == state.end() ? "absent" : "'" + it->second + "'", "; want a number >= 0"));
+    }
+    return absl::OkStatus();
+  };
+  ResumePoint point;
+  RETURN_IF_ERROR(number("step", &point.step));
+  RETURN_IF_ERROR(number("data_epoch", &point.position.epoch));
+  RETURN_IF_ERROR(number("data_offset", &point.position.offset));
+  return point;
+}
+
+absl::StatusOr<ResumePoint> LoadGroupCheckpoint(engine::Engine& engine,
+                                                const std::string& checkpoint,
+                                                const std::string& group) {
+  const std::string directory = (std::filesystem::path(checkpoint) / group).string();
+  ASSIGN_OR_RETURN(auto state, engine.LoadCheckpoint(directory));
+  return ParseCheckpointClientState(state, directory);
 }
 
 }  // namespace tandem::trainer

@@ -16,6 +16,10 @@
 #include "engine/config.h"
 #include "jobspec/job_config.h"
 
+namespace tandem::engine {
+class Engine;
+}  // namespace tandem::engine
+
 namespace tandem::trainer {
 
 // The group's engine config with the schedule's batch arithmetic filled in (the job-spec parser has
@@ -47,6 +51,22 @@ MicroBatch ToTensors(data::Batch& batch);
 // a resumed run draws the samples an uninterrupted one would.
 std::map<std::string, std::string> CheckpointClientState(int64_t step,
                                                          const data::Sampler::Position& position);
+
+// What CheckpointClientState stored. InvalidArgument naming `where` and the key when one is absent
+// or not a number >= 0.
+struct ResumePoint {
+  int64_t step = 0;
+  data::Sampler::Position position;
+};
+absl::StatusOr<ResumePoint> ParseCheckpointClientState(
+    const std::map<std::string, std::string>& state, const std::string& where);
+
+// Loads the group's shards <checkpoint>/<group> into `engine` (re-partitioned when another group
+// size or ZeRO stage wrote them; collective: every rank of the group calls it) and returns where
+// the step count and the data order resume.
+absl::StatusOr<ResumePoint> LoadGroupCheckpoint(engine::Engine& engine,
+                                                const std::string& checkpoint,
+                                                const std::string& group);
 
 // Next-token targets of a caption of `text_length` tokens (with <bos> and <eos>).
 inline int64_t TargetsOf(int64_t text_length) { return text_length - 1; }

@@ -165,6 +165,7 @@ TEST_F(JobStoreTest, EveryFieldRoundTripsThroughReopening) {
   job.started_at = 1700000001.5;
   job.ended_at = 1700000002.75;
   job.attempt = 3;
+  job.restarts = 2;
   job.summary_json = R"({"loss":1.2})";
   {
     std::unique_ptr<JobStore> store = OpenStore();
@@ -193,6 +194,7 @@ TEST_F(JobStoreTest, EveryFieldRoundTripsThroughReopening) {
   EXPECT_EQ(read->started_at, job.started_at);
   EXPECT_EQ(read->ended_at, job.ended_at);
   EXPECT_EQ(read->attempt, job.attempt);
+  EXPECT_EQ(read->restarts, job.restarts);
   EXPECT_EQ(read->summary_json, job.summary_json);
 }
 
@@ -419,8 +421,32 @@ TEST_F(JobStoreTest, NewerSchemaIsRejectedAndLeftUnchanged) {
     ASSERT_NE(store, nullptr);
     ASSERT_TRUE(store->CreateJob(SampleJob("shapes")).ok());
   }
-  ExecuteSql(DatabasePath(), "UPDATE tandem_schema SET version = 2");
-  ExpectOpenRejects("schema version 2");
+  ExecuteSql(DatabasePath(), "UPDATE tandem_schema SET version = 3");
+  ExpectOpenRejects("schema version 3");
+}
+
+TEST_F(JobStoreTest, VersionOneDatabaseIsUpgradedKeepingItsJobs) {
+  {
+    std::unique_ptr<JobStore> store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->CreateJob(SampleJob("old")).ok());
+  }
+  // The version-1 schema: the same without jobs.restarts.
+  ExecuteSql(DatabasePath(),
+             "ALTER TABLE jobs DROP COLUMN restarts; UPDATE tandem_schema SET version = 1");
+  {
+    std::unique_ptr<JobStore> store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    absl::StatusOr<JobRecord> job = store->GetJob("job-000001");
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->name, "old");
+    EXPECT_EQ(job->restarts, 0);
+    job->restarts = 2;
+    ASSERT_TRUE(store->UpdateJob(*job).ok());
+  }
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->GetJob("job-000001")->restarts, 2);
 }
 
 TEST_F(JobStoreTest, EmptyFileBecomesANewStore) {

@@ -1,14 +1,21 @@
-// Checkpoint then resume equals an uninterrupted run, bit for bit on CPU; interrupted or mismatched
-// checkpoints are refused with a clear error.
+// Checkpoint then resume equals an uninterrupted run, bit for bit on CPU; a checkpoint loads into a
+// group of another world size and ZeRO stage with every rank's state re-partitioned exactly;
+// interrupted or mismatched checkpoints are refused with a clear error.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <tuple>
 
+#include "common/atomic_file.h"
 #include "engine/config.h"
 #include "engine/engine.h"
+#include "engine/safetensors.h"
+#include "nlohmann/json.hpp"
 #include "tests/testing/group.h"
 #include "tests/testing/models.h"
 
@@ -17,17 +24,26 @@ namespace {
 
 using testing::TinyNet;
 
-Config MakeConfig(int stage, bool bf16) {
-  std::string precision =
-      bf16 ? R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true,
-                         "bf16_optimizer_states": true}, "tandem": {"bf16_update": "stochastic"},
-                         "torch_autocast": {"enabled": true, "dtype": "bfloat16"})"
-           : R"("bf16": {"enabled": false})";
+constexpr char kFp32[] = R"("bf16": {"enabled": false})";
+// bf16 parameters that are the master, bf16 moments.
+constexpr char kBf16Stochastic[] =
+    R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true,
+                "bf16_optimizer_states": true}, "tandem": {"bf16_update": "stochastic"},
+       "torch_autocast": {"enabled": true, "dtype": "bfloat16"})";
+constexpr char kBf16Kahan[] =
+    R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true,
+                "bf16_optimizer_states": true}, "tandem": {"bf16_update": "kahan"},
+       "torch_autocast": {"enabled": true, "dtype": "bfloat16"})";
+// bf16 parameters with an fp32 master and fp32 moments.
+constexpr char kBf16Fp32Master[] =
+    R"("bf16": {"enabled": true}, "torch_autocast": {"enabled": true, "dtype": "bfloat16"})";
+
+Config MakeConfig(int stage, const std::string& precision, int accumulation = 2) {
   auto config = ParseConfig(
       R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
           "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 3, "warmup_max_lr": 0.01}},
-          "gradient_clipping": 1.0, "seed": 11, "gradient_accumulation_steps": 2,
-          "zero_optimization": {"stage": )" +
+          "gradient_clipping": 1.0, "seed": 11, "gradient_accumulation_steps": )" +
+      std::to_string(accumulation) + R"(, "zero_optimization": {"stage": )" +
       std::to_string(stage) + R"(, "reduce_bucket_size": 50}, )" + precision + "}");
   EXPECT_TRUE(config.ok()) << config.status();
   return *config;
@@ -51,6 +67,55 @@ std::vector<float> Train(Engine& engine, TinyNet& model, int rank, int begin, in
   return losses;
 }
 
+// Runs micro-steps [begin, end) of a group of `world` ranks on the same global batches whatever the
+// world size: each step's 12 samples depend only on (step, sample), and rank r takes its 12/world
+// of them. Returns this rank's loss of each step (the mean over its samples).
+std::vector<float> TrainGlobal(Engine& engine, TinyNet& model, int rank, int world, int begin,
+                               int end) {
+  constexpr int kGlobalBatch = 12;
+  std::vector<float> losses;
+  for (int s = begin; s < end; ++s) {
+    std::vector<at::Tensor> xs, ys;
+    for (int i = rank * kGlobalBatch / world; i < (rank + 1) * kGlobalBatch / world; ++i) {
+      auto g = at::detail::createCPUGenerator(1000 * s + i);
+      xs.push_back(at::randn({1, 5}, g));
+      ys.push_back(at::randn({1, 3}, g));
+    }
+    at::Tensor loss;
+    {
+      auto autocast = engine.Autocast();
+      loss = torch::mse_loss(model.forward(at::cat(xs)).to(torch::kFloat), at::cat(ys));
+    }
+    loss.backward();
+    EXPECT_TRUE(engine.Step().ok());
+    losses.push_back(loss.item<float>());
+  }
+  return losses;
+}
+
+// A shard's tensors by name and its metadata.
+struct Shard {
+  std::map<std::string, at::Tensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+Shard ReadShard(const std::string& path) {
+  Shard shard;
+  auto tensors = ReadSafetensors(path);
+  EXPECT_TRUE(tensors.ok()) << tensors.status();
+  if (tensors.ok()) shard.tensors.insert(tensors->begin(), tensors->end());
+  auto bytes = ReadFile(path);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  if (!bytes.ok()) return shard;
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, bytes->data(), sizeof(header_size));
+  auto header = nlohmann::json::parse(bytes->substr(sizeof(header_size), header_size));
+  for (const auto& [key, value] : header["__metadata__"].items()) {
+    shard.metadata[key] = value.get<std::string>();
+  }
+  return shard;
+}
+
 class CheckpointTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(CheckpointTest, ResumeEqualsUninterruptedRunBitForBit) {
@@ -65,7 +130,8 @@ TEST_P(CheckpointTest, ResumeEqualsUninterruptedRunBitForBit) {
   testing::RunGroup(kWorld, [&](int rank, std::vector<std::shared_ptr<Communicator>>& comms) {
     auto model = std::make_shared<TinyNet>();
     testing::CopyParameters(*initial, *model);
-    auto engine = Engine::Create(model, comms[0], MakeConfig(stage, bf16));
+    auto engine =
+        Engine::Create(model, comms[0], MakeConfig(stage, bf16 ? kBf16Stochastic : kFp32));
     ASSERT_TRUE(engine.ok()) << engine.status();
     Train(**engine, *model, rank, 0, 4);
     ASSERT_TRUE((*engine)->SaveCheckpoint(dir / "step2", {{"data_position", "4"}}).ok());
@@ -79,7 +145,8 @@ TEST_P(CheckpointTest, ResumeEqualsUninterruptedRunBitForBit) {
   testing::RunGroup(kWorld, [&](int rank, std::vector<std::shared_ptr<Communicator>>& comms) {
     torch::manual_seed(999);  // different initial weights and generator state: all must be restored
     auto model = std::make_shared<TinyNet>();
-    auto engine = Engine::Create(model, comms[0], MakeConfig(stage, bf16));
+    auto engine =
+        Engine::Create(model, comms[0], MakeConfig(stage, bf16 ? kBf16Stochastic : kFp32));
     ASSERT_TRUE(engine.ok()) << engine.status();
     auto client_state = (*engine)->LoadCheckpoint(dir / "step2");
     ASSERT_TRUE(client_state.ok()) << client_state.status();
@@ -109,10 +176,180 @@ INSTANTIATE_TEST_SUITE_P(Modes, CheckpointTest,
                          ::testing::Combine(::testing::Values(0, 1, 2, 3), ::testing::Bool()),
                          CaseName);
 
+// A save by a group of saved_world ranks at saved_stage, loaded by world ranks at stage.
+struct Reshape {
+  int saved_world, saved_stage, world, stage;
+  const char* precision;
+  const char* precision_name;
+};
+
+class RepartitionTest : public ::testing::TestWithParam<Reshape> {};
+
+// After the load every rank's parameters equal the saved group's bit for bit. Saving at the new
+// shape and loading that back at the old one reproduces the original shards bit for bit, so
+// weights, master, moments and compensation were all carried exactly. In fp32, training on from the
+// load follows the saved group's own run on the same global batches; the two differ only by the
+// order in which other world sizes and units sum the same gradients (a few ulps per step).
+TEST_P(RepartitionTest, LoadsIntoAnotherWorldSizeAndStage) {
+  const Reshape c = GetParam();
+  const bool fp32 = std::string(c.precision) == kFp32;
+  // Micro steps, 2 per step; the first two updates use lr 0 (WarmupLR), the third changes weights.
+  constexpr int kSaveAt = 6, kEnd = 10;
+  testing::TempDir dir;
+  torch::manual_seed(21);
+  auto initial = std::make_shared<TinyNet>();
+  NamedTensors saved, saved_group_final, loaded_group_final;
+  std::vector<std::vector<float>> saved_group_losses(c.saved_world), loaded_group_losses(c.world);
+
+  testing::RunGroup(c.saved_world, [&](int rank,
+                                       std::vector<std::shared_ptr<Communicator>>& comms) {
+    auto model = std::make_shared<TinyNet>();
+    testing::CopyParameters(*initial, *model);
+    auto engine = Engine::Create(model, comms[0], MakeConfig(c.saved_stage, c.precision));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    TrainGlobal(**engine, *model, rank, c.saved_world, 0, kSaveAt);
+    auto params = (*engine)->GatherParameters();
+    ASSERT_TRUE(params.ok());
+    // A copy: at stage 0 in fp32, the gathered tensors are views of the live parameters.
+    if (rank == 0) {
+      for (const auto& [name, value] : *params) saved.emplace_back(name, value.clone());
+    }
+    ASSERT_TRUE((*engine)->SaveCheckpoint(dir / "a", {{"data_position", "6"}}).ok());
+    if (!fp32) return;
+    saved_group_losses[rank] = TrainGlobal(**engine, *model, rank, c.saved_world, kSaveAt, kEnd);
+    auto final_params = (*engine)->GatherParameters();
+    ASSERT_TRUE(final_params.ok());
+    if (rank == 0) saved_group_final = *final_params;
+  });
+
+  testing::RunGroup(c.world, [&](int rank, std::vector<std::shared_ptr<Communicator>>& comms) {
+    torch::manual_seed(999);  // different initial weights: all must be restored
+    auto model = std::make_shared<TinyNet>();
+    auto engine = Engine::Create(model, comms[0], MakeConfig(c.stage, c.precision));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto client_state = (*engine)->LoadCheckpoint(dir / "a");
+    ASSERT_TRUE(client_state.ok()) << client_state.status();
+    EXPECT_EQ(client_state->at("data_position"), "6");
+    EXPECT_EQ((*engine)->global_steps(), 3);
+    EXPECT_EQ((*engine)->micro_steps(), 6);
+    auto params = (*engine)->GatherParameters();
+    ASSERT_TRUE(params.ok());
+    ASSERT_EQ(params->size(), saved.size());
+    for (size_t i = 0; i < saved.size(); ++i) {
+      EXPECT_EQ((*params)[i].first, saved[i].first);
+      EXPECT_TRUE(torch::equal((*params)[i].second, saved[i].second))
+          << "rank " << rank << ", " << saved[i].first;
+    }
+    ASSERT_TRUE((*engine)->SaveCheckpoint(dir / "b", *client_state).ok());
+    if (!fp32) return;
+    loaded_group_losses[rank] = TrainGlobal(**engine, *model, rank, c.world, kSaveAt, kEnd);
+    auto final_params = (*engine)->GatherParameters();
+    ASSERT_TRUE(final_params.ok());
+    if (rank == 0) loaded_group_final = *final_params;
+  });
+
+  testing::RunGroup(
+      c.saved_world, [&](int rank, std::vector<std::shared_ptr<Communicator>>& comms) {
+        auto model = std::make_shared<TinyNet>();
+        auto engine = Engine::Create(model, comms[0], MakeConfig(c.saved_stage, c.precision));
+        ASSERT_TRUE(engine.ok()) << engine.status();
+        auto client_state = (*engine)->LoadCheckpoint(dir / "b");
+        ASSERT_TRUE(client_state.ok()) << client_state.status();
+        ASSERT_TRUE((*engine)->SaveCheckpoint(dir / "c", *client_state).ok());
+      });
+  const std::string precision = c.precision;
+  for (int r = 0; r < c.saved_world; ++r) {
+    const std::string name =
+        "rank_" + std::to_string(r) + "_of_" + std::to_string(c.saved_world) + ".safetensors";
+    Shard original = ReadShard(dir / ("a/" + name)), round_trip = ReadShard(dir / ("c/" + name));
+    EXPECT_EQ(round_trip.metadata, original.metadata) << name;
+    EXPECT_EQ(original.tensors.count("master"), precision == kBf16Fp32Master ? 1u : 0u);
+    EXPECT_EQ(original.tensors.count("compensation"), precision == kBf16Kahan ? 1u : 0u);
+    if (precision == kBf16Kahan) {  // something to carry
+      EXPECT_GT(original.tensors["compensation"].to(torch::kFloat).abs().sum().item<double>(), 0);
+    }
+    ASSERT_EQ(round_trip.tensors.size(), original.tensors.size()) << name;
+    for (const auto& [tensor, value] : original.tensors) {
+      if (tensor == "rng_state") continue;  // one generator for all ranks of a test process
+      ASSERT_EQ(round_trip.tensors.count(tensor), 1u) << name << " " << tensor;
+      EXPECT_TRUE(torch::equal(round_trip.tensors[tensor], value)) << name << " " << tensor;
+    }
+  }
+
+  if (!fp32) return;
+  for (int s = 0; s < kEnd - kSaveAt; ++s) {
+    double before = 0.0, after = 0.0;
+    for (const auto& losses : saved_group_losses) before += losses[s] / c.saved_world;
+    for (const auto& losses : loaded_group_losses) after += losses[s] / c.world;
+    EXPECT_NEAR(after, before, 2e-6 * before) << "micro step " << kSaveAt + s;
+  }
+  ASSERT_EQ(loaded_group_final.size(), saved_group_final.size());
+  for (size_t i = 0; i < saved_group_final.size(); ++i) {
+    EXPECT_LE(testing::ToleranceRatio(loaded_group_final[i].second, saved_group_final[i].second,
+                                      /*atol=*/1e-6, /*rtol=*/1e-5),
+              1.0)
+        << saved_group_final[i].first;
+  }
+}
+
+std::string ReshapeName(const ::testing::TestParamInfo<Reshape>& info) {
+  const Reshape& c = info.param;
+  return "W" + std::to_string(c.saved_world) + "S" + std::to_string(c.saved_stage) + "ToW" +
+         std::to_string(c.world) + "S" + std::to_string(c.stage) + c.precision_name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RepartitionTest,
+                         ::testing::Values(Reshape{2, 1, 3, 3, kFp32, "Fp32"},
+                                           Reshape{2, 3, 1, 0, kFp32, "Fp32"},
+                                           Reshape{1, 0, 2, 2, kFp32, "Fp32"},
+                                           Reshape{3, 2, 2, 1, kFp32, "Fp32"},
+                                           Reshape{2, 2, 2, 3, kFp32, "Fp32"},
+                                           Reshape{2, 3, 3, 0, kBf16Kahan, "Bf16Kahan"},
+                                           Reshape{3, 1, 2, 3, kBf16Fp32Master, "Bf16Fp32Master"}),
+                         ReshapeName);
+
+TEST(CheckpointMetadata, ShardRecordsItsUnits) {
+  testing::TempDir dir;
+  for (int stage : {1, 3}) {
+    auto model = std::make_shared<TinyNet>();
+    auto engine = Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(stage, kFp32));
+    ASSERT_TRUE(engine.ok());
+    const std::string path = dir / std::to_string(stage);
+    ASSERT_TRUE((*engine)->SaveCheckpoint(path).ok());
+    Shard shard = ReadShard(path + "/rank_0_of_1.safetensors");
+    // Buckets of 50 elements; at stage 3 each block is a unit of its own.
+    EXPECT_EQ(shard.metadata["unit_elements"],
+              stage == 1 ? "42,105,15,105,7,105,15,105,31" : "42,232,232,24");
+    EXPECT_EQ(shard.metadata["domain_elements"], "530");
+    EXPECT_EQ(shard.metadata["gradient_accumulation_steps"], "2");
+  }
+}
+
+TEST(CheckpointResume, OtherAccumulationKeepsTheStepBoundary) {
+  testing::TempDir dir;
+  auto model = std::make_shared<TinyNet>();
+  auto engine = Engine::Create(model, CreateSingleRankCommunicator(),
+                               MakeConfig(1, kFp32, /*accumulation=*/2));
+  ASSERT_TRUE(engine.ok());
+  Train(**engine, *model, 0, 0, 4);
+  ASSERT_TRUE((*engine)->SaveCheckpoint(dir / "ckpt").ok());
+  auto other_model = std::make_shared<TinyNet>();
+  auto other = Engine::Create(other_model, CreateSingleRankCommunicator(),
+                              MakeConfig(1, kFp32, /*accumulation=*/4));
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE((*other)->LoadCheckpoint(dir / "ckpt").ok());
+  EXPECT_EQ((*other)->global_steps(), 2);
+  EXPECT_EQ((*other)->micro_steps(), 8);
+  Train(**other, *other_model, 0, 4, 7);
+  EXPECT_EQ((*other)->global_steps(), 2);  // three micro-batches of four
+  Train(**other, *other_model, 0, 7, 8);
+  EXPECT_EQ((*other)->global_steps(), 3);
+}
+
 TEST(CheckpointErrors, DirectoryWithoutCompleteMarkerIsRefused) {
   testing::TempDir dir;
   auto model = std::make_shared<TinyNet>();
-  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(1, false));
+  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(1, kFp32));
   ASSERT_TRUE(engine.ok());
   ASSERT_TRUE((*engine)->SaveCheckpoint(dir / "ckpt").ok());
   std::filesystem::remove(dir / "ckpt/complete");
@@ -121,19 +358,23 @@ TEST(CheckpointErrors, DirectoryWithoutCompleteMarkerIsRefused) {
   EXPECT_NE(loaded.status().message().find("incomplete"), std::string::npos) << loaded.status();
 }
 
-TEST(CheckpointErrors, OtherStageIsRefusedAndNothingChanges) {
+TEST(CheckpointErrors, OtherPrecisionIsRefusedAndNothingChanges) {
   testing::TempDir dir;
   auto model = std::make_shared<TinyNet>();
-  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(1, false));
+  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(1, kFp32));
   ASSERT_TRUE(engine.ok());
   ASSERT_TRUE((*engine)->SaveCheckpoint(dir / "ckpt").ok());
   auto other_model = std::make_shared<TinyNet>();
-  auto other = Engine::Create(other_model, CreateSingleRankCommunicator(), MakeConfig(2, false));
+  auto other =
+      Engine::Create(other_model, CreateSingleRankCommunicator(), MakeConfig(2, kBf16Fp32Master));
   ASSERT_TRUE(other.ok());
   auto before = (*other)->GatherParameters();
   auto loaded = (*other)->LoadCheckpoint(dir / "ckpt");
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(loaded.status().message().find("zero_stage is 1, this engine has 2"), std::string::npos)
+  EXPECT_NE(
+      loaded.status().message().find("rank_0_of_1.safetensors: precision is fp32, this engine has "
+                                     "bf16+fp32_master+fp32_states"),
+      std::string::npos)
       << loaded.status();
   auto after = (*other)->GatherParameters();
   for (size_t i = 0; i < before->size(); ++i) {
@@ -141,10 +382,81 @@ TEST(CheckpointErrors, OtherStageIsRefusedAndNothingChanges) {
   }
 }
 
+TEST(CheckpointErrors, OtherModelIsRefused) {
+  testing::TempDir dir;
+  auto model = std::make_shared<TinyNet>();
+  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(1, kFp32));
+  ASSERT_TRUE(engine.ok());
+  ASSERT_TRUE((*engine)->SaveCheckpoint(dir / "ckpt").ok());
+  auto wider = std::make_shared<TinyNet>(/*in=*/5, /*width=*/8);
+  auto other = Engine::Create(wider, CreateSingleRankCommunicator(), MakeConfig(3, kFp32));
+  ASSERT_TRUE(other.ok());
+  ASSERT_EQ((*engine)->layout().num_elements(), 530);
+  ASSERT_EQ((*other)->layout().num_elements(), 669);
+  auto loaded = (*other)->LoadCheckpoint(dir / "ckpt");
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(loaded.status().message().find(
+                "rank_0_of_1.safetensors: num_parameters is 530, this engine has 669"),
+            std::string::npos)
+      << loaded.status();
+}
+
+// Two fp32 ranks at `stage` from the same initial weights; `body` runs on each with its engine.
+void RunTwoRanks(int stage, const std::function<void(Engine&, TinyNet&, int rank)>& body) {
+  torch::manual_seed(21);
+  auto initial = std::make_shared<TinyNet>();
+  testing::RunGroup(2, [&](int rank, std::vector<std::shared_ptr<Communicator>>& comms) {
+    auto model = std::make_shared<TinyNet>();
+    testing::CopyParameters(*initial, *model);
+    auto engine = Engine::Create(model, comms[0], MakeConfig(stage, kFp32));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    body(**engine, *model, rank);
+  });
+}
+
+TEST(CheckpointErrors, MissingShardOfTheSavedGroupIsNamed) {
+  testing::TempDir dir;
+  RunTwoRanks(2, [&](Engine& engine, TinyNet&, int) {
+    ASSERT_TRUE(engine.SaveCheckpoint(dir / "ckpt").ok());
+  });
+  std::filesystem::remove(dir / "ckpt/rank_1_of_2.safetensors");
+  auto model = std::make_shared<TinyNet>();
+  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(2, kFp32));
+  ASSERT_TRUE(engine.ok());
+  auto loaded = (*engine)->LoadCheckpoint(dir / "ckpt");
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(loaded.status().message().find(dir / "ckpt/rank_1_of_2.safetensors is missing"),
+            std::string::npos)
+      << loaded.status();
+}
+
+TEST(CheckpointErrors, ShardDisagreeingWithRankZeroIsRefused) {
+  testing::TempDir dir;
+  RunTwoRanks(1, [&](Engine& engine, TinyNet& model, int rank) {
+    ASSERT_TRUE(engine.SaveCheckpoint(dir / "early").ok());
+    Train(engine, model, rank, 0, 4);
+    ASSERT_TRUE(engine.SaveCheckpoint(dir / "late").ok());
+  });
+  // rank 1's shard of another save: same layout, other step counts.
+  std::filesystem::copy_file(dir / "early/rank_1_of_2.safetensors",
+                             dir / "late/rank_1_of_2.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  auto model = std::make_shared<TinyNet>();
+  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(1, kFp32));
+  ASSERT_TRUE(engine.ok());
+  auto loaded = (*engine)->LoadCheckpoint(dir / "late");
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(loaded.status().message().find("rank_1_of_2.safetensors: global_steps is 0, but " +
+                                           (dir / "late/rank_0_of_2.safetensors") + " has 2"),
+            std::string::npos)
+      << loaded.status();
+  EXPECT_EQ((*engine)->global_steps(), 0);
+}
+
 TEST(CheckpointErrors, TruncatedShardIsInvalidArgumentNamingTheFile) {
   testing::TempDir dir;
   auto model = std::make_shared<TinyNet>();
-  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(0, false));
+  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(0, kFp32));
   ASSERT_TRUE(engine.ok());
   ASSERT_TRUE((*engine)->SaveCheckpoint(dir / "ckpt").ok());
   const std::string shard = dir / "ckpt/rank_0_of_1.safetensors";
@@ -158,7 +470,7 @@ TEST(CheckpointErrors, TruncatedShardIsInvalidArgumentNamingTheFile) {
 TEST(CheckpointErrors, SaveInsideAccumulationIsFailedPrecondition) {
   testing::TempDir dir;
   auto model = std::make_shared<TinyNet>();
-  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(0, false));
+  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(0, kFp32));
   ASSERT_TRUE(engine.ok());
   torch::mse_loss(model->forward(torch::randn({2, 5})), torch::randn({2, 3})).backward();
   ASSERT_TRUE((*engine)->Step().ok());  // micro step 1 of 2

@@ -29,7 +29,10 @@ TEST(JobConfigToJson, RoundTripsToAnEqualConfig) {
   spec["schedule"] = {{"global_batch", 12}, {"micro_batches", 3}, {"steps", 7},
                       {"eval_every", 2},    {"eval_samples", 5},  {"checkpoint_every", 3},
                       {"seed", 99}};
+  spec["failure"] = {{"max_restarts", 7}};
+  spec["resume_from"] = "/runs/a/checkpoints/step-000003";
   JobConfig original = ExpectValid(spec.dump());
+  EXPECT_EQ(original.max_restarts, 7);
   std::string text = JobConfigToJson(original);
   absl::StatusOr<JobConfig> again = ParseJobSpecJson(text, "round-trip");
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << text;
@@ -52,6 +55,21 @@ TEST(JobConfigToJson, WritesEveryFieldSnakeCaseWithTwoSpaceIndent) {
   EXPECT_EQ(written["schedule"]["gradient_clipping"], 0.0);
   EXPECT_EQ(written["llm"]["model"].size(), 10u);
   EXPECT_EQ(written["vision"]["model"].size(), 10u);
+  EXPECT_EQ(written["failure"]["max_restarts"], 3);  // the default, written out
+  EXPECT_EQ(written["resume_from"], "");
+}
+
+TEST(JobConfigToJson, RelativeResumeFromIsJoinedWithSpecDir) {
+  json spec = BaseSpec();
+  spec["resume_from"] = "runs/a/checkpoints/step-000010";
+  absl::StatusOr<JobConfig> config = ParseJobSpecJson(spec.dump(), "job.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  config->spec_dir = "/specs";
+  absl::StatusOr<JobConfig> again = ParseJobSpecJson(JobConfigToJson(*config), "run/job.json");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->resume_from, "/specs/runs/a/checkpoints/step-000010");
+  EXPECT_EQ(SpecPath("/abs/step-000001", "/specs"), "/abs/step-000001");
+  EXPECT_EQ(SpecPath("", "/specs"), "");
 }
 
 TEST(JobConfigToJson, JsonlPathsAreJoinedWithSpecDir) {

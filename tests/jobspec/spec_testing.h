@@ -90,6 +90,8 @@ inline void ExpectSameConfig(const JobConfig& a, const JobConfig& b) {
   EXPECT_EQ(a.schedule.checkpoint_every, b.schedule.checkpoint_every);
   EXPECT_EQ(a.schedule.seed, b.schedule.seed);
   EXPECT_EQ(a.schedule.gradient_clipping, b.schedule.gradient_clipping);
+  EXPECT_EQ(a.max_restarts, b.max_restarts);
+  EXPECT_EQ(a.resume_from, b.resume_from);
   EXPECT_EQ(a.spec_dir, b.spec_dir);
 }
 

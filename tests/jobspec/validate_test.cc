@@ -53,6 +53,9 @@ TEST(ValidateJobConfig, CountsMustBePositive) {
   spec = BaseSpec();
   spec["data"] = {{"jsonl", json::object()}};
   EXPECT_EQ(Error(spec), "job.json: data.jsonl.train: is required");
+  spec = BaseSpec();
+  spec["failure"] = {{"max_restarts", -1}};
+  EXPECT_EQ(Error(spec), "job.json: failure.max_restarts: must be >= 0, got -1");
 }
 
 TEST(ValidateJobConfig, GlobalBatchNotDivisibleByMicroBatches) {

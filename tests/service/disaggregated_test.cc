@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "tests/service/service_testing.h"
 #include "trainer/run_log.h"
 
 namespace tandem {
@@ -37,9 +38,7 @@ std::string TempDir() {
 // `schedule_extra` adds schedule keys (a leading comma and the pairs).
 std::string JobSpec(int vision_actors, int llm_actors, int stage,
                     const std::string& schedule_extra = "") {
-  const std::string engine = absl::StrCat(
-      R"({"zero_optimization": {"stage": )", stage,
-      R"(, "reduce_bucket_size": 20000}, "optimizer": {"type": "AdamW", "params": {"lr": 0.002}}})");
+  const std::string engine = testing::Fp32Engine(stage);
   return absl::StrCat(R"({
   "name": "equivalence",
   "data": {"shapes": {"seed": 5, "train_samples": 512, "eval_samples": 12}, "max_text_tokens": 12},
@@ -53,22 +52,9 @@ std::string JobSpec(int vision_actors, int llm_actors, int stage,
 })");
 }
 
-struct Outcome {
-  int exit_code = -1;
-  std::string output;
-};
+using testing::Outcome;
 
-Outcome RunTandem(const std::string& args) {
-  const std::string command =
-      absl::StrCat(TANDEM_BINARY, " --log-level warning run ", args, " 2>&1");
-  Outcome outcome;
-  FILE* pipe = popen(command.c_str(), "r");
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) outcome.output.append(buffer, n);
-  const int status = pclose(pipe);
-  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return outcome;
-}
+Outcome RunTandem(const std::string& args) { return testing::Tandem("run " + args); }
 
 std::vector<double> Losses(const std::string& run_dir) {
   std::vector<trainer::StepRecord> steps;

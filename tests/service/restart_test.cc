@@ -1,0 +1,246 @@
+// Failures through the whole service, with real processes and real kills (DESIGN §5): an actor
+// killed with SIGKILL mid-job, the coordinator killed and started again on the same state dir, and
+// a new job that starts from another job's checkpoint with other group sizes and ZeRO stage. With
+// fp32 engines on CPU, the per-step losses after a restart equal an uninterrupted run's, and every
+// step is recorded once.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/service/service_testing.h"
+#include "trainer/run_log.h"
+
+namespace tandem {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Outcome;
+using testing::ProcessCluster;
+using testing::WaitFor;
+
+constexpr int kSteps = 30;
+constexpr int kCheckpointEvery = 5;
+
+// A tiny fp32 job of kSteps steps with a checkpoint every kCheckpointEvery. `extra` adds top-level
+// fields (a leading comma and the pairs).
+std::string Spec(const std::string& name, int llm_actors, int stage,
+                 const std::string& extra = "") {
+  const std::string engine = testing::Fp32Engine(stage);
+  return absl::StrCat(R"({
+  "name": ")",
+                      name, R"(",
+  "data": {"shapes": {"seed": 5, "train_samples": 512, "eval_samples": 8}, "max_text_tokens": 12},
+  "vision": {"model": {"preset": "vit-tiny"}, "engine": )",
+                      engine, R"(},
+  "llm": {"actors": )",
+                      llm_actors, R"(, "model": {"preset": "llm-tiny"}, "engine": )", engine, R"(},
+  "schedule": {"global_batch": 8, "micro_batches": 2, "steps": )",
+                      kSteps, R"(, "checkpoint_every": )", kCheckpointEvery, R"(, "seed": 11})",
+                      extra, "\n}");
+}
+
+// Steps and losses of a run directory's metrics.jsonl.
+std::vector<trainer::StepRecord> Steps(const std::string& run_dir) {
+  std::vector<trainer::StepRecord> steps;
+  std::vector<trainer::EvalRecord> evals;
+  EXPECT_TRUE(trainer::ReadMetrics(run_dir + "/metrics.jsonl", &steps, &evals).ok()) << run_dir;
+  return steps;
+}
+
+// Every step 1..kSteps once, in order, with the reference's loss (exactly, or within a relative
+// `tolerance`), from step `from` on.
+void ExpectSameSteps(const std::vector<trainer::StepRecord>& steps,
+                     const std::vector<trainer::StepRecord>& reference, int from = 1,
+                     double tolerance = 0) {
+  ASSERT_EQ(reference.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(steps.size(), static_cast<size_t>(kSteps - from + 1));
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const trainer::StepRecord& want = reference[from - 1 + i];
+    EXPECT_EQ(steps[i].step, want.step);
+    EXPECT_LE(std::abs(steps[i].loss - want.loss), tolerance * std::abs(want.loss))
+        << "step " << want.step << ": " << steps[i].loss << " vs uninterrupted " << want.loss;
+  }
+}
+
+class RestartTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_.StartCoordinator();
+    ASSERT_FALSE(cluster_.address().empty());
+  }
+
+  std::string RunDir(const std::string& job) const { return cluster_.dir() + "/state/jobs/" + job; }
+
+  // Submits `spec` (written as <name>.json); returns the job id.
+  std::string Submit(const std::string& name, const std::string& spec) {
+    const Outcome submitted = cluster_.Cli(
+        absl::StrCat("submit ", cluster_.WriteFile(name + ".json", spec), " --threads 1"));
+    EXPECT_EQ(submitted.exit_code, 0) << submitted.output;
+    return submitted.output.substr(0, submitted.output.find('\n'));
+  }
+
+  // Follows the job's log to its end; returns it.
+  std::string Follow(const std::string& job) {
+    const Outcome followed = cluster_.Cli(absl::StrCat("logs ", job, " -f"));
+    EXPECT_EQ(followed.exit_code, 0) << followed.output;
+    return followed.output;
+  }
+
+  // Waits until the job's checkpoint of `step` is complete.
+  bool AwaitCheckpoint(const std::string& job, int step) {
+    const std::string marker = absl::StrCat(RunDir(job), "/checkpoints/step-",
+                                            absl::Dec(step, absl::kZeroPad6), "/complete");
+    return WaitFor([&] { return std::filesystem::exists(marker); }, std::chrono::seconds(120));
+  }
+
+  ProcessCluster cluster_;
+};
+
+TEST_F(RestartTest, KilledActorJobResumesFromItsLastCheckpointWithUninterruptedLosses) {
+  cluster_.StartActor("vision");
+  const pid_t llm = cluster_.StartActor("llm");
+  cluster_.StartActor("llm");  // a free actor the job can move to
+  const std::string reference = Submit("reference", Spec("reference", 1, 1));
+  EXPECT_THAT(Follow(reference), HasSubstr("SUCCEEDED"));
+
+  const std::string job = Submit("killed", Spec("killed", 1, 1));
+  ASSERT_TRUE(AwaitCheckpoint(job, 2 * kCheckpointEvery));
+  cluster_.Kill(llm);
+  const std::string log = Follow(job);
+  EXPECT_THAT(log, HasSubstr("RESTARTING: lost contact with llm-0 (llm rank 0"));
+  EXPECT_THAT(log, HasSubstr("restart 1 of 3 (failure.max_restarts) from "));
+  EXPECT_THAT(log, HasSubstr("resumed from "));
+  EXPECT_THAT(log, HasSubstr("SUCCEEDED"));
+  ExpectSameSteps(Steps(RunDir(job)), Steps(RunDir(reference)));
+  const Outcome status = cluster_.Cli(absl::StrCat("status ", job, " --output json"));
+  EXPECT_THAT(status.output, HasSubstr("\"restarts\":\"1\""));
+}
+
+TEST_F(RestartTest, RestartedCoordinatorKnowsEveryJobAndResumesTheRunningOne) {
+  cluster_.StartActor("vision");
+  cluster_.StartActor("llm");
+  const std::string reference = Submit("reference", Spec("reference", 1, 2));
+  EXPECT_THAT(Follow(reference), HasSubstr("SUCCEEDED"));
+  const std::string job = Submit("survivor", Spec("survivor", 1, 2));
+  const std::string queued = Submit("queued", Spec("queued", 1, 2));
+  ASSERT_TRUE(AwaitCheckpoint(job, kCheckpointEvery));
+
+  // The same address, so the actors find it again; they register anew and are free to resume.
+  const std::string address = cluster_.address();
+  cluster_.Kill(cluster_.coordinator());
+  cluster_.StartCoordinator(address);
+  ASSERT_EQ(cluster_.address(), address);
+  const std::string log = Follow(job);
+  EXPECT_THAT(log, HasSubstr("RESTARTING: the coordinator restarted while the job ran"));
+  EXPECT_THAT(log, HasSubstr("SUCCEEDED"));
+  ExpectSameSteps(Steps(RunDir(job)), Steps(RunDir(reference)));
+  EXPECT_THAT(Follow(queued), HasSubstr("SUCCEEDED"));
+  const Outcome jobs = cluster_.Cli("jobs");
+  EXPECT_THAT(jobs.output, HasSubstr(reference));
+}
+
+TEST_F(RestartTest, JobKeepsFailingStopsAfterItsRestarts) {
+  cluster_.StartActor("vision");
+  const pid_t first = cluster_.StartActor("llm");
+  const std::string job =
+      Submit("fragile", Spec("fragile", 1, 0, R"(, "failure": {"max_restarts": 1})"));
+  ASSERT_TRUE(AwaitCheckpoint(job, kCheckpointEvery));
+  cluster_.Kill(first);
+  const pid_t second = cluster_.StartActor("llm");
+  ASSERT_TRUE(WaitFor([&] {
+    return cluster_.Cli(absl::StrCat("logs ", job)).output.find("resumed from ") !=
+           std::string::npos;
+  }));
+  cluster_.Kill(second);
+  const std::string log = Follow(job);
+  EXPECT_THAT(log, HasSubstr("restart 1 of 1"));
+  EXPECT_THAT(log, HasSubstr("FAILED: lost contact with llm-1 (llm rank 0"));
+  EXPECT_THAT(log, HasSubstr("gave up after 1 restarts (failure.max_restarts is 1)"));
+}
+
+TEST_F(RestartTest, NewJobStartsFromACheckpointOfOtherGroupSizesAndStage) {
+  cluster_.StartActor("vision");
+  cluster_.StartActor("llm");
+  cluster_.StartActor("llm");
+  const std::string reference = Submit("reference", Spec("reference", 1, 1));
+  EXPECT_THAT(Follow(reference), HasSubstr("SUCCEEDED"));
+
+  const std::string checkpoint = absl::StrCat(RunDir(reference), "/checkpoints/step-000010");
+  const std::string job =
+      Submit("continued",
+             Spec("continued", 2, 3, absl::StrCat(R"(, "resume_from": ")", checkpoint, "\"")));
+  const std::string log = Follow(job);
+  EXPECT_THAT(log, HasSubstr(absl::StrCat("resumed from ", checkpoint,
+                                          " at step 10 (written by vision 1 x llm 1 actors)")));
+  EXPECT_THAT(log, HasSubstr("SUCCEEDED"));
+  // Two LLM ranks sum their gradients in another order: equal within rounding.
+  ExpectSameSteps(Steps(RunDir(job)), Steps(RunDir(reference)), 11, 1e-4);
+}
+
+TEST_F(RestartTest, TandemRunStartsAKilledActorAgainAndTellsWhyItDied) {
+  const std::string reference = cluster_.dir() + "/reference";
+  const Outcome uninterrupted = testing::Tandem(
+      absl::StrCat("run ", cluster_.WriteFile("reference.json", Spec("reference", 1, 0)),
+                   " --run-dir ", reference, " --threads 1 --output json"));
+  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
+
+  const std::string run_dir = cluster_.dir() + "/killed";
+  const std::string log = cluster_.dir() + "/run.log";
+  const pid_t run = cluster_.Spawn({"run", cluster_.WriteFile("killed.json", Spec("killed", 1, 0)),
+                                    "--run-dir", run_dir, "--threads", "1", "--output", "json"},
+                                   log);
+  ASSERT_TRUE(WaitFor(
+      [&] { return std::filesystem::exists(run_dir + "/checkpoints/step-000010/complete"); },
+      std::chrono::seconds(120)));
+  const pid_t llm = testing::ChildWithArgument(run, "llm");
+  ASSERT_GT(llm, 0);
+  kill(llm, SIGKILL);
+  const int status = cluster_.Wait(run);
+  std::ifstream in(log);
+  const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
+  EXPECT_THAT(output, HasSubstr("actor llm-0 killed by signal 9 (SIGKILL); starting it again"));
+  ExpectSameSteps(Steps(run_dir), Steps(reference));
+}
+
+TEST_F(RestartTest, ColocatedRunResumesFromACheckpointBitForBit) {
+  const std::string reference = cluster_.dir() + "/reference";
+  const Outcome uninterrupted = testing::Tandem(absl::StrCat(
+      "run --colocated ", cluster_.WriteFile("reference.json", Spec("reference", 1, 0)),
+      " --run-dir ", reference, " --threads 1 --output json"));
+  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
+  const std::string continued = cluster_.dir() + "/continued";
+  const Outcome resumed = testing::Tandem(absl::StrCat(
+      "run --colocated ",
+      cluster_.WriteFile(
+          "continued.json",
+          Spec("continued", 1, 0, R"(, "resume_from": "reference/checkpoints/step-000010")")),
+      " --run-dir ", continued, " --threads 1 --output json"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, HasSubstr("\"steps\":30,\"samples\":240"));
+  ExpectSameSteps(Steps(continued), Steps(reference), 11);
+}
+
+TEST_F(RestartTest, ResumeFromAnIncompleteCheckpointIsRefusedAtSubmit) {
+  const std::string incomplete = cluster_.dir() + "/checkpoints/step-000010";
+  std::filesystem::create_directories(incomplete + "/vision");
+  const Outcome submitted = cluster_.Cli(absl::StrCat(
+      "submit ",
+      cluster_.WriteFile(
+          "bad.json", Spec("bad", 1, 1, absl::StrCat(R"(, "resume_from": ")", incomplete, "\"")))));
+  EXPECT_EQ(submitted.exit_code, 2) << submitted.output;
+  EXPECT_THAT(submitted.output, HasSubstr(absl::StrCat("resume_from: checkpoint ", incomplete,
+                                                       " is incomplete (no 'complete' marker")));
+}
+
+}  // namespace
+}  // namespace tandem

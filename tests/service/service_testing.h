@@ -1,0 +1,184 @@
+// Helpers for tests that run the built `tandem` binary: a CLI call with its output, and a cluster
+// of long-running processes (a coordinator and actors) started, killed and reaped by the test.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::testing {
+
+using Clock = std::chrono::steady_clock;
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+// Runs `tandem --log-level warning ARGS` and waits for it.
+inline Outcome Tandem(const std::string& args) {
+  FILE* pipe =
+      popen(absl::StrCat(TANDEM_BINARY, " --log-level warning ", args, " 2>&1").c_str(), "r");
+  Outcome outcome;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) outcome.output.append(buffer, n);
+  const int status = pclose(pipe);
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return outcome;
+}
+
+// A group's engine config for tiny test jobs: fp32 AdamW at ZeRO `stage`.
+inline std::string Fp32Engine(int stage) {
+  return absl::StrCat(
+      R"({"zero_optimization": {"stage": )", stage,
+      R"(, "reduce_bucket_size": 20000}, "optimizer": {"type": "AdamW", "params": {"lr": 0.002}}})");
+}
+
+// Polls `condition` every 20 ms until it holds or `timeout` passes; returns whether it held.
+inline bool WaitFor(const std::function<bool()>& condition,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  const auto deadline = Clock::now() + timeout;
+  while (!condition()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// A file's first line (a ready file), waiting up to 60 s for it; "" when it never came.
+inline std::string AwaitLine(const std::string& path) {
+  std::string line;
+  WaitFor([&] {
+    std::ifstream in(path);
+    return in && std::getline(in, line) && !line.empty();
+  });
+  return line;
+}
+
+// Processes of one test in a temporary directory; all are killed and reaped at the end.
+class ProcessCluster {
+ public:
+  ProcessCluster() {
+    char pattern[] = "/tmp/tandem-cluster-XXXXXX";
+    dir_ = mkdtemp(pattern);
+  }
+  ~ProcessCluster() {
+    for (pid_t pid : children_) kill(pid, SIGKILL);
+    for (pid_t pid : children_) waitpid(pid, nullptr, 0);
+    std::filesystem::remove_all(dir_);
+  }
+
+  const std::string& dir() const { return dir_; }
+  const std::string& address() const { return address_; }
+  pid_t coordinator() const { return coordinator_; }
+
+  // `tandem ARGS` as a child process with stderr to `log` (default /dev/null).
+  pid_t Spawn(std::vector<std::string> args, const std::string& log = "/dev/null") {
+    args.insert(args.begin(), {"tandem", "--log-level", "warning"});
+    const pid_t pid = fork();
+    if (pid == 0) {
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      freopen(log.c_str(), "w", stderr);
+      execv(TANDEM_BINARY, argv.data());
+      _exit(127);
+    }
+    children_.push_back(pid);
+    return pid;
+  }
+
+  // A coordinator on `listen` (default: a port the OS picks) with its state in <dir>/state;
+  // returns its pid once it is ready, and sets address().
+  pid_t StartCoordinator(const std::string& listen = "127.0.0.1:0",
+                         std::vector<std::string> extra = {}) {
+    const std::string ready = absl::StrCat(dir_, "/coordinator", ++coordinators_);
+    std::vector<std::string> args = {"coordinator", "--listen",      listen,
+                                     "--state-dir", dir_ + "/state", "--heartbeat-timeout",
+                                     "2",           "--ready-file",  ready};
+    args.insert(args.end(), extra.begin(), extra.end());
+    coordinator_ = Spawn(args);
+    address_ = AwaitLine(ready);
+    return coordinator_;
+  }
+
+  // An actor of `pool`, registered with the coordinator, once it is ready.
+  pid_t StartActor(const std::string& pool) {
+    const std::string ready = absl::StrCat(dir_, "/actor", ++actors_);
+    const pid_t pid =
+        Spawn({"actor", "--pool", pool, "--coordinator", address_, "--ready-file", ready});
+    AwaitLine(ready);
+    return pid;
+  }
+
+  // Waits for a child to end; returns its waitpid status.
+  int Wait(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    std::erase(children_, pid);
+    return status;
+  }
+
+  // Kills a child with SIGKILL and reaps it.
+  void Kill(pid_t pid) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    std::erase(children_, pid);
+  }
+
+  // `tandem ARGS --coordinator <address>`.
+  Outcome Cli(const std::string& args) const {
+    return Tandem(absl::StrCat(args, " --coordinator ", address_));
+  }
+
+  // Writes `text` to <dir>/<name>; returns the path.
+  std::string WriteFile(const std::string& name, const std::string& text) const {
+    const std::string path = absl::StrCat(dir_, "/", name);
+    std::ofstream(path) << text;
+    return path;
+  }
+
+ private:
+  std::string dir_;
+  std::string address_;
+  pid_t coordinator_ = -1;
+  int coordinators_ = 0;
+  int actors_ = 0;
+  std::vector<pid_t> children_;
+};
+
+}  // namespace tandem::testing
+
+namespace tandem::testing {
+
+// The pid of a child of `parent` whose command line holds `argument` (e.g. "llm" after "--pool");
+// -1 when there is none.
+inline pid_t ChildWithArgument(pid_t parent, const std::string& argument) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string pid, comm, state;
+    pid_t ppid = 0;
+    if (!(stat >> pid >> comm >> state >> ppid) || ppid != parent) continue;
+    std::ifstream cmdline(entry.path() / "cmdline");
+    for (std::string arg; std::getline(cmdline, arg, '\0');) {
+      if (arg == argument) return std::stoi(name);
+    }
+  }
+  return -1;
+}
+
+}  // namespace tandem::testing
