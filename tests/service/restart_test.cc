@@ -52,7 +52,8 @@ std::string Spec(const std::string& name, int llm_actors, int stage,
 std::vector<trainer::StepRecord> Steps(const std::string& run_dir) {
   std::vector<trainer::StepRecord> steps;
   std::vector<trainer::EvalRecord> evals;
-  EXPECT_TRUE(trainer::ReadMetrics(run_dir + "/metrics.jsonl", &steps, &evals).ok()) << run_dir;
+  const absl::Status read = trainer::ReadMetrics(run_dir + "/metrics.jsonl", &steps, &evals);
+  EXPECT_TRUE(read.ok()) << read;
   return steps;
 }
 
@@ -130,6 +131,7 @@ TEST_F(RestartTest, RestartedCoordinatorKnowsEveryJobAndResumesTheRunningOne) {
   cluster_.StartActor("llm");
   const std::string reference = Submit("reference", Spec("reference", 1, 2));
   EXPECT_THAT(Follow(reference), HasSubstr("SUCCEEDED"));
+  const std::vector<trainer::StepRecord> uninterrupted = Steps(RunDir(reference));
   const std::string job = Submit("survivor", Spec("survivor", 1, 2));
   const std::string queued = Submit("queued", Spec("queued", 1, 2));
   ASSERT_TRUE(AwaitCheckpoint(job, kCheckpointEvery));
@@ -142,10 +144,14 @@ TEST_F(RestartTest, RestartedCoordinatorKnowsEveryJobAndResumesTheRunningOne) {
   const std::string log = Follow(job);
   EXPECT_THAT(log, HasSubstr("RESTARTING: the coordinator restarted while the job ran"));
   EXPECT_THAT(log, HasSubstr("SUCCEEDED"));
-  ExpectSameSteps(Steps(RunDir(job)), Steps(RunDir(reference)));
+  ExpectSameSteps(Steps(RunDir(job)), uninterrupted);
   EXPECT_THAT(Follow(queued), HasSubstr("SUCCEEDED"));
-  const Outcome jobs = cluster_.Cli("jobs");
-  EXPECT_THAT(jobs.output, HasSubstr(reference));
+  // The job that had ended before the restart stays as it was: not run again, files untouched.
+  const Outcome ended = cluster_.Cli(absl::StrCat("status ", reference));
+  EXPECT_THAT(ended.output, HasSubstr("SUCCEEDED")) << ended.output;
+  EXPECT_THAT(cluster_.Cli(absl::StrCat("logs ", reference)).output,
+              ::testing::Not(HasSubstr("RESTARTING")));
+  ExpectSameSteps(Steps(RunDir(reference)), uninterrupted);
 }
 
 TEST_F(RestartTest, JobKeepsFailingStopsAfterItsRestarts) {
