@@ -15,6 +15,7 @@
 #include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "coordinator/coordinator.h"
 #include "jobspec/job_spec.h"
 #include "proto/tandem/v1/actor.grpc.pb.h"
 #include "rpc/channel.h"
@@ -85,26 +86,22 @@ JobRunner::~JobRunner() {
 }
 
 void JobRunner::Start() {
+  attempt_start_ = registry_->now();
   thread_ = std::thread([this] { Run(); });
 }
 
-void JobRunner::Cancel(const std::string& reason) {
+void JobRunner::Cancel(const std::string& reason) { Stop(reason, /*suspend=*/false); }
+
+void JobRunner::Suspend(const std::string& reason) { Stop(reason, /*suspend=*/true); }
+
+void JobRunner::Stop(const std::string& reason, bool suspend) {
   {
     std::lock_guard<std::mutex> lock(reason_mu_);
     if (stop_reason_.empty()) stop_reason_ = reason;
+    suspended_ = suspended_ || suspend;
   }
   cancelled_ = true;
   ReleaseAll(reason);  // interrupts a step waiting on transfers
-}
-
-void JobRunner::Suspend(const std::string& reason) {
-  {
-    std::lock_guard<std::mutex> lock(reason_mu_);
-    if (stop_reason_.empty()) stop_reason_ = reason;
-    suspended_ = true;
-  }
-  cancelled_ = true;
-  ReleaseAll(reason);
 }
 
 void JobRunner::ActorLost(const std::string& actor_id, const std::string& what) {
@@ -148,6 +145,10 @@ void JobRunner::ReleaseAll(const std::string& reason) {
   std::vector<std::thread> threads;
   std::vector<std::string> unreachable(members_.size());
   for (size_t i = 0; i < members_.size(); ++i) {
+    {
+      std::lock_guard<std::mutex> lock(reason_mu_);
+      if (lost_contact_.count(members_[i]->actor.id) > 0) continue;  // known gone
+    }
     threads.emplace_back([&, i] {
       v1::ReleaseRequest request;
       request.set_job_id(job_.id);
@@ -523,7 +524,6 @@ absl::Status JobRunner::Execute() {
 }
 
 void JobRunner::Run() {
-  attempt_start_ = registry_->now();
   ++job_.attempt;
   SetState(JobState::kRunning, "");
   absl::Status status = Execute();
@@ -574,15 +574,7 @@ void JobRunner::Run() {
   registry_->Free(job_.id);
   if (IsFinal(job_.state)) {
     v1::JobUpdate final_update;
-    v1::Job* job = final_update.mutable_job();
-    job->set_job_id(job_.id);
-    job->set_state(static_cast<v1::JobState>(job_.state));
-    job->set_message(job_.message);
-    job->set_summary_json(job_.summary_json);
-    job->set_run_dir(job_.run_dir);
-    job->set_step(job_.step);
-    job->set_steps(job_.steps);
-    job->set_restarts(job_.restarts);
+    *final_update.mutable_job() = ToProto(job_);
     feeds_->Publish(job_.id, std::move(final_update));
     feeds_->Close(job_.id);
   }

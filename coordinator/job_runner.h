@@ -84,6 +84,8 @@ class JobRunner {
       const std::function<absl::Status(int64_t step, const StepAnswers&)>& on_step);
   void Event(const std::string& text);
   void SetState(JobState state, const std::string& message);
+  // Cancel and Suspend: stop after the command in flight, leaving the job CANCELLED or RESTARTING.
+  void Stop(const std::string& reason, bool suspend);
   // Releases every member at once. Members that cannot be reached are removed from the registry
   // and recorded in lost_contact_.
   void ReleaseAll(const std::string& reason);
@@ -102,7 +104,7 @@ class JobRunner {
   bool suspended_ = false;   // guarded by reason_mu_
   // Actors lost during this attempt: id -> what happened, naming the member. Guarded by reason_mu_.
   std::map<std::string, std::string> lost_contact_;
-  Clock::time_point attempt_start_;  // registry clock
+  Clock::time_point attempt_start_;  // registry clock; set by Start
   int64_t max_restarts_ = 0;         // from the spec, once Execute parsed it
   std::thread thread_;
 };

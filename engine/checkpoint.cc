@@ -32,9 +32,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <mutex>
 
@@ -78,116 +76,31 @@ std::string PrecisionName(const Config& config) {
                       config.bf16_optimizer_states ? "+bf16_states" : "+fp32_states");
 }
 
-std::string UnitElements(const Layout& layout) {
+std::vector<int64_t> UnitNumels(const Layout& layout) {
   std::vector<int64_t> elements;
   for (const Unit& unit : layout.units()) elements.push_back(unit.numel);
-  return absl::StrJoin(elements, ",");
+  return elements;
 }
 
-// The safetensors dtype string of the tensors a checkpoint holds.
-const char* DtypeName(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return "F32";
-    case at::kBFloat16:
-      return "BF16";
-    case at::kByte:
-      return "U8";
-    default:
-      return "";
-  }
-}
+std::string UnitElements(const Layout& layout) { return absl::StrJoin(UnitNumels(layout), ","); }
 
-// One tensor of a shard: its dtype string, element count, and bytes [begin, end) of the file.
-struct TensorEntry {
-  std::string dtype;
-  int64_t numel = 0;
-  uint64_t begin = 0;
-  uint64_t end = 0;
-};
+using ShardHeader = SafetensorsHeader;
 
-// A shard's safetensors header, read without its data.
-struct ShardHeader {
-  std::string path;
-  Metadata metadata;
-  std::map<std::string, TensorEntry> tensors;
-
-  const std::string* Find(const std::string& key) const {
-    auto it = metadata.find(key);
-    return it == metadata.end() ? nullptr : &it->second;
-  }
-};
-
-absl::StatusOr<ShardHeader> ReadShardHeader(const std::string& path) {
-  auto invalid = [&](const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", path, ": ", what));
-  };
-  std::error_code ec;
-  const uint64_t file_size = std::filesystem::file_size(path, ec);
-  if (ec) return absl::NotFoundError(absl::StrCat("checkpoint: ", path, ": ", ec.message()));
-  std::ifstream in(path, std::ios::binary);
-  uint64_t header_size = 0;
-  if (!in || file_size < sizeof(header_size) ||
-      !in.read(reinterpret_cast<char*>(&header_size), sizeof(header_size))) {
-    return invalid("truncated");
-  }
-  if (header_size > file_size - sizeof(header_size)) return invalid("bad header length");
-  std::string text(header_size, '\0');
-  if (!in.read(text.data(), static_cast<std::streamsize>(header_size))) return invalid("truncated");
-  auto header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!header.is_object() || !header.contains("__metadata__") ||
-      !header["__metadata__"].is_object()) {
-    return invalid("no metadata");
-  }
-  ShardHeader shard;
-  shard.path = path;
-  const uint64_t data_start = sizeof(header_size) + header_size;
-  for (const auto& [key, value] : header.items()) {
-    if (key == "__metadata__") {
-      for (const auto& [name, entry] : value.items()) {
-        if (entry.is_string()) shard.metadata[name] = entry.get<std::string>();
-      }
-      continue;
-    }
-    const std::string bad = absl::StrCat("tensor '", key, "' has a malformed header entry");
-    if (!value.is_object() || !value.contains("dtype") || !value["dtype"].is_string() ||
-        !value.contains("shape") || !value["shape"].is_array() || !value.contains("data_offsets") ||
-        !value["data_offsets"].is_array() || value["data_offsets"].size() != 2) {
-      return invalid(bad);
-    }
-    TensorEntry entry;
-    entry.dtype = value["dtype"].get<std::string>();
-    entry.numel = 1;
-    for (const auto& dim : value["shape"]) {
-      if (!dim.is_number_unsigned() || dim.get<uint64_t>() > uint64_t{1} << 62 ||
-          __builtin_mul_overflow(entry.numel, dim.get<int64_t>(), &entry.numel)) {
-        return invalid(bad);
-      }
-    }
-    for (const auto& offset : value["data_offsets"]) {
-      if (!offset.is_number_unsigned()) return invalid(bad);
-    }
-    const uint64_t begin = value["data_offsets"][0].get<uint64_t>();
-    const uint64_t end = value["data_offsets"][1].get<uint64_t>();
-    if (begin > end || end > file_size - data_start) return invalid(bad);
-    entry.begin = data_start + begin;
-    entry.end = data_start + end;
-    shard.tensors[key] = std::move(entry);
-  }
-  return shard;
+// A metadata value of a shard; nullptr when absent.
+const std::string* Meta(const ShardHeader& shard, const std::string& key) {
+  auto it = shard.metadata.find(key);
+  return it == shard.metadata.end() ? nullptr : &it->second;
 }
 
 // InvalidArgument unless the shard holds `name` as `numel` elements of `type`.
 absl::Status CheckTensor(const ShardHeader& shard, const std::string& name, at::ScalarType type,
                          int64_t numel) {
-  auto it = shard.tensors.find(name);
-  if (it == shard.tensors.end()) {
+  const SafetensorsEntry* entry = shard.Find(name);
+  if (entry == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint: ", shard.path, ": tensor '", name, "' missing"));
   }
-  const int64_t element_size = at::empty({0}, at::TensorOptions().dtype(type)).element_size();
-  if (it->second.dtype != DtypeName(type) || it->second.numel != numel ||
-      it->second.end - it->second.begin != static_cast<uint64_t>(numel * element_size)) {
+  if (entry->dtype != type || entry->numel() != numel) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", shard.path, ": tensor '", name,
                                                    "' has the wrong size or dtype"));
   }
@@ -195,18 +108,9 @@ absl::Status CheckTensor(const ShardHeader& shard, const std::string& name, at::
 }
 
 // Reads one tensor of a shard (checked by CheckTensor) as a flat CPU tensor.
-absl::StatusOr<at::Tensor> ReadShardTensor(const ShardHeader& shard, const std::string& name,
-                                           at::ScalarType type) {
-  const TensorEntry& entry = shard.tensors.at(name);
-  at::Tensor tensor = at::empty({entry.numel}, at::TensorOptions().dtype(type));
-  std::ifstream in(shard.path, std::ios::binary);
-  in.seekg(static_cast<std::streamoff>(entry.begin));
-  if (!in || !in.read(static_cast<char*>(tensor.data_ptr()),
-                      static_cast<std::streamsize>(entry.end - entry.begin))) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint: ", shard.path, ": cannot read tensor '", name, "'"));
-  }
-  return tensor;
+absl::StatusOr<at::Tensor> ReadShardTensor(const ShardHeader& shard, const std::string& name) {
+  ASSIGN_OR_RETURN(at::Tensor tensor, ReadSafetensor(shard, name));
+  return tensor.view({-1});
 }
 
 // The world size of the save the "complete" marker closed.
@@ -280,7 +184,7 @@ std::vector<Piece> Overlap(const std::vector<Segment>& source, const std::vector
 
 absl::StatusOr<std::vector<int64_t>> ParseUnitElements(const ShardHeader& shard,
                                                        int64_t num_parameters) {
-  const std::string* value = shard.Find("unit_elements");
+  const std::string* value = Meta(shard, "unit_elements");
   std::vector<int64_t> elements;
   int64_t total = 0;
   bool ok = value != nullptr && !value->empty();
@@ -380,16 +284,16 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
           "checkpoint: ", path, " is missing (the checkpoint was written by a group of ",
           saved_world, " ranks and needs the shard of each)"));
     }
-    return ReadShardHeader(path);
+    return ReadSafetensorsHeader(path);
   };
   auto same = [](const ShardHeader& shard, const std::string& key, const std::string& want) {
-    const std::string* value = shard.Find(key);
+    const std::string* value = Meta(shard, key);
     return value != nullptr && *value == want;
   };
   auto expect = [&](const ShardHeader& shard, const std::string& key,
                     const std::string& want) -> absl::Status {
     if (same(shard, key, want)) return absl::OkStatus();
-    const std::string* value = shard.Find(key);
+    const std::string* value = Meta(shard, key);
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint: ", shard.path, ": ", key, " is ", value ? *value : "absent",
                      ", this engine has ", want,
@@ -407,7 +311,7 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
         absl::StrCat("checkpoint: ", first.path, ": world_size disagrees with ", marker));
   }
   const std::string unit_elements = UnitElements(layout_);
-  const bool has_units = first.Find("unit_elements") != nullptr;
+  const bool has_units = Meta(first, "unit_elements") != nullptr;
   const bool same_layout = saved_world == world_size() &&
                            same(first, "zero_stage", std::to_string(config_.zero.stage)) &&
                            same(first, "domain_elements", std::to_string(domain_elements_)) &&
@@ -426,7 +330,7 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
   auto take_metadata = [&](const ShardHeader& shard) -> absl::Status {
     metadata = shard.metadata;
     auto number = [&](const std::string& key, int64_t* out) {
-      const std::string* value = shard.Find(key);
+      const std::string* value = Meta(shard, key);
       return value != nullptr && absl::SimpleAtoi(*value, out);
     };
     if (!number("global_steps", &global_steps) || !number("micro_steps", &micro_steps) ||
@@ -476,11 +380,14 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
       for (const Buffer& buffer : buffers) {
         RETURN_IF_ERROR(CheckTensor(first, buffer.name, buffer.type, domain_elements_));
       }
-      ASSIGN_OR_RETURN(NamedTensors tensors, ReadSafetensors(first.path));
-      std::map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
-      for (const Buffer& buffer : buffers) restore(buffer, by_name.at(buffer.name).view({-1}));
-      auto rng = by_name.find("rng_state");
-      if (rng != by_name.end()) restore_rng(rng->second);
+      for (const Buffer& buffer : buffers) {
+        ASSIGN_OR_RETURN(at::Tensor saved, ReadShardTensor(first, buffer.name));
+        restore(buffer, saved);
+      }
+      if (first.Find("rng_state") != nullptr) {
+        ASSIGN_OR_RETURN(at::Tensor state, ReadShardTensor(first, "rng_state"));
+        restore_rng(state);
+      }
     } else {
       // Re-partitioning (NOTE [Re-partitioning on load]). Everything that can be checked without
       // the data comes first, so that a refused checkpoint leaves the engine as it was.
@@ -496,8 +403,8 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
       const ShardHeader& reference = shards[0];
       for (int r = 1; r < saved_world; ++r) {
         for (const char* key : kGroupKeys) {
-          const std::string* want = reference.Find(key);
-          const std::string* value = shards[r].Find(key);
+          const std::string* want = Meta(reference, key);
+          const std::string* value = Meta(shards[r], key);
           if ((want == nullptr) != (value == nullptr) || (want != nullptr && *want != *value)) {
             return absl::FailedPreconditionError(absl::StrCat(
                 "checkpoint: ", shards[r].path, ": ", key, " is ", value ? *value : "absent",
@@ -507,8 +414,8 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
       }
       int saved_stage = -1;
       int64_t saved_domain = -1;
-      const std::string* stage_value = reference.Find("zero_stage");
-      const std::string* domain_value = reference.Find("domain_elements");
+      const std::string* stage_value = Meta(reference, "zero_stage");
+      const std::string* domain_value = Meta(reference, "domain_elements");
       if (stage_value == nullptr || !absl::SimpleAtoi(*stage_value, &saved_stage) ||
           saved_stage < 0 || saved_stage > 3 || domain_value == nullptr ||
           !absl::SimpleAtoi(*domain_value, &saved_domain)) {
@@ -529,16 +436,10 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
 
       // This rank's new domain, and the pieces of each saved domain that fill it. A saved stage-0
       // group is replicated, so rank 0's shard holds everything.
-      std::vector<Segment> target;
-      int64_t global = 0, target_elements = 0;
-      for (size_t u = 0; u < layout_.units().size(); ++u) {
-        const int64_t numel = layout_.units()[u].numel;
-        const int64_t start = DomainStart(u);
-        const int64_t end = std::min(start + DomainLength(u), numel);
-        if (end > start) target.push_back({global + start, domain_offset_[u], end - start});
-        target_elements += std::max<int64_t>(end - start, 0);
-        global += numel;
-      }
+      int64_t target_domain = 0, target_elements = 0;
+      const std::vector<Segment> target = DomainSegments(
+          UnitNumels(layout_), world_size(), config_.zero.stage, rank(), &target_domain);
+      for (const Segment& segment : target) target_elements += segment.length;
       std::vector<std::vector<Piece>> pieces(saved_world);
       int64_t covered = 0;
       for (int r = 0; r < (saved_stage == 0 ? 1 : saved_world); ++r) {
@@ -558,17 +459,16 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
         }
       }
       const ShardHeader& rng_shard = shards[rank() < saved_world ? rank() : 0];
-      auto rng = rng_shard.tensors.find("rng_state");
-      if (rng != rng_shard.tensors.end()) {
-        RETURN_IF_ERROR(CheckTensor(rng_shard, "rng_state", at::kByte, rng->second.numel));
-      }
+      const SafetensorsEntry* rng = rng_shard.Find("rng_state");
+      if (rng != nullptr)
+        RETURN_IF_ERROR(CheckTensor(rng_shard, "rng_state", at::kByte, rng->numel()));
 
       // The data, one tensor name at a time.
       for (const Buffer& buffer : buffers) {
         at::Tensor staged = at::zeros({domain_elements_}, at::TensorOptions().dtype(buffer.type));
         for (int r = 0; r < saved_world; ++r) {
           if (pieces[r].empty()) continue;
-          ASSIGN_OR_RETURN(at::Tensor saved, ReadShardTensor(shards[r], buffer.name, buffer.type));
+          ASSIGN_OR_RETURN(at::Tensor saved, ReadShardTensor(shards[r], buffer.name));
           for (const Piece& piece : pieces[r]) {
             staged.narrow(0, piece.target, piece.length)
                 .copy_(saved.narrow(0, piece.source, piece.length));
@@ -576,8 +476,8 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
         }
         restore(buffer, staged);
       }
-      if (rng != rng_shard.tensors.end()) {
-        ASSIGN_OR_RETURN(at::Tensor state, ReadShardTensor(rng_shard, "rng_state", at::kByte));
+      if (rng != nullptr) {
+        ASSIGN_OR_RETURN(at::Tensor state, ReadShardTensor(rng_shard, "rng_state"));
         restore_rng(state);
       }
     }

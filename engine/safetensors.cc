@@ -1,4 +1,4 @@
-// WriteSafetensors / ReadSafetensors.
+// WriteSafetensors / ReadSafetensors / ReadSafetensorsHeader / ReadSafetensor.
 //
 // Layout of a file, as huggingface/safetensors writes it (safetensors/src/tensor.rs, `prepare` and
 // `serialize`):
@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <set>
 #include <string_view>
@@ -222,27 +224,11 @@ absl::Status WriteSafetensors(const std::string& path,
   return WriteFileAtomically(path, file);
 }
 
-absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
-    const std::string& path) {
-  absl::StatusOr<std::string> file = ReadFile(path);
-  if (!file.ok()) return file.status();
-  const std::string& bytes = *file;
+namespace {
 
-  uint64_t header_size = 0;
-  if (bytes.size() < sizeof(header_size)) {
-    return Invalid(path, absl::StrCat("file is ", bytes.size(),
-                                      " bytes, too short for the 8-byte header length"));
-  }
-  std::memcpy(&header_size, bytes.data(), sizeof(header_size));
-  const uint64_t rest = bytes.size() - sizeof(header_size);
-  if (header_size > rest) {
-    return Invalid(path, absl::StrCat("header length ", header_size, " exceeds the ", rest,
-                                      " bytes that follow it"));
-  }
-  const std::string_view header_text(bytes.data() + sizeof(header_size), header_size);
-  const char* data = bytes.data() + sizeof(header_size) + header_size;
-  const uint64_t data_size = rest - header_size;
-
+// Validates the header text of a file whose data section holds `data_size` bytes.
+absl::StatusOr<SafetensorsHeader> ParseHeader(const std::string& path, std::string_view header_text,
+                                              uint64_t data_start, uint64_t data_size) {
   OrderedJson header;
   try {
     header = OrderedJson::parse(header_text);
@@ -251,6 +237,8 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
   }
   if (!header.is_object()) return Invalid(path, "header is not a JSON object");
 
+  SafetensorsHeader parsed;
+  parsed.path = path;
   std::vector<Entry> entries;
   for (const auto& [name, value] : header.items()) {
     if (name == kMetadataKey) {
@@ -258,6 +246,7 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
           !std::all_of(value.begin(), value.end(), [](const auto& v) { return v.is_string(); })) {
         return Invalid(path, "\"__metadata__\" is not a map of strings");
       }
+      for (const auto& [key, text] : value.items()) parsed.metadata[key] = text.get<std::string>();
       continue;
     }
     Entry entry;
@@ -283,14 +272,65 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
     }
     previous = &entry;
   }
+  for (Entry& entry : entries) {
+    parsed.tensors.push_back({std::move(entry.name), entry.dtype->type, std::move(entry.shape),
+                              data_start + entry.begin, data_start + entry.end});
+  }
+  return parsed;
+}
+
+// The header length of a file of `file_size` bytes, from its first 8 bytes.
+absl::StatusOr<uint64_t> HeaderSize(const std::string& path, const char* first,
+                                    uint64_t file_size) {
+  uint64_t header_size = 0;
+  if (file_size < sizeof(header_size)) {
+    return Invalid(path, absl::StrCat("file is ", file_size,
+                                      " bytes, too short for the 8-byte header length"));
+  }
+  std::memcpy(&header_size, first, sizeof(header_size));
+  const uint64_t rest = file_size - sizeof(header_size);
+  if (header_size > rest) {
+    return Invalid(path, absl::StrCat("header length ", header_size, " exceeds the ", rest,
+                                      " bytes that follow it"));
+  }
+  return header_size;
+}
+
+}  // namespace
+
+int64_t SafetensorsEntry::numel() const {
+  int64_t n = 1;
+  for (int64_t dim : shape) n *= dim;
+  return n;
+}
+
+const SafetensorsEntry* SafetensorsHeader::Find(const std::string& name) const {
+  for (const SafetensorsEntry& entry : tensors) {
+    if (entry.name == name) return &entry;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
+    const std::string& path) {
+  absl::StatusOr<std::string> file = ReadFile(path);
+  if (!file.ok()) return file.status();
+  const std::string& bytes = *file;
+  absl::StatusOr<uint64_t> header_size = HeaderSize(path, bytes.data(), bytes.size());
+  if (!header_size.ok()) return header_size.status();
+  const uint64_t data_start = sizeof(uint64_t) + *header_size;
+  absl::StatusOr<SafetensorsHeader> header =
+      ParseHeader(path, std::string_view(bytes.data() + sizeof(uint64_t), *header_size), data_start,
+                  bytes.size() - data_start);
+  if (!header.ok()) return header.status();
 
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  tensors.reserve(entries.size());
+  tensors.reserve(header->tensors.size());
   try {
-    for (Entry& entry : entries) {
-      at::Tensor tensor = at::empty(entry.shape, at::TensorOptions().dtype(entry.dtype->type));
+    for (SafetensorsEntry& entry : header->tensors) {
+      at::Tensor tensor = at::empty(entry.shape, at::TensorOptions().dtype(entry.dtype));
       if (entry.end > entry.begin) {
-        std::memcpy(tensor.data_ptr(), data + entry.begin, entry.end - entry.begin);
+        std::memcpy(tensor.data_ptr(), bytes.data() + entry.begin, entry.end - entry.begin);
       }
       tensors.emplace_back(std::move(entry.name), std::move(tensor));
     }
@@ -298,6 +338,43 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
     return absl::InternalError(absl::StrCat("safetensors: ", path, ": ", e.what()));
   }
   return tensors;
+}
+
+absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const std::string& path) {
+  std::error_code ec;
+  const uint64_t file_size = std::filesystem::file_size(path, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat("safetensors: ", path, ": ", ec.message()));
+  std::ifstream in(path, std::ios::binary);
+  char first[sizeof(uint64_t)] = {};
+  if (!in.read(first, std::min<uint64_t>(sizeof(first), file_size)) && file_size >= sizeof(first)) {
+    return absl::DataLossError(absl::StrCat("safetensors: ", path, ": cannot read the header"));
+  }
+  absl::StatusOr<uint64_t> header_size = HeaderSize(path, first, file_size);
+  if (!header_size.ok()) return header_size.status();
+  std::string text(*header_size, '\0');
+  if (!in.read(text.data(), static_cast<std::streamsize>(text.size()))) {
+    return absl::DataLossError(absl::StrCat("safetensors: ", path, ": cannot read the header"));
+  }
+  const uint64_t data_start = sizeof(uint64_t) + *header_size;
+  return ParseHeader(path, text, data_start, file_size - data_start);
+}
+
+absl::StatusOr<at::Tensor> ReadSafetensor(const SafetensorsHeader& header,
+                                          const std::string& name) {
+  const SafetensorsEntry* entry = header.Find(name);
+  if (entry == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("safetensors: ", header.path, ": no tensor '", name, "'"));
+  }
+  at::Tensor tensor = at::empty(entry->shape, at::TensorOptions().dtype(entry->dtype));
+  std::ifstream in(header.path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(entry->begin));
+  if (!in || !in.read(static_cast<char*>(tensor.data_ptr()),
+                      static_cast<std::streamsize>(entry->end - entry->begin))) {
+    return absl::DataLossError(
+        absl::StrCat("safetensors: ", header.path, ": cannot read tensor '", name, "'"));
+  }
+  return tensor;
 }
 
 }  // namespace tandem::engine

@@ -1,10 +1,12 @@
-// The safetensors file format (https://github.com/huggingface/safetensors): an 8-byte little-endian header
-// length, a JSON header {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}},
-// then the raw little-endian tensor bytes. Tensors are written in the order given, names kept as given.
+// The safetensors file format (https://github.com/huggingface/safetensors): an 8-byte little-endian
+// header length, a JSON header {"name": {"dtype", "shape", "data_offsets": [begin, end]},
+// "__metadata__": {...}}, then the raw little-endian tensor bytes. Tensors are written in the order
+// given, names kept as given.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -21,9 +23,29 @@ absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                               const std::map<std::string, std::string>& metadata = {});
 
-// Reads a safetensors file into CPU tensors, in file order. Malformed files are InvalidArgument naming
-// the file and what is wrong (header length, JSON, offsets out of range, unknown dtype).
+// Reads a safetensors file into CPU tensors, in file order. Malformed files are InvalidArgument
+// naming the file and what is wrong (header length, JSON, offsets out of range, unknown dtype).
 absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
     const std::string& path);
+
+// A file's header without its data, validated as ReadSafetensors validates it.
+struct SafetensorsEntry {
+  std::string name;
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;  // bytes [begin, end) of the file
+  uint64_t end = 0;
+  int64_t numel() const;
+};
+struct SafetensorsHeader {
+  std::string path;
+  std::map<std::string, std::string> metadata;
+  std::vector<SafetensorsEntry> tensors;  // file order
+  const SafetensorsEntry* Find(const std::string& name) const;
+};
+// Reads only the header (the 8-byte length and the JSON); errors as ReadSafetensors'.
+absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const std::string& path);
+// Reads one tensor of `header`'s file; NotFound for a name it does not hold.
+absl::StatusOr<at::Tensor> ReadSafetensor(const SafetensorsHeader& header, const std::string& name);
 
 }  // namespace tandem::engine

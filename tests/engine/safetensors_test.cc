@@ -121,6 +121,21 @@ TEST_F(SafetensorsTest, RoundTripKeepsNamesOrderDtypesShapesAndValues) {
   EXPECT_EQ(header["z.bf16"]["data_offsets"], nlohmann::json({24, 32}));  // after 6 floats
   EXPECT_EQ(header["scalar"]["shape"], nlohmann::json::array());
   EXPECT_EQ(bytes.size(), 8 + header_size + header["transposed"]["data_offsets"][1].get<size_t>());
+
+  // The header alone, and one tensor at a time from it.
+  absl::StatusOr<SafetensorsHeader> parsed = ReadSafetensorsHeader(path);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->metadata.at("global_steps"), "12");
+  ASSERT_EQ(parsed->tensors.size(), written.size());
+  for (const auto& [name, tensor] : written) {
+    const SafetensorsEntry* entry = parsed->Find(name);
+    ASSERT_NE(entry, nullptr) << name;
+    EXPECT_EQ(entry->numel(), tensor.numel()) << name;
+    absl::StatusOr<at::Tensor> one = ReadSafetensor(*parsed, name);
+    ASSERT_TRUE(one.ok()) << one.status();
+    EXPECT_TRUE(at::equal(*one, tensor)) << name;
+  }
+  EXPECT_EQ(ReadSafetensor(*parsed, "absent").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(SafetensorsTest, WritesTheExactBytesOfTheFormat) {
