@@ -44,13 +44,16 @@ class Membership {
 
   ~Membership() { Stop(); }
 
-  // Registers, retrying until options.connect_timeout passes.
+  // Registers, retrying until options.connect_timeout passes; a refused token is final.
   absl::Status Register() {
     const auto deadline = Clock::now() + options_.connect_timeout;
     absl::Status status;
     while (true) {
       status = RegisterOnce();
-      if (status.ok() || Clock::now() >= deadline) return status;
+      if (status.ok() || status.code() == absl::StatusCode::kUnauthenticated ||
+          Clock::now() >= deadline) {
+        return status;
+      }
       std::unique_lock<std::mutex> lock(mu_);
       if (cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; }))
         return status;
@@ -161,10 +164,9 @@ int RunActor(const ActorOptions& options) {
   transport::PeerService peer_service(inbox, peer_options);
 
   grpc::ServerBuilder builder;
-  rpc::ConfigureServer(builder);
-  transport::ConfigurePeerServer(builder);
   int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  rpc::ConfigureServer(builder, options.listen, &port);
+  transport::ConfigurePeerServer(builder);
   builder.RegisterService(&actor_service);
   builder.RegisterService(&peer_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

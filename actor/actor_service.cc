@@ -10,6 +10,7 @@
 #include "common/prefix_store.h"
 #include "jobspec/job_spec.h"
 #include "rpc/remote_store.h"
+#include "rpc/security.h"
 #include "rpc/status.h"
 #include "transport/grpc_transport.h"
 
@@ -46,8 +47,10 @@ absl::Status ActorService::CheckJob(const std::string& job_id) const {
   return absl::OkStatus();
 }
 
-grpc::Status ActorService::AssignJob(grpc::ServerContext*, const v1::AssignJobRequest* request,
+grpc::Status ActorService::AssignJob(grpc::ServerContext* context,
+                                     const v1::AssignJobRequest* request,
                                      v1::AssignJobResponse* response) {
+  TANDEM_AUTHORIZE(context);
   std::lock_guard<std::mutex> lock(command_mu_);
   if (const std::string current = job_id(); !current.empty()) {
     return rpc::ToGrpc(absl::FailedPreconditionError(
@@ -112,6 +115,7 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext*, const v1::AssignJobRe
 
 grpc::Status ActorService::RunStep(grpc::ServerContext* context, const v1::RunStepRequest* request,
                                    v1::RunStepResponse* response) {
+  TANDEM_AUTHORIZE(context);
   std::unique_lock<std::mutex> lock(command_mu_);
   // The coordinator sends an actor's next step before the current one returns. It waits here until
   // its predecessor is posted, then queues behind it on the command thread, which starts it the
@@ -158,8 +162,10 @@ grpc::Status ActorService::RunStep(grpc::ServerContext* context, const v1::RunSt
   return grpc::Status::OK;
 }
 
-grpc::Status ActorService::Evaluate(grpc::ServerContext*, const v1::EvaluateRequest* request,
+grpc::Status ActorService::Evaluate(grpc::ServerContext* context,
+                                    const v1::EvaluateRequest* request,
                                     v1::EvaluateResponse* response) {
+  TANDEM_AUTHORIZE(context);
   std::lock_guard<std::mutex> lock(command_mu_);
   if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
   absl::StatusOr<EvalCounts> counts = absl::UnknownError("not run");
@@ -172,9 +178,10 @@ grpc::Status ActorService::Evaluate(grpc::ServerContext*, const v1::EvaluateRequ
   return grpc::Status::OK;
 }
 
-grpc::Status ActorService::SaveCheckpoint(grpc::ServerContext*,
+grpc::Status ActorService::SaveCheckpoint(grpc::ServerContext* context,
                                           const v1::SaveCheckpointRequest* request,
                                           v1::SaveCheckpointResponse*) {
+  TANDEM_AUTHORIZE(context);
   std::lock_guard<std::mutex> lock(command_mu_);
   if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
   absl::Status status;
@@ -182,8 +189,9 @@ grpc::Status ActorService::SaveCheckpoint(grpc::ServerContext*,
   return rpc::ToGrpc(status);
 }
 
-grpc::Status ActorService::Export(grpc::ServerContext*, const v1::ExportRequest* request,
+grpc::Status ActorService::Export(grpc::ServerContext* context, const v1::ExportRequest* request,
                                   v1::ExportResponse*) {
+  TANDEM_AUTHORIZE(context);
   std::lock_guard<std::mutex> lock(command_mu_);
   if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
   absl::Status status;
@@ -191,8 +199,9 @@ grpc::Status ActorService::Export(grpc::ServerContext*, const v1::ExportRequest*
   return rpc::ToGrpc(status);
 }
 
-grpc::Status ActorService::Release(grpc::ServerContext*, const v1::ReleaseRequest* request,
+grpc::Status ActorService::Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
                                    v1::ReleaseResponse*) {
+  TANDEM_AUTHORIZE(context);
   ReleaseJob(request->job_id(), request->reason());
   return grpc::Status::OK;
 }

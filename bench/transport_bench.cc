@@ -109,10 +109,9 @@ int Receive(const BenchOptions& options, int port_pipe) {
   }
   PeerService service(inbox, service_options);
   grpc::ServerBuilder builder;
-  rpc::ConfigureServer(builder);
-  if (!options.grpc_defaults) ConfigurePeerServer(builder);
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  rpc::ConfigureServer(builder, "127.0.0.1:0", &port);
+  if (!options.grpc_defaults) ConfigurePeerServer(builder);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) return 1;

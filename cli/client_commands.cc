@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cli/security_flags.h"
 #include "cli/watch.h"
 #include "jobspec/job_spec.h"
 #include "jobspec/job_spec_proto.h"
@@ -28,6 +29,7 @@ constexpr std::chrono::seconds kCallTimeout{30};
 struct ClientFlags {
   std::string coordinator = "127.0.0.1:7070";
   std::string output = "text";
+  rpc::SecurityFlags security;
   bool json() const { return output == "json"; }
 };
 
@@ -35,6 +37,7 @@ void AddClientFlags(CLI::App* command, ClientFlags* flags) {
   command->add_option("--coordinator", flags->coordinator, "Coordinator HOST:PORT")->capture_default_str();
   command->add_option("--output", flags->output, "text or json")->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
+  AddSecurityFlags(command, &flags->security);
 }
 
 int Fail(const std::string& command, const absl::Status& status) {
@@ -96,11 +99,11 @@ int Submit(const ClientFlags& flags, const std::string& path, bool wait, const s
     return 0;
   }
   std::fprintf(stderr, "%s submitted (run directory %s)\n", job_id.c_str(), response.job().run_dir().c_str());
-  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientContext> context = rpc::NewContext();
   WatchOptions watch;
   watch.interactive = isatty(fileno(stderr)) != 0;
   watch.from_start = true;
-  absl::StatusOr<v1::Job> job = WatchJob(*stub, &context, job_id, watch);
+  absl::StatusOr<v1::Job> job = WatchJob(*stub, context.get(), job_id, watch);
   if (!job.ok()) return Fail("submit", job.status());
   if (flags.json()) {
     std::printf("%s\n", job->state() == v1::JOB_STATE_SUCCEEDED ? job->summary_json().c_str() : ToJson(*job).c_str());
@@ -206,13 +209,13 @@ int Actors(const ClientFlags& flags) {
 
 int Logs(const ClientFlags& flags, const std::string& job_id, bool follow) {
   auto stub = v1::Coordinator::NewStub(rpc::MakeChannel(flags.coordinator));
-  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientContext> context = rpc::NewContext();
   WatchOptions watch;
   watch.progress = stdout;
   watch.interactive = follow && isatty(fileno(stdout)) != 0;
   watch.from_start = true;
   watch.follow = follow;
-  absl::StatusOr<v1::Job> job = WatchJob(*stub, &context, job_id, watch);
+  absl::StatusOr<v1::Job> job = WatchJob(*stub, context.get(), job_id, watch);
   if (!job.ok()) return Fail("logs", job.status());
   if (follow) std::printf("%s", DescribeOutcome(*job).c_str());
   return 0;
@@ -254,31 +257,48 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   submit->add_option("--threads", f->threads, "Intra-op threads per actor (default: each actor's cores)")
       ->check(CLI::NonNegativeNumber);
   AddClientFlags(submit, &f->client);
-  submit->callback([=] { *exit_code = Submit(f->client, f->path, f->wait, f->run_dir, f->threads); });
+  submit->callback([=] {
+    *exit_code = WithSecurity("submit", f->client.security, [&] {
+      return Submit(f->client, f->path, f->wait, f->run_dir, f->threads);
+    });
+  });
 
   CLI::App* status = app.add_subcommand("status", "A job's state, progress and actors; without JOB, the queue");
   status->add_option("job", f->job_id, "Job id (job-000001)");
   AddClientFlags(status, &f->client);
-  status->callback([=] { *exit_code = Status(f->client, f->job_id); });
+  status->callback([=] {
+    *exit_code =
+        WithSecurity("status", f->client.security, [&] { return Status(f->client, f->job_id); });
+  });
 
   CLI::App* jobs = app.add_subcommand("jobs", "Every job the coordinator knows, oldest first");
   AddClientFlags(jobs, &f->client);
-  jobs->callback([=] { *exit_code = Jobs(f->client); });
+  jobs->callback([=] {
+    *exit_code = WithSecurity("jobs", f->client.security, [&] { return Jobs(f->client); });
+  });
 
   CLI::App* actors = app.add_subcommand("actors", "Registered actors: pool, address, liveness, job, step, phase");
   AddClientFlags(actors, &f->client);
-  actors->callback([=] { *exit_code = Actors(f->client); });
+  actors->callback([=] {
+    *exit_code = WithSecurity("actors", f->client.security, [&] { return Actors(f->client); });
+  });
 
   CLI::App* logs = app.add_subcommand("logs", "A job's event log (state changes, evaluations, checkpoints, errors)");
   logs->add_option("job", f->job_id, "Job id")->required();
   logs->add_flag("-f,--follow", f->follow, "Keep following until the job ends, with the progress line");
   AddClientFlags(logs, &f->client);
-  logs->callback([=] { *exit_code = Logs(f->client, f->job_id, f->follow); });
+  logs->callback([=] {
+    *exit_code = WithSecurity("logs", f->client.security,
+                              [&] { return Logs(f->client, f->job_id, f->follow); });
+  });
 
   CLI::App* cancel = app.add_subcommand("cancel", "Cancel a queued or running job");
   cancel->add_option("job", f->job_id, "Job id")->required();
   AddClientFlags(cancel, &f->client);
-  cancel->callback([=] { *exit_code = Cancel(f->client, f->job_id); });
+  cancel->callback([=] {
+    *exit_code =
+        WithSecurity("cancel", f->client.security, [&] { return Cancel(f->client, f->job_id); });
+  });
 }
 
 }  // namespace tandem::cli

@@ -23,6 +23,7 @@
 #include "jobspec/job_spec.h"
 #include "jobspec/job_spec_proto.h"
 #include "rpc/channel.h"
+#include "rpc/security.h"
 #include "rpc/status.h"
 
 namespace tandem::cli {
@@ -233,6 +234,14 @@ int RunEmbedded(const EmbeddedRunOptions& options) {
   if (mkdtemp(dir_template) == nullptr)
     return Fail(absl::StrCat("cannot create a temporary directory: ", std::strerror(errno)));
   const std::string dir = dir_template;
+  // The children inherit the token: a random one unless $TANDEM_TOKEN names the cluster's own, so
+  // nothing else on this host can call the job's coordinator or actors.
+  if (std::getenv(rpc::kTokenEnvironment) == nullptr) {
+    setenv(rpc::kTokenEnvironment, rpc::RandomToken().c_str(), /*overwrite=*/1);
+  }
+  absl::StatusOr<rpc::Security> security = rpc::LoadSecurity({});
+  if (!security.ok()) return Fail(std::string(security.status().message()));
+  rpc::InstallSecurity(*std::move(security));
   Supervisor supervisor(dir);
   const std::vector<std::string> common = {"tandem", "--log-level", options.log_level};
   auto with = [&](std::vector<std::string> args) {
@@ -280,7 +289,7 @@ int RunEmbedded(const EmbeddedRunOptions& options) {
   if (!status.ok()) return Fail(std::string(status.message()));
   const std::string job_id = response.job().job_id();
 
-  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientContext> context = rpc::NewContext();
   sigaddset(&signals, SIGUSR1);  // how the main flow tells the interrupter the run ended
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::thread interrupter([&] {
@@ -306,7 +315,7 @@ int RunEmbedded(const EmbeddedRunOptions& options) {
   WatchOptions watch;
   watch.interactive = options.interactive;
   watch.progress = options.json && !options.interactive ? nullptr : stderr;
-  absl::StatusOr<v1::Job> job = WatchJob(*stub, &context, job_id, watch);
+  absl::StatusOr<v1::Job> job = WatchJob(*stub, context.get(), job_id, watch);
   watching = false;
   keeper.join();
   pthread_kill(interrupter.native_handle(), SIGUSR1);

@@ -3,12 +3,14 @@
 #include <memory>
 
 #include "actor/actor_server.h"
+#include "cli/security_flags.h"
 #include "coordinator/coordinator_server.h"
 
 namespace tandem::cli {
 
 void AddServiceCommands(CLI::App& app, int* exit_code) {
   auto coordinator = std::make_shared<coordinator::CoordinatorServerOptions>();
+  auto coordinator_security = std::make_shared<rpc::SecurityFlags>();
   auto heartbeat_timeout_s = std::make_shared<double>(10.0);
   auto command_timeout_s = std::make_shared<double>(300.0);
   CLI::App* c = app.add_subcommand("coordinator",
@@ -33,15 +35,18 @@ void AddServiceCommands(CLI::App& app, int* exit_code) {
       ->check(CLI::PositiveNumber);
   c->add_option("--ready-file", coordinator->ready_file,
                 "Write the bound HOST:PORT here once serving");
+  AddSecurityFlags(c, coordinator_security.get());
   c->callback([=] {
     coordinator->heartbeat_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(*heartbeat_timeout_s * 1000));
     coordinator->command_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(*command_timeout_s * 1000));
-    *exit_code = coordinator::RunCoordinator(*coordinator);
+    *exit_code = WithSecurity("coordinator", *coordinator_security,
+                              [&] { return coordinator::RunCoordinator(*coordinator); });
   });
 
   auto actor = std::make_shared<actor::ActorOptions>();
+  auto actor_security = std::make_shared<rpc::SecurityFlags>();
   CLI::App* a =
       app.add_subcommand("actor", "Run an actor: one rank of a vision or LLM group, in a pool");
   a->add_option("--pool", actor->pool, "Pool to join (a job spec's vision.pool / llm.pool)")
@@ -61,7 +66,10 @@ void AddServiceCommands(CLI::App& app, int* exit_code) {
       "!--no-local-links", actor->local_links,
       "Keep every transfer on gRPC: serve no local endpoint and do not send over local links (Unix "
       "sockets to actors on the same host and network namespace)");
-  a->callback([=] { *exit_code = actor::RunActor(*actor); });
+  AddSecurityFlags(a, actor_security.get());
+  a->callback([=] {
+    *exit_code = WithSecurity("actor", *actor_security, [&] { return actor::RunActor(*actor); });
+  });
 }
 
 }  // namespace tandem::cli

@@ -33,9 +33,8 @@ int RunCoordinator(const CoordinatorServerOptions& options) {
   }
   CoordinatorService service(coordinator->get());
   grpc::ServerBuilder builder;
-  rpc::ConfigureServer(builder);
   int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  rpc::ConfigureServer(builder, options.listen, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {

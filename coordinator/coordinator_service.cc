@@ -4,14 +4,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "jobspec/job_spec.h"
+#include "rpc/security.h"
 #include "rpc/status.h"
 
 namespace tandem::coordinator {
 
 using rpc::ToGrpc;
 
-grpc::Status CoordinatorService::RegisterActor(grpc::ServerContext*, const v1::RegisterActorRequest* request,
+grpc::Status CoordinatorService::RegisterActor(grpc::ServerContext* context,
+                                               const v1::RegisterActorRequest* request,
                                                v1::RegisterActorResponse* response) {
+  TANDEM_AUTHORIZE(context);
   absl::StatusOr<std::string> id =
       coordinator_->registry().Register(request->pool(), request->device(), request->address());
   if (!id.ok()) return ToGrpc(id.status());
@@ -21,15 +24,19 @@ grpc::Status CoordinatorService::RegisterActor(grpc::ServerContext*, const v1::R
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
+grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
+                                           const v1::HeartbeatRequest* request,
                                            v1::HeartbeatResponse*) {
-  return ToGrpc(coordinator_->registry().Heartbeat(request->actor_id(), request->step(), request->phase(),
+  TANDEM_AUTHORIZE(context);
+  return ToGrpc(coordinator_->registry().Heartbeat(request->actor_id(), request->job_id(),
+                                                   request->step(), request->phase(),
                                                    request->last_collective()));
 }
 
-grpc::Status CoordinatorService::ReportActorExit(grpc::ServerContext*,
+grpc::Status CoordinatorService::ReportActorExit(grpc::ServerContext* context,
                                                  const v1::ReportActorExitRequest* request,
                                                  v1::ReportActorExitResponse*) {
+  TANDEM_AUTHORIZE(context);
   if (request->address().empty()) {
     return ToGrpc(absl::InvalidArgumentError("ReportActorExit: address is empty"));
   }
@@ -37,8 +44,10 @@ grpc::Status CoordinatorService::ReportActorExit(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::ListActors(grpc::ServerContext*, const v1::ListActorsRequest*,
+grpc::Status CoordinatorService::ListActors(grpc::ServerContext* context,
+                                            const v1::ListActorsRequest*,
                                             v1::ListActorsResponse* response) {
+  TANDEM_AUTHORIZE(context);
   const Clock::time_point now = coordinator_->registry().now();
   for (const ActorEntry& a : coordinator_->registry().List()) {
     v1::ActorInfo* info = response->add_actors();
@@ -79,23 +88,28 @@ v1::Job CoordinatorService::Describe(const JobRecord& job) {
   return out;
 }
 
-grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
+grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
+                                           const v1::SubmitJobRequest* request,
                                            v1::SubmitJobResponse* response) {
+  TANDEM_AUTHORIZE(context);
   absl::StatusOr<JobRecord> job = coordinator_->Submit(*request);
   if (!job.ok()) return ToGrpc(job.status());
   *response->mutable_job() = Describe(*job);
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* request, v1::Job* response) {
+grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context,
+                                        const v1::GetJobRequest* request, v1::Job* response) {
+  TANDEM_AUTHORIZE(context);
   absl::StatusOr<JobRecord> job = coordinator_->store().GetJob(request->job_id());
   if (!job.ok()) return ToGrpc(job.status());
   *response = Describe(*job);
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
+grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest*,
                                           v1::ListJobsResponse* response) {
+  TANDEM_AUTHORIZE(context);
   absl::StatusOr<std::vector<JobRecord>> jobs = coordinator_->store().ListJobs();
   if (!jobs.ok()) return ToGrpc(jobs.status());
   for (const JobRecord& job : *jobs) {
@@ -106,8 +120,9 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const v1::ListJo
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
-                                           v1::Job* response) {
+grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
+                                           const v1::CancelJobRequest* request, v1::Job* response) {
+  TANDEM_AUTHORIZE(context);
   absl::StatusOr<JobRecord> job = coordinator_->Cancel(request->job_id());
   if (!job.ok()) return ToGrpc(job.status());
   *response = Describe(*job);
@@ -116,6 +131,7 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*, const v1::Cance
 
 grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
                                           grpc::ServerWriter<v1::JobUpdate>* writer) {
+  TANDEM_AUTHORIZE(context);
   absl::StatusOr<JobRecord> job = coordinator_->store().GetJob(request->job_id());
   if (!job.ok()) return ToGrpc(job.status());
   int64_t last_sequence = 0;
@@ -156,13 +172,17 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context, const v1
   return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled by the client");
 }
 
-grpc::Status CoordinatorService::StoreSet(grpc::ServerContext*, const v1::StoreSetRequest* request,
+grpc::Status CoordinatorService::StoreSet(grpc::ServerContext* context,
+                                          const v1::StoreSetRequest* request,
                                           v1::StoreSetResponse*) {
+  TANDEM_AUTHORIZE(context);
   return ToGrpc(coordinator_->rendezvous().Set(request->key(), request->value()));
 }
 
-grpc::Status CoordinatorService::StoreGet(grpc::ServerContext*, const v1::StoreGetRequest* request,
+grpc::Status CoordinatorService::StoreGet(grpc::ServerContext* context,
+                                          const v1::StoreGetRequest* request,
                                           v1::StoreGetResponse* response) {
+  TANDEM_AUTHORIZE(context);
   absl::StatusOr<std::string> value =
       coordinator_->rendezvous().Get(request->key(), std::chrono::milliseconds(std::max<int64_t>(0, request->timeout_ms())));
   if (!value.ok()) return ToGrpc(value.status());
@@ -170,24 +190,30 @@ grpc::Status CoordinatorService::StoreGet(grpc::ServerContext*, const v1::StoreG
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::StoreAdd(grpc::ServerContext*, const v1::StoreAddRequest* request,
+grpc::Status CoordinatorService::StoreAdd(grpc::ServerContext* context,
+                                          const v1::StoreAddRequest* request,
                                           v1::StoreAddResponse* response) {
+  TANDEM_AUTHORIZE(context);
   absl::StatusOr<int64_t> value = coordinator_->rendezvous().Add(request->key(), request->delta());
   if (!value.ok()) return ToGrpc(value.status());
   response->set_value(*value);
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::StoreCheck(grpc::ServerContext*, const v1::StoreCheckRequest* request,
+grpc::Status CoordinatorService::StoreCheck(grpc::ServerContext* context,
+                                            const v1::StoreCheckRequest* request,
                                             v1::StoreCheckResponse* response) {
+  TANDEM_AUTHORIZE(context);
   absl::StatusOr<bool> present = coordinator_->rendezvous().Check(request->key());
   if (!present.ok()) return ToGrpc(present.status());
   response->set_present(*present);
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::StoreDelete(grpc::ServerContext*, const v1::StoreDeleteRequest* request,
+grpc::Status CoordinatorService::StoreDelete(grpc::ServerContext* context,
+                                             const v1::StoreDeleteRequest* request,
                                              v1::StoreDeleteResponse*) {
+  TANDEM_AUTHORIZE(context);
   return ToGrpc(coordinator_->rendezvous().Delete(request->key()));
 }
 

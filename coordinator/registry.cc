@@ -26,12 +26,13 @@ absl::StatusOr<std::string> Registry::Register(const std::string& pool, const st
   return entry.id;
 }
 
-absl::Status Registry::Heartbeat(const std::string& id, int64_t step, const std::string& phase,
-                                 int64_t last_collective) {
+absl::Status Registry::Heartbeat(const std::string& id, const std::string& job_id, int64_t step,
+                                 const std::string& phase, int64_t last_collective) {
   std::lock_guard<std::mutex> lock(mu_);
   for (ActorEntry& a : actors_) {
     if (a.id != id) continue;
     a.last_heartbeat = now_();
+    if (job_id != a.job_id) return absl::OkStatus();  // finishing a released job, or not its own
     a.step = step;
     a.phase = phase;
     a.last_collective = last_collective;

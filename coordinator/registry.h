@@ -53,8 +53,10 @@ class Registry {
 
   // Returns the new actor's id. InvalidArgument for an empty pool or address.
   absl::StatusOr<std::string> Register(const std::string& pool, const std::string& device, const std::string& address);
-  // NotFound for an unknown id.
-  absl::Status Heartbeat(const std::string& id, int64_t step, const std::string& phase, int64_t last_collective);
+  // Records that the actor lives. Its progress (step, phase, last collective) counts only for the
+  // job it is reserved for: a report about any other job is ignored. NotFound for an unknown id.
+  absl::Status Heartbeat(const std::string& id, const std::string& job_id, int64_t step,
+                         const std::string& phase, int64_t last_collective);
   // Every registered actor, in registration order.
   std::vector<ActorEntry> List() const;
   // Removes actors whose last heartbeat is older than the timeout; returns them.

@@ -1,8 +1,11 @@
 #include "rpc/channel.h"
 
 #include <grpcpp/create_channel.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
+
+#include "rpc/security.h"
 
 namespace tandem::rpc {
 
@@ -13,16 +16,24 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(address, ClientCredentials(), args);
 }
 
-void ConfigureServer(grpc::ServerBuilder& builder) {
+void ConfigureServer(grpc::ServerBuilder& builder, const std::string& listen, int* port) {
+  grpc::EnableDefaultHealthCheckService(true);
+  builder.AddListeningPort(listen, ServerCredentials(), port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
 }
 
-std::unique_ptr<grpc::ClientContext> ContextWithTimeout(std::chrono::milliseconds timeout) {
+std::unique_ptr<grpc::ClientContext> NewContext() {
   auto context = std::make_unique<grpc::ClientContext>();
+  AttachToken(*context);
+  return context;
+}
+
+std::unique_ptr<grpc::ClientContext> ContextWithTimeout(std::chrono::milliseconds timeout) {
+  std::unique_ptr<grpc::ClientContext> context = NewContext();
   context->set_deadline(std::chrono::system_clock::now() + timeout);
   return context;
 }

@@ -16,6 +16,7 @@
 #include "common/logging.h"
 #include "proto/tandem/v1/peer.grpc.pb.h"
 #include "rpc/channel.h"
+#include "rpc/security.h"
 #include "rpc/status.h"
 #include "transport/acked_send.h"
 #include "transport/local_link.h"
@@ -36,6 +37,7 @@ class StreamedSend final : public SendHandle {
         tag_(tag),
         source_(std::move(source)),
         chunk_bytes_(options.chunk_bytes) {
+    rpc::AttachToken(context_);
     context_.set_deadline(std::chrono::system_clock::now() + options.timeout);
     context_.set_initial_metadata_corked(true);  // the headers leave with the first chunk
     std::promise<absl::Status> promise;
@@ -159,7 +161,7 @@ class PeerStream {
       if (stream_ && !broken_) return;
     }
     Close();
-    context_ = std::make_unique<grpc::ClientContext>();
+    context_ = rpc::NewContext();
     context_->set_initial_metadata_corked(true);  // the headers leave with the first message
     stream_ = stub_->Transfers(context_.get());
     {

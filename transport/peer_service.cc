@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "rpc/security.h"
 #include "rpc/status.h"
 #include "transport/acked_send.h"
 #include "transport/wire.h"
@@ -18,6 +19,7 @@ PeerService::PeerService(std::shared_ptr<Inbox> inbox, PeerServiceOptions option
 grpc::Status PeerService::SendTensor(grpc::ServerContext* context,
                                      grpc::ServerReader<tandem::v1::TensorChunk>* reader,
                                      tandem::v1::TransferAck* ack) {
+  TANDEM_AUTHORIZE(context);
   absl::StatusOr<int64_t> received;
   try {
     received = Receive(*context, *reader);
@@ -51,9 +53,10 @@ absl::StatusOr<int64_t> PeerService::Receive(grpc::ServerContext& context,
   return delivery.Finish();
 }
 
-grpc::Status PeerService::LocalEndpoint(grpc::ServerContext*,
+grpc::Status PeerService::LocalEndpoint(grpc::ServerContext* context,
                                         const tandem::v1::LocalEndpointRequest*,
                                         tandem::v1::LocalEndpointResponse* response) {
+  TANDEM_AUTHORIZE(context);
   if (!options_.local_endpoint) {
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this actor serves no local links");
   }
@@ -71,6 +74,7 @@ void PeerService::CloseStreams() {
 grpc::Status PeerService::Transfers(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<tandem::v1::TransferAck, tandem::v1::TensorChunk>* stream) {
+  TANDEM_AUTHORIZE(context);
   {
     std::lock_guard<std::mutex> lock(streams_mu_);
     if (closed_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the actor is shutting down");

@@ -87,13 +87,28 @@ TEST_F(RegistryTest, SilentActorsExpireAndTheirHeartbeatIsNotFound) {
   const std::string quiet = Add("vision", 1);
   const std::string busy = Add("llm", 2);
   now_ += std::chrono::seconds(6);
-  ASSERT_TRUE(registry_.Heartbeat(busy, 3, "forward", 7).ok());
+  ASSERT_TRUE(registry_.Heartbeat(busy, "", 3, "forward", 7).ok());
   now_ += std::chrono::seconds(6);  // quiet: 12 s without a heartbeat; busy: 6 s
   std::vector<ActorEntry> dead = registry_.Expire();
   EXPECT_THAT(Ids(dead), ElementsAre(quiet));
   EXPECT_THAT(Ids(registry_.List()), ElementsAre(busy));
   EXPECT_EQ(registry_.List()[0].phase, "forward");
-  EXPECT_EQ(registry_.Heartbeat(quiet, 0, "idle", 0).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_.Heartbeat(quiet, "", 0, "idle", 0).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(RegistryTest, ProgressCountsOnlyForTheJobTheActorIsReservedFor) {
+  const std::string actor = Add("llm", 1);
+  ASSERT_TRUE(registry_.Reserve("job-2", {{"llm", 1}}).ok());
+  ASSERT_TRUE(registry_.Heartbeat(actor, "job-2", 4, "backward", 9).ok());
+  now_ += std::chrono::seconds(6);
+  // A report about another job keeps the actor alive and changes nothing else.
+  ASSERT_TRUE(registry_.Heartbeat(actor, "job-1", 30, "forward", 50).ok());
+  now_ += std::chrono::seconds(6);
+  EXPECT_TRUE(registry_.Expire().empty());
+  ASSERT_EQ(registry_.List().size(), 1u);
+  EXPECT_EQ(registry_.List()[0].step, 4);
+  EXPECT_EQ(registry_.List()[0].phase, "backward");
+  EXPECT_EQ(registry_.List()[0].last_collective, 9);
 }
 
 TEST_F(RegistryTest, ReRegisteringAnAddressReplacesTheOldEntry) {

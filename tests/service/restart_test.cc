@@ -96,11 +96,16 @@ class RestartTest : public ::testing::Test {
     return followed.output;
   }
 
-  // Waits until the job's checkpoint of `step` is complete.
-  bool AwaitCheckpoint(const std::string& job, int step) {
+  // Waits until the job's checkpoint of `step` is complete; when it never is, says so with the
+  // job's log.
+  ::testing::AssertionResult AwaitCheckpoint(const std::string& job, int step) {
     const std::string marker = absl::StrCat(RunDir(job), "/checkpoints/step-",
                                             absl::Dec(step, absl::kZeroPad6), "/complete");
-    return WaitFor([&] { return std::filesystem::exists(marker); }, std::chrono::seconds(120));
+    if (WaitFor([&] { return std::filesystem::exists(marker); }, std::chrono::seconds(120))) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << "no " << marker << " after 120 s; the job's log:\n"
+                                         << cluster_.Cli(absl::StrCat("logs ", job)).output;
   }
 
   ProcessCluster cluster_;

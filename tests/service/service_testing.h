@@ -2,6 +2,7 @@
 // of long-running processes (a coordinator and actors) started, killed and reaped by the test.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,10 +29,14 @@ struct Outcome {
   std::string output;  // stdout and stderr
 };
 
-// Runs `tandem --log-level warning ARGS` and waits for it.
-inline Outcome Tandem(const std::string& args) {
-  FILE* pipe =
-      popen(absl::StrCat(TANDEM_BINARY, " --log-level warning ", args, " 2>&1").c_str(), "r");
+// Runs `tandem --log-level warning ARGS` (with `environment`, e.g. "NAME=value", added to the
+// environment) and waits for it.
+inline Outcome Tandem(const std::string& args, const std::string& environment = "") {
+  FILE* pipe = popen(
+      absl::StrCat(environment.empty() ? "" : "env '", environment, environment.empty() ? "" : "' ",
+                   TANDEM_BINARY, " --log-level warning ", args, " 2>&1")
+          .c_str(),
+      "r");
   Outcome outcome;
   char buffer[4096];
   while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) outcome.output.append(buffer, n);
@@ -67,7 +73,9 @@ inline std::string AwaitLine(const std::string& path) {
   return line;
 }
 
-// Processes of one test in a temporary directory; all are killed and reaped at the end.
+// Processes of one test in a temporary directory; all are killed and reaped at the end. Each
+// process logs at info level to <dir>/<n>-<command>.log; when the test failed, those logs are
+// printed before the directory goes.
 class ProcessCluster {
  public:
   ProcessCluster() {
@@ -77,6 +85,7 @@ class ProcessCluster {
   ~ProcessCluster() {
     for (pid_t pid : children_) kill(pid, SIGKILL);
     for (pid_t pid : children_) waitpid(pid, nullptr, 0);
+    if (::testing::Test::HasFailure()) PrintLogs();
     std::filesystem::remove_all(dir_);
   }
 
@@ -84,9 +93,11 @@ class ProcessCluster {
   const std::string& address() const { return address_; }
   pid_t coordinator() const { return coordinator_; }
 
-  // `tandem ARGS` as a child process with stderr to `log` (default /dev/null).
-  pid_t Spawn(std::vector<std::string> args, const std::string& log = "/dev/null") {
-    args.insert(args.begin(), {"tandem", "--log-level", "warning"});
+  // `tandem ARGS` as a child process with stderr to `log` (default <dir>/<n>-<ARGS[0]>.log).
+  pid_t Spawn(std::vector<std::string> args, std::string log = "") {
+    if (log.empty()) log = absl::StrCat(dir_, "/", ++spawned_, "-", args.at(0), ".log");
+    logs_.push_back(log);
+    args.insert(args.begin(), {"tandem", "--log-level", "info"});
     const pid_t pid = fork();
     if (pid == 0) {
       std::vector<char*> argv;
@@ -114,11 +125,13 @@ class ProcessCluster {
     return coordinator_;
   }
 
-  // An actor of `pool`, registered with the coordinator, once it is ready.
-  pid_t StartActor(const std::string& pool) {
+  // An actor of `pool` (with `extra` arguments), registered with the coordinator, once it is ready.
+  pid_t StartActor(const std::string& pool, std::vector<std::string> extra = {}) {
     const std::string ready = absl::StrCat(dir_, "/actor", ++actors_);
-    const pid_t pid =
-        Spawn({"actor", "--pool", pool, "--coordinator", address_, "--ready-file", ready});
+    std::vector<std::string> args = {"actor",  "--pool",       pool, "--coordinator",
+                                     address_, "--ready-file", ready};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const pid_t pid = Spawn(args);
     AwaitLine(ready);
     return pid;
   }
@@ -151,11 +164,21 @@ class ProcessCluster {
   }
 
  private:
+  void PrintLogs() const {
+    for (const std::string& log : logs_) {
+      std::ifstream in(log);
+      std::fprintf(stderr, "---- %s ----\n%s\n", log.c_str(),
+                   std::string(std::istreambuf_iterator<char>(in), {}).c_str());
+    }
+  }
+
   std::string dir_;
   std::string address_;
   pid_t coordinator_ = -1;
   int coordinators_ = 0;
   int actors_ = 0;
+  int spawned_ = 0;
+  std::vector<std::string> logs_;
   std::vector<pid_t> children_;
 };
 

@@ -28,9 +28,7 @@ class LoopbackPeer {
         service_(inbox_, WithEndpoint(options, listener_.get())) {
     inbox_->SetJob("job-1");
     grpc::ServerBuilder builder;
-    rpc::ConfigureServer(builder);
-    builder.AddListeningPort("127.0.0.1:" + std::to_string(port), grpc::InsecureServerCredentials(),
-                             &port);
+    rpc::ConfigureServer(builder, "127.0.0.1:" + std::to_string(port), &port);
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
     EXPECT_NE(server_, nullptr);

@@ -1,0 +1,165 @@
+#include "rpc/security.h"
+
+#include <grpcpp/client_context.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace tandem::rpc {
+namespace {
+
+constexpr char kComponent[] = "security";
+constexpr char kMetadataKey[] = "authorization";
+constexpr char kBearer[] = "Bearer ";
+
+Security& Installed() {
+  static Security* security = new Security();
+  return *security;
+}
+
+// The file's whole text; InvalidArgument naming the flag and the file when it cannot be read or
+// holds nothing.
+absl::StatusOr<std::string> ReadFlagFile(const char* flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
+  if (absl::StripAsciiWhitespace(text.str()).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is empty"));
+  }
+  return text.str();
+}
+
+// Compares in time independent of where the texts differ.
+bool SameSecret(std::string_view a, std::string_view b) {
+  unsigned char differ = a.size() == b.size() ? 0 : 1;
+  const std::string_view& longer = a.size() >= b.size() ? a : b;
+  for (size_t i = 0; i < longer.size(); ++i) {
+    const unsigned char x = i < a.size() ? a[i] : 0;
+    const unsigned char y = i < b.size() ? b[i] : 0;
+    differ |= x ^ y;
+  }
+  return differ == 0;
+}
+
+// "ipv4:10.0.0.7:51234" -> "ipv4:10.0.0.7": each connection has a port of its own.
+std::string PeerHost(const std::string& peer) {
+  const size_t colon = peer.rfind(':');
+  const size_t first = peer.find(':');
+  return colon == std::string::npos || colon == first ? peer : peer.substr(0, colon);
+}
+
+}  // namespace
+
+absl::StatusOr<Security> LoadSecurity(const SecurityFlags& flags) {
+  Security security;
+  if (!flags.token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadFlagFile("--token-file", flags.token_file);
+    if (!token.ok()) return token.status();
+    security.token = std::string(absl::StripAsciiWhitespace(*token));
+  } else if (const char* env = std::getenv(kTokenEnvironment); env != nullptr) {
+    security.token = std::string(absl::StripAsciiWhitespace(env));
+    if (security.token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("$", kTokenEnvironment, " is set but empty; unset it or give a token"));
+    }
+  }
+  if (flags.tls_cert.empty() != flags.tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert and --tls-key go together: give both (or neither)");
+  }
+  if (!flags.tls_cert.empty()) {
+    absl::StatusOr<std::string> cert = ReadFlagFile("--tls-cert", flags.tls_cert);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadFlagFile("--tls-key", flags.tls_key);
+    if (!key.ok()) return key.status();
+    security.cert_pem = *std::move(cert);
+    security.key_pem = *std::move(key);
+  }
+  if (!flags.tls_ca.empty()) {
+    absl::StatusOr<std::string> ca = ReadFlagFile("--tls-ca", flags.tls_ca);
+    if (!ca.ok()) return ca.status();
+    security.ca_pem = *std::move(ca);
+  }
+  return security;
+}
+
+void InstallSecurity(Security security) { Installed() = std::move(security); }
+
+const Security& InstalledSecurity() { return Installed(); }
+
+std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() {
+  const Security& security = Installed();
+  if (!security.tls()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = security.ca_pem;  // empty: the system's roots
+  options.pem_private_key = security.key_pem;
+  options.pem_cert_chain = security.cert_pem;
+  return grpc::SslCredentials(options);
+}
+
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials() {
+  const Security& security = Installed();
+  if (security.cert_pem.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions options(
+      security.ca_pem.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  options.pem_root_certs = security.ca_pem;
+  options.pem_key_cert_pairs.push_back({security.key_pem, security.cert_pem});
+  return grpc::SslServerCredentials(options);
+}
+
+void AttachToken(grpc::ClientContext& context) {
+  const Security& security = Installed();
+  if (!security.token.empty()) context.AddMetadata(kMetadataKey, kBearer + security.token);
+}
+
+grpc::Status Authorize(const grpc::ServerContext& context) {
+  const Security& security = Installed();
+  if (security.token.empty()) return grpc::Status::OK;
+  const auto& metadata = context.client_metadata();
+  const auto found = metadata.find(kMetadataKey);
+  std::string_view presented;
+  if (found != metadata.end())
+    presented = std::string_view(found->second.data(), found->second.size());
+  const std::string_view bearer(kBearer);
+  const bool has_bearer = presented.substr(0, bearer.size()) == bearer;
+  if (has_bearer && SameSecret(presented.substr(bearer.size()), security.token)) {
+    return grpc::Status::OK;
+  }
+  const char* what = found == metadata.end() ? "no token" : "a wrong token";
+  static std::mutex mu;
+  static std::set<std::string>* logged = new std::set<std::string>();
+  const std::string host = PeerHost(context.peer());
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (logged->insert(host).second) {
+      TANDEM_LOG(kWarning, kComponent)
+          << "refused a call from " << context.peer() << " with " << what
+          << " (UNAUTHENTICATED; later refusals from " << host << " are not logged)";
+    }
+  }
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      absl::StrCat(what, ": calls need the cluster's token (--token-file or $",
+                                   kTokenEnvironment, ")"));
+}
+
+std::string RandomToken() {
+  std::random_device random;
+  std::string bytes(32, '\0');
+  for (char& b : bytes) b = static_cast<char>(random() & 0xff);
+  return absl::BytesToHexString(bytes);
+}
+
+}  // namespace tandem::rpc
