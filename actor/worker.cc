@@ -427,9 +427,10 @@ absl::StatusOr<StepResult> TorchWorker::VisionStep(
       TransferTag grad_tag = Tag(TransferKind::kGradients, step, k, overlap, peer);
       RETURN_IF_ERROR(transport_->Expect(grad_tag, BytesOf(Rows(f.grad, overlap, mine.begin))));
       f.grad_tags.push_back(grad_tag);
-      f.sends.push_back(transport_->Send(peer,
-                                         Tag(TransferKind::kEmbeddings, step, k, overlap, rank),
-                                         BytesOf(Rows(f.sent, overlap, mine.begin))));
+      TensorBytes slice = BytesOf(Rows(f.sent, overlap, mine.begin));
+      result.bytes_sent += static_cast<int64_t>(slice.size);
+      f.sends.push_back(transport_->Send(
+          peer, Tag(TransferKind::kEmbeddings, step, k, overlap, rank), std::move(slice)));
     }
     in_flight.push_back(std::move(f));
     if (k + 1 == static_cast<int64_t>(batches.size()) && step < job().schedule.steps) {
@@ -521,9 +522,11 @@ absl::StatusOr<StepResult> TorchWorker::LlmStep(int64_t step,
     grads.push_back(leaf.grad().to(at::kCPU).contiguous());
     SetPhase("transfer");
     for (const auto& [peer, overlap] : Overlaps(mine, b)) {
+      TensorBytes slice = BytesOf(Rows(grads.back(), overlap, mine.begin));
+      result.bytes_sent += static_cast<int64_t>(slice.size);
       sends.push_back(transport_->Send(
           peer, Tag(TransferKind::kGradients, step, static_cast<int64_t>(k), overlap, rank),
-          BytesOf(Rows(grads.back(), overlap, mine.begin))));
+          std::move(slice)));
     }
     SetPhase("optimizer");
     RETURN_IF_ERROR(engine_->Step());

@@ -64,6 +64,7 @@ struct StepResult {
   bool skipped = false;
   double compute_s = 0;
   double wait_s = 0;
+  int64_t bytes_sent = 0;  // to the other group: embeddings (vision), gradients (LLM)
 };
 
 struct EvalCounts {

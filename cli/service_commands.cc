@@ -33,8 +33,12 @@ void AddServiceCommands(CLI::App& app, int* exit_code) {
        "Seconds any step, transfer, collective or checkpoint may take before the job fails")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  c->add_option("--metrics-listen", coordinator->metrics_listen,
+                "HOST:PORT to serve Prometheus metrics on over HTTP (GET /metrics; /healthz), e.g. "
+                "0.0.0.0:9090 (default: not served)");
   c->add_option("--ready-file", coordinator->ready_file,
-                "Write the bound HOST:PORT here once serving");
+                "Write the bound HOST:PORT here once serving (and 'metrics HOST:PORT' on a second "
+                "line with --metrics-listen)");
   AddSecurityFlags(c, coordinator_security.get());
   c->callback([=] {
     coordinator->heartbeat_timeout =

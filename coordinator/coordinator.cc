@@ -205,8 +205,9 @@ void Coordinator::Schedule() {
       }
       break;  // strictly in order
     }
-    auto runner = std::make_unique<JobRunner>(job, (*actors)[0], (*actors)[1], store_.get(), &feeds_, &rendezvous_,
-                                              &registry_, options_.runner, [this](const std::string& id) {
+    auto runner = std::make_unique<JobRunner>(job, (*actors)[0], (*actors)[1], store_.get(),
+                                              &feeds_, &rendezvous_, &registry_, &metrics_,
+                                              options_.runner, [this](const std::string& id) {
                                                 {
                                                   std::lock_guard<std::mutex> lock(mu_);
                                                   finished_.push_back(id);
@@ -216,6 +217,15 @@ void Coordinator::Schedule() {
     runner->Start();
     runners_[job.id] = std::move(runner);
   }
+}
+
+std::string Coordinator::MetricsText() {
+  absl::StatusOr<std::vector<JobRecord>> jobs = store_->ListJobs();
+  if (!jobs.ok()) {
+    TANDEM_LOG(kError, kComponent) << "metrics: cannot read the jobs: " << jobs.status().message();
+  }
+  return metrics_.Render(jobs.ok() ? *jobs : std::vector<JobRecord>(), registry_.List(),
+                         registry_.now(), registry_.heartbeat_timeout());
 }
 
 void Coordinator::Monitor() {

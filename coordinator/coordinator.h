@@ -29,6 +29,7 @@
 #include "coordinator/job_runner.h"
 #include "coordinator/job_store.h"
 #include "coordinator/memory_store.h"
+#include "coordinator/metrics.h"
 #include "coordinator/registry.h"
 #include "proto/tandem/v1/coordinator.pb.h"
 
@@ -51,6 +52,10 @@ class Coordinator {
   JobFeeds& feeds() { return feeds_; }
   JobStore& store() { return *store_; }
   const CoordinatorOptions& options() const { return options_; }
+  Metrics& metrics() { return metrics_; }
+
+  // What /metrics serves (coordinator/metrics.h).
+  std::string MetricsText();
 
   // Validates and records the job (QUEUED), then tries to schedule. InvalidArgument with the field
   // path for a bad spec; AlreadyExists for a non-empty run_dir.
@@ -72,6 +77,7 @@ class Coordinator {
   Registry registry_;
   MemoryStore rendezvous_;
   JobFeeds feeds_;
+  Metrics metrics_;
   std::mutex mu_;  // scheduling, runners_
   std::condition_variable wake_;
   bool stopping_ = false;

@@ -10,6 +10,7 @@
 #include "common/logging.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/metrics_http.h"
 #include "rpc/channel.h"
 
 namespace tandem::coordinator {
@@ -43,8 +44,22 @@ int RunCoordinator(const CoordinatorServerOptions& options) {
   }
   const std::string address = rpc::WithPort(options.listen, port);
   TANDEM_LOG(kInfo, "coordinator") << "serving on " << address << ", state in " << options.state_dir;
+  std::string ready = address + "\n";
+  std::unique_ptr<MetricsHttpServer> metrics;
+  if (!options.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started = MetricsHttpServer::Start(
+        options.metrics_listen, [c = coordinator->get()] { return c->MetricsText(); });
+    if (!started.ok()) {
+      std::fprintf(stderr, "tandem coordinator: %s\n",
+                   std::string(started.status().message()).c_str());
+      return 1;
+    }
+    metrics = *std::move(started);
+    TANDEM_LOG(kInfo, "coordinator") << "serving http://" << metrics->address() << "/metrics";
+    ready += "metrics " + metrics->address() + "\n";
+  }
   if (!options.ready_file.empty()) {
-    if (absl::Status status = WriteFileAtomically(options.ready_file, address + "\n"); !status.ok()) {
+    if (absl::Status status = WriteFileAtomically(options.ready_file, ready); !status.ok()) {
       std::fprintf(stderr, "tandem coordinator: %s\n", std::string(status.message()).c_str());
       return 1;
     }
@@ -52,6 +67,7 @@ int RunCoordinator(const CoordinatorServerOptions& options) {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   TANDEM_LOG(kInfo, "coordinator") << "stopping (signal " << signal_number << ")";
+  metrics.reset();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   coordinator->reset();
   return 0;

@@ -59,12 +59,14 @@ struct JobRunner::Member {
 
 JobRunner::JobRunner(JobRecord job, std::vector<ActorEntry> vision, std::vector<ActorEntry> llm,
                      JobStore* store, JobFeeds* feeds, MemoryStore* rendezvous, Registry* registry,
-                     RunnerOptions options, std::function<void(const std::string&)> done)
+                     Metrics* metrics, RunnerOptions options,
+                     std::function<void(const std::string&)> done)
     : job_(std::move(job)),
       store_(store),
       feeds_(feeds),
       rendezvous_(rendezvous),
       registry_(registry),
+      metrics_(metrics),
       options_(options),
       done_(std::move(done)) {
   auto add = [&](const std::vector<ActorEntry>& group, v1::Role role) {
@@ -398,9 +400,12 @@ absl::Status JobRunner::Execute() {
     train_seconds += step_seconds;
     trainer::StepRecord record;
     record.step = step;
+    StepSample sample;
     bool vision_seen = false, llm_seen = false;
     for (size_t i = 0; i < members_.size(); ++i) {
       const v1::RunStepResponse& r = responses[i];
+      (members_[i]->role == v1::ROLE_LLM ? sample.llm_to_vision_bytes
+                                         : sample.vision_to_llm_bytes) += r.bytes_sent();
       if (members_[i]->role == v1::ROLE_LLM) {
         record.loss += r.loss();
         if (!llm_seen) record.lr = r.lr(), record.llm_grad_norm = r.grad_norm(), llm_seen = true;
@@ -421,6 +426,15 @@ absl::Status JobRunner::Execute() {
     job_.step = step;
     job_.loss = record.loss;
     RETURN_IF_ERROR(store_->UpdateProgress(job_.id, step, record.loss));
+    sample.job_id = job_.id;
+    sample.name = job.name;
+    sample.step = step;
+    sample.steps = schedule.steps;
+    sample.loss = record.loss;
+    sample.step_seconds = step_seconds;
+    sample.samples_per_s = record.samples_per_s;
+    sample.samples = schedule.global_batch;
+    metrics_->RecordStep(sample);
     summary.steps = step;
     summary.samples += schedule.global_batch;
     summary.final_loss = record.loss;
@@ -570,6 +584,7 @@ void JobRunner::Run() {
       SetState(JobState::kFailed, message);
     }
   }
+  metrics_->EndJob(job_.id);
   rendezvous_->DeleteWithPrefix(absl::StrCat(job_.id, "/", job_.attempt, "/"));
   registry_->Free(job_.id);
   if (IsFinal(job_.state)) {

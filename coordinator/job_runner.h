@@ -30,6 +30,7 @@
 #include "coordinator/job_feed.h"
 #include "coordinator/job_store.h"
 #include "coordinator/memory_store.h"
+#include "coordinator/metrics.h"
 #include "coordinator/registry.h"
 #include "trainer/summary.h"
 
@@ -51,7 +52,8 @@ class JobRunner {
   // freed.
   JobRunner(JobRecord job, std::vector<ActorEntry> vision, std::vector<ActorEntry> llm,
             JobStore* store, JobFeeds* feeds, MemoryStore* rendezvous, Registry* registry,
-            RunnerOptions options, std::function<void(const std::string& job_id)> done);
+            Metrics* metrics, RunnerOptions options,
+            std::function<void(const std::string& job_id)> done);
   ~JobRunner();  // joins the thread
 
   void Start();
@@ -96,6 +98,7 @@ class JobRunner {
   JobFeeds* feeds_;
   MemoryStore* rendezvous_;
   Registry* registry_;
+  Metrics* metrics_;
   RunnerOptions options_;
   std::function<void(const std::string&)> done_;
   std::atomic<bool> cancelled_{false};

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/service/service_testing.h"
+#include "tests/testing/http.h"
 
 namespace tandem {
 namespace {
@@ -21,8 +22,9 @@ using testing::ProcessCluster;
 class ClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    cluster_.StartCoordinator();
+    cluster_.StartCoordinator("127.0.0.1:0", {"--metrics-listen", "127.0.0.1:0"});
     ASSERT_FALSE(cluster_.address().empty());
+    ASSERT_FALSE(cluster_.metrics_address().empty());
   }
 
   // A tiny job; `extra` adds top-level spec fields (a leading comma and the pairs).
@@ -60,6 +62,23 @@ TEST_F(ClusterTest, SubmittedJobWaitsForItsActorsThenSucceeds) {
   EXPECT_THAT(jobs.output, HasSubstr("job-000001   cluster"));
   EXPECT_THAT(jobs.output, HasSubstr("SUCCEEDED"));
   EXPECT_TRUE(std::filesystem::exists(cluster_.dir() + "/state/jobs/" + id + "/summary.json"));
+
+  // /metrics counts it: five steps of eight samples, and the embeddings' gradients are exactly as
+  // many bytes as the embeddings.
+  const std::string metrics = testing::HttpGet(cluster_.metrics_address(), "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("tandem_jobs{state=\"succeeded\"} 1\n"));
+  EXPECT_THAT(metrics, HasSubstr("tandem_actors_alive{pool=\"vision\"} 1\n"));
+  EXPECT_THAT(metrics, HasSubstr("tandem_actors_alive{pool=\"llm\"} 1\n"));
+  EXPECT_THAT(metrics, HasSubstr("tandem_steps_total 5\n"));
+  EXPECT_THAT(metrics, HasSubstr("tandem_samples_total 40\n"));
+  EXPECT_THAT(metrics, ::testing::Not(HasSubstr("tandem_job_step{")));  // it ended
+  const auto bytes = [&](const std::string& direction) {
+    const std::string key = "tandem_transfer_bytes_total{direction=\"" + direction + "\"} ";
+    const size_t at = metrics.find(key);
+    return at == std::string::npos ? -1 : std::stoll(metrics.substr(at + key.size()));
+  };
+  EXPECT_GT(bytes("vision_to_llm"), 0) << metrics;
+  EXPECT_EQ(bytes("vision_to_llm"), bytes("llm_to_vision")) << metrics;
 }
 
 TEST_F(ClusterTest, BadSpecIsRejectedAtSubmitAndNothingIsQueued) {

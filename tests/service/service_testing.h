@@ -91,6 +91,7 @@ class ProcessCluster {
 
   const std::string& dir() const { return dir_; }
   const std::string& address() const { return address_; }
+  const std::string& metrics_address() const { return metrics_address_; }
   pid_t coordinator() const { return coordinator_; }
 
   // `tandem ARGS` as a child process with stderr to `log` (default <dir>/<n>-<ARGS[0]>.log).
@@ -112,7 +113,8 @@ class ProcessCluster {
   }
 
   // A coordinator on `listen` (default: a port the OS picks) with its state in <dir>/state;
-  // returns its pid once it is ready, and sets address().
+  // returns its pid once it is ready, and sets address() (and metrics_address(), given
+  // --metrics-listen).
   pid_t StartCoordinator(const std::string& listen = "127.0.0.1:0",
                          std::vector<std::string> extra = {}) {
     const std::string ready = absl::StrCat(dir_, "/coordinator", ++coordinators_);
@@ -122,6 +124,10 @@ class ProcessCluster {
     args.insert(args.end(), extra.begin(), extra.end());
     coordinator_ = Spawn(args);
     address_ = AwaitLine(ready);
+    std::ifstream in(ready);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("metrics ", 0) == 0) metrics_address_ = line.substr(8);
+    }
     return coordinator_;
   }
 
@@ -174,6 +180,7 @@ class ProcessCluster {
 
   std::string dir_;
   std::string address_;
+  std::string metrics_address_;
   pid_t coordinator_ = -1;
   int coordinators_ = 0;
   int actors_ = 0;

@@ -1,0 +1,132 @@
+#include "coordinator/metrics.h"
+
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace tandem::coordinator {
+namespace {
+
+constexpr JobState kStates[] = {JobState::kQueued,    JobState::kRunning, JobState::kRestarting,
+                                JobState::kSucceeded, JobState::kFailed,  JobState::kCancelled};
+
+// Appends "# HELP" and "# TYPE" for one metric.
+void Header(std::string* out, const char* name, const char* type, const char* help) {
+  absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+}
+
+std::string Number(double value) { return absl::StrFormat("%.17g", value); }
+
+std::string JobLabels(const StepSample& s) {
+  return absl::StrCat("job=\"", EscapeLabel(s.job_id), "\",name=\"", EscapeLabel(s.name), "\"");
+}
+
+}  // namespace
+
+std::string EscapeLabel(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+void Metrics::RecordStep(const StepSample& sample) {
+  std::lock_guard<std::mutex> lock(mu_);
+  running_[sample.job_id] = sample;
+  ++steps_total_;
+  samples_total_ += sample.samples;
+  vision_to_llm_total_ += sample.vision_to_llm_bytes;
+  llm_to_vision_total_ += sample.llm_to_vision_bytes;
+}
+
+void Metrics::EndJob(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  running_.erase(job_id);
+}
+
+std::string Metrics::Render(const std::vector<JobRecord>& jobs,
+                            const std::vector<ActorEntry>& actors, Clock::time_point now,
+                            std::chrono::milliseconds heartbeat_timeout) const {
+  std::string out;
+  Header(&out, "tandem_jobs", "gauge", "Jobs the coordinator knows, by state.");
+  for (JobState state : kStates) {
+    int count = 0;
+    for (const JobRecord& job : jobs) count += job.state == state ? 1 : 0;
+    absl::StrAppend(&out, "tandem_jobs{state=\"", absl::AsciiStrToLower(JobStateName(state)),
+                    "\"} ", count, "\n");
+  }
+
+  struct PoolCounts {
+    int registered = 0, alive = 0, busy = 0;
+  };
+  std::map<std::string, PoolCounts> pools;
+  for (const ActorEntry& actor : actors) {
+    PoolCounts& counts = pools[actor.pool];
+    ++counts.registered;
+    if (now - actor.last_heartbeat <= heartbeat_timeout) ++counts.alive;
+    if (!actor.job_id.empty()) ++counts.busy;
+  }
+  auto per_pool = [&](const char* name, const char* help, int PoolCounts::*field) {
+    Header(&out, name, "gauge", help);
+    for (const auto& [pool, counts] : pools) {
+      absl::StrAppend(&out, name, "{pool=\"", EscapeLabel(pool), "\"} ", counts.*field, "\n");
+    }
+  };
+  per_pool("tandem_actors", "Registered actors, by pool.", &PoolCounts::registered);
+  per_pool("tandem_actors_alive", "Registered actors heartbeating within the timeout, by pool.",
+           &PoolCounts::alive);
+  per_pool("tandem_actors_busy", "Registered actors reserved for a job, by pool.",
+           &PoolCounts::busy);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  Header(&out, "tandem_steps_total", "counter", "Training steps completed, all jobs.");
+  absl::StrAppend(&out, "tandem_steps_total ", steps_total_, "\n");
+  Header(&out, "tandem_samples_total", "counter", "Samples trained, all jobs.");
+  absl::StrAppend(&out, "tandem_samples_total ", samples_total_, "\n");
+  Header(&out, "tandem_transfer_bytes_total", "counter",
+         "Bytes sent between the groups: embeddings (vision_to_llm) and their gradients "
+         "(llm_to_vision).");
+  absl::StrAppend(&out, "tandem_transfer_bytes_total{direction=\"vision_to_llm\"} ",
+                  vision_to_llm_total_, "\n");
+  absl::StrAppend(&out, "tandem_transfer_bytes_total{direction=\"llm_to_vision\"} ",
+                  llm_to_vision_total_, "\n");
+
+  auto per_job = [&](const char* name, const char* help, auto value) {
+    Header(&out, name, "gauge", help);
+    for (const auto& [id, sample] : running_) {
+      absl::StrAppend(&out, name, "{", JobLabels(sample), "} ", value(sample), "\n");
+    }
+  };
+  per_job("tandem_job_step", "A running job's last completed step.",
+          [](const StepSample& s) { return absl::StrCat(s.step); });
+  per_job("tandem_job_steps", "A running job's schedule.steps.",
+          [](const StepSample& s) { return absl::StrCat(s.steps); });
+  per_job("tandem_job_loss", "A running job's last step loss.",
+          [](const StepSample& s) { return Number(s.loss); });
+  per_job("tandem_job_step_seconds", "A running job's last step wall time, in seconds.",
+          [](const StepSample& s) { return Number(s.step_seconds); });
+  per_job("tandem_job_samples_per_second", "A running job's last step throughput.",
+          [](const StepSample& s) { return Number(s.samples_per_s); });
+  Header(&out, "tandem_job_transfer_bytes_per_step", "gauge",
+         "Bytes a running job's last step sent between the groups, by direction.");
+  for (const auto& [id, sample] : running_) {
+    absl::StrAppend(&out, "tandem_job_transfer_bytes_per_step{", JobLabels(sample),
+                    ",direction=\"vision_to_llm\"} ", sample.vision_to_llm_bytes, "\n");
+    absl::StrAppend(&out, "tandem_job_transfer_bytes_per_step{", JobLabels(sample),
+                    ",direction=\"llm_to_vision\"} ", sample.llm_to_vision_bytes, "\n");
+  }
+  return out;
+}
+
+}  // namespace tandem::coordinator

@@ -1,0 +1,71 @@
+// What the coordinator serves at /metrics, in the Prometheus text exposition format (0.0.4).
+//
+//   tandem_jobs{state}                          gauge    jobs the coordinator knows, by state
+//   tandem_actors{pool}                         gauge    registered actors
+//   tandem_actors_alive{pool}                   gauge    of those, heartbeating within the timeout
+//   tandem_actors_busy{pool}                    gauge    of those, reserved for a job
+//   tandem_steps_total                          counter  training steps completed, all jobs
+//   tandem_samples_total                        counter  samples trained, all jobs
+//   tandem_transfer_bytes_total{direction}      counter  bytes sent between the groups:
+//                                                        vision_to_llm (embeddings),
+//                                                        llm_to_vision (their gradients)
+//   tandem_job_step{job,name}                   gauge    a running job's last completed step
+//   tandem_job_steps{job,name}                  gauge    its schedule.steps
+//   tandem_job_loss{job,name}                   gauge    its last step's loss
+//   tandem_job_step_seconds{job,name}           gauge    its last step's wall time
+//   tandem_job_samples_per_second{job,name}     gauge    its last step's throughput
+//   tandem_job_transfer_bytes_per_step{job,name,direction}  gauge  bytes between the groups in it
+//
+// The tandem_job_* series exist while the job runs (RUNNING); counters count from the
+// coordinator's start. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "coordinator/job_store.h"
+#include "coordinator/registry.h"
+
+namespace tandem::coordinator {
+
+// One step of a running job, as the runner records it.
+struct StepSample {
+  std::string job_id;
+  std::string name;
+  int64_t step = 0;
+  int64_t steps = 0;
+  double loss = 0;
+  double step_seconds = 0;
+  double samples_per_s = 0;
+  int64_t samples = 0;
+  int64_t vision_to_llm_bytes = 0;
+  int64_t llm_to_vision_bytes = 0;
+};
+
+class Metrics {
+ public:
+  void RecordStep(const StepSample& sample);
+  // The job no longer runs: its tandem_job_* series end.
+  void EndJob(const std::string& job_id);
+
+  // The exposition: jobs counted by state from `jobs`, actors by pool from `actors` (alive when
+  // their last heartbeat is within `heartbeat_timeout` of `now`), and what RecordStep gathered.
+  std::string Render(const std::vector<JobRecord>& jobs, const std::vector<ActorEntry>& actors,
+                     Clock::time_point now, std::chrono::milliseconds heartbeat_timeout) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, StepSample> running_;  // by job id
+  int64_t steps_total_ = 0;
+  int64_t samples_total_ = 0;
+  int64_t vision_to_llm_total_ = 0;
+  int64_t llm_to_vision_total_ = 0;
+};
+
+// A label value with Prometheus' escapes (backslash, double quote, newline).
+std::string EscapeLabel(const std::string& value);
+
+}  // namespace tandem::coordinator

@@ -1,0 +1,40 @@
+// The coordinator's HTTP endpoint for Prometheus: GET /metrics answers the exposition text
+// (coordinator/metrics.h), GET /healthz answers "ok". A small HTTP/1.1 server: one thread accepts
+// on HOST:PORT and answers one request per connection (Connection: close), each within 5 s; other
+// paths get 404, other methods 405, a request that does not parse 400.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+
+namespace tandem::coordinator {
+
+class MetricsHttpServer {
+ public:
+  // Listens on `listen` (HOST:PORT; port 0 lets the OS pick). InvalidArgument for an address that
+  // does not parse; Unavailable when it cannot be bound.
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
+      const std::string& listen, std::function<std::string()> metrics);
+  ~MetricsHttpServer();  // stops accepting and joins the thread
+
+  // HOST:PORT with the bound port.
+  const std::string& address() const { return address_; }
+
+ private:
+  MetricsHttpServer(int listen_fd, int stop_fd, std::string address,
+                    std::function<std::string()> metrics);
+  void Serve();
+  void Answer(int fd);
+
+  const int listen_fd_;
+  const int stop_fd_;  // an eventfd: written once to stop
+  const std::string address_;
+  const std::function<std::string()> metrics_;
+  std::thread thread_;
+};
+
+}  // namespace tandem::coordinator

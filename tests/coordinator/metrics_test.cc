@@ -1,0 +1,138 @@
+// The coordinator's Prometheus exposition (coordinator/metrics.h) and its HTTP endpoint
+// (coordinator/metrics_http.h).
+#include "coordinator/metrics.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "coordinator/metrics_http.h"
+#include "tests/testing/http.h"
+
+namespace tandem::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+JobRecord Job(const std::string& id, JobState state) {
+  JobRecord job;
+  job.id = id;
+  job.state = state;
+  return job;
+}
+
+ActorEntry Actor(const std::string& pool, const std::string& job, Clock::time_point heartbeat) {
+  ActorEntry actor;
+  actor.pool = pool;
+  actor.job_id = job;
+  actor.last_heartbeat = heartbeat;
+  return actor;
+}
+
+StepSample Step(int64_t step, double loss) {
+  StepSample s;
+  s.job_id = "job-000002";
+  s.name = "caption \"tiny\"";
+  s.step = step;
+  s.steps = 30;
+  s.loss = loss;
+  s.step_seconds = 0.25;
+  s.samples_per_s = 32;
+  s.samples = 8;
+  s.vision_to_llm_bytes = 4096;
+  s.llm_to_vision_bytes = 4096;
+  return s;
+}
+
+TEST(MetricsTest, CountsJobsByStateActorsByPoolAndStepsOfRunningJobs) {
+  Metrics metrics;
+  metrics.RecordStep(Step(1, 2.5));
+  metrics.RecordStep(Step(2, 2.25));
+  const Clock::time_point now = Clock::now();
+  const std::string text = metrics.Render(
+      {Job("job-000001", JobState::kSucceeded), Job("job-000002", JobState::kRunning),
+       Job("job-000003", JobState::kQueued), Job("job-000004", JobState::kQueued)},
+      {Actor("vision", "job-000002", now), Actor("llm", "job-000002", now),
+       Actor("llm", "", now - std::chrono::seconds(30))},
+      now, std::chrono::seconds(10));
+
+  EXPECT_THAT(text, HasSubstr("# TYPE tandem_jobs gauge\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_jobs{state=\"queued\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_jobs{state=\"running\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_jobs{state=\"succeeded\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_jobs{state=\"restarting\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_actors{pool=\"llm\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_actors_alive{pool=\"llm\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_actors_alive{pool=\"vision\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_actors_busy{pool=\"llm\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE tandem_steps_total counter\ntandem_steps_total 2\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_samples_total 16\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_transfer_bytes_total{direction=\"vision_to_llm\"} 8192\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_transfer_bytes_total{direction=\"llm_to_vision\"} 8192\n"));
+  const std::string labels = "{job=\"job-000002\",name=\"caption \\\"tiny\\\"\"}";
+  EXPECT_THAT(text, HasSubstr("tandem_job_step" + labels + " 2\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_job_steps" + labels + " 30\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_job_loss" + labels + " 2.25\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_job_step_seconds" + labels + " 0.25\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_job_samples_per_second" + labels + " 32\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_job_transfer_bytes_per_step{job=\"job-000002\",name="
+                              "\"caption \\\"tiny\\\"\",direction=\"llm_to_vision\"} 4096\n"));
+
+  metrics.EndJob("job-000002");
+  const std::string ended = metrics.Render({}, {}, now, std::chrono::seconds(10));
+  EXPECT_THAT(ended, Not(HasSubstr("job-000002")));
+  EXPECT_THAT(ended, HasSubstr("tandem_steps_total 2\n"));  // counters stay
+}
+
+TEST(MetricsTest, LabelValuesAreEscaped) {
+  EXPECT_EQ(EscapeLabel("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+}
+
+TEST(MetricsHttpTest, ServesMetricsAndHealthAndRefusesTheRest) {
+  int calls = 0;
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start("127.0.0.1:0", [&] {
+        ++calls;
+        return std::string("tandem_steps_total 7\n");
+      });
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = (*server)->address();
+  ASSERT_THAT(address, Not(HasSubstr(":0")));
+
+  const std::string metrics = testing::HttpGet(address, "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("HTTP/1.1 200 OK\r\n"));
+  EXPECT_THAT(metrics, HasSubstr("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"));
+  EXPECT_THAT(metrics, HasSubstr("Content-Length: 21\r\n"));
+  EXPECT_THAT(metrics, HasSubstr("\r\n\r\ntandem_steps_total 7\n"));
+  EXPECT_EQ(calls, 1);
+  EXPECT_THAT(testing::HttpGet(address, "/healthz"), HasSubstr("200 OK\r\n"));
+  EXPECT_THAT(testing::HttpGet(address, "/metrics?x=1"), HasSubstr("200 OK\r\n"));
+  EXPECT_THAT(testing::HttpGet(address, "/"), HasSubstr("HTTP/1.1 404 Not Found\r\n"));
+  EXPECT_THAT(testing::HttpExchange(address, "POST /metrics HTTP/1.1\r\n\r\n"),
+              HasSubstr("HTTP/1.1 405 Method Not Allowed\r\n"));
+  EXPECT_THAT(testing::HttpExchange(address, "nonsense\r\n\r\n"),
+              HasSubstr("HTTP/1.1 400 Bad Request\r\n"));
+  EXPECT_EQ(calls, 2);
+}
+
+TEST(MetricsHttpTest, BadOrTakenAddressesAreNamed) {
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> bad =
+      MetricsHttpServer::Start("localhost", [] { return std::string(); });
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("--metrics-listen: 'localhost' is not HOST:PORT"));
+
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> first =
+      MetricsHttpServer::Start("127.0.0.1:0", [] { return std::string(); });
+  ASSERT_TRUE(first.ok());
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> taken =
+      MetricsHttpServer::Start((*first)->address(), [] { return std::string(); });
+  EXPECT_EQ(taken.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(taken.status().message(),
+              HasSubstr("--metrics-listen: cannot listen on " + (*first)->address()));
+}
+
+}  // namespace
+}  // namespace tandem::coordinator
