@@ -16,6 +16,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/laggards.h"
 #include "jobspec/job_spec.h"
 #include "proto/tandem/v1/actor.grpc.pb.h"
 #include "rpc/channel.h"
@@ -537,6 +538,19 @@ absl::Status JobRunner::Execute() {
   return WriteFileAtomically(run_path("summary.json"), job_.summary_json + "\n");
 }
 
+std::string JobRunner::Laggards() const {
+  std::vector<RankProgress> ranks;
+  const std::vector<ActorEntry> actors = registry_->List();
+  for (const auto& m : members_) {
+    for (const ActorEntry& a : actors) {
+      if (a.id != m->actor.id || a.job_id != job_.id) continue;
+      ranks.push_back({m->role == v1::ROLE_VISION ? "vision" : "llm", m->rank,
+                       absl::StrCat(a.id, ", ", a.address), a.last_collective});
+    }
+  }
+  return DescribeLaggards(ranks);
+}
+
 void JobRunner::Run() {
   ++job_.attempt;
   SetState(JobState::kRunning, "");
@@ -567,6 +581,11 @@ void JobRunner::Run() {
       std::lock_guard<std::mutex> lock(reason_mu_);
       for (const auto& [id, what] : lost_contact_) message = absl::StrCat(what, "; ", message);
       lost = !lost_contact_.empty();
+    }
+    if (status.code() == absl::StatusCode::kDeadlineExceeded) {
+      if (const std::string behind = Laggards(); !behind.empty()) {
+        message = absl::StrCat(message, "; the collective waited for: ", behind);
+      }
     }
     if (lost && job_.restarts < max_restarts_) {
       ++job_.restarts;

@@ -66,6 +66,8 @@ class JobRunner {
 
  private:
   struct Member;
+  // The ranks a timed-out collective waited for, from the members' last heartbeats ("" if none).
+  std::string Laggards() const;
   void Run();
   absl::Status Execute();
   // Assigns every member; each loads `resume_from` when it is set and must report `resume_step`.

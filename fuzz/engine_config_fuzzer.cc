@@ -1,0 +1,21 @@
+// libFuzzer target: the engine config parser (engine::ParseConfig: DeepSpeed's JSON keys, strict)
+// on arbitrary bytes. An error must name a key path or say the text is not JSON.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "engine/config.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  absl::StatusOr<tandem::engine::Config> config = tandem::engine::ParseConfig(text);
+  if (!config.ok() && config.status().message().empty()) {
+    std::fprintf(stderr, "an error without a message (%d)\n",
+                 static_cast<int>(config.status().code()));
+    std::abort();
+  }
+  return 0;
+}

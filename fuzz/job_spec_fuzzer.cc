@@ -1,0 +1,27 @@
+// libFuzzer target: the job-spec parser and validator (jobspec::ParseJobSpecJson) on arbitrary
+// bytes. Beyond "no crash, no hang, no leak": a spec that parses must read back, from the resolved
+// JSON it is recorded as (JobConfigToJson, what the coordinator stores), into a valid spec again.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "jobspec/job_spec.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  absl::StatusOr<tandem::jobspec::JobConfig> config =
+      tandem::jobspec::ParseJobSpecJson(text, "fuzz.json");
+  if (!config.ok()) return 0;
+  const std::string recorded = tandem::jobspec::JobConfigToJson(*config);
+  absl::StatusOr<tandem::jobspec::JobConfig> again =
+      tandem::jobspec::ParseJobSpecJson(recorded, "recorded.json");
+  if (!again.ok()) {
+    std::fprintf(stderr, "a valid spec's recorded form does not parse: %s\n%s\n",
+                 std::string(again.status().message()).c_str(), recorded.c_str());
+    std::abort();
+  }
+  return 0;
+}
