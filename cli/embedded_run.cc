@@ -1,7 +1,6 @@
 #include "cli/embedded_run.h"
 
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cli/spawn.h"
 #include "cli/watch.h"
 #include "common/process_exit.h"
 #include "jobspec/job_spec.h"
@@ -41,33 +41,6 @@ struct Child {
   std::optional<int64_t> oom_kills_at_start;  // common/process_exit.h
   int restarts = 0;
 };
-
-// Starts this binary with `args`, stdout/stderr to `log`, in its own process group (so Ctrl-C
-// reaches only the parent, which stops the children in order), dying with the parent.
-absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log) {
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork failed: ", std::strerror(errno)));
-  if (pid == 0) {
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(1);
-    sigset_t none;
-    sigemptyset(&none);
-    pthread_sigmask(SIG_SETMASK, &none, nullptr);
-    FILE* out = std::fopen(log.c_str(), "w");
-    if (out) {
-      dup2(fileno(out), STDOUT_FILENO);
-      dup2(fileno(out), STDERR_FILENO);
-    }
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv("/proc/self/exe", argv.data());
-    _exit(127);
-  }
-  return pid;
-}
 
 std::string Tail(const std::string& path, size_t lines) {
   std::ifstream in(path);

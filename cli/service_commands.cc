@@ -3,12 +3,13 @@
 #include <memory>
 
 #include "actor/actor_server.h"
+#include "cli/actor_supervisor.h"
 #include "cli/security_flags.h"
 #include "coordinator/coordinator_server.h"
 
 namespace tandem::cli {
 
-void AddServiceCommands(CLI::App& app, int* exit_code) {
+void AddServiceCommands(CLI::App& app, const std::string* log_level, int* exit_code) {
   auto coordinator = std::make_shared<coordinator::CoordinatorServerOptions>();
   auto coordinator_security = std::make_shared<rpc::SecurityFlags>();
   auto heartbeat_timeout_s = std::make_shared<double>(10.0);
@@ -51,6 +52,7 @@ void AddServiceCommands(CLI::App& app, int* exit_code) {
 
   auto actor = std::make_shared<actor::ActorOptions>();
   auto actor_security = std::make_shared<rpc::SecurityFlags>();
+  auto supervise = std::make_shared<bool>(false);
   CLI::App* a =
       app.add_subcommand("actor", "Run an actor: one rank of a vision or LLM group, in a pool");
   a->add_option("--pool", actor->pool, "Pool to join (a job spec's vision.pool / llm.pool)")
@@ -70,9 +72,32 @@ void AddServiceCommands(CLI::App& app, int* exit_code) {
       "!--no-local-links", actor->local_links,
       "Keep every transfer on gRPC: serve no local endpoint and do not send over local links (Unix "
       "sockets to actors on the same host and network namespace)");
+  a->add_flag("--supervise", *supervise,
+              "Run the actor as a child process: when it ends, tell the coordinator why (exit "
+              "code, signal, out of memory), so its job restarts naming the cause, and start it "
+              "again");
   AddSecurityFlags(a, actor_security.get());
   a->callback([=] {
-    *exit_code = WithSecurity("actor", *actor_security, [&] { return actor::RunActor(*actor); });
+    *exit_code = WithSecurity("actor", *actor_security, [&] {
+      if (!*supervise) return actor::RunActor(*actor);
+      SupervisedActor supervised;
+      supervised.coordinator = actor->coordinator;
+      supervised.ready_file = actor->ready_file;
+      supervised.args = {
+          "--log-level",      *log_level, "actor",       "--pool",   actor->pool,  "--coordinator",
+          actor->coordinator, "--listen", actor->listen, "--device", actor->device};
+      if (!actor->advertise.empty())
+        supervised.args.insert(supervised.args.end(), {"--advertise", actor->advertise});
+      if (!actor->local_links) supervised.args.push_back("--no-local-links");
+      for (const auto& [flag, value] :
+           {std::pair<const char*, const std::string*>{"--token-file", &actor_security->token_file},
+            {"--tls-cert", &actor_security->tls_cert},
+            {"--tls-key", &actor_security->tls_key},
+            {"--tls-ca", &actor_security->tls_ca}}) {
+        if (!value->empty()) supervised.args.insert(supervised.args.end(), {flag, *value});
+      }
+      return SuperviseActor(supervised);
+    });
   });
 }
 

@@ -99,6 +99,24 @@ std::string_view ParseErrorReason(std::string_view what) {
   return colon == std::string_view::npos ? what : what.substr(colon + 2);
 }
 
+// A nlohmann exception's message without its "[json.exception.out_of_range.406] " tag.
+std::string_view ExceptionReason(std::string_view what) {
+  const size_t tag_end = what.find("] ");
+  return what.starts_with("[json.exception.") && tag_end != std::string_view::npos
+             ? what.substr(tag_end + 2)
+             : what;
+}
+
+// Where the literal an out_of_range message quotes ("number overflow parsing '1e999'") first
+// stands in `text`, as Position says it; "(unknown position)" when it cannot be found.
+std::string NumberPosition(std::string_view text, std::string_view what) {
+  const size_t open = what.find('\'');
+  const size_t close = open == std::string_view::npos ? open : what.find('\'', open + 1);
+  if (close == std::string_view::npos) return "(unknown position)";
+  const size_t at = text.find(what.substr(open + 1, close - open - 1));
+  return at == std::string_view::npos ? "(unknown position)" : Position(text, at + 1);
+}
+
 }  // namespace
 
 absl::StatusOr<json> ParseJsonStrict(std::string_view text) {
@@ -109,6 +127,13 @@ absl::StatusOr<json> ParseJsonStrict(std::string_view text) {
   } catch (const json::parse_error& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(Position(text, e.byte), ": invalid JSON: ", Sv(ParseErrorReason(e.what()))));
+  } catch (const json::out_of_range& e) {
+    // A number beyond a double ("1e999"): nlohmann names the literal but not where it is.
+    return absl::InvalidArgumentError(absl::StrCat(
+        NumberPosition(text, e.what()), ": invalid JSON: ", Sv(ExceptionReason(e.what()))));
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid JSON: ", Sv(ExceptionReason(e.what()))));
   }
   if (!duplicates.first_duplicate().empty())
     return absl::InvalidArgumentError(absl::StrCat(duplicates.first_duplicate(), ": duplicate key"));

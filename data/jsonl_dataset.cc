@@ -65,7 +65,7 @@ absl::StatusOr<std::unique_ptr<JsonlDataset>> JsonlDataset::Open(const std::stri
     nlohmann::json object;
     try {
       object = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // a syntax error, or a number beyond a double
       return absl::InvalidArgumentError(
           absl::StrCat(where, "not valid JSON: ", WithoutExceptionTag(e.what())));
     }

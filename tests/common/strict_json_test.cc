@@ -21,6 +21,17 @@ TEST(StrictJsonTest, ParsesValidDocuments) {
   EXPECT_EQ((*parsed)["c"], "x");
 }
 
+// Found by fuzz/engine_config_fuzzer.cc: nlohmann throws out_of_range, not parse_error, for these.
+TEST(StrictJsonTest, NumbersBeyondADoubleAreAnErrorWithTheirPosition) {
+  EXPECT_EQ(ErrorOf("7e77777>77"),
+            "line 1, column 1: invalid JSON: number overflow parsing '7e77777'");
+  EXPECT_EQ(ErrorOf("{\"lr\": 1,\n \"eps\": -1e400}"),
+            "line 2, column 9: invalid JSON: number overflow parsing '-1e400'");
+  EXPECT_EQ(
+      ErrorOf(std::string("[") + std::string(400, '9') + "]"),
+      "line 1, column 2: invalid JSON: number overflow parsing '" + std::string(400, '9') + "'");
+}
+
 TEST(StrictJsonTest, DuplicateKeysNameTheirPath) {
   EXPECT_EQ(ErrorOf(R"({"a": 1, "a": 2})"), "a: duplicate key");
   EXPECT_EQ(ErrorOf(R"({"x": {"y": {"z": 1, "z": 1}}})"), "x.y.z: duplicate key");

@@ -115,6 +115,11 @@ TEST_F(JsonlDatasetTest, UnknownKeyIsAnError) {
   EXPECT_THAT(dataset.status().message(), HasSubstr("train.jsonl:1: unknown key \"caption\""));
 }
 
+TEST_F(JsonlDatasetTest, NumberBeyondADoubleIsAnErrorNotACrash) {
+  EXPECT_EQ(Open("{\"image\": \"images/a.png\", \"text\": 1e999}\n").status().message(),
+            jsonl_ + ":1: not valid JSON: number overflow parsing '1e999'");
+}
+
 TEST_F(JsonlDatasetTest, NonStringOrEmptyValueIsAnError) {
   EXPECT_EQ(Open("{\"image\": \"images/a.png\", \"text\": 7}\n").status().message(),
             jsonl_ + ":1: \"text\" must be a string, not number");

@@ -131,6 +131,24 @@ TEST_F(RestartTest, KilledActorJobResumesFromItsLastCheckpointWithUninterruptedL
   EXPECT_THAT(status.output, HasSubstr("\"restarts\":\"1\""));
 }
 
+TEST_F(RestartTest, SupervisedActorThatIsKilledIsReportedWithItsSignalAndTheJobResumes) {
+  cluster_.StartActor("vision");
+  const pid_t supervisor = cluster_.StartActor("llm", {"--supervise"});
+  const std::string job = Submit("supervised", Spec("supervised", 1, 1));
+  ASSERT_TRUE(AwaitCheckpoint(job, kCheckpointEvery));
+  const pid_t actor = testing::ChildWithArgument(supervisor, "llm");
+  ASSERT_GT(actor, 0);
+  kill(actor, SIGKILL);
+  const std::string log = Follow(job);
+  EXPECT_THAT(log, HasSubstr("RESTARTING: llm-0 (llm rank 0, "));
+  EXPECT_THAT(log, HasSubstr(") died: killed by signal 9 (SIGKILL)"));
+  EXPECT_THAT(log, HasSubstr("restart 1 of 3 (failure.max_restarts) from "));
+  EXPECT_THAT(log, HasSubstr("SUCCEEDED"));
+  EXPECT_EQ(Steps(RunDir(job)).size(), static_cast<size_t>(kSteps));
+  // The supervisor started the actor again, and it registered anew.
+  EXPECT_THAT(cluster_.Cli("actors").output, HasSubstr("llm-1"));
+}
+
 TEST_F(RestartTest, RestartedCoordinatorKnowsEveryJobAndResumesTheRunningOne) {
   cluster_.StartActor("vision");
   cluster_.StartActor("llm");

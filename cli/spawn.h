@@ -1,0 +1,20 @@
+// Starting this binary again as a child process: `tandem run`'s local cluster and
+// `tandem actor --supervise`'s worker.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tandem::cli {
+
+// Starts this binary with `args` (args[0] is the program name) in its own process group (so a
+// terminal's Ctrl-C reaches only the parent, which stops its children in order), dying with the
+// parent, with every signal unblocked. stdout and stderr go to `log`, or stay the parent's when
+// `log` is "".
+absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log);
+
+}  // namespace tandem::cli
