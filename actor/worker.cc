@@ -16,6 +16,7 @@
 // loss and the engines' sum reduction make the group sums equal the colocated trainer's gradients.
 #include "actor/worker.h"
 
+#include <malloc.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -37,6 +38,7 @@
 #include "data/sampler.h"
 #include "data/tokenizer.h"
 #include "engine/communicator.h"
+#include "engine/cuda_ops.h"
 #include "engine/engine.h"
 #include "models/llm.h"
 #include "models/vision_encoder.h"
@@ -686,6 +688,10 @@ void TorchWorker::Release() {
   datasets_ = data::Datasets();
   transport_.reset();
   assignment_.reset();
+  // What the job held goes back to the system: the CUDA allocator's cache, and the heap glibc
+  // keeps for reuse (common/malloc_tuning.h).
+  engine::ReleaseCachedDeviceMemory();
+  malloc_trim(0);
   step_ = 0;
   SetPhase("idle");
   std::lock_guard<std::mutex> lock(status_mu_);

@@ -28,7 +28,15 @@ int64_t DevicePeakBytes(c10::Device device) {
       .peak;
 }
 
+#endif
+
+#ifdef TANDEM_CUDA_TORCH
+void ReleaseCachedDeviceMemory() { c10::cuda::CUDACachingAllocator::emptyCache(); }
 #else
+void ReleaseCachedDeviceMemory() {}
+#endif
+
+#if !(defined(TANDEM_CUDA_TORCH) && defined(TANDEM_HAVE_CUDA_KERNELS))
 
 absl::Status RunAdamWOnDevice(const kernels::AdamWBuffers&, const kernels::AdamWHyper&,
                               c10::Device device) {

@@ -19,4 +19,8 @@ absl::Status RunAdamWOnDevice(const kernels::AdamWBuffers& buffers, const kernel
 // Peak bytes allocated by the CUDA caching allocator on `device` since the process started.
 int64_t DevicePeakBytes(c10::Device device);
 
+// Hands the CUDA caching allocator's free blocks back to the driver (torch.cuda.empty_cache()), so
+// memory a finished job held is free for other processes; nothing without a CUDA LibTorch.
+void ReleaseCachedDeviceMemory();
+
 }  // namespace tandem::engine
