@@ -162,6 +162,9 @@ int Status(const ClientFlags& flags, const std::string& job_id) {
   if (job.restarts() > 0) {
     std::printf("  restarted %lld times after failures\n", static_cast<long long>(job.restarts()));
   }
+  if (!job.last_restart().empty() && job.state() != v1::JOB_STATE_RESTARTING) {
+    std::printf("  last restart: %s\n", job.last_restart().c_str());
+  }
   if (job.vision_actors_size() > 0) {
     std::string vision, llm;
     for (const auto& id : job.vision_actors()) vision += " " + id;

@@ -68,6 +68,17 @@ grpc::Status CoordinatorService::ListActors(grpc::ServerContext* context,
 
 v1::Job CoordinatorService::Describe(const JobRecord& job) {
   v1::Job out = ToProto(job);
+  constexpr std::string_view kRestarting = "RESTARTING: ";
+  absl::StatusOr<std::vector<JobEventRecord>> events = absl::NotFoundError("not read");
+  if (job.restarts > 0 || job.state == JobState::kRestarting)
+    events = coordinator_->store().Events(job.id);
+  if (events.ok()) {
+    for (auto it = events->rbegin(); it != events->rend(); ++it) {
+      if (!it->text.starts_with(kRestarting)) continue;
+      out.set_last_restart(it->text.substr(kRestarting.size()));
+      break;
+    }
+  }
   if (job.state == JobState::kRunning) {
     // Actor ids by group, in rank order: Reserve takes the vision group first, oldest actors first, so
     // registration order within the job is rank order.

@@ -145,6 +145,10 @@ TEST_F(RestartTest, SupervisedActorThatIsKilledIsReportedWithItsSignalAndTheJobR
   EXPECT_THAT(log, HasSubstr("restart 1 of 3 (failure.max_restarts) from "));
   EXPECT_THAT(log, HasSubstr("SUCCEEDED"));
   EXPECT_EQ(Steps(RunDir(job)).size(), static_cast<size_t>(kSteps));
+  const Outcome status = cluster_.Cli(absl::StrCat("status ", job));
+  EXPECT_THAT(status.output, HasSubstr("restarted 1 times after failures"));
+  EXPECT_THAT(status.output, HasSubstr("last restart: llm-0 (llm rank 0, "));
+  EXPECT_THAT(status.output, HasSubstr(") died: killed by signal 9 (SIGKILL)"));
   // The supervisor started the actor again, and it registered anew.
   EXPECT_THAT(cluster_.Cli("actors").output, HasSubstr("llm-1"));
 }
