@@ -81,6 +81,11 @@ absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& reques
   ASSIGN_OR_RETURN(jobspec::JobConfig config, jobspec::JobConfigFromProto(request.spec(), "job spec"));
   config.spec_dir = request.spec_dir();
   if (!request.run_dir().empty()) {
+    if (!fs::path(request.run_dir()).is_absolute()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "run_dir: '", request.run_dir(),
+          "' is relative; give an absolute path that every actor sees (tandem submit does)"));
+    }
     std::error_code ec;
     if (fs::exists(request.run_dir(), ec) && !fs::is_empty(request.run_dir(), ec)) {
       return absl::AlreadyExistsError(absl::StrCat("run directory ", request.run_dir(),
@@ -110,10 +115,15 @@ absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& reques
           " and schedule.steps is ", config.schedule.steps, ": nothing is left to train"));
     }
   }
-  ASSIGN_OR_RETURN(job, store_->CreateJob(job));
-  if (job.run_dir.empty()) {
-    job.run_dir = (fs::absolute(options_.state_dir) / "jobs" / job.id).string();
-    RETURN_IF_ERROR(store_->UpdateJob(job));
+  {
+    // Schedule reads the queue under mu_ (from the monitor, or when another job ends): it must not
+    // see the job between its creation and the recording of its run directory.
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSIGN_OR_RETURN(job, store_->CreateJob(job));
+    if (job.run_dir.empty()) {
+      job.run_dir = (fs::absolute(options_.state_dir) / "jobs" / job.id).string();
+      RETURN_IF_ERROR(store_->UpdateJob(job));
+    }
   }
   TANDEM_LOG(kInfo, kComponent) << job.id << ": submitted " << job.name << " (" << config.vision.actors
                                 << " vision x " << config.llm.actors << " llm actors), run directory " << job.run_dir;

@@ -352,6 +352,11 @@ absl::Status JobRunner::AssignAll(trainer::RunSummary* summary, const std::strin
 absl::Status JobRunner::Execute() {
   ASSIGN_OR_RETURN(jobspec::JobConfig job, jobspec::ParseJobSpecJson(job_.spec_json, job_.id));
   const jobspec::ScheduleConfig& schedule = job.schedule;
+  if (job_.run_dir.empty() || !fs::path(job_.run_dir).is_absolute()) {
+    // Never the coordinator's working directory: its submission was not recorded whole.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job's run directory '", job_.run_dir, "' is not an absolute path; submit it again"));
+  }
   std::error_code ec;
   fs::create_directories(fs::path(job_.run_dir) / "checkpoints", ec);
   if (ec)

@@ -114,15 +114,13 @@ class ProcessCluster {
 
   // A coordinator on `listen` (default: a port the OS picks) with its state in <dir>/state;
   // returns its pid once it is ready, and sets address() (and metrics_address(), given
-  // --metrics-listen). A killed actor is found at once by its broken calls; the heartbeat timeout
-  // (5 s, half the default) only keeps the actors of a test machine loaded by other tests from
-  // being declared dead while they live.
+  // --metrics-listen). Heartbeats time out after 2 s, so an actor that went silent is found fast.
   pid_t StartCoordinator(const std::string& listen = "127.0.0.1:0",
                          std::vector<std::string> extra = {}) {
     const std::string ready = absl::StrCat(dir_, "/coordinator", ++coordinators_);
     std::vector<std::string> args = {"coordinator", "--listen",      listen,
                                      "--state-dir", dir_ + "/state", "--heartbeat-timeout",
-                                     "5",           "--ready-file",  ready};
+                                     "2",           "--ready-file",  ready};
     args.insert(args.end(), extra.begin(), extra.end());
     coordinator_ = Spawn(args);
     address_ = AwaitLine(ready);
