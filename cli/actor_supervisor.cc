@@ -11,13 +11,14 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cli/spawn.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/process_exit.h"
-#include "proto/tandem/v1/coordinator.grpc.pb.h"
 #include "rpc/channel.h"
 
 namespace tandem::cli {
@@ -36,23 +37,28 @@ bool AwaitSignal(const sigset_t& signals, std::chrono::milliseconds timeout) {
   return sigtimedwait(&signals, nullptr, &wait) > 0;
 }
 
-// SIGTERM, then SIGKILL after kStopGrace; reaps it.
-void Stop(pid_t pid) {
-  kill(pid, SIGTERM);
-  const auto deadline = Clock::now() + kStopGrace;
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) != pid) {
-    if (Clock::now() >= deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return;
+// This process's arguments after the program name, without --supervise and --ready-file (the
+// supervisor gives the child a ready file of its own).
+std::vector<std::string> ChildArguments() {
+  std::ifstream in("/proc/self/cmdline");
+  std::vector<std::string> args;
+  bool program = true, skip_value = false;
+  for (std::string arg; std::getline(in, arg, '\0');) {
+    if (std::exchange(program, false) || std::exchange(skip_value, false)) continue;
+    if (arg == "--ready-file") {
+      skip_value = true;
+    } else if (arg != "--supervise" && !arg.starts_with("--supervise=") &&
+               !arg.starts_with("--ready-file=")) {
+      args.push_back(arg);
     }
-    usleep(20000);
   }
+  return args;
 }
 
-void Report(v1::Coordinator::Stub& coordinator, const std::string& address,
-            const std::string& why) {
+}  // namespace
+
+void ReportActorExit(v1::Coordinator::Stub& coordinator, const std::string& address,
+                     const std::string& why) {
   v1::ReportActorExitRequest request;
   request.set_address(address);
   request.set_description(why);
@@ -64,8 +70,6 @@ void Report(v1::Coordinator::Stub& coordinator, const std::string& address,
                                      << why << ": " << status.error_message();
   }
 }
-
-}  // namespace
 
 int SuperviseActor(const SupervisedActor& actor) {
   sigset_t signals;
@@ -82,7 +86,8 @@ int SuperviseActor(const SupervisedActor& actor) {
   const std::string dir = dir_template;
   const std::string child_ready = dir + "/address";
   std::vector<std::string> args = {"tandem"};
-  args.insert(args.end(), actor.args.begin(), actor.args.end());
+  const std::vector<std::string> own = ChildArguments();
+  args.insert(args.end(), own.begin(), own.end());
   args.insert(args.end(), {"--ready-file", child_ready});
   auto coordinator = v1::Coordinator::NewStub(rpc::MakeChannel(actor.coordinator));
 
@@ -104,7 +109,7 @@ int SuperviseActor(const SupervisedActor& actor) {
     bool stopping = false;
     while (waitpid(*pid, &status, WNOHANG) != *pid) {
       if (AwaitSignal(signals, std::chrono::milliseconds(100))) {
-        Stop(*pid);
+        StopChildren({*pid}, kStopGrace);
         stopping = true;
         break;
       }
@@ -127,7 +132,7 @@ int SuperviseActor(const SupervisedActor& actor) {
       exit_code = 2;
       break;
     }
-    if (!address.empty()) Report(*coordinator, address, why);
+    if (!address.empty()) ReportActorExit(*coordinator, address, why);
     backoff = Clock::now() - started >= kStableRun ? kFirstBackoff : backoff;
     TANDEM_LOG(kWarning, kComponent)
         << "actor " << (address.empty() ? std::string("(not yet registered)") : address) << " "

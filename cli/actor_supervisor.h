@@ -5,14 +5,18 @@
 #pragma once
 
 #include <string>
-#include <vector>
+
+#include "proto/tandem/v1/coordinator.grpc.pb.h"
 
 namespace tandem::cli {
 
+// Tells the coordinator that the actor process at `address` ended and `why` (ReportActorExit);
+// logs a warning when the coordinator cannot be told. `tandem run` reports its actors this way too.
+void ReportActorExit(v1::Coordinator::Stub& coordinator, const std::string& address,
+                     const std::string& why);
+
+// The actor child gets this process's own command line without --supervise and --ready-file.
 struct SupervisedActor {
-  // The child's arguments after the program name ({"--log-level", "info", "actor", "--pool", ...}),
-  // without --supervise and --ready-file.
-  std::vector<std::string> args;
   std::string coordinator;  // HOST:PORT, where exits are reported
   std::string ready_file;   // written with the actor's address each time it is ready; "" for none
 };

@@ -14,9 +14,11 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cli/actor_supervisor.h"
 #include "cli/spawn.h"
 #include "cli/watch.h"
 #include "common/process_exit.h"
@@ -114,12 +116,7 @@ class Supervisor {
       const std::string why = DescribeExit(ExitOf(status, c.oom_kills_at_start));
       std::string address;
       std::ifstream(c.ready_file) >> address;
-      v1::ReportActorExitRequest request;
-      request.set_address(address);
-      request.set_description(why);
-      v1::ReportActorExitResponse response;
-      coordinator.ReportActorExit(rpc::ContextWithTimeout(std::chrono::seconds(10)).get(), request,
-                                  &response);
+      ReportActorExit(coordinator, address, why);
       if (c.restarts >= max_restarts) {
         std::fprintf(stderr, "tandem run: actor %s %s; not started again (%d restarts)\n",
                      c.name.c_str(), why.c_str(), c.restarts);
@@ -138,24 +135,9 @@ class Supervisor {
   }
 
   void StopAll() {
-    for (Child& c : children_) {
-      if (c.pid > 0) kill(c.pid, SIGTERM);
-    }
-    const auto deadline = Clock::now() + std::chrono::seconds(10);
-    for (Child& c : children_) {
-      while (c.pid > 0) {
-        int status = 0;
-        if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
-          c.pid = -1;
-        } else if (Clock::now() >= deadline) {
-          kill(c.pid, SIGKILL);
-          waitpid(c.pid, &status, 0);
-          c.pid = -1;
-        } else {
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
-      }
-    }
+    std::vector<pid_t> pids;
+    for (Child& c : children_) pids.push_back(std::exchange(c.pid, -1));
+    StopChildren(pids, std::chrono::seconds(10));
   }
 
  private:

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   });
   int exit_code = 0;
   tandem::cli::AddRunCommand(app, &log_level, &exit_code);
-  tandem::cli::AddServiceCommands(app, &log_level, &exit_code);
+  tandem::cli::AddServiceCommands(app, &exit_code);
   tandem::cli::AddClientCommands(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;

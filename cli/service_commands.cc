@@ -9,7 +9,7 @@
 
 namespace tandem::cli {
 
-void AddServiceCommands(CLI::App& app, const std::string* log_level, int* exit_code) {
+void AddServiceCommands(CLI::App& app, int* exit_code) {
   auto coordinator = std::make_shared<coordinator::CoordinatorServerOptions>();
   auto coordinator_security = std::make_shared<rpc::SecurityFlags>();
   auto heartbeat_timeout_s = std::make_shared<double>(10.0);
@@ -83,19 +83,6 @@ void AddServiceCommands(CLI::App& app, const std::string* log_level, int* exit_c
       SupervisedActor supervised;
       supervised.coordinator = actor->coordinator;
       supervised.ready_file = actor->ready_file;
-      supervised.args = {
-          "--log-level",      *log_level, "actor",       "--pool",   actor->pool,  "--coordinator",
-          actor->coordinator, "--listen", actor->listen, "--device", actor->device};
-      if (!actor->advertise.empty())
-        supervised.args.insert(supervised.args.end(), {"--advertise", actor->advertise});
-      if (!actor->local_links) supervised.args.push_back("--no-local-links");
-      for (const auto& [flag, value] :
-           {std::pair<const char*, const std::string*>{"--token-file", &actor_security->token_file},
-            {"--tls-cert", &actor_security->tls_cert},
-            {"--tls-key", &actor_security->tls_key},
-            {"--tls-ca", &actor_security->tls_ca}}) {
-        if (!value->empty()) supervised.args.insert(supervised.args.end(), {flag, *value});
-      }
       return SuperviseActor(supervised);
     });
   });

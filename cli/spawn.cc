@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -36,6 +37,24 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args, const std::str
     _exit(127);
   }
   return pid;
+}
+
+void StopChildren(const std::vector<pid_t>& pids, std::chrono::seconds grace) {
+  for (pid_t pid : pids) {
+    if (pid > 0) kill(pid, SIGTERM);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  for (pid_t pid : pids) {
+    int status = 0;
+    while (pid > 0 && waitpid(pid, &status, WNOHANG) != pid) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        break;
+      }
+      usleep(10000);
+    }
+  }
 }
 
 }  // namespace tandem::cli

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -16,5 +17,9 @@ namespace tandem::cli {
 // parent, with every signal unblocked. stdout and stderr go to `log`, or stay the parent's when
 // `log` is "".
 absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log);
+
+// Sends SIGTERM to every child in `pids` (-1 entries are skipped), gives them `grace` to end, kills
+// the rest with SIGKILL, and reaps them all.
+void StopChildren(const std::vector<pid_t>& pids, std::chrono::seconds grace);
 
 }  // namespace tandem::cli

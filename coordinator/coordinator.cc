@@ -230,11 +230,11 @@ void Coordinator::Schedule() {
 }
 
 std::string Coordinator::MetricsText() {
-  absl::StatusOr<std::vector<JobRecord>> jobs = store_->ListJobs();
+  absl::StatusOr<std::map<JobState, int64_t>> jobs = store_->CountJobsByState();
   if (!jobs.ok()) {
-    TANDEM_LOG(kError, kComponent) << "metrics: cannot read the jobs: " << jobs.status().message();
+    TANDEM_LOG(kError, kComponent) << "metrics: cannot count the jobs: " << jobs.status().message();
   }
-  return metrics_.Render(jobs.ok() ? *jobs : std::vector<JobRecord>(), registry_.List(),
+  return metrics_.Render(jobs.ok() ? *jobs : std::map<JobState, int64_t>(), registry_.List(),
                          registry_.now(), registry_.heartbeat_timeout());
 }
 

@@ -97,6 +97,7 @@ constexpr char kListJobs[] = "SELECT id, " TANDEM_JOB_FIELDS " FROM jobs ORDER B
 #undef TANDEM_JOB_FIELDS
 #undef TANDEM_JOB_FIELD_PARAMETERS
 
+constexpr char kCountJobsByState[] = "SELECT state, COUNT(*) FROM jobs GROUP BY state";
 constexpr char kUpdateProgress[] = "UPDATE jobs SET step = ?2, loss = ?3 WHERE id = ?1";
 constexpr char kJobExists[] = "SELECT 1 FROM jobs WHERE id = ?1";
 constexpr char kNextJobNumber[] =
@@ -513,6 +514,23 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::ListJobs() {
     jobs.push_back(std::move(job));
   }
   return jobs;
+}
+
+absl::StatusOr<std::map<JobState, int64_t>> JobStore::CountJobsByState() {
+  const std::string what = absl::StrCat("counting the jobs in ", path_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ASSIGN_OR_RETURN(Statement query, synced_->Prepare(kCountJobsByState, what));
+  std::map<JobState, int64_t> counts;
+  while (true) {
+    ASSIGN_OR_RETURN(const bool row, query.Next(what));
+    if (!row) break;
+    const int64_t state = query.ReadInt(0);
+    if (!IsKnownState(state)) {
+      return absl::DataLossError(absl::StrCat(what, ": a job has the unknown state ", state));
+    }
+    counts[static_cast<JobState>(state)] = query.ReadInt(1);
+  }
+  return counts;
 }
 
 absl::StatusOr<int64_t> JobStore::AppendEvent(const std::string& id, const std::string& text) {

@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -118,6 +119,9 @@ class JobStore {
 
   // Every job, oldest first.
   absl::StatusOr<std::vector<JobRecord>> ListJobs();
+
+  // How many jobs are in each state (states without jobs are absent); one query, for /metrics.
+  absl::StatusOr<std::map<JobState, int64_t>> CountJobsByState();
 
   // Appends `text` to the job's event log with the current time and commits durably. Returns its
   // sequence number: 1 for the first event of a job, then 2, ... NotFound naming the id when there

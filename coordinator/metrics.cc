@@ -55,16 +55,15 @@ void Metrics::EndJob(const std::string& job_id) {
   running_.erase(job_id);
 }
 
-std::string Metrics::Render(const std::vector<JobRecord>& jobs,
+std::string Metrics::Render(const std::map<JobState, int64_t>& jobs,
                             const std::vector<ActorEntry>& actors, Clock::time_point now,
                             std::chrono::milliseconds heartbeat_timeout) const {
   std::string out;
   Header(&out, "tandem_jobs", "gauge", "Jobs the coordinator knows, by state.");
   for (JobState state : kStates) {
-    int count = 0;
-    for (const JobRecord& job : jobs) count += job.state == state ? 1 : 0;
+    const auto count = jobs.find(state);
     absl::StrAppend(&out, "tandem_jobs{state=\"", absl::AsciiStrToLower(JobStateName(state)),
-                    "\"} ", count, "\n");
+                    "\"} ", count == jobs.end() ? 0 : count->second, "\n");
   }
 
   struct PoolCounts {

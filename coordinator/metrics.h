@@ -51,9 +51,10 @@ class Metrics {
   // The job no longer runs: its tandem_job_* series end.
   void EndJob(const std::string& job_id);
 
-  // The exposition: jobs counted by state from `jobs`, actors by pool from `actors` (alive when
-  // their last heartbeat is within `heartbeat_timeout` of `now`), and what RecordStep gathered.
-  std::string Render(const std::vector<JobRecord>& jobs, const std::vector<ActorEntry>& actors,
+  // The exposition: `jobs` by state (JobStore::CountJobsByState), actors by pool from `actors`
+  // (alive when their last heartbeat is within `heartbeat_timeout` of `now`), and what RecordStep
+  // gathered.
+  std::string Render(const std::map<JobState, int64_t>& jobs, const std::vector<ActorEntry>& actors,
                      Clock::time_point now, std::chrono::milliseconds heartbeat_timeout) const;
 
  private:

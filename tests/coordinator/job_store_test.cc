@@ -252,6 +252,20 @@ TEST_F(JobStoreTest, UpdateJobReplacesTheRecord) {
   EXPECT_EQ(read->name, "shapes");
 }
 
+TEST_F(JobStoreTest, CountJobsByStateCountsEachStateThatHasJobs) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  for (JobState state : {JobState::kQueued, JobState::kFailed, JobState::kQueued}) {
+    absl::StatusOr<JobRecord> job = store->CreateJob(SampleJob("shapes"));
+    ASSERT_TRUE(job.ok()) << job.status();
+    job->state = state;
+    ASSERT_TRUE(store->UpdateJob(*job).ok());
+  }
+  absl::StatusOr<std::map<JobState, int64_t>> counts = store->CountJobsByState();
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  EXPECT_EQ(*counts, (std::map<JobState, int64_t>{{JobState::kQueued, 2}, {JobState::kFailed, 1}}));
+}
+
 TEST_F(JobStoreTest, UpdateProgressSetsOnlyStepAndLoss) {
   std::unique_ptr<JobStore> store = OpenStore();
   ASSERT_NE(store, nullptr);

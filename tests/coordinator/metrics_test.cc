@@ -17,13 +17,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-JobRecord Job(const std::string& id, JobState state) {
-  JobRecord job;
-  job.id = id;
-  job.state = state;
-  return job;
-}
-
 ActorEntry Actor(const std::string& pool, const std::string& job, Clock::time_point heartbeat) {
   ActorEntry actor;
   actor.pool = pool;
@@ -52,12 +45,11 @@ TEST(MetricsTest, CountsJobsByStateActorsByPoolAndStepsOfRunningJobs) {
   metrics.RecordStep(Step(1, 2.5));
   metrics.RecordStep(Step(2, 2.25));
   const Clock::time_point now = Clock::now();
-  const std::string text = metrics.Render(
-      {Job("job-000001", JobState::kSucceeded), Job("job-000002", JobState::kRunning),
-       Job("job-000003", JobState::kQueued), Job("job-000004", JobState::kQueued)},
-      {Actor("vision", "job-000002", now), Actor("llm", "job-000002", now),
-       Actor("llm", "", now - std::chrono::seconds(30))},
-      now, std::chrono::seconds(10));
+  const std::string text =
+      metrics.Render({{JobState::kSucceeded, 1}, {JobState::kRunning, 1}, {JobState::kQueued, 2}},
+                     {Actor("vision", "job-000002", now), Actor("llm", "job-000002", now),
+                      Actor("llm", "", now - std::chrono::seconds(30))},
+                     now, std::chrono::seconds(10));
 
   EXPECT_THAT(text, HasSubstr("# TYPE tandem_jobs gauge\n"));
   EXPECT_THAT(text, HasSubstr("tandem_jobs{state=\"queued\"} 2\n"));

@@ -21,31 +21,11 @@ using testing::Outcome;
 using testing::ProcessCluster;
 using testing::WaitFor;
 
-// A tiny fp32 job of `steps` steps.
-std::string Spec(int steps) {
-  const std::string engine = testing::Fp32Engine(1);
-  return absl::StrCat(R"({"name": "cleanup",
-  "data": {"shapes": {"seed": 5, "train_samples": 256, "eval_samples": 8}, "max_text_tokens": 12},
-  "vision": {"model": {"preset": "vit-tiny"}, "engine": )",
-                      engine, R"(},
-  "llm": {"model": {"preset": "llm-tiny"}, "engine": )",
-                      engine, R"(},
-  "schedule": {"global_batch": 8, "steps": )",
-                      steps, R"(, "checkpoint_every": 5}})");
-}
+using testing::ChildrenOf;
 
-// The pids whose parent is `parent`.
-std::set<pid_t> ChildrenOf(pid_t parent) {
-  std::set<pid_t> children;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string pid, comm, state;
-    pid_t ppid = 0;
-    if (stat >> pid >> comm >> state >> ppid && ppid == parent) children.insert(std::stoi(name));
-  }
-  return children;
+// A tiny fp32 job of `steps` steps with a checkpoint every 5.
+std::string Spec(int steps) {
+  return testing::TinyJobSpec({.name = "cleanup", .steps = steps, .checkpoint_every = 5});
 }
 
 bool Exists(pid_t pid) { return std::filesystem::exists(absl::StrCat("/proc/", pid)); }

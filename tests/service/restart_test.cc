@@ -34,18 +34,7 @@ constexpr int kCheckpointEvery = 5;
 // fields (a leading comma and the pairs).
 std::string Spec(const std::string& name, int llm_actors, int stage,
                  const std::string& extra = "") {
-  const std::string engine = testing::Fp32Engine(stage);
-  return absl::StrCat(R"({
-  "name": ")",
-                      name, R"(",
-  "data": {"shapes": {"seed": 5, "train_samples": 512, "eval_samples": 8}, "max_text_tokens": 12},
-  "vision": {"model": {"preset": "vit-tiny"}, "engine": )",
-                      engine, R"(},
-  "llm": {"actors": )",
-                      llm_actors, R"(, "model": {"preset": "llm-tiny"}, "engine": )", engine, R"(},
-  "schedule": {"global_batch": 8, "micro_batches": 2, "steps": )",
-                      kSteps, R"(, "checkpoint_every": )", kCheckpointEvery, R"(, "seed": 11})",
-                      extra, "\n}");
+  return testing::TinyJobSpec({name, kSteps, llm_actors, stage, kCheckpointEvery, extra});
 }
 
 // Steps and losses of a run directory's metrics.jsonl.

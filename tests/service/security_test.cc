@@ -86,16 +86,7 @@ std::string ReadAll(const std::string& path) {
 }
 
 // A four-step fp32 job of one vision and one LLM actor.
-std::string TinyJob(const std::string& name) {
-  const std::string engine = testing::Fp32Engine(1);
-  return absl::StrCat(R"({"name": ")", name, R"(",
-  "data": {"shapes": {"seed": 5, "train_samples": 64, "eval_samples": 8}, "max_text_tokens": 12},
-  "vision": {"model": {"preset": "vit-tiny"}, "engine": )",
-                      engine, R"(},
-  "llm": {"model": {"preset": "llm-tiny"}, "engine": )",
-                      engine, R"(},
-  "schedule": {"global_batch": 8, "micro_batches": 2, "steps": 4, "seed": 11}})");
-}
+std::string TinyJob(const std::string& name) { return testing::TinyJobSpec({.name = name}); }
 
 class SecurityTest : public ::testing::Test {
  protected:

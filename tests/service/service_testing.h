@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,6 +51,34 @@ inline std::string Fp32Engine(int stage) {
   return absl::StrCat(
       R"({"zero_optimization": {"stage": )", stage,
       R"(, "reduce_bucket_size": 20000}, "optimizer": {"type": "AdamW", "params": {"lr": 0.002}}})");
+}
+
+// A tiny fp32 job: one vision actor and `llm_actors` LLM actors at ZeRO `stage`, `steps` steps of
+// 8 procedural samples (of 512) in 2 micro-batches, a checkpoint every `checkpoint_every` steps
+// (0: only at the end). `extra` adds top-level fields (a leading comma and the pairs).
+struct TinyJob {
+  std::string name = "";
+  int steps = 4;
+  int llm_actors = 1;
+  int stage = 1;
+  int checkpoint_every = 0;
+  std::string extra = "";
+};
+
+inline std::string TinyJobSpec(const TinyJob& job) {
+  const std::string engine = Fp32Engine(job.stage);
+  return absl::StrCat(R"({
+  "name": ")",
+                      job.name, R"(",
+  "data": {"shapes": {"seed": 5, "train_samples": 512, "eval_samples": 8}, "max_text_tokens": 12},
+  "vision": {"model": {"preset": "vit-tiny"}, "engine": )",
+                      engine, R"(},
+  "llm": {"actors": )",
+                      job.llm_actors, R"(, "model": {"preset": "llm-tiny"}, "engine": )", engine,
+                      R"(},
+  "schedule": {"global_batch": 8, "micro_batches": 2, "steps": )",
+                      job.steps, R"(, "checkpoint_every": )", job.checkpoint_every,
+                      R"(, "seed": 11})", job.extra, "\n}");
 }
 
 // Polls `condition` every 20 ms until it holds or `timeout` passes; returns whether it held.
@@ -193,19 +222,27 @@ class ProcessCluster {
 
 namespace tandem::testing {
 
-// The pid of a child of `parent` whose command line holds `argument` (e.g. "llm" after "--pool");
-// -1 when there is none.
-inline pid_t ChildWithArgument(pid_t parent, const std::string& argument) {
+// The pids whose parent is `parent`, from /proc.
+inline std::set<pid_t> ChildrenOf(pid_t parent) {
+  std::set<pid_t> children;
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     const std::string name = entry.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     std::ifstream stat(entry.path() / "stat");
     std::string pid, comm, state;
     pid_t ppid = 0;
-    if (!(stat >> pid >> comm >> state >> ppid) || ppid != parent) continue;
-    std::ifstream cmdline(entry.path() / "cmdline");
+    if (stat >> pid >> comm >> state >> ppid && ppid == parent) children.insert(std::stoi(name));
+  }
+  return children;
+}
+
+// The pid of a child of `parent` whose command line holds `argument` (e.g. "llm" after "--pool");
+// -1 when there is none.
+inline pid_t ChildWithArgument(pid_t parent, const std::string& argument) {
+  for (pid_t child : ChildrenOf(parent)) {
+    std::ifstream cmdline(absl::StrCat("/proc/", child, "/cmdline"));
     for (std::string arg; std::getline(cmdline, arg, '\0');) {
-      if (arg == argument) return std::stoi(name);
+      if (arg == argument) return child;
     }
   }
   return -1;
