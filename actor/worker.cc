@@ -260,7 +260,7 @@ absl::Status TorchWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
   ASSIGN_OR_RETURN(engine::Config vision_config,
                    trainer::GroupEngineConfig(job.vision.engine_json, "vision.engine.",
                                               job.schedule, vision_ranks));
-  embedding_dtype_ = trainer::EmbeddingScalarType(vision_config);
+  embedding_dtype_ = trainer::EmbeddingScalarType(vision_config, device_);
   engine::Config config = vision_config;
   if (a.role == Role::kLlm) {
     ASSIGN_OR_RETURN(config, trainer::GroupEngineConfig(job.llm.engine_json, "llm.engine.",
@@ -290,6 +290,8 @@ absl::Status TorchWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
                      engine::CreateGlooCommunicator(store, a.rank, a.group_size, gloo));
   }
   ASSIGN_OR_RETURN(engine_, engine::Engine::Create(model, communicator_, config));
+  if (vision_) vision_->set_compute_dtype(engine_->compute().activation_dtype);
+  if (llm_) llm_->set_compute_dtype(engine_->compute().activation_dtype);
   if (job.schedule.gradient_clipping > 0) {
     engine_->SetGradNormCombiner([this](double squares) { return CombineGradSquares(squares); });
   }

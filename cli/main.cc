@@ -7,8 +7,10 @@
 #include "cli/client_commands.h"
 #include "cli/run_command.h"
 #include "cli/service_commands.h"
+#include "common/blas_info.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
+#include "platform/bf16_support.h"
 
 int main(int argc, char** argv) {
   tandem::TuneMallocForLargeBuffers();
@@ -18,10 +20,15 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "debug, info, warning or error")
       ->check(CLI::IsMember({"debug", "info", "warning", "error"}));
-  app.parse_complete_callback([&log_level] {
+  app.parse_complete_callback([&app, &log_level] {
     tandem::LogLevel level = tandem::LogLevel::kInfo;
     tandem::ParseLogLevel(log_level, &level);
     tandem::ConfigureLogging(level);
+    // How this process treats its CPU's bf16 (platform/bf16_support.h), before any LibTorch work.
+    const absl::Status bf16 = tandem::platform::ApplyCpuBf16OverrideFromEnvironment();
+    if (!bf16.ok()) throw CLI::ValidationError("environment", std::string(bf16.message()));
+    // The commands that train say once when LibTorch runs on the reference BLAS.
+    if (app.got_subcommand("run") || app.got_subcommand("actor")) tandem::WarnIfReferenceBlas();
   });
   int exit_code = 0;
   tandem::cli::AddRunCommand(app, &log_level, &exit_code);

@@ -476,7 +476,9 @@ absl::Status ParseAutocast(const ObjectReader& root, Config* out) {
   std::string dtype = "bfloat16";
   RETURN_IF_ERROR(autocast.String("dtype", &dtype));
   if (dtype == "bfloat16" || dtype == "torch.bfloat16" || dtype == "bf16") {
-    out->autocast_dtype = DType::kBFloat16;
+    out->autocast_dtype = AutocastDType::kBFloat16;
+  } else if (dtype == "auto") {
+    out->autocast_dtype = AutocastDType::kAuto;
   } else if (dtype == "float16" || dtype == "torch.float16" || dtype == "fp16" || dtype == "half" ||
              dtype == "torch.half") {
     return Error(autocast.PathOf("dtype"),
@@ -484,7 +486,8 @@ absl::Status ParseAutocast(const ObjectReader& root, Config* out) {
                  "\"bfloat16\"");
   } else {
     return Error(autocast.PathOf("dtype"),
-                 "must be one of \"bfloat16\", \"torch.bfloat16\", \"bf16\", got ", Quoted(dtype));
+                 "must be one of \"auto\", \"bfloat16\", \"torch.bfloat16\", \"bf16\", got ",
+                 Quoted(dtype));
   }
   return absl::OkStatus();
 }

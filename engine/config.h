@@ -57,6 +57,10 @@ struct ZeroConfig {
 
 enum class DType { kFloat32, kBFloat16 };
 
+// torch_autocast.dtype: bf16, or "auto": bf16 where the device has native bf16, fp32 compute
+// elsewhere (NOTE [Compute dtype] in compute.h).
+enum class AutocastDType { kBFloat16, kAuto };
+
 // How a bf16 master weight absorbs an update (Tandem extension, tandem.bf16_update).
 enum class Bf16Update {
   kNearest,     // round to nearest even, as DeepSpeed: small updates are lost
@@ -94,7 +98,7 @@ struct Config {
   std::optional<DType> grad_accum_dtype;
 
   bool autocast_enabled = false;
-  DType autocast_dtype = DType::kBFloat16;
+  AutocastDType autocast_dtype = AutocastDType::kBFloat16;
 
   // Dtype on the wire for gradient reductions. Defaults to fp32.
   DType communication_data_type = DType::kFloat32;

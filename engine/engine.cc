@@ -7,6 +7,8 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <exception>
+#include <mutex>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -38,6 +40,16 @@ class AccumulatedHook : public torch::autograd::FunctionPostHook {
   std::shared_ptr<Engine*> engine_;
   int index_;
 };
+
+// Logs `message` as a warning the first time this process sees it (several engines of a process,
+// the colocated trainer's two say, share one).
+void WarnOnce(const std::string& message) {
+  if (message.empty()) return;
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  if (seen.insert(message).second) TANDEM_LOG(kWarning, kComponent) << message;
+}
 
 }  // namespace
 
@@ -145,6 +157,12 @@ absl::Status Engine::Initialize() {
                                                      params_[i].device().str(), ", expected ",
                                                      device_.str()));
     }
+  }
+  {
+    const platform::Bf16Support support = platform::DetectBf16Support(device_.str());
+    compute_ = PlanCompute(config_, support);
+    WarnOnce(EmulatedBf16Warning(compute_, config_, support, device_));
+    if (communicator_->rank() == 0) TANDEM_LOG(kDebug, kComponent) << "compute: " << compute_.reason;
   }
   ASSIGN_OR_RETURN(layout_, Layout::Build(std::move(specs), world, config_.zero.reduce_bucket_size));
 
@@ -289,8 +307,8 @@ void Engine::InstallHooks() {
 
 compat::AutocastScope Engine::Autocast() const {
   const auto device = device_.type();
-  if (!config_.autocast_enabled) return compat::AutocastScope(device, compat::AutocastState::Capture(device));
-  return compat::AutocastScope(device, {true, ToScalarType(config_.autocast_dtype)});
+  if (!compute_.autocast) return compat::AutocastScope(device, compat::AutocastState::Capture(device));
+  return compat::AutocastScope(device, {true, compute_.autocast_dtype});
 }
 
 absl::Status Engine::Backward(const at::Tensor& loss) {

@@ -60,6 +60,7 @@
 #include "engine/block.h"
 #include "engine/communicator.h"
 #include "engine/compat.h"
+#include "engine/compute.h"
 #include "engine/config.h"
 #include "engine/layout.h"
 #include "engine/memory.h"
@@ -84,8 +85,12 @@ class Engine : public BlockHost {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Scope under which to run forward: torch_autocast from the config, or no change.
+  // Scope under which to run forward: autocast as compute() plans it, or no change.
   compat::AutocastScope Autocast() const;
+  // What forward computes in on this device (NOTE [Compute dtype] in compute.h): whether it runs
+  // under autocast, the dtype the model's activations run in (the model is told with its own
+  // set_compute_dtype, e.g. models::VisionEncoder) and the dtype its output comes out in.
+  const ComputePlan& compute() const { return compute_; }
 
   // Sugar for loss.backward() (errors as a Status instead of an exception).
   absl::Status Backward(const at::Tensor& loss);
@@ -190,6 +195,7 @@ class Engine : public BlockHost {
   std::shared_ptr<torch::nn::Module> model_;
   std::shared_ptr<Communicator> communicator_;
   Config config_;
+  ComputePlan compute_;
   Layout layout_;
   std::shared_ptr<Engine*> self_;  // hooks hold it; nulled on destruction
 

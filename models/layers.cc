@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <array>
+
 namespace tandem::models {
 
 int64_t CountParameters(const torch::nn::Module& module) {
@@ -19,6 +21,23 @@ at::Tensor RmsNormForward(const at::Tensor& x, const at::Tensor& weight, double 
 RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
   TORCH_CHECK(dim > 0, "RmsNorm: dim must be positive, got ", dim);
   weight = register_parameter("weight", torch::ones({dim}));
+}
+
+namespace {
+at::Tensor As(const at::Tensor& parameter, const at::Tensor& x) {
+  return parameter.defined() ? parameter.to(x.scalar_type()) : parameter;
+}
+}  // namespace
+
+at::Tensor LinearAs(const torch::nn::Linear& linear, const at::Tensor& x) {
+  return at::linear(x, As(linear->weight, x), As(linear->bias, x));
+}
+
+at::Tensor Conv2dAs(const torch::nn::Conv2d& conv, const at::Tensor& x) {
+  const auto& o = conv->options;
+  const std::array<int64_t, 2> no_padding{0, 0};
+  return at::conv2d(x, As(conv->weight, x), As(conv->bias, x), *o.stride(), no_padding,
+                    *o.dilation(), o.groups());
 }
 
 at::Tensor LayerNormFp32(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {

@@ -3,9 +3,13 @@
 // the architectures, the parameter names and the conventions.
 //
 // NOTE [Model dtypes]
-// Both models keep their residual stream in the dtype of their parameters (fp32, or bf16 when an engine
-// runs with bf16 parameters and no autocast). Under autocast the Linear/Conv2d/matmul ops return the
-// autocast dtype; adding such a branch to the residual promotes back to the parameter dtype. Norms
+// Both models keep their residual stream in their compute dtype: the dtype of their parameters (fp32,
+// or bf16 when an engine runs with bf16 parameters) unless set_compute_dtype names another, as an
+// engine whose torch_autocast.dtype "auto" found no native bf16 does (fp32 compute from bf16 storage,
+// NOTE [Compute dtype] in engine/compute.h). Every parameter is cast to the dtype of the activations
+// it meets where it is used (LinearAs, Conv2dAs; a no-op when they agree), so autograd hands its
+// gradient back in the parameter's own dtype. Under autocast the Linear/Conv2d/matmul ops return the
+// autocast dtype; adding such a branch to the residual promotes back to the compute dtype. Norms
 // normalise in fp32 and cast back to the input dtype; rotary embedding is applied in fp32 and cast back to
 // the dtype of q/k. Fixed tables (rotary cos/sin, 2D sine-cosine positions) are fp32 buffers, not
 // parameters: engines ignore buffers, so they are neither converted, partitioned nor checkpointed.
@@ -15,6 +19,7 @@
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
@@ -44,6 +49,11 @@ class RmsNormImpl : public torch::nn::Module {
   double eps_;
 };
 TORCH_MODULE(RmsNorm);
+
+// linear(x) with the weight and bias cast to x's dtype (NOTE [Model dtypes]).
+at::Tensor LinearAs(const torch::nn::Linear& linear, const at::Tensor& x);
+// The same for a 2D convolution without padding (a patch embedding).
+at::Tensor Conv2dAs(const torch::nn::Conv2d& conv, const at::Tensor& x);
 
 // LayerNorm over the last dim computed in fp32 (input, weight and bias cast up), returned in x's dtype.
 at::Tensor LayerNormFp32(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);

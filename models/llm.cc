@@ -31,9 +31,9 @@ class LlmAttentionImpl : public torch::nn::Module {
   // x [B, S, hidden]; cos/sin [S, head_dim].
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
     const int64_t batch = x.size(0), seq = x.size(1);
-    at::Tensor q = q_(x).view({batch, seq, heads_, head_dim_}).transpose(1, 2);
-    at::Tensor k = k_(x).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
-    at::Tensor v = v_(x).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
+    at::Tensor q = LinearAs(q_, x).view({batch, seq, heads_, head_dim_}).transpose(1, 2);
+    at::Tensor k = LinearAs(k_, x).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
+    at::Tensor v = LinearAs(v_, x).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
     q = ApplyRotary(q, cos, sin);
     k = ApplyRotary(k, cos, sin);
     if (kv_heads_ != heads_) {  // query head h reads kv head h / (heads / kv_heads), as HF repeat_kv
@@ -42,7 +42,7 @@ class LlmAttentionImpl : public torch::nn::Module {
       v = v.unsqueeze(2).expand({batch, kv_heads_, repeat, seq, head_dim_}).reshape({batch, heads_, seq, head_dim_});
     }
     const at::Tensor out = compat::ScaledDotProductAttention(q, k, v, /*is_causal=*/true);
-    return o_(out.transpose(1, 2).reshape({batch, seq, heads_ * head_dim_}));
+    return LinearAs(o_, out.transpose(1, 2).reshape({batch, seq, heads_ * head_dim_}));
   }
 
   void Init(double std, double residual_std) {
@@ -66,7 +66,7 @@ class LlmMlpImpl : public torch::nn::Module {
         up_(register_module("up", NoBias(hidden, mlp_hidden))),
         down_(register_module("down", NoBias(mlp_hidden, hidden))) {}
 
-  at::Tensor forward(const at::Tensor& x) { return down_(torch::silu(gate_(x)) * up_(x)); }
+  at::Tensor forward(const at::Tensor& x) { return LinearAs(down_, torch::silu(LinearAs(gate_, x)) * LinearAs(up_, x)); }
 
   void Init(double std, double residual_std) {
     InitLinear(gate_, std);
@@ -157,10 +157,10 @@ at::Tensor LlmImpl::forward(const at::Tensor& prefix, const at::Tensor& tokens) 
   TORCH_CHECK(patches + text <= c.max_seq_len, "Llm: sequence of ", patches, " prefix positions + ", text,
               " tokens = ", patches + text, " exceeds max_seq_len ", c.max_seq_len);
 
-  // The residual stream runs in the parameter dtype (NOTE [Model dtypes]); an autocast prefix (bf16)
+  // The residual stream runs in the compute dtype (NOTE [Model dtypes]); an autocast prefix (bf16)
   // is cast to it, and its gradient flows back in the prefix's own dtype.
-  const auto dtype = embed_->weight.scalar_type();
-  at::Tensor x = embed_(tokens);
+  const auto dtype = compute_dtype_.value_or(embed_->weight.scalar_type());
+  at::Tensor x = embed_(tokens).to(dtype);
   if (patches > 0) x = torch::cat({prefix.to(dtype), x}, 1);
   const int64_t seq = patches + text;
   const at::Tensor cos = rope_cos_.narrow(0, 0, seq);
@@ -168,8 +168,10 @@ at::Tensor LlmImpl::forward(const at::Tensor& prefix, const at::Tensor& tokens) 
   for (const auto& block : blocks_) x = block->Forward({x, cos, sin})[0];
   // RMSNorm is per position, so normalising only the text positions gives the same logits.
   x = norm_(x.narrow(1, patches, text));
-  return c.tie_embeddings ? torch::nn::functional::linear(x, embed_->weight) : head_(x);
+  return c.tie_embeddings ? at::linear(x, embed_->weight.to(x.scalar_type())) : LinearAs(head_, x);
 }
+
+void LlmImpl::set_compute_dtype(c10::optional<at::ScalarType> dtype) { compute_dtype_ = dtype; }
 
 void LlmImpl::set_recompute(bool recompute) {
   for (const auto& block : blocks_) block->set_recompute(recompute);

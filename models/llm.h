@@ -49,6 +49,9 @@ class LlmImpl : public torch::nn::Module {
 
   const jobspec::LlmModelConfig& config() const { return config_; }
 
+  // The dtype the residual stream runs in (NOTE [Model dtypes]); nullopt (the default) is the
+  // parameter dtype. Set it to Engine::compute().activation_dtype after the engine takes the model.
+  void set_compute_dtype(c10::optional<at::ScalarType> dtype);
   // Activation checkpointing for every decoder block (engine/block.h).
   void set_recompute(bool recompute);
   const std::vector<std::shared_ptr<engine::BlockModule>>& blocks() const { return blocks_; }
@@ -61,6 +64,7 @@ class LlmImpl : public torch::nn::Module {
   RmsNorm norm_{nullptr};
   torch::nn::Linear head_{nullptr};  // only when !tie_embeddings
   at::Tensor rope_cos_, rope_sin_;   // buffers [max_seq_len, head_dim], fp32
+  c10::optional<at::ScalarType> compute_dtype_;
 };
 TORCH_MODULE(Llm);
 

@@ -24,9 +24,9 @@ class VisionAttentionImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x) {
     const int64_t batch = x.size(0), seq = x.size(1), hidden = x.size(2);
     // [B, N, 3, heads, head_dim] -> [3, B, heads, N, head_dim]
-    const at::Tensor qkv = qkv_(x).view({batch, seq, 3, heads_, hidden / heads_}).permute({2, 0, 3, 1, 4});
+    const at::Tensor qkv = LinearAs(qkv_, x).view({batch, seq, 3, heads_, hidden / heads_}).permute({2, 0, 3, 1, 4});
     const at::Tensor out = compat::ScaledDotProductAttention(qkv[0], qkv[1], qkv[2], /*is_causal=*/false);
-    return proj_(out.transpose(1, 2).reshape({batch, seq, hidden}));
+    return LinearAs(proj_, out.transpose(1, 2).reshape({batch, seq, hidden}));
   }
 
   void Init(double std, double residual_std) {
@@ -46,7 +46,7 @@ class VisionMlpImpl : public torch::nn::Module {
       : fc1_(register_module("fc1", torch::nn::Linear(hidden, mlp_hidden))),
         fc2_(register_module("fc2", torch::nn::Linear(mlp_hidden, hidden))) {}
 
-  at::Tensor forward(const at::Tensor& x) { return fc2_(torch::gelu(fc1_(x))); }
+  at::Tensor forward(const at::Tensor& x) { return LinearAs(fc2_, torch::gelu(LinearAs(fc1_, x))); }
 
   void Init(double std, double residual_std) {
     InitLinear(fc1_, std);
@@ -153,12 +153,16 @@ at::Tensor VisionEncoderImpl::forward(const at::Tensor& images) {
                   images.size(2) == c.image_size && images.size(3) == c.image_size,
               "VisionEncoder: expected images [batch, ", c.channels, ", ", c.image_size, ", ", c.image_size,
               "], got ", images.defined() ? images.sizes() : at::IntArrayRef{});
-  const auto dtype = patch_embed_->weight.scalar_type();
+  const auto dtype = compute_dtype_.value_or(patch_embed_->weight.scalar_type());
   at::Tensor x = (images.to(dtype) - 0.5) / 0.5;
-  x = patch_embed_(x).flatten(2).transpose(1, 2).to(dtype);  // [B, P, hidden]
+  x = Conv2dAs(patch_embed_, x).flatten(2).transpose(1, 2).to(dtype);  // [B, P, hidden]
   x = x + positions_.to(dtype);
   for (const auto& block : blocks_) x = block->Forward(x);
-  return projector_(LayerNormFp32(x, norm_->weight, norm_->bias, c.norm_eps));
+  return LinearAs(projector_, LayerNormFp32(x, norm_->weight, norm_->bias, c.norm_eps));
+}
+
+void VisionEncoderImpl::set_compute_dtype(c10::optional<at::ScalarType> dtype) {
+  compute_dtype_ = dtype;
 }
 
 void VisionEncoderImpl::set_recompute(bool recompute) {

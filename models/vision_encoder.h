@@ -46,6 +46,10 @@ class VisionEncoderImpl : public torch::nn::Module {
   const jobspec::VisionModelConfig& config() const { return config_; }
   int64_t num_patches() const { return config_.num_patches(); }
 
+  // The dtype the residual stream runs in (NOTE [Model dtypes]); nullopt (the default) is the
+  // parameter dtype. Set it to Engine::compute().activation_dtype after the engine takes the model.
+  void set_compute_dtype(c10::optional<at::ScalarType> dtype);
+
   // Activation checkpointing for every transformer block (engine/block.h).
   void set_recompute(bool recompute);
   const std::vector<std::shared_ptr<engine::BlockModule>>& blocks() const { return blocks_; }
@@ -58,6 +62,7 @@ class VisionEncoderImpl : public torch::nn::Module {
   std::vector<std::shared_ptr<engine::BlockModule>> blocks_;
   torch::nn::LayerNorm norm_{nullptr};
   torch::nn::Linear projector_{nullptr};
+  c10::optional<at::ScalarType> compute_dtype_;
 };
 TORCH_MODULE(VisionEncoder);
 

@@ -132,6 +132,8 @@ absl::Status ColocatedRun::Setup() {
   ASSIGN_OR_RETURN(llm_engine_,
                    engine::Engine::Create(llm_.ptr(), engine::CreateSingleRankCommunicator("llm"),
                                           llm_engine_config));
+  vision_->set_compute_dtype(vision_engine_->compute().activation_dtype);
+  llm_->set_compute_dtype(llm_engine_->compute().activation_dtype);
   if (job_.schedule.gradient_clipping > 0) {
     // Whole-model clipping, as the actors exchange it: the LLM steps first and reads the vision
     // group's squares; the vision group then adds the LLM's.

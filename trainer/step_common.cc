@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/compute.h"
 #include "engine/engine.h"
 #include "nlohmann/json.hpp"
 
@@ -36,10 +37,8 @@ absl::StatusOr<engine::Config> GroupEngineConfig(const std::string& engine_json,
 uint64_t VisionModelSeed(uint64_t job_seed) { return job_seed; }
 uint64_t LlmModelSeed(uint64_t job_seed) { return job_seed ^ 0x9E3779B97F4A7C15ull; }
 
-at::ScalarType EmbeddingScalarType(const engine::Config& vision_config) {
-  const engine::DType dtype =
-      vision_config.autocast_enabled ? vision_config.autocast_dtype : vision_config.param_dtype();
-  return dtype == engine::DType::kBFloat16 ? at::kBFloat16 : at::kFloat;
+at::ScalarType EmbeddingScalarType(const engine::Config& vision_config, const c10::Device& device) {
+  return engine::PlanCompute(vision_config, device).output_dtype;
 }
 
 MicroBatch ToTensors(data::Batch& batch) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <map>
@@ -35,9 +36,13 @@ absl::StatusOr<engine::Config> GroupEngineConfig(const std::string& engine_json,
 uint64_t VisionModelSeed(uint64_t job_seed);
 uint64_t LlmModelSeed(uint64_t job_seed);
 
-// The dtype of the vision group's output embeddings under its engine config: the autocast dtype
-// when autocast is on, else the parameter dtype. The LLM ranks preallocate what they receive in it.
-at::ScalarType EmbeddingScalarType(const engine::Config& vision_config);
+// The dtype the vision group's output embeddings come out in under its engine config on `device`
+// (engine::ComputePlan::output_dtype: the autocast dtype under autocast, else the compute dtype).
+// The LLM ranks preallocate what they receive in it; both groups decide it on their own device,
+// so torch_autocast.dtype "auto" needs the two groups' devices to agree on native bf16 (one host,
+// or pools of one GPU generation); where they do not, the first transfer is refused naming both
+// dtypes, and naming the dtype in the spec resolves it.
+at::ScalarType EmbeddingScalarType(const engine::Config& vision_config, const c10::Device& device);
 
 // A micro-batch (or a rank's slice of one) as tensors.
 struct MicroBatch {

@@ -146,7 +146,7 @@ TEST(Config, AutocastCombinesWithBf16ModelStates) {
                              "torch_autocast": {"enabled": true, "dtype": "torch.bfloat16"}})");
   EXPECT_TRUE(c.bf16_enabled);
   EXPECT_TRUE(c.autocast_enabled);
-  EXPECT_EQ(c.autocast_dtype, DType::kBFloat16);
+  EXPECT_EQ(c.autocast_dtype, AutocastDType::kBFloat16);
 }
 
 TEST(Config, SameKeyInDifferentObjectsIsNotDuplicate) {
@@ -491,8 +491,14 @@ TEST(Config, AutocastDtypeSpellingsAccepted) {
     Config c = ExpectValid(
         absl::StrCat(R"({"torch_autocast": {"enabled": true, "dtype": ")", dtype, "\"}}"));
     EXPECT_TRUE(c.autocast_enabled);
-    EXPECT_EQ(c.autocast_dtype, DType::kBFloat16);
+    EXPECT_EQ(c.autocast_dtype, AutocastDType::kBFloat16);
   }
+}
+
+TEST(Config, AutocastDtypeAutoIsKept) {
+  Config c = ExpectValid(R"({"torch_autocast": {"enabled": true, "dtype": "auto"}})");
+  EXPECT_TRUE(c.autocast_enabled);
+  EXPECT_EQ(c.autocast_dtype, AutocastDType::kAuto);
 }
 
 TEST(Config, AutocastRejections) {

@@ -1,0 +1,42 @@
+// Which BLAS library this process multiplies fp32 matrices with, found in the process itself: the
+// library that defines the Fortran symbol sgemm_, named by the functions only it exports.
+//
+// Why it matters: Debian's LibTorch calls the generic libblas.so.3, which the alternatives system
+// points at the reference (netlib) BLAS unless an optimised one is installed. The reference one runs
+// fp32 matmuls about 40x slower than OpenBLAS (2.6 against 102 GFLOP/s on a 2-core EPYC), and every
+// fp32 step of Tandem with it. scripts/setup installs OpenBLAS; `tandem run` and `tandem actor` warn
+// once at start when the reference BLAS is what they got (WarnIfReferenceBlas).
+//
+// A LibTorch that carries its own BLAS (the PyPI wheel links MKL statically) exports no sgemm_ of
+// its own library; then kind is kNone and the caller names LibTorch's build setting instead.
+//
+// Thread-safe.
+#pragma once
+
+#include <string>
+
+namespace tandem {
+
+struct BlasInfo {
+  enum class Kind { kNone, kReference, kOpenBlas, kBlis, kMkl, kOther };
+  Kind kind = Kind::kNone;
+  std::string library;  // the file that defines sgemm_, links resolved ("" for kNone)
+  std::string version;  // e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64"
+
+  // One line for reports: "OpenBLAS 0.3.21 ... (/usr/lib/.../libopenblasp-r0.3.21.so)".
+  std::string Describe() const;
+};
+
+BlasInfo DetectBlas();
+
+// Names a library by the symbols it defines and its resolved path: OpenBLAS exports
+// openblas_get_config, BLIS bli_info_get_version_str, MKL mkl_get_version_string; the reference
+// BLAS exports none of them (its Debian home is .../blas/libblas.so.3). Exposed for tests.
+BlasInfo::Kind ClassifyBlas(const std::string& library, bool has_openblas, bool has_blis,
+                            bool has_mkl);
+
+// Logs one warning (component "blas") when DetectBlas() finds the reference BLAS, saying what it
+// costs and how to install OpenBLAS. Returns whether it warned.
+bool WarnIfReferenceBlas();
+
+}  // namespace tandem
