@@ -27,8 +27,8 @@ int main(int argc, char** argv) {
     // How this process treats its CPU's bf16 (platform/bf16_support.h), before any LibTorch work.
     const absl::Status bf16 = tandem::platform::ApplyCpuBf16OverrideFromEnvironment();
     if (!bf16.ok()) throw CLI::ValidationError("environment", std::string(bf16.message()));
-    // The commands that train say once when LibTorch runs on the reference BLAS.
-    if (app.got_subcommand("run") || app.got_subcommand("actor")) tandem::WarnIfReferenceBlas();
+    // The commands that train say once when LibTorch runs on a slow BLAS.
+    if (app.got_subcommand("run") || app.got_subcommand("actor")) tandem::WarnIfSlowBlas();
   });
   int exit_code = 0;
   tandem::cli::AddRunCommand(app, &log_level, &exit_code);

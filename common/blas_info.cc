@@ -58,6 +58,7 @@ BlasInfo DetectBlas() {
   using ConfigFn = char* (*)();
   using VersionFn = const char* (*)();
   auto openblas = reinterpret_cast<ConfigFn>(SymbolOf(handle, where.dli_fbase, "openblas_get_config"));
+  auto parallel = reinterpret_cast<int (*)()>(SymbolOf(handle, where.dli_fbase, "openblas_get_parallel"));
   auto blis = reinterpret_cast<VersionFn>(SymbolOf(handle, where.dli_fbase, "bli_info_get_version_str"));
   void* mkl = SymbolOf(handle, where.dli_fbase, "mkl_get_version_string");
   info.kind = ClassifyBlas(info.library, openblas != nullptr, blis != nullptr, mkl != nullptr);
@@ -65,6 +66,10 @@ BlasInfo DetectBlas() {
     case BlasInfo::Kind::kOpenBlas:
       info.version = openblas();
       if (info.version.rfind("OpenBLAS", 0) != 0) info.version = "OpenBLAS " + info.version;
+      if (parallel != nullptr) {
+        const int mode = parallel();
+        info.threading = mode == 0 ? "sequential" : mode == 1 ? "pthreads" : "openmp";
+      }
       break;
     case BlasInfo::Kind::kBlis:
       info.version = std::string("BLIS ") + blis();
@@ -90,14 +95,25 @@ std::string BlasInfo::Describe() const {
   return version + " (" + library + ")";
 }
 
-bool WarnIfReferenceBlas() {
+bool WarnIfSlowBlas() {
   const BlasInfo blas = DetectBlas();
-  if (blas.kind != BlasInfo::Kind::kReference) return false;
-  TANDEM_LOG(kWarning, "blas")
-      << "LibTorch multiplies fp32 matrices with the reference BLAS (" << blas.library
-      << "), about 40x slower than an optimised one; install OpenBLAS (scripts/setup does: "
-         "apt-get install libopenblas0-pthread) and libblas.so.3 switches to it";
-  return true;
+  if (blas.kind == BlasInfo::Kind::kReference) {
+    TANDEM_LOG(kWarning, "blas")
+        << "LibTorch multiplies fp32 matrices with the reference BLAS (" << blas.library
+        << "), about 40x slower than an optimised one; install OpenBLAS (scripts/setup does: "
+           "apt-get install libopenblas0-openmp) and libblas.so.3 switches to it";
+    return true;
+  }
+  if (blas.kind == BlasInfo::Kind::kOpenBlas && blas.threading == "pthreads") {
+    TANDEM_LOG(kWarning, "blas")
+        << "OpenBLAS runs its own pthreads (" << blas.library
+        << ") beside LibTorch's OpenMP threads, which trains small models 3-4x slower; point "
+           "libblas.so.3 at the OpenMP build (scripts/setup does: apt-get install "
+           "libopenblas0-openmp; update-alternatives --set libblas.so.3-$(gcc -print-multiarch) "
+           ".../openblas-openmp/libblas.so.3)";
+    return true;
+  }
+  return false;
 }
 
 }  // namespace tandem

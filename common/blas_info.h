@@ -5,7 +5,12 @@
 // points at the reference (netlib) BLAS unless an optimised one is installed. The reference one runs
 // fp32 matmuls about 40x slower than OpenBLAS (2.6 against 102 GFLOP/s on a 2-core EPYC), and every
 // fp32 step of Tandem with it. scripts/setup installs OpenBLAS; `tandem run` and `tandem actor` warn
-// once at start when the reference BLAS is what they got (WarnIfReferenceBlas).
+// once at start when the reference BLAS is what they got (WarnIfSlowBlas).
+//
+// OpenBLAS comes in two Debian builds that both provide libblas.so.3: with OpenMP (its threads are
+// LibTorch's intra-op threads) and with pthreads (threads of its own, spinning beside LibTorch's,
+// which trains small models 3-4x slower on a 2-core machine: 469 against 1995 samples/s colocated
+// on the shapes example). apt's automatic choice prefers pthreads; scripts/setup picks OpenMP.
 //
 // A LibTorch that carries its own BLAS (the PyPI wheel links MKL statically) exports no sgemm_ of
 // its own library; then kind is kNone and the caller names LibTorch's build setting instead.
@@ -22,6 +27,7 @@ struct BlasInfo {
   Kind kind = Kind::kNone;
   std::string library;  // the file that defines sgemm_, links resolved ("" for kNone)
   std::string version;  // e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64"
+  std::string threading;  // OpenBLAS: "sequential", "pthreads" or "openmp"; "" otherwise
 
   // One line for reports: "OpenBLAS 0.3.21 ... (/usr/lib/.../libopenblasp-r0.3.21.so)".
   std::string Describe() const;
@@ -35,8 +41,8 @@ BlasInfo DetectBlas();
 BlasInfo::Kind ClassifyBlas(const std::string& library, bool has_openblas, bool has_blis,
                             bool has_mkl);
 
-// Logs one warning (component "blas") when DetectBlas() finds the reference BLAS, saying what it
-// costs and how to install OpenBLAS. Returns whether it warned.
-bool WarnIfReferenceBlas();
+// Logs one warning (component "blas") when DetectBlas() finds the reference BLAS or the pthreads
+// OpenBLAS, saying what it costs and what to install. Returns whether it warned.
+bool WarnIfSlowBlas();
 
 }  // namespace tandem

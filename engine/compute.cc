@@ -52,9 +52,11 @@ std::string EmulatedBf16Warning(const ComputePlan& plan, const Config& config,
                             ? "torch_autocast.dtype \"auto\" picked bf16"
                             : "torch_autocast.dtype is bf16")
           : std::string("bf16 parameters without torch_autocast compute in bf16");
-  constexpr char kAdvice[] =
-      "Set torch_autocast {\"enabled\": true, \"dtype\": \"auto\"} to compute in fp32 from the "
-      "bf16 storage";
+  const bool forced = config.autocast_enabled && config.autocast_dtype == AutocastDType::kAuto;
+  const char* kAdvice =
+      forced ? "Unset TANDEM_CPU_BF16 to compute in fp32 from the bf16 storage"
+             : "Set torch_autocast {\"enabled\": true, \"dtype\": \"auto\"} to compute in fp32 "
+               "from the bf16 storage";
   if (!device.is_cpu()) {
     return absl::StrFormat("%s, but %s has no native bf16 (%s): bf16 runs emulated. %s", what,
                            device.str(), support.detail, kAdvice);
