@@ -17,12 +17,15 @@ std::string Resolved(const char* path) {
   return path != nullptr ? path : "";
 }
 
-// A symbol that the library loaded at `base` defines itself (dlsym on a handle also searches the
-// library's dependencies).
-void* SymbolOf(void* handle, const void* base, const char* name) {
+// A symbol of the library `handle` or of a library it depends on (dlsym on a handle searches both):
+// Debian's OpenBLAS libblas.so.3 is a thin wrapper whose work, and openblas_get_config, live in
+// libopenblas.so.0. A reference BLAS depends on no other BLAS, so nothing it loads defines the
+// names asked for here. `file` receives the resolved file that defines the symbol.
+void* SymbolOf(void* handle, const char* name, std::string* file) {
   void* symbol = handle != nullptr ? dlsym(handle, name) : nullptr;
   Dl_info where{};
-  if (symbol == nullptr || dladdr(symbol, &where) == 0 || where.dli_fbase != base) return nullptr;
+  if (symbol == nullptr || dladdr(symbol, &where) == 0 || where.dli_fname == nullptr) return nullptr;
+  *file = Resolved(where.dli_fname);
   return symbol;
 }
 
@@ -53,15 +56,25 @@ BlasInfo DetectBlas() {
   Dl_info where{};
   if (sgemm == nullptr || dladdr(sgemm, &where) == 0 || where.dli_fname == nullptr) return info;
   info.library = Resolved(where.dli_fname);
-  // Ask that library (not the whole process) which functions it defines.
+  // LibTorch's own BLAS (the PyPI wheel links MKL into libtorch_cpu.so, which then exports sgemm_):
+  // the caller names LibTorch's build setting (BLAS_INFO) instead.
+  const std::string::size_type slash = info.library.find_last_of('/');
+  if (info.library.compare(slash == std::string::npos ? 0 : slash + 1, 8, "libtorch") == 0) {
+    info.library.clear();
+    return info;
+  }
+  // Ask that library and what it loads (not the whole process) which functions they define.
   void* handle = dlopen(where.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
   using ConfigFn = char* (*)();
   using VersionFn = const char* (*)();
-  auto openblas = reinterpret_cast<ConfigFn>(SymbolOf(handle, where.dli_fbase, "openblas_get_config"));
-  auto parallel = reinterpret_cast<int (*)()>(SymbolOf(handle, where.dli_fbase, "openblas_get_parallel"));
-  auto blis = reinterpret_cast<VersionFn>(SymbolOf(handle, where.dli_fbase, "bli_info_get_version_str"));
-  void* mkl = SymbolOf(handle, where.dli_fbase, "mkl_get_version_string");
+  std::string openblas_file, blis_file, mkl_file, unused;
+  auto openblas = reinterpret_cast<ConfigFn>(SymbolOf(handle, "openblas_get_config", &openblas_file));
+  auto parallel = reinterpret_cast<int (*)()>(SymbolOf(handle, "openblas_get_parallel", &unused));
+  auto blis = reinterpret_cast<VersionFn>(SymbolOf(handle, "bli_info_get_version_str", &blis_file));
+  void* mkl = SymbolOf(handle, "mkl_get_version_string", &mkl_file);
   info.kind = ClassifyBlas(info.library, openblas != nullptr, blis != nullptr, mkl != nullptr);
+  const std::string& implementation = openblas != nullptr ? openblas_file : blis != nullptr ? blis_file : mkl_file;
+  if (!implementation.empty() && implementation != info.library) info.implementation = implementation;
   switch (info.kind) {
     case BlasInfo::Kind::kOpenBlas:
       info.version = openblas();
@@ -92,7 +105,7 @@ BlasInfo DetectBlas() {
 
 std::string BlasInfo::Describe() const {
   if (kind == Kind::kNone) return "none found in the process (sgemm_ is not exported)";
-  return version + " (" + library + ")";
+  return version + " (" + library + (implementation.empty() ? "" : " -> " + implementation) + ")";
 }
 
 bool WarnIfSlowBlas() {
@@ -106,11 +119,13 @@ bool WarnIfSlowBlas() {
   }
   if (blas.kind == BlasInfo::Kind::kOpenBlas && blas.threading == "pthreads") {
     TANDEM_LOG(kWarning, "blas")
-        << "OpenBLAS runs its own pthreads (" << blas.library
+        << "OpenBLAS runs its own pthreads ("
+        << (blas.implementation.empty() ? blas.library : blas.library + " -> " + blas.implementation)
         << ") beside LibTorch's OpenMP threads, which trains small models 3-4x slower; point "
-           "libblas.so.3 at the OpenMP build (scripts/setup does: apt-get install "
+           "libblas.so.3 and libopenblas.so.0 at the OpenMP build (apt-get install "
            "libopenblas0-openmp; update-alternatives --set libblas.so.3-$(gcc -print-multiarch) "
-           ".../openblas-openmp/libblas.so.3)";
+           ".../openblas-openmp/libblas.so.3, and libopenblas.so.0-$(gcc -print-multiarch) "
+           ".../openblas-openmp/libopenblas.so.0)";
     return true;
   }
   return false;

@@ -2,16 +2,40 @@
 //
 // Autocast: 1.13 has per-device functions (set_cpu_enabled, set_autocast_cpu_dtype, is_enabled for
 // CUDA); 2.4 introduced the device-generic set_autocast_enabled(device, ...) and deprecated the old names.
-// Attention: at::scaled_dot_product_attention is public from 2.0; on 1.13 the math is written out.
+// Attention: at::scaled_dot_product_attention is public from 2.0 and serves CUDA tensors; CPU tensors
+// (and 1.13) get the math written out (ScaledDotProductAttention below).
+// CUDA allocator statistics: StatType moved from c10::cuda::CUDACachingAllocator to c10/core in 2.x.
+// Gloo: what ProcessGroupGloo can do natively (NOTE [Gloo emulation] in gloo_communicator.cc).
+// Optimizer state: torch::optim::Optimizer::state() is keyed by a string in 1.13, a void* in 2.x.
 #pragma once
 
 #include <ATen/autocast_mode.h>
 #include <ATen/ATen.h>
 #include <torch/version.h>
 
+#include <sstream>
+#include <string>
+#include <type_traits>
+
 #define TANDEM_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||         \
    (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+// The enum indexing the arrays of c10::cuda::CUDACachingAllocator::DeviceStats (AGGREGATE,
+// SMALL_POOL, LARGE_POOL), for translation units that include <c10/cuda/CUDACachingAllocator.h>.
+// 1.13 declares it there; 2.x in c10/core, reachable as c10::CachingDeviceAllocator::StatType (the
+// name PyTorch's own bindings use) in every version that has that header.
+#if __has_include(<c10/core/CachingDeviceAllocator.h>)
+#define TANDEM_CUDA_ALLOCATOR_STAT_TYPE ::c10::CachingDeviceAllocator::StatType
+#else
+#define TANDEM_CUDA_ALLOCATOR_STAT_TYPE ::c10::cuda::CUDACachingAllocator::StatType
+#endif
+
+// ProcessGroupGloo sums bf16 tensors from 2.2 (pytorch#113557; each addition rounds to bf16, as in
+// NCCL's bf16 reductions) and gathers into one tensor (_allgather_base) from 2.3 (pytorch#118911).
+// 1.13 has neither ("Invalid scalar type", "no support for _allgather_base in Gloo process group").
+#define TANDEM_GLOO_HAS_BF16 TANDEM_TORCH_AT_LEAST(2, 2)
+#define TANDEM_GLOO_HAS_ALLGATHER_BASE TANDEM_TORCH_AT_LEAST(2, 3)
 
 namespace tandem::compat {
 
@@ -90,19 +114,38 @@ class AutocastScope {
   bool entered_enabled_ = false;
 };
 
+// The key of `param` in an optimizer's state() map: the address of its TensorImpl, printed into a
+// string by 1.13 (c10::guts::to_string, an ostream <<) and the pointer itself in 2.x.
+template <class StateMap>
+typename StateMap::key_type OptimizerStateKey(const StateMap&, const at::Tensor& param) {
+  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
+    std::ostringstream key;
+    key << param.unsafeGetTensorImpl();
+    return key.str();
+  } else {
+    return param.unsafeGetTensorImpl();
+  }
+}
+
 // softmax(q k^T / sqrt(d) + causal mask) v over the last two dims; q, k, v [..., seq, head_dim].
+// On CUDA with LibTorch 2.x, at::scaled_dot_product_attention (its flash and memory-efficient
+// kernels). On the CPU, every version runs the math written out: 2.x's CPU flash kernel, which
+// at::scaled_dot_product_attention picks there, trained the shapes example at half the speed
+// (bench/README.md, "Tandem against plain PyTorch"), and a CPU run then does the same arithmetic
+// on 1.13 and 2.x. The math holds a [seq, seq] score matrix per head, which CPU-sized models afford.
 inline at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
                                             const at::Tensor& v, bool is_causal) {
 #if TANDEM_TORCH_AT_LEAST(2, 0)
-  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, is_causal);
-#else
+  if (!q.device().is_cpu()) {
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, is_causal);
+  }
+#endif
   auto scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
   if (is_causal) {
     auto mask = at::ones({q.size(-2), k.size(-2)}, q.options().dtype(at::kBool)).triu(1);
     scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   }
   return at::matmul(at::softmax(scores, -1), v);
-#endif
 }
 
 }  // namespace tandem::compat

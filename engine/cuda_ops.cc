@@ -7,6 +7,7 @@
 #endif
 
 #include "absl/strings/str_cat.h"
+#include "engine/compat.h"
 
 namespace tandem::engine {
 
@@ -24,8 +25,8 @@ absl::Status RunAdamWOnDevice(const kernels::AdamWBuffers& buffers, const kernel
 
 int64_t DevicePeakBytes(c10::Device device) {
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-  return stats.allocated_bytes[static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)]
-      .peak;
+  constexpr auto kAggregate = static_cast<size_t>(TANDEM_CUDA_ALLOCATOR_STAT_TYPE::AGGREGATE);
+  return stats.allocated_bytes[kAggregate].peak;
 }
 
 #endif

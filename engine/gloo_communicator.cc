@@ -1,17 +1,27 @@
 // Gloo backend of communicator.h: c10d::ProcessGroupGloo on CPU tensors.
 //
 // NOTE [Gloo emulation]: Gloo in LibTorch 1.13 has no bf16, no reduce_scatter and no
-// _allgather_base (they arrived around 2.2-2.3). Every version is served the same way here, so the
-// code that the tests exercise is the code that runs:
-// - bf16 all-reduce: reduce an fp32 copy, round once into the tensor when the Work completes.
-// - reduce-scatter: all-reduce an fp32 copy of the whole input (world_size times the traffic of a
-//   real reduce-scatter), then copy this rank's chunk into the output.
-// - all-gather: Gloo's list all-gather into a fresh buffer, then one copy into the output. The
-//   input may be this rank's chunk of the output: the output is written after the gather finished.
-// - bf16 all-gather and broadcast move bits only, so they travel as fp16 views (same width).
-// The copy into the caller's tensors runs exactly once, in whichever of IsCompleted() or Wait()
-// first sees the operation finished, and never after Wait timed out. Operations that Gloo runs in
-// place (fp32 all-reduce, broadcast) can still write the tensor if the peers arrive after that.
+// _allgather_base. Later versions add bf16 (2.2) and _allgather_base (2.3) (TANDEM_GLOO_HAS_* in
+// compat.h). What each operation does:
+// - bf16 all-reduce: every version reduces an fp32 copy and rounds once into the tensor when the
+//   Work completes. Gloo 2.2+ could sum bf16 itself, but it rounds after each addition (at 3 ranks,
+//   256 + 1 + 1 gives 256 instead of 258), so the CPU's sums would depend on the LibTorch version;
+//   the fp32 sum is the exact one, and what the tests hold every version to.
+// - reduce-scatter: every version all-reduces an fp32 (for bf16) copy of the whole input
+//   (world_size times the traffic of a real reduce-scatter), then copies this rank's chunk into the
+//   output. ProcessGroupGloo's own reduce-scatter (_reduce_scatter_base,
+//   reduce_scatter_tensor_coalesced and the list reduce_scatter, checked on 2.11) does exactly this
+//   too, but returns a Work whose isCompleted() never turns true and whose wait() ignores its timeout
+//   and copies the chunk only then: the engine's non-blocking polling would never see it finish.
+// - all-gather: 2.3+ gathers with _allgather_base. 1.13 runs Gloo's list all-gather into a fresh
+//   buffer, then one copy into the output. Both write the output only after the gather finished, so
+//   the input may be this rank's chunk of the output.
+// - bf16 all-gather and broadcast move bits only: natively from 2.2, as fp16 views (same width) on
+//   1.13.
+// An emulation's copy into the caller's tensors runs exactly once, in whichever of IsCompleted() or
+// Wait() first sees the operation finished, and never after Wait timed out. Operations that Gloo
+// runs on the caller's tensors (all-reduce in place, broadcast, _allgather_base) can still write
+// them if the peers arrive after that.
 //
 // Errors: c10d reports failures as exceptions; they are caught at this boundary and become a
 // Status whose message names the group, the rank, the operation and its sequence number, followed
@@ -239,11 +249,33 @@ absl::Status CheckTensor(const at::Tensor& t, const char* name) {
   return absl::OkStatus();
 }
 
-// The tensor as Gloo can move it without arithmetic: flat, bf16 reinterpreted as fp16.
+// Serialises the issuing of collectives across every Gloo group of the process. In LibTorch 2.x
+// ProcessGroupGloo records each collective it enqueues in c10d's process-wide FlightRecorder, whose
+// first record of a group inserts the group into a map outside the recorder's lock
+// (FlightRecorderDetail.hpp, recordWithResetEnabled; checked on 2.11). Groups issuing from several
+// threads at once (ranks as threads in the tests, or one process in several groups) corrupt that
+// map: seen as a SIGSEGV in std::_Rb_tree_insert_and_rebalance. Issuing only enqueues the work, so
+// the collectives themselves still run at once on Gloo's threads. LibTorch 1.13 has no recorder;
+// the lock costs it too little to keep a second path.
+std::mutex& IssueMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+// The tensor as Gloo can move it without arithmetic: flat, and without bf16 support bf16
+// reinterpreted as fp16.
 at::Tensor BitsView(const at::Tensor& t) {
   at::Tensor flat = t.view({-1});
+#if TANDEM_GLOO_HAS_BF16
+  return flat;
+#else
   return flat.scalar_type() == at::kBFloat16 ? flat.view(at::kHalf) : flat;
+#endif
 }
+
+// The dtype a reduction runs in (CheckTensor admits fp32 and bf16): fp32, also for bf16 on every
+// version (NOTE [Gloo emulation]).
+at::ScalarType ReductionType(const at::Tensor&) { return at::kFloat; }
 
 class GlooCommunicator final : public Communicator {
  public:
@@ -263,11 +295,11 @@ class GlooCommunicator final : public Communicator {
     const std::string what = Describe("all_reduce");
     if (absl::Status s = CheckTensor(tensor, "tensor"); !s.ok()) return Fail(what, s);
     return Issue(what, [&]() -> Issued {
-      if (tensor.scalar_type() == at::kFloat) {
+      if (tensor.scalar_type() == ReductionType(tensor)) {
         std::vector<at::Tensor> tensors{tensor};
         return {group_->allreduce(tensors), nullptr};
       }
-      at::Tensor sum = tensor.to(at::kFloat);
+      at::Tensor sum = tensor.to(ReductionType(tensor));
       std::vector<at::Tensor> tensors{sum};
       return {group_->allreduce(tensors), [tensor, sum] { tensor.copy_(sum); }};
     });
@@ -279,7 +311,8 @@ class GlooCommunicator final : public Communicator {
       return Fail(what, s);
     }
     return Issue(what, [&]() -> Issued {
-      at::Tensor sum = input.view({-1}).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+      at::Tensor sum =
+          input.view({-1}).to(ReductionType(input), /*non_blocking=*/false, /*copy=*/true);
       std::vector<at::Tensor> tensors{sum};
       const int64_t n = output.numel();
       const int64_t offset = rank_ * n;
@@ -294,6 +327,11 @@ class GlooCommunicator final : public Communicator {
       return Fail(what, s);
     }
     return Issue(what, [&]() -> Issued {
+#if TANDEM_GLOO_HAS_ALLGATHER_BASE
+      at::Tensor source = BitsView(input);
+      at::Tensor destination = BitsView(output);
+      return {group_->_allgather_base(destination, source), nullptr};
+#else
       at::Tensor source = BitsView(input);
       const int64_t n = source.numel();
       at::Tensor gathered = at::empty({world_size_ * n}, source.options());
@@ -302,6 +340,7 @@ class GlooCommunicator final : public Communicator {
       std::vector<at::Tensor> inputs{source};
       return {group_->allgather(outputs, inputs),
               [output, gathered] { BitsView(output).copy_(gathered); }};
+#endif
     });
   }
 
@@ -346,7 +385,10 @@ class GlooCommunicator final : public Communicator {
   template <typename Fn>
   std::shared_ptr<Work> Issue(const std::string& what, Fn&& issue) {
     try {
-      Issued issued = issue();
+      Issued issued = [&] {
+        const std::lock_guard<std::mutex> lock(IssueMutex());
+        return issue();
+      }();
       return std::make_shared<GlooWork>(what, std::move(issued.work), std::move(issued.finish));
     } catch (const std::exception& e) {
       return Fail(what, absl::InternalError(Message(e)));

@@ -34,7 +34,13 @@ TEST(DetectBlas, FindsTheLibraryThatDefinesSgemm) {
     GTEST_SKIP() << "LibTorch carries its own BLAS here";
   }
   EXPECT_TRUE(std::filesystem::exists(blas.library)) << blas.library;
-  EXPECT_EQ(blas.Describe(), blas.version + " (" + blas.library + ")");
+  if (blas.implementation.empty()) {
+    EXPECT_EQ(blas.Describe(), blas.version + " (" + blas.library + ")");
+  } else {  // a wrapper: Debian's OpenBLAS libblas.so.3 over libopenblas.so.0
+    EXPECT_TRUE(std::filesystem::exists(blas.implementation)) << blas.implementation;
+    EXPECT_NE(blas.implementation, blas.library);
+    EXPECT_EQ(blas.Describe(), blas.version + " (" + blas.library + " -> " + blas.implementation + ")");
+  }
   switch (blas.kind) {
     case Kind::kOpenBlas:
       EXPECT_EQ(blas.version.rfind("OpenBLAS ", 0), 0u) << blas.version;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/compat.h"
 #include "kernels/bf16.h"
 
 namespace tandem::kernels {
@@ -111,7 +112,7 @@ void CompareWithTorch(bool decoupled, float grad_scale, int threads) {
     const std::string at_step = " at step " + std::to_string(step);
     ExpectClose(w, torch_param.detach(), kFp32Atol, kFp32Rtol, "param" + at_step);
     const auto& state = static_cast<const ParamState&>(
-        *opt.state().at(c10::guts::to_string(torch_param.unsafeGetTensorImpl())));
+        *opt.state().at(compat::OptimizerStateKey(opt.state(), torch_param)));
     ExpectClose(m, state.exp_avg(), kFp32Atol, kFp32Rtol, "exp_avg" + at_step);
     ExpectClose(v, state.exp_avg_sq(), kFp32Atol, kFp32Rtol, "exp_avg_sq" + at_step);
   }
