@@ -204,9 +204,13 @@ int RunEmbedded(const EmbeddedRunOptions& options) {
     all.insert(all.end(), args.begin(), args.end());
     return all;
   };
-  absl::Status status = supervisor.Start(
-      "coordinator",
-      with({"coordinator", "--listen", "127.0.0.1:0", "--state-dir", dir + "/state"}));
+  std::vector<std::string> coordinator_args = {"coordinator", "--listen", "127.0.0.1:0",
+                                               "--state-dir", dir + "/state"};
+  if (!options.hold_dir.empty()) {
+    coordinator_args.insert(coordinator_args.end(),
+                            {"--test-hold-dir", fs::absolute(options.hold_dir).string()});
+  }
+  absl::Status status = supervisor.Start("coordinator", with(std::move(coordinator_args)));
   if (!status.ok()) return Fail(std::string(status.message()));
   absl::StatusOr<std::vector<std::string>> addresses =
       supervisor.AwaitReady(std::chrono::seconds(60), &g_stop);

@@ -20,6 +20,8 @@ struct EmbeddedRunOptions {
   bool json = false;
   bool interactive = false;
   bool local_links = true;  // false: the actors run with --no-local-links
+  // Testing only: the coordinator's --test-hold-dir (coordinator/step_hold.h); "" for none.
+  std::string hold_dir;
 };
 
 // Returns the process exit code: 0 when the job succeeded.

@@ -23,6 +23,7 @@ struct RunFlags {
   std::string output = "text";
   int threads = 0;
   bool no_local_links = false;
+  std::string hold_dir;  // testing only: the coordinator's --test-hold-dir
 };
 
 std::string Timestamp() {
@@ -52,6 +53,7 @@ int Run(const RunFlags& flags, const std::string& log_level) {
     embedded.json = flags.output == "json";
     embedded.interactive = terminal;
     embedded.local_links = !flags.no_local_links;
+    embedded.hold_dir = flags.hold_dir;
     return RunEmbedded(embedded);
   }
   trainer::RunOptions options;
@@ -84,7 +86,7 @@ void AddRunCommand(CLI::App& app, const std::string* log_level, int* exit_code) 
   run->add_option("job", flags->job_path, "Job spec (tandem.v1.JobSpec as JSON)")
       ->required()
       ->check(CLI::ExistingFile);
-  run->add_flag(
+  CLI::Option* colocated = run->add_flag(
       "--colocated", flags->colocated,
       "Both models in this process, each under its own engine: the reference that disaggregated "
       "runs are compared with");
@@ -103,6 +105,11 @@ void AddRunCommand(CLI::App& app, const std::string* log_level, int* exit_code) 
       "--no-local-links", flags->no_local_links,
       "Without --colocated: keep every transfer between the actors on gRPC over loopback instead "
       "of local links (Unix sockets), e.g. to measure what they save");
+  // Testing only: hidden from --help (group ""); coordinator/step_hold.h.
+  run->add_option("--test-hold-dir", flags->hold_dir,
+                  "Testing: the local coordinator's --test-hold-dir")
+      ->group("")
+      ->excludes(colocated);
   run->callback([flags, log_level, exit_code] { *exit_code = Run(*flags, *log_level); });
 }
 

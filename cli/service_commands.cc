@@ -40,6 +40,11 @@ void AddServiceCommands(CLI::App& app, int* exit_code) {
   c->add_option("--ready-file", coordinator->ready_file,
                 "Write the bound HOST:PORT here once serving (and 'metrics HOST:PORT' on a second "
                 "line with --metrics-listen)");
+  // Testing only: hidden from --help (group ""); coordinator/step_hold.h.
+  c->add_option("--test-hold-dir", coordinator->hold_dir,
+                "Testing: a job named NAME does not start step S+1 while DIR/NAME.hold exists and "
+                "holds S")
+      ->group("");
   AddSecurityFlags(c, coordinator_security.get());
   c->callback([=] {
     coordinator->heartbeat_timeout =

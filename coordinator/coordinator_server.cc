@@ -27,6 +27,7 @@ int RunCoordinator(const CoordinatorServerOptions& options) {
   core.heartbeat_timeout = options.heartbeat_timeout;
   core.heartbeat_interval = std::max(std::chrono::milliseconds(50), options.heartbeat_timeout / 5);
   core.runner.command_timeout = options.command_timeout;
+  core.runner.hold_dir = options.hold_dir;
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator = Coordinator::Create(core);
   if (!coordinator.ok()) {
     std::fprintf(stderr, "tandem coordinator: %s\n", std::string(coordinator.status().message()).c_str());

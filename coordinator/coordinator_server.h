@@ -16,6 +16,9 @@ struct CoordinatorServerOptions {
   // Written (atomically) with the bound HOST:PORT once serving, and "metrics HOST:PORT" on a second
   // line when metrics_listen is set; "" for none.
   std::string ready_file;
+  // Testing only (`--test-hold-dir`, hidden from --help): a job named NAME does not start step S+1
+  // while <hold_dir>/NAME.hold exists and holds S (coordinator/step_hold.h); "" holds no job.
+  std::string hold_dir;
 };
 
 int RunCoordinator(const CoordinatorServerOptions& options);

@@ -69,6 +69,7 @@ JobRunner::JobRunner(JobRecord job, std::vector<ActorEntry> vision, std::vector<
       registry_(registry),
       metrics_(metrics),
       options_(options),
+      hold_(options.hold_dir, job_.name),
       done_(std::move(done)) {
   auto add = [&](const std::vector<ActorEntry>& group, v1::Role role) {
     for (size_t r = 0; r < group.size(); ++r) {
@@ -104,6 +105,7 @@ void JobRunner::Stop(const std::string& reason, bool suspend) {
     suspended_ = suspended_ || suspend;
   }
   cancelled_ = true;
+  hold_.Interrupt();
   ReleaseAll(reason);  // interrupts a step waiting on transfers
 }
 
@@ -117,6 +119,7 @@ void JobRunner::ActorLost(const std::string& actor_id, const std::string& what) 
     lost_contact_.emplace(actor_id, absl::StrCat(name, " ", what));
   }
   cancelled_ = true;
+  hold_.Interrupt();
   ReleaseAll(absl::StrCat("actor ", actor_id, " was lost"));
 }
 
@@ -129,6 +132,23 @@ void JobRunner::Event(const std::string& text) {
   event->set_text(text);
   feeds_->Publish(job_.id, std::move(update));
   TANDEM_LOG(kInfo, kComponent) << job_.id << ": " << text;
+}
+
+absl::Status JobRunner::AwaitHold(int64_t step) {
+  if (hold_.HeldStep() != step) return absl::OkStatus();
+  const std::string held =
+      absl::StrCat("held before step ", step + 1, ": ", hold_.path(), " exists");
+  job_.message = held;
+  RETURN_IF_ERROR(store_->UpdateJob(job_));
+  Event(held);
+  if (!hold_.WaitWhileHeld(step)) {
+    return absl::CancelledError(absl::StrCat("stopped while held before step ", step + 1));
+  }
+  job_.message.clear();
+  RETURN_IF_ERROR(store_->UpdateJob(job_));
+  Event(absl::StrCat("released before step ", step + 1, ": ", hold_.path(),
+                     " no longer names step ", step));
+  return absl::OkStatus();
 }
 
 void JobRunner::SetState(JobState state, const std::string& message) {
@@ -464,9 +484,14 @@ absl::Status JobRunner::Execute() {
 
   for (int64_t done = job_.step; done < schedule.steps;) {
     if (cancelled_) return absl::CancelledError("cancelled");
+    RETURN_IF_ERROR(AwaitHold(done));
     const int64_t first = done + 1;
-    const int64_t step = std::min({schedule.steps, FirstMultipleFrom(first, schedule.eval_every),
-                                   FirstMultipleFrom(first, schedule.checkpoint_every)});
+    int64_t step = std::min({schedule.steps, FirstMultipleFrom(first, schedule.eval_every),
+                             FirstMultipleFrom(first, schedule.checkpoint_every)});
+    // A step a hold file names ends a segment too, so the job can be held right after it.
+    if (const std::optional<int64_t> held = hold_.HeldStep(); held && *held >= first) {
+      step = std::min(step, *held);
+    }
     last_answer = SteadyClock::now();  // evaluation and checkpoints are not step time
     RETURN_IF_ERROR(RunSteps(first, step, record_step));
     done = step;

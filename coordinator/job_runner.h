@@ -14,6 +14,10 @@
 // the command in flight (Release interrupts a step that waits on transfers); Suspend() does the
 // same but leaves it RESTARTING, for a coordinator that shuts down.
 //
+// With RunnerOptions::hold_dir set (a fault hook for tests, coordinator/step_hold.h), a job whose
+// hold file names the step it has reached waits there before its next step, its status saying
+// "held before step S+1: <file> exists"; Cancel, Suspend and ActorLost end the wait at once.
+//
 // Thread-safety: Cancel may be called from any thread; the rest runs on the runner's thread.
 #pragma once
 
@@ -32,6 +36,7 @@
 #include "coordinator/memory_store.h"
 #include "coordinator/metrics.h"
 #include "coordinator/registry.h"
+#include "coordinator/step_hold.h"
 #include "trainer/summary.h"
 
 namespace tandem::v1 {
@@ -44,6 +49,8 @@ struct RunnerOptions {
   // Deadline of each command beyond its own waits: actors get `command_timeout` for every transfer
   // and collective, and the coordinator waits that long plus a margin for an answer.
   std::chrono::milliseconds command_timeout{300000};
+  // Testing only: the directory of hold files (coordinator/step_hold.h); "" holds no job.
+  std::string hold_dir;
 };
 
 class JobRunner {
@@ -86,6 +93,9 @@ class JobRunner {
   absl::Status RunSteps(
       int64_t first, int64_t last,
       const std::function<absl::Status(int64_t step, const StepAnswers&)>& on_step);
+  // Waits while the job's hold file names `step`, the step it has done (step_hold.h); Cancelled
+  // when the attempt is stopped meanwhile.
+  absl::Status AwaitHold(int64_t step);
   void Event(const std::string& text);
   void SetState(JobState state, const std::string& message);
   // Cancel and Suspend: stop after the command in flight, leaving the job CANCELLED or RESTARTING.
@@ -102,6 +112,7 @@ class JobRunner {
   Registry* registry_;
   Metrics* metrics_;
   RunnerOptions options_;
+  StepHold hold_;
   std::function<void(const std::string&)> done_;
   std::atomic<bool> cancelled_{false};
   std::mutex reason_mu_;

@@ -1,7 +1,9 @@
 // The service as separate long-running processes, driven through the CLI: a coordinator and actors
 // started by hand, jobs submitted with `tandem submit`, watched with `status`, `jobs`, `actors`,
 // and a job whose actor dies mid-run with no restarts left failing with a message that names the
-// actor instead of hanging.
+// actor instead of hanging. The coordinator has the service's default heartbeat timeout (10 s),
+// so an actor killed mid-run is found by the next call to it ("lost contact with ..."), never
+// first by its silence.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -22,7 +24,8 @@ using testing::ProcessCluster;
 class ClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    cluster_.StartCoordinator("127.0.0.1:0", {"--metrics-listen", "127.0.0.1:0"});
+    cluster_.StartCoordinator("127.0.0.1:0",
+                              {"--metrics-listen", "127.0.0.1:0", "--heartbeat-timeout", "10"});
     ASSERT_FALSE(cluster_.address().empty());
     ASSERT_FALSE(cluster_.metrics_address().empty());
   }
@@ -47,7 +50,8 @@ TEST_F(ClusterTest, SubmittedJobWaitsForItsActorsThenSucceeds) {
   const std::string id = submitted.output.substr(0, submitted.output.find('\n'));
   EXPECT_EQ(id, "job-000001");
   const Outcome waiting = cluster_.Cli(absl::StrCat("status ", id));
-  EXPECT_THAT(waiting.output, HasSubstr("QUEUED: waiting for 1 actors of pool 'vision' (0 free of 0 registered)"));
+  EXPECT_THAT(waiting.output,
+              HasSubstr("QUEUED: waiting for 1 actors of pool 'vision' (0 free of 0 registered)"));
 
   cluster_.StartActor("vision");
   cluster_.StartActor("llm");
@@ -94,14 +98,14 @@ TEST_F(ClusterTest, BadSpecIsRejectedAtSubmitAndNothingIsQueued) {
 TEST_F(ClusterTest, DeadActorWithoutRestartsLeftFailsTheJobNamingIt) {
   cluster_.StartActor("vision");
   const pid_t llm = cluster_.StartActor("llm");
-  const std::string job = WriteJob(100000, R"(, "failure": {"max_restarts": 0})");
+  const std::string job = WriteJob(10, R"(, "failure": {"max_restarts": 0})");
+  // Let it train a little, hold it there, then kill the LLM actor without warning.
+  cluster_.Hold("cluster", 3);
   const Outcome submitted = cluster_.Cli(absl::StrCat("submit ", job, " --threads 1"));
   ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
-  // Let it train a little, then kill the LLM actor without warning.
-  ASSERT_TRUE(testing::WaitFor([&] {
-    return cluster_.Cli("status job-000001").output.find("RUNNING") != std::string::npos;
-  }));
+  ASSERT_TRUE(cluster_.AwaitHeld("job-000001", 3));
   cluster_.Kill(llm);
+  cluster_.Release("cluster");  // its next step finds the actor gone
   const Outcome followed = cluster_.Cli("logs job-000001 -f");
   EXPECT_THAT(followed.output, HasSubstr("FAILED: lost contact with llm-0 (llm rank 0"));
   EXPECT_THAT(followed.output, HasSubstr("gave up after 0 restarts (failure.max_restarts is 0)"));

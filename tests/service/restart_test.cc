@@ -3,6 +3,12 @@
 // a new job that starts from another job's checkpoint with other group sizes and ZeRO stage. With
 // fp32 engines on CPU, the per-step losses after a restart equal an uninterrupted run's, and every
 // step is recorded once.
+//
+// A job is killed mid-run at a known step however fast the machine trains: the coordinator holds it
+// after a checkpoint (ProcessCluster::Hold, `--test-hold-dir`) until the test has acted, then the
+// test releases it. Coordinators here have the service's default heartbeat timeout (10 s), so a
+// killed actor is found by the next call to it ("lost contact with ..."), never first by its
+// silence.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -64,7 +70,7 @@ void ExpectSameSteps(const std::vector<trainer::StepRecord>& steps,
 class RestartTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    cluster_.StartCoordinator();
+    cluster_.StartCoordinator("127.0.0.1:0", {"--heartbeat-timeout", "10"});
     ASSERT_FALSE(cluster_.address().empty());
   }
 
@@ -90,11 +96,29 @@ class RestartTest : public ::testing::Test {
   ::testing::AssertionResult AwaitCheckpoint(const std::string& job, int step) {
     const std::string marker = absl::StrCat(RunDir(job), "/checkpoints/step-",
                                             absl::Dec(step, absl::kZeroPad6), "/complete");
-    if (WaitFor([&] { return std::filesystem::exists(marker); }, std::chrono::seconds(120))) {
+    if (WaitFor([&] { return std::filesystem::exists(marker); })) {
       return ::testing::AssertionSuccess();
     }
-    return ::testing::AssertionFailure() << "no " << marker << " after 120 s; the job's log:\n"
+    return ::testing::AssertionFailure() << "no " << marker << " in time; the job's log:\n"
                                          << cluster_.Cli(absl::StrCat("logs ", job)).output;
+  }
+
+  // Waits until the job has a complete checkpoint of `step` and is held right after it (the test
+  // held it there with cluster_.Hold); when it never is, says so with the job's log.
+  ::testing::AssertionResult AwaitHeldAtCheckpoint(const std::string& job, int step) {
+    ::testing::AssertionResult checkpoint = AwaitCheckpoint(job, step);
+    if (!checkpoint) return checkpoint;
+    if (cluster_.AwaitHeld(job, step)) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure()
+           << "not held before step " << step + 1 << " in time; the job's log:\n"
+           << cluster_.Cli(absl::StrCat("logs ", job)).output;
+  }
+
+  // Waits until the job's log holds `text`.
+  bool AwaitLog(const std::string& job, const std::string& text) {
+    return WaitFor([&] {
+      return cluster_.Cli(absl::StrCat("logs ", job)).output.find(text) != std::string::npos;
+    });
   }
 
   ProcessCluster cluster_;
@@ -107,9 +131,11 @@ TEST_F(RestartTest, KilledActorJobResumesFromItsLastCheckpointWithUninterruptedL
   const std::string reference = Submit("reference", Spec("reference", 1, 1));
   EXPECT_THAT(Follow(reference), HasSubstr("SUCCEEDED"));
 
+  cluster_.Hold("killed", 2 * kCheckpointEvery);
   const std::string job = Submit("killed", Spec("killed", 1, 1));
-  ASSERT_TRUE(AwaitCheckpoint(job, 2 * kCheckpointEvery));
+  ASSERT_TRUE(AwaitHeldAtCheckpoint(job, 2 * kCheckpointEvery));
   cluster_.Kill(llm);
+  cluster_.Release("killed");  // its next step finds the actor gone
   const std::string log = Follow(job);
   EXPECT_THAT(log, HasSubstr("RESTARTING: lost contact with llm-0 (llm rank 0"));
   EXPECT_THAT(log, HasSubstr("restart 1 of 3 (failure.max_restarts) from "));
@@ -123,11 +149,15 @@ TEST_F(RestartTest, KilledActorJobResumesFromItsLastCheckpointWithUninterruptedL
 TEST_F(RestartTest, SupervisedActorThatIsKilledIsReportedWithItsSignalAndTheJobResumes) {
   cluster_.StartActor("vision");
   const pid_t supervisor = cluster_.StartActor("llm", {"--supervise"});
+  cluster_.Hold("supervised", kCheckpointEvery);
   const std::string job = Submit("supervised", Spec("supervised", 1, 1));
-  ASSERT_TRUE(AwaitCheckpoint(job, kCheckpointEvery));
+  ASSERT_TRUE(AwaitHeldAtCheckpoint(job, kCheckpointEvery));
   const pid_t actor = testing::ChildWithArgument(supervisor, "llm");
   ASSERT_GT(actor, 0);
   kill(actor, SIGKILL);
+  // The supervisor's report ends the held attempt; the next one may go on.
+  ASSERT_TRUE(AwaitLog(job, "RESTARTING: "));
+  cluster_.Release("supervised");
   const std::string log = Follow(job);
   EXPECT_THAT(log, HasSubstr("RESTARTING: llm-0 (llm rank 0, "));
   EXPECT_THAT(log, HasSubstr(") died: killed by signal 9 (SIGKILL)"));
@@ -148,15 +178,17 @@ TEST_F(RestartTest, RestartedCoordinatorKnowsEveryJobAndResumesTheRunningOne) {
   const std::string reference = Submit("reference", Spec("reference", 1, 2));
   EXPECT_THAT(Follow(reference), HasSubstr("SUCCEEDED"));
   const std::vector<trainer::StepRecord> uninterrupted = Steps(RunDir(reference));
+  cluster_.Hold("survivor", kCheckpointEvery);
   const std::string job = Submit("survivor", Spec("survivor", 1, 2));
   const std::string queued = Submit("queued", Spec("queued", 1, 2));
-  ASSERT_TRUE(AwaitCheckpoint(job, kCheckpointEvery));
+  ASSERT_TRUE(AwaitHeldAtCheckpoint(job, kCheckpointEvery));
 
   // The same address, so the actors find it again; they register anew and are free to resume.
   const std::string address = cluster_.address();
   cluster_.Kill(cluster_.coordinator());
-  cluster_.StartCoordinator(address);
+  cluster_.StartCoordinator(address, {"--heartbeat-timeout", "10"});
   ASSERT_EQ(cluster_.address(), address);
+  cluster_.Release("survivor");
   const std::string log = Follow(job);
   EXPECT_THAT(log, HasSubstr("RESTARTING: the coordinator restarted while the job ran"));
   EXPECT_THAT(log, HasSubstr("SUCCEEDED"));
@@ -173,16 +205,21 @@ TEST_F(RestartTest, RestartedCoordinatorKnowsEveryJobAndResumesTheRunningOne) {
 TEST_F(RestartTest, JobKeepsFailingStopsAfterItsRestarts) {
   cluster_.StartActor("vision");
   const pid_t first = cluster_.StartActor("llm");
+  cluster_.Hold("fragile", kCheckpointEvery);
   const std::string job =
       Submit("fragile", Spec("fragile", 1, 0, R"(, "failure": {"max_restarts": 1})"));
-  ASSERT_TRUE(AwaitCheckpoint(job, kCheckpointEvery));
+  ASSERT_TRUE(AwaitHeldAtCheckpoint(job, kCheckpointEvery));
   cluster_.Kill(first);
+  cluster_.Release("fragile");  // its next step finds the actor gone
+  ASSERT_TRUE(AwaitLog(job, "RESTARTING: "));
+  // No LLM actor is left, so the job cannot resume before the second one registers: held again
+  // at the same checkpoint, the resumed attempt is still running when its actor is killed.
+  cluster_.Hold("fragile", kCheckpointEvery);
   const pid_t second = cluster_.StartActor("llm");
-  ASSERT_TRUE(WaitFor([&] {
-    return cluster_.Cli(absl::StrCat("logs ", job)).output.find("resumed from ") !=
-           std::string::npos;
-  }));
+  ASSERT_TRUE(AwaitLog(job, "resumed from "));
+  ASSERT_TRUE(AwaitHeldAtCheckpoint(job, kCheckpointEvery));
   cluster_.Kill(second);
+  cluster_.Release("fragile");
   const std::string log = Follow(job);
   EXPECT_THAT(log, HasSubstr("restart 1 of 1"));
   EXPECT_THAT(log, HasSubstr("FAILED: lost contact with llm-1 (llm rank 0"));
@@ -217,18 +254,28 @@ TEST_F(RestartTest, TandemRunStartsAKilledActorAgainAndTellsWhyItDied) {
 
   const std::string run_dir = cluster_.dir() + "/killed";
   const std::string log = cluster_.dir() + "/run.log";
-  const pid_t run = cluster_.Spawn({"run", cluster_.WriteFile("killed.json", Spec("killed", 1, 0)),
-                                    "--run-dir", run_dir, "--threads", "1", "--output", "json"},
-                                   log);
-  ASSERT_TRUE(WaitFor(
-      [&] { return std::filesystem::exists(run_dir + "/checkpoints/step-000010/complete"); },
-      std::chrono::seconds(120)));
+  const auto read_log = [&] {
+    std::ifstream in(log);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  // Held after its checkpoint of step 10: once that is complete the job cannot go past step 10.
+  cluster_.Hold("killed", 2 * kCheckpointEvery);
+  const pid_t run = cluster_.Spawn(
+      {"run", cluster_.WriteFile("killed.json", Spec("killed", 1, 0)), "--run-dir", run_dir,
+       "--threads", "1", "--output", "json", "--test-hold-dir", cluster_.hold_dir()},
+      log);
+  ASSERT_TRUE(WaitFor([&] {
+    return std::filesystem::exists(run_dir + "/checkpoints/step-000010/complete");
+  })) << read_log();
   const pid_t llm = testing::ChildWithArgument(run, "llm");
   ASSERT_GT(llm, 0);
   kill(llm, SIGKILL);
+  // `tandem run` reports the death (which ends the held attempt) and starts the actor again.
+  ASSERT_TRUE(WaitFor([&] { return read_log().find("starting it again") != std::string::npos; }))
+      << read_log();
+  cluster_.Release("killed");
   const int status = cluster_.Wait(run);
-  std::ifstream in(log);
-  const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string output = read_log();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
   EXPECT_THAT(output, HasSubstr("actor llm-0 killed by signal 9 (SIGKILL); starting it again"));
   ExpectSameSteps(Steps(run_dir), Steps(reference));

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -30,20 +31,23 @@ struct Outcome {
   std::string output;  // stdout and stderr
 };
 
-// Runs `tandem --log-level warning ARGS` (with `environment`, e.g. "NAME=value", added to the
-// environment) and waits for it.
-inline Outcome Tandem(const std::string& args, const std::string& environment = "") {
-  FILE* pipe = popen(
-      absl::StrCat(environment.empty() ? "" : "env '", environment, environment.empty() ? "" : "' ",
-                   TANDEM_BINARY, " --log-level warning ", args, " 2>&1")
-          .c_str(),
-      "r");
+// Runs the shell command line `command` and waits for it; `output` is its stdout.
+inline Outcome Shell(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
   Outcome outcome;
   char buffer[4096];
   while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) outcome.output.append(buffer, n);
   const int status = pclose(pipe);
   outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return outcome;
+}
+
+// Runs `tandem --log-level warning ARGS` (with `environment`, e.g. "NAME=value", added to the
+// environment) and waits for it; `output` holds stdout and stderr.
+inline Outcome Tandem(const std::string& args, const std::string& environment = "") {
+  return Shell(absl::StrCat(environment.empty() ? "" : "env '", environment,
+                            environment.empty() ? "" : "' ", TANDEM_BINARY, " --log-level warning ",
+                            args, " 2>&1"));
 }
 
 // A group's engine config for tiny test jobs: fp32 AdamW at ZeRO `stage`.
@@ -81,9 +85,14 @@ inline std::string TinyJobSpec(const TinyJob& job) {
                       R"(, "seed": 11})", job.extra, "\n}");
 }
 
+// How long a test waits for a tiny job to reach a step, a checkpoint or its end, or for a process
+// to start: minutes, so that a machine many times slower than a developer's still passes. Nothing
+// waits this long unless something is wrong.
+constexpr std::chrono::seconds kProgressDeadline{300};
+
 // Polls `condition` every 20 ms until it holds or `timeout` passes; returns whether it held.
 inline bool WaitFor(const std::function<bool()>& condition,
-                    std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+                    std::chrono::milliseconds timeout = kProgressDeadline) {
   const auto deadline = Clock::now() + timeout;
   while (!condition()) {
     if (Clock::now() >= deadline) return false;
@@ -92,7 +101,8 @@ inline bool WaitFor(const std::function<bool()>& condition,
   return true;
 }
 
-// A file's first line (a ready file), waiting up to 60 s for it; "" when it never came.
+// A file's first line (a ready file), waiting up to kProgressDeadline for it; "" when it never
+// came.
 inline std::string AwaitLine(const std::string& path) {
   std::string line;
   WaitFor([&] {
@@ -105,11 +115,16 @@ inline std::string AwaitLine(const std::string& path) {
 // Processes of one test in a temporary directory; all are killed and reaped at the end. Each
 // process logs at info level to <dir>/<n>-<command>.log; when the test failed, those logs are
 // printed before the directory goes.
+//
+// Every coordinator it starts holds jobs by the files in hold_dir() (`--test-hold-dir`,
+// coordinator/step_hold.h): Hold(name, S) keeps the job called `name` from starting step S+1 until
+// Release(name), so a test acts on a job at a known step however fast the machine trains.
 class ProcessCluster {
  public:
   ProcessCluster() {
     char pattern[] = "/tmp/tandem-cluster-XXXXXX";
     dir_ = mkdtemp(pattern);
+    std::filesystem::create_directories(hold_dir());
   }
   ~ProcessCluster() {
     for (pid_t pid : children_) kill(pid, SIGKILL);
@@ -122,6 +137,27 @@ class ProcessCluster {
   const std::string& address() const { return address_; }
   const std::string& metrics_address() const { return metrics_address_; }
   pid_t coordinator() const { return coordinator_; }
+  std::string hold_dir() const { return dir_ + "/holds"; }
+
+  // Holds the job called `name` before step `step` + 1 (the file is written whole, at once).
+  void Hold(const std::string& name, int step) const {
+    const std::string path = absl::StrCat(hold_dir(), "/", name, ".hold");
+    std::ofstream(path + ".tmp") << step << "\n";
+    std::filesystem::rename(path + ".tmp", path);
+  }
+
+  // Lets the job called `name` go on.
+  void Release(const std::string& name) const {
+    std::filesystem::remove(absl::StrCat(hold_dir(), "/", name, ".hold"));
+  }
+
+  // Waits until the job `id` is held before step `step` + 1 (`tandem status` says so); returns
+  // whether it was within kProgressDeadline.
+  bool AwaitHeld(const std::string& id, int step) const {
+    const std::string held = absl::StrCat("held before step ", step + 1, ": ");
+    return WaitFor(
+        [&] { return Cli(absl::StrCat("status ", id)).output.find(held) != std::string::npos; });
+  }
 
   // `tandem ARGS` as a child process with stderr to `log` (default <dir>/<n>-<ARGS[0]>.log).
   pid_t Spawn(std::vector<std::string> args, std::string log = "") {
@@ -141,15 +177,19 @@ class ProcessCluster {
     return pid;
   }
 
-  // A coordinator on `listen` (default: a port the OS picks) with its state in <dir>/state;
-  // returns its pid once it is ready, and sets address() (and metrics_address(), given
-  // --metrics-listen). Heartbeats time out after 2 s, so an actor that went silent is found fast.
+  // A coordinator on `listen` (default: a port the OS picks) with its state in <dir>/state and its
+  // hold files in hold_dir(); returns its pid once it is ready, and sets address() (and
+  // metrics_address(), given --metrics-listen). Heartbeats time out after 2 s, so an actor that
+  // went silent is found fast, unless `extra` sets --heartbeat-timeout.
   pid_t StartCoordinator(const std::string& listen = "127.0.0.1:0",
                          std::vector<std::string> extra = {}) {
     const std::string ready = absl::StrCat(dir_, "/coordinator", ++coordinators_);
     std::vector<std::string> args = {"coordinator", "--listen",      listen,
-                                     "--state-dir", dir_ + "/state", "--heartbeat-timeout",
-                                     "2",           "--ready-file",  ready};
+                                     "--state-dir", dir_ + "/state", "--test-hold-dir",
+                                     hold_dir(),    "--ready-file",  ready};
+    if (std::find(extra.begin(), extra.end(), "--heartbeat-timeout") == extra.end()) {
+      args.insert(args.end(), {"--heartbeat-timeout", "2"});
+    }
     args.insert(args.end(), extra.begin(), extra.end());
     coordinator_ = Spawn(args);
     address_ = AwaitLine(ready);
