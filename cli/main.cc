@@ -1,10 +1,11 @@
 // tandem: one binary, one subcommand per verb (DESIGN §1): run, coordinator, actor, submit, status,
-// jobs, actors, logs, cancel.
+// jobs, actors, logs, cancel, doctor.
 #include <CLI/CLI.hpp>
 
 #include <string>
 
 #include "cli/client_commands.h"
+#include "cli/doctor_command.h"
 #include "cli/run_command.h"
 #include "cli/service_commands.h"
 #include "common/blas_info.h"
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   tandem::cli::AddRunCommand(app, &log_level, &exit_code);
   tandem::cli::AddServiceCommands(app, &exit_code);
   tandem::cli::AddClientCommands(app, &exit_code);
+  tandem::cli::AddDoctorCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

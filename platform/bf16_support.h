@@ -45,8 +45,9 @@ struct Bf16Support {
 // `device` as LibTorch prints it: "cpu", "cuda", "cuda:1".
 Bf16Support DetectBf16Support(const std::string& device);
 
-// Measures bf16 against fp32 matrix multiplication on the CPU (256 x 256, a few tens of
-// milliseconds where bf16 is emulated): what an explicit bf16 costs, for the warning that names it.
+// Measures bf16 against fp32 matrix multiplication on the CPU (256 x 256, the best of three timed
+// windows; about 0.1 s where bf16 is emulated): what an explicit bf16 costs, for the warning that
+// names it and for `tandem doctor`.
 struct MatmulSpeed {
   double fp32_gflops = 0;
   double bf16_gflops = 0;
