@@ -31,18 +31,20 @@ TEST(JobSpec, ShapesExampleLoads) {
   EXPECT_EQ(config->vision.pool, "vision");
   EXPECT_EQ(config->vision.model.preset, "vit-tiny");
   EXPECT_EQ(config->vision.model.output_dim, 64);
+  EXPECT_EQ(config->vision.model.positions, "sincos");
   EXPECT_EQ(config->llm.actors, 2);
   EXPECT_EQ(config->llm.model.preset, "llm-tiny");
   EXPECT_EQ(config->schedule.global_batch, 64);
-  EXPECT_EQ(config->schedule.steps, 6000);
+  EXPECT_EQ(config->schedule.steps, 4000);
   EXPECT_EQ(config->schedule.eval_every, 1000);
-  EXPECT_EQ(config->schedule.checkpoint_every, 2000);
+  EXPECT_EQ(config->schedule.checkpoint_every, 1000);
   json engine = json::parse(config->vision.engine_json);
   EXPECT_EQ(engine["zero_optimization"]["stage"], 1);
   EXPECT_TRUE(engine["zero_optimization"]["stage"].is_number_integer());  // not 1.0
-  EXPECT_EQ(engine["scheduler"]["params"]["total_num_steps"], 6000);
-  EXPECT_EQ(engine["optimizer"]["params"]["lr"], 1e-3);
+  EXPECT_EQ(engine["scheduler"]["params"]["total_num_steps"], 4000);
+  EXPECT_EQ(engine["optimizer"]["params"]["lr"], 1.5e-3);
   EXPECT_EQ(engine["tandem"]["bf16_update"], "kahan");
+  EXPECT_EQ(engine["torch_autocast"]["dtype"], "auto");
   EXPECT_EQ(config->llm.engine_json, config->vision.engine_json);
 }
 

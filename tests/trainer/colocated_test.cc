@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -120,15 +121,17 @@ TEST(ColocatedTest, RefusesANonEmptyRunDirectoryAndLeavesItAlone) {
   EXPECT_FALSE(fs::exists(run_dir + "/metrics.jsonl"));
 }
 
-TEST(ColocatedTest, ShortBf16RunLearnsToCaptionHeldOutShapes) {
-  // The shapes example's low-precision engines (bf16 params, grads, master and moments, autocast,
-  // Kahan updates) for a shortened schedule, about a minute on 2 cores: the loss must fall from
-  // ln(vocabulary) ~ 3.2 below the stated bar, and greedy captions of held-out images must beat
-  // chance (1 caption in 432, 1 token in 24) by far.
+TEST(ColocatedTest, ShortLowPrecisionRunLearnsToCaptionHeldOutShapes) {
+  // The shapes example's low-precision engines (bf16 params, grads, master and moments, Kahan
+  // updates, torch_autocast "auto": bf16 compute where the CPU has it, fp32 compute from the bf16
+  // storage elsewhere) for a shortened schedule: the loss must fall from ln(vocabulary) ~ 3.2
+  // below the stated bar, and greedy captions of held-out images must beat chance (1 caption in
+  // 432, 1 token in 24) by far. TANDEM_TRAIN_STEPS (tests/trainer/CMakeLists.txt) is sized for a
+  // slow 2-core CPU; its ctest timeout leaves room for bf16 emulation (TANDEM_CPU_BF16=emulated).
   constexpr char kBf16Engine[] = R"({
     "bf16": {"enabled": true, "bf16_master_weights_and_grads": true, "bf16_optimizer_states": true},
-    "torch_autocast": {"enabled": true, "dtype": "bfloat16"},
-    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.98], "weight_decay": 0.01}},
+    "torch_autocast": {"enabled": true, "dtype": "auto"},
+    "optimizer": {"type": "AdamW", "params": {"lr": 1.5e-3, "betas": [0.9, 0.98], "weight_decay": 0.01}},
     "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 100, "total_num_steps": 100000}},
     "gradient_clipping": 1.0,
     "tandem": {"bf16_update": "kahan"}})";
@@ -136,11 +139,16 @@ TEST(ColocatedTest, ShortBf16RunLearnsToCaptionHeldOutShapes) {
   job.data.shapes.train_samples = 20000;
   job.data.shapes.eval_samples = 128;
   job.schedule.global_batch = 64;
+  job.vision.model.positions = "sincos";  // as examples/shapes_vlm.json
   job.vision.engine_json = kBf16Engine;
   job.llm.engine_json = kBf16Engine;
   const std::string run_dir = TempDir() + "/run";
   auto summary = RunColocated(job, Quiet(run_dir));
   ASSERT_TRUE(summary.ok()) << summary.status();
+  // The margin over the bars, for whoever tunes TANDEM_TRAIN_STEPS.
+  std::printf("after %d steps: final loss %.4f, token accuracy %.4f, caption exact match %.4f\n",
+              TANDEM_TRAIN_STEPS, summary->final_loss, summary->token_accuracy,
+              summary->caption_exact_match);
   EXPECT_LT(summary->final_loss, TANDEM_TRAIN_MAX_LOSS);
   EXPECT_GT(summary->token_accuracy, TANDEM_TRAIN_MIN_TOKEN_ACCURACY);
   EXPECT_GT(summary->caption_exact_match, TANDEM_TRAIN_MIN_EXACT_MATCH);
