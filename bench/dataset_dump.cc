@@ -26,7 +26,7 @@
 // rendering or decoding plus tokenisation): the work Tandem's trainer does inside each step and a
 // loop reading these arrays does not.
 //
-// Exit code 0 on success, 1 on any error (printed), 2 for bad flags.
+// Exit code 0 on success, 1 on any error (printed), CLI11's own codes (105 and up) for bad flags.
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>

@@ -142,9 +142,6 @@ Findings Assess(const platform::PlatformReport& report, const platform::LocalSoc
                                      d.major, ".", d.minor, ")"));
     }
   }
-  if (!cuda.devices.empty() && !report.nccl.built_in) {
-    f.warnings.push_back("NCCL is not built in: GPU groups reduce their gradients through Gloo");
-  }
   if (!report.nccl.error.empty()) f.failures.push_back(report.nccl.error);
   if (!link.ok) {
     f.warnings.push_back(absl::StrCat("no local links on this host (", link.error,

@@ -21,6 +21,7 @@
 #include "cli/actor_supervisor.h"
 #include "cli/spawn.h"
 #include "cli/watch.h"
+#include "common/cpu_features.h"
 #include "common/process_exit.h"
 #include "jobspec/job_spec.h"
 #include "jobspec/job_spec_proto.h"
@@ -239,7 +240,7 @@ int RunEmbedded(const EmbeddedRunOptions& options) {
   request.set_run_dir(run_dir);
   int threads = options.threads;
   if (threads == 0)
-    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / actors);
+    threads = std::max(1, UsableCpus() / actors);
   request.set_threads(threads);
   v1::SubmitJobResponse response;
   status = rpc::FromGrpc(

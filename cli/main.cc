@@ -36,6 +36,12 @@ int main(int argc, char** argv) {
   tandem::cli::AddServiceCommands(app, &exit_code);
   tandem::cli::AddClientCommands(app, &exit_code);
   tandem::cli::AddDoctorCommand(app, &exit_code);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 prints the error (or the help) and names its own codes (105, 109, ...); every usage
+    // error leaves with 2, as --help and the README say and `tandem actor --supervise` expects.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   return exit_code;
 }

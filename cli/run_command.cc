@@ -3,12 +3,15 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <memory>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cli/embedded_run.h"
+#include "common/cpu_features.h"
 #include "common/logging.h"
 #include "jobspec/job_spec.h"
 #include "trainer/colocated.h"
@@ -25,6 +28,16 @@ struct RunFlags {
   bool no_local_links = false;
   std::string hold_dir;  // testing only: the coordinator's --test-hold-dir
 };
+
+// --colocated's default intra-op threads: $OMP_NUM_THREADS where it is a positive number, else every
+// CPU this process may use. Set explicitly because LibTorch's own default differs between builds
+// (Debian's 1.13 took one thread on a 2-core machine, the PyPI wheel's both).
+int ColocatedThreads() {
+  int threads = 0;
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  if (omp != nullptr && absl::SimpleAtoi(omp, &threads) && threads > 0) return threads;
+  return UsableCpus();
+}
 
 std::string Timestamp() {
   std::time_t now = std::time(nullptr);
@@ -58,7 +71,7 @@ int Run(const RunFlags& flags, const std::string& log_level) {
   }
   trainer::RunOptions options;
   options.run_dir = run_dir;
-  options.threads = flags.threads;
+  options.threads = flags.threads > 0 ? flags.threads : ColocatedThreads();
   options.interactive = terminal;
   options.progress = flags.output == "json" && !terminal ? nullptr : stderr;
   auto summary = trainer::RunColocated(*job, options);
@@ -99,7 +112,8 @@ void AddRunCommand(CLI::App& app, const std::string* log_level, int* exit_code) 
       ->check(CLI::IsMember({"text", "json"}));
   run->add_option(
          "--threads", flags->threads,
-         "Intra-op threads (default: all cores; without --colocated, per actor: cores / actors)")
+         "Intra-op threads (default: $OMP_NUM_THREADS if set, else every CPU this process may use; "
+         "without --colocated, per actor: CPUs / actors)")
       ->check(CLI::NonNegativeNumber);
   run->add_flag(
       "--no-local-links", flags->no_local_links,

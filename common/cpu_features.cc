@@ -1,6 +1,10 @@
 #include "common/cpu_features.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -109,6 +113,13 @@ std::string CpuFeatures::Summary() const {
 const CpuFeatures& DetectCpuFeatures() {
   static const CpuFeatures features = Detect();
   return features;
+}
+
+int UsableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 }  // namespace tandem

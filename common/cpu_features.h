@@ -3,9 +3,10 @@
 //
 // "Native bf16" means the CPU multiplies bf16 matrices in hardware: AVX512_BF16 or AMX-BF16 (with the
 // OS saving their registers) on x86-64, the BF16 extension on aarch64. Without it LibTorch emulates
-// bf16 matmuls in fp32 loops, 10-20x slower than fp32 (engine/CONFIG.md, torch_autocast.dtype "auto").
+// bf16 matmuls in fp32 loops, 20-30x slower than fp32 (engine/CONFIG.md, torch_autocast.dtype "auto").
 //
-// Thread-safe: DetectCpuFeatures reads the CPU once and caches the answer.
+// Thread-safe: DetectCpuFeatures reads the CPU once and caches the answer; UsableCpus asks the
+// kernel each time.
 #pragma once
 
 #include <string>
@@ -29,5 +30,9 @@ struct CpuFeatures {
 };
 
 const CpuFeatures& DetectCpuFeatures();
+
+// The CPUs this process may run on (its affinity mask, as taskset or a container's cpuset sets it),
+// at least 1. A CPU quota (cgroup cpu.max) is not counted.
+int UsableCpus();
 
 }  // namespace tandem

@@ -9,6 +9,7 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -31,6 +32,8 @@ namespace fs = std::filesystem;
 namespace {
 constexpr char kComponent[] = "coordinator";
 constexpr std::chrono::milliseconds kMargin{30000};
+// AssignJob calls that the channel answers UNAVAILABLE are made this many times in all.
+constexpr int kAssignAttempts = 3;
 // How long a Release may take: it interrupts the command in flight, so a live actor answers at
 // once.
 constexpr std::chrono::seconds kReleaseTimeout{30};
@@ -348,10 +351,25 @@ absl::Status JobRunner::AssignAll(trainer::RunSummary* summary, const std::strin
     request.set_threads(job_.threads);
     request.set_attempt(job_.attempt);
     request.set_resume_from(resume_from);
-    RETURN_IF_ERROR(rpc::FromGrpc(
-        m.stub->AssignJob(rpc::ContextWithTimeout(options_.command_timeout + kMargin).get(),
-                          request, &responses[i]),
-        "AssignJob"));
+    // UNAVAILABLE is the channel's (an actor's AssignJob never answers it): a connection that did
+    // not open, seen once on a loaded machine with every actor alive. It is tried twice more, a
+    // second apart; an actor that is gone fails the same way each time, and its heartbeats end
+    // the attempt anyway.
+    absl::Status assigned;
+    for (int attempt = 1;; ++attempt) {
+      assigned = rpc::FromGrpc(
+          m.stub->AssignJob(rpc::ContextWithTimeout(options_.command_timeout + kMargin).get(),
+                            request, &responses[i]),
+          "AssignJob");
+      if (assigned.code() != absl::StatusCode::kUnavailable || attempt == kAssignAttempts ||
+          cancelled_) {
+        break;
+      }
+      TANDEM_LOG(kWarning, kComponent) << job_.id << ": " << m.Name() << ": " << assigned.message()
+                                       << "; trying again in 1 s";
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    RETURN_IF_ERROR(assigned);
     if (responses[i].step() != resume_step) {
       return absl::DataLossError(absl::StrCat("resumed at step ", responses[i].step(), " from ",
                                               resume_from, ", expected step ", resume_step));

@@ -3,7 +3,7 @@
 // NOTE [Compute dtype]
 // Low-precision storage (bf16 params, grads, master weights, moments) is what saves memory; it stays
 // whatever the device. Low-precision compute pays off only where the device multiplies bf16 in
-// hardware (platform/bf16_support.h); elsewhere LibTorch emulates it, 10-20x slower than fp32. So:
+// hardware (platform/bf16_support.h); elsewhere LibTorch emulates it, 20-30x slower than fp32. So:
 //
 //   torch_autocast            device       forward
 //   enabled, dtype "auto"     native bf16  autocast to bf16 (residual stream in the param dtype)

@@ -71,15 +71,20 @@ absl::StatusOr<AllReduceSpeed> Measure(int gpus, int64_t bytes, int iterations) 
   auto run = [&](int times) -> absl::Status {
     for (int t = 0; t < times; ++t) {
       RETURN_IF_ERROR(TANDEM_PROBE_NCCL(ncclGroupStart()));
-      for (int i = 0; i < gpus; ++i) {
-        RETURN_IF_ERROR(TANDEM_PROBE_NCCL(ncclAllReduce(send[i].data_ptr(), receive[i].data_ptr(),
-                                                        static_cast<size_t>(count), ncclFloat, ncclSum,
-                                                        communicators.comms[i], streams[i])));
+      absl::Status issued;
+      for (int i = 0; i < gpus && issued.ok(); ++i) {
+        issued = TANDEM_PROBE_NCCL(ncclAllReduce(send[i].data_ptr(), receive[i].data_ptr(),
+                                                 static_cast<size_t>(count), ncclFloat, ncclSum,
+                                                 communicators.comms[i], streams[i]));
       }
-      RETURN_IF_ERROR(TANDEM_PROBE_NCCL(ncclGroupEnd()));
+      // The group is closed whatever happened inside it: an open group would hold every later NCCL
+      // call of this thread, the aborts included.
+      const absl::Status ended = TANDEM_PROBE_NCCL(ncclGroupEnd());
+      RETURN_IF_ERROR(issued);
+      RETURN_IF_ERROR(ended);
     }
     for (int i = 0; i < gpus; ++i) {
-      RETURN_IF_ERROR(TANDEM_PROBE_CUDA(cudaSetDevice(i)));
+      const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(i));
       RETURN_IF_ERROR(TANDEM_PROBE_CUDA(cudaStreamSynchronize(streams[i])));
     }
     return absl::OkStatus();

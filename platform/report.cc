@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <exception>
+#include <filesystem>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -86,7 +87,13 @@ CudaReport DescribeCuda(const LibTorchInfo& libtorch, const ReportOptions& optio
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess) {
     (void)cudaGetLastError();  // clear it for LibTorch
-    report.none_reason = absl::StrCat("no CUDA device: ", cudaGetErrorString(error));
+    // With the NVIDIA kernel driver loaded, a failure is a broken node (a driver older than the CUDA
+    // runtime, devices taken away); without it, a machine with no GPU.
+    const bool driver = std::filesystem::exists("/proc/driver/nvidia/version");
+    report.unusable = driver;
+    report.none_reason = absl::StrCat(driver ? "the NVIDIA driver is loaded, but CUDA fails: "
+                                             : "no CUDA device (no NVIDIA driver): ",
+                                      cudaGetErrorString(error));
     return report;
   }
   if (count == 0) report.none_reason = "no CUDA device";

@@ -62,8 +62,10 @@ struct CudaDevice {
 struct CudaReport {
   std::vector<CudaDevice> devices;
   std::string none_reason;  // why `devices` is empty, e.g. "LibTorch 1.13.0 is built without CUDA",
-                            // "no CUDA device: CUDA driver version is insufficient ..."; "" otherwise
-  bool unusable = false;    // LibTorch sees CUDA devices that this build of Tandem has no code for
+                            // "no CUDA device (no NVIDIA driver): ..."; "" otherwise
+  // CUDA is there but cannot serve: LibTorch sees devices this build of Tandem has no code for, or
+  // the NVIDIA driver is loaded and the CUDA runtime still fails (`tandem doctor` warns).
+  bool unusable = false;
 };
 
 // An all-reduce (sum) of one fp32 buffer per GPU across all of this process's GPUs, timed as

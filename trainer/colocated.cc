@@ -11,7 +11,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -96,11 +95,7 @@ absl::Status ColocatedRun::Setup() {
   if (ec)
     return absl::UnavailableError(absl::StrCat("cannot create ", run_dir_, ": ", ec.message()));
   RETURN_IF_ERROR(WriteFileAtomically(RunPath("job.json"), jobspec::JobConfigToJson(job_) + "\n"));
-  // 0 is every core, set explicitly: LibTorch's own default differs between builds (Debian's 1.13
-  // takes one thread on a 2-core machine, the PyPI wheel both).
-  at::set_num_threads(options_.threads > 0
-                          ? options_.threads
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
+  if (options_.threads > 0) at::set_num_threads(options_.threads);
 
   const jobspec::VisionModelConfig& vision_config = job_.vision.model;
   ASSIGN_OR_RETURN(datasets_,

@@ -28,7 +28,7 @@ namespace tandem::trainer {
 
 struct RunOptions {
   std::string run_dir;             // created; an existing non-empty directory is an error
-  int threads = 0;                 // intra-op threads; 0: one per core
+  int threads = 0;                 // intra-op threads; 0 leaves LibTorch's setting
   std::FILE* progress = stderr;    // the live progress line; nullptr for none
   bool interactive = false;        // redraw the progress line in place (a terminal)
 };

@@ -106,6 +106,13 @@ TEST(EmulatedBf16Warning, NamesTheMeasuredCostAndTheWayOut) {
 // Under TANDEM_CPU_BF16=absent an engine with "auto" computes in fp32 and keeps bf16 storage, and
 // LibTorch's bf16 matmuls take the emulated path (oneDNN off).
 TEST(EngineCompute, AutoOnACpuWithoutNativeBf16KeepsBf16StorageAndComputesInFp32) {
+  // The suite's own override (TANDEM_CPU_BF16) is put back at the end, whatever the test finds.
+  struct Restore {
+    platform::CpuBf16Override previous = platform::GetCpuBf16Override();
+    ~Restore() { platform::SetCpuBf16Override(previous); }
+  } restore;
+  platform::SetCpuBf16Override(platform::CpuBf16Override::kNone);
+  EXPECT_TRUE(at::globalContext().userEnabledMkldnn());
   platform::SetCpuBf16Override(platform::CpuBf16Override::kAbsent);
   EXPECT_FALSE(at::globalContext().userEnabledMkldnn());
   EXPECT_FALSE(platform::DetectBf16Support("cpu").native);
@@ -117,7 +124,7 @@ TEST(EngineCompute, AutoOnACpuWithoutNativeBf16KeepsBf16StorageAndComputesInFp32
   for (const auto& p : model->parameters()) EXPECT_EQ(p.scalar_type(), at::kBFloat16);
   EXPECT_DOUBLE_EQ((*engine)->Memory().bytes_per_parameter(), 8.0);
   platform::SetCpuBf16Override(platform::CpuBf16Override::kNone);
-  EXPECT_TRUE(at::globalContext().userEnabledMkldnn());
+  EXPECT_TRUE(at::globalContext().userEnabledMkldnn());  // the override's oneDNN switch is undone
 }
 
 }  // namespace
