@@ -56,7 +56,7 @@
 #include "models/vision_encoder.h"
 #include "nlohmann/json.hpp"
 #include "platform/bf16_support.h"
-#include "trainer/step_common.h"
+#include "step/step_common.h"
 
 namespace tandem::bench {
 namespace {
@@ -185,7 +185,7 @@ const char* SchedulerName(engine::SchedulerType type) {
 absl::StatusOr<nlohmann::json> GroupJson(const std::string& engine_json, const std::string& prefix,
                                          const jobspec::ScheduleConfig& schedule) {
   ASSIGN_OR_RETURN(engine::Config config,
-                   trainer::GroupEngineConfig(engine_json, prefix, schedule, /*world=*/1));
+                   step::GroupEngineConfig(engine_json, prefix, schedule, /*world=*/1));
   const engine::ComputePlan plan = engine::PlanCompute(config, c10::Device(c10::kCPU));
   const engine::OptimizerConfig& o = config.optimizer;
   const engine::SchedulerConfig& s = config.scheduler;
@@ -281,10 +281,10 @@ absl::Status Dump(const DumpOptions& options) {
   jobspec::LlmModelConfig llm_config = job.llm.model;
   llm_config.vocab_size = tokenizer.size();
   try {
-    torch::manual_seed(trainer::VisionModelSeed(schedule.seed));
+    torch::manual_seed(step::VisionModelSeed(schedule.seed));
     models::VisionEncoder vision(job.vision.model);
     RETURN_IF_ERROR(DumpParameters(*vision, out / "init_vision"));
-    torch::manual_seed(trainer::LlmModelSeed(schedule.seed));
+    torch::manual_seed(step::LlmModelSeed(schedule.seed));
     models::Llm llm(llm_config);
     RETURN_IF_ERROR(DumpParameters(*llm, out / "init_llm"));
   } catch (const c10::Error& e) {
@@ -301,7 +301,7 @@ absl::Status Dump(const DumpOptions& options) {
                            {"layers", v.layers},         {"heads", v.heads},
                            {"mlp_hidden", v.mlp_hidden}, {"positions", v.positions},
                            {"norm_eps", v.norm_eps},     {"output_dim", v.output_dim}};
-  vision_group["seed"] = trainer::VisionModelSeed(schedule.seed);
+  vision_group["seed"] = step::VisionModelSeed(schedule.seed);
   vision_group["actors"] = job.vision.actors;
   const jobspec::LlmModelConfig& l = llm_config;
   llm_group["model"] = {{"hidden", l.hidden},
@@ -314,7 +314,7 @@ absl::Status Dump(const DumpOptions& options) {
                         {"norm_eps", l.norm_eps},
                         {"tie_embeddings", l.tie_embeddings},
                         {"vocab_size", l.vocab_size}};
-  llm_group["seed"] = trainer::LlmModelSeed(schedule.seed);
+  llm_group["seed"] = step::LlmModelSeed(schedule.seed);
   llm_group["actors"] = job.llm.actors;
 
   nlohmann::json manifest;

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "trainer/summary.h"
+#include "rundir/summary.h"
 
 namespace tandem::cli {
 

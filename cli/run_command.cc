@@ -81,9 +81,9 @@ int Run(const RunFlags& flags, const std::string& log_level) {
     return 1;
   }
   if (flags.output == "json") {
-    std::printf("%s\n", trainer::SummaryJson(*summary).c_str());
+    std::printf("%s\n", rundir::SummaryJson(*summary).c_str());
   } else {
-    std::printf("%s", trainer::SummaryText(*summary).c_str());
+    std::printf("%s", rundir::SummaryText(*summary).c_str());
   }
   return 0;
 }

@@ -2,7 +2,7 @@
 
 #include <memory>
 
-#include "actor/actor_server.h"
+#include "actors/actor_server.h"
 #include "cli/actor_supervisor.h"
 #include "cli/security_flags.h"
 #include "coordinator/coordinator_server.h"
@@ -55,7 +55,7 @@ void AddServiceCommands(CLI::App& app, int* exit_code) {
                               [&] { return coordinator::RunCoordinator(*coordinator); });
   });
 
-  auto actor = std::make_shared<actor::ActorOptions>();
+  auto actor = std::make_shared<actors::ActorOptions>();
   auto actor_security = std::make_shared<rpc::SecurityFlags>();
   auto supervise = std::make_shared<bool>(false);
   CLI::App* a =
@@ -84,7 +84,7 @@ void AddServiceCommands(CLI::App& app, int* exit_code) {
   AddSecurityFlags(a, actor_security.get());
   a->callback([=] {
     *exit_code = WithSecurity("actor", *actor_security, [&] {
-      if (!*supervise) return actor::RunActor(*actor);
+      if (!*supervise) return actors::RunActor(*actor);
       SupervisedActor supervised;
       supervised.coordinator = actor->coordinator;
       supervised.ready_file = actor->ready_file;

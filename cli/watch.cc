@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "rpc/status.h"
-#include "trainer/progress.h"
-#include "trainer/summary.h"
+#include "rundir/progress.h"
+#include "rundir/summary.h"
 
 namespace tandem::cli {
 
@@ -17,8 +17,8 @@ std::string StateName(v1::JobState state) {
 
 std::string DescribeOutcome(const v1::Job& job) {
   if (job.state() == v1::JOB_STATE_SUCCEEDED && !job.summary_json().empty()) {
-    absl::StatusOr<trainer::RunSummary> summary = trainer::ParseSummaryJson(job.summary_json());
-    if (summary.ok()) return trainer::SummaryText(*summary);
+    absl::StatusOr<rundir::RunSummary> summary = rundir::ParseSummaryJson(job.summary_json());
+    if (summary.ok()) return rundir::SummaryText(*summary);
   }
   return absl::StrCat(job.job_id(), " ", StateName(job.state()), job.message().empty() ? "" : ": ", job.message(),
                       "\n");
@@ -31,7 +31,7 @@ absl::StatusOr<v1::Job> WatchJob(v1::Coordinator::Stub& stub, grpc::ClientContex
   request.set_from_start(options.from_start);
   request.set_follow(options.follow);
   std::unique_ptr<grpc::ClientReader<v1::JobUpdate>> reader = stub.WatchJob(context, request);
-  trainer::ProgressPrinter printer(options.progress, options.interactive);
+  rundir::ProgressPrinter printer(options.progress, options.interactive);
   v1::JobUpdate update;
   v1::Job last;
   bool have_job = false;

@@ -26,7 +26,7 @@ absl::StatusOr<v1::Job> WatchJob(v1::Coordinator::Stub& stub, grpc::ClientContex
 // "SUCCEEDED", ... without the enum's prefix.
 std::string StateName(v1::JobState state);
 
-// The summary of a succeeded job for people (trainer::SummaryText), or its message.
+// The summary of a succeeded job for people (rundir::SummaryText), or its message.
 std::string DescribeOutcome(const v1::Job& job);
 
 }  // namespace tandem::cli

@@ -7,7 +7,7 @@
 #include "common/status_macros.h"
 #include "jobspec/job_spec.h"
 #include "jobspec/job_spec_proto.h"
-#include "trainer/checkpoint_dir.h"
+#include "rundir/checkpoint_dir.h"
 
 namespace tandem::coordinator {
 
@@ -104,7 +104,7 @@ absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& reques
   job.submitted_at = UnixNow();
   if (!config.resume_from.empty()) {
     const std::string path = jobspec::SpecPath(config.resume_from, config.spec_dir);
-    absl::StatusOr<trainer::CheckpointInfo> checkpoint = trainer::ReadCheckpoint(path);
+    absl::StatusOr<rundir::CheckpointInfo> checkpoint = rundir::ReadCheckpoint(path);
     if (!checkpoint.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("job spec: resume_from: ", checkpoint.status().message()));

@@ -22,9 +22,9 @@
 #include "proto/tandem/v1/actor.grpc.pb.h"
 #include "rpc/channel.h"
 #include "rpc/status.h"
-#include "trainer/checkpoint_dir.h"
-#include "trainer/run_log.h"
-#include "trainer/summary.h"
+#include "rundir/checkpoint_dir.h"
+#include "rundir/run_log.h"
+#include "rundir/summary.h"
 
 namespace tandem::coordinator {
 
@@ -323,7 +323,7 @@ absl::Status JobRunner::RunSteps(
   return absl::OkStatus();
 }
 
-absl::Status JobRunner::AssignAll(trainer::RunSummary* summary, const std::string& resume_from,
+absl::Status JobRunner::AssignAll(rundir::RunSummary* summary, const std::string& resume_from,
                                   int64_t resume_step) {
   std::vector<std::string> vision_addresses, llm_addresses;
   int vision = 0, llm = 0;
@@ -403,13 +403,13 @@ absl::Status JobRunner::Execute() {
   max_restarts_ = job.max_restarts;
   RETURN_IF_ERROR(WriteFileAtomically(run_path("job.json"), job_.spec_json + "\n"));
   // Where this attempt starts: the job's own last complete checkpoint, else the one its spec names.
-  std::optional<trainer::CheckpointInfo> resume = trainer::LatestCheckpoint(job_.run_dir);
+  std::optional<rundir::CheckpointInfo> resume = rundir::LatestCheckpoint(job_.run_dir);
   if (!resume && !job.resume_from.empty()) {
-    ASSIGN_OR_RETURN(resume, trainer::ReadCheckpoint(job.resume_from));
+    ASSIGN_OR_RETURN(resume, rundir::ReadCheckpoint(job.resume_from));
   }
   const int64_t resume_step = resume ? resume->step : 0;
-  ASSIGN_OR_RETURN(trainer::MetricsLog metrics,
-                   trainer::MetricsLog::OpenResumed(run_path("metrics.jsonl"), resume_step));
+  ASSIGN_OR_RETURN(rundir::MetricsLog metrics,
+                   rundir::MetricsLog::OpenResumed(run_path("metrics.jsonl"), resume_step));
   if (job_.step != resume_step) {
     job_.step = resume_step;
     job_.loss = metrics.steps().empty() ? 0 : metrics.steps().back().loss;
@@ -417,7 +417,7 @@ absl::Status JobRunner::Execute() {
   }
 
   const auto start = SteadyClock::now();
-  trainer::RunSummary summary;
+  rundir::RunSummary summary;
   RETURN_IF_ERROR(AssignAll(&summary, resume ? resume->directory : "", resume_step));
   Event(absl::StrCat("assigned: vision ", job.vision.actors, " x llm ", job.llm.actors,
                      " actors; setup took ",
@@ -442,7 +442,7 @@ absl::Status JobRunner::Execute() {
     const double step_seconds = Seconds(now - last_answer);
     last_answer = now;
     train_seconds += step_seconds;
-    trainer::StepRecord record;
+    rundir::StepRecord record;
     record.step = step;
     StepSample sample;
     bool vision_seen = false, llm_seen = false;
@@ -495,7 +495,7 @@ absl::Status JobRunner::Execute() {
     if (step == schedule.steps || step % 50 == 0) {
       RETURN_IF_ERROR(
           WriteFileAtomically(run_path("loss.svg"),
-                              trainer::RenderLossSvg(job.name, metrics.steps(), metrics.evals())));
+                              rundir::RenderLossSvg(job.name, metrics.steps(), metrics.evals())));
     }
     return absl::OkStatus();
   };
@@ -534,7 +534,7 @@ absl::Status JobRunner::Execute() {
         return status;
       }));
       if (samples > 0) {
-        trainer::EvalRecord eval{step, static_cast<double>(exact) / samples,
+        rundir::EvalRecord eval{step, static_cast<double>(exact) / samples,
                                  tokens > 0 ? static_cast<double>(correct) / tokens : 0.0};
         RETURN_IF_ERROR(metrics.Append(eval));
         summary.evaluated = true;
@@ -550,7 +550,7 @@ absl::Status JobRunner::Execute() {
       }
     }
     if ((schedule.checkpoint_every > 0 && step % schedule.checkpoint_every == 0) || last) {
-      const std::string dir = run_path("checkpoints/" + trainer::CheckpointName(step));
+      const std::string dir = run_path("checkpoints/" + rundir::CheckpointName(step));
       RETURN_IF_ERROR(ForAll("checkpoint", [&](size_t i, Member& m) {
         v1::SaveCheckpointRequest request;
         request.set_job_id(job_.id);
@@ -564,7 +564,7 @@ absl::Status JobRunner::Execute() {
       }));
       // It counts once every rank of both groups saved its shard: the marker goes last.
       RETURN_IF_ERROR(
-          trainer::MarkCheckpointComplete({dir, step, job.vision.actors, job.llm.actors}));
+          rundir::MarkCheckpointComplete({dir, step, job.vision.actors, job.llm.actors}));
       summary.last_checkpoint = dir;
       Event(absl::StrCat("checkpoint ", dir));
     }
@@ -582,7 +582,7 @@ absl::Status JobRunner::Execute() {
   }));
   summary.elapsed_s = Seconds(SteadyClock::now() - start);
   summary.samples_per_s = summary.samples / std::max(train_seconds, 1e-9);
-  job_.summary_json = trainer::SummaryJson(summary);
+  job_.summary_json = rundir::SummaryJson(summary);
   return WriteFileAtomically(run_path("summary.json"), job_.summary_json + "\n");
 }
 
@@ -637,8 +637,8 @@ void JobRunner::Run() {
     }
     if (lost && job_.restarts < max_restarts_) {
       ++job_.restarts;
-      const std::optional<trainer::CheckpointInfo> checkpoint =
-          trainer::LatestCheckpoint(job_.run_dir);
+      const std::optional<rundir::CheckpointInfo> checkpoint =
+          rundir::LatestCheckpoint(job_.run_dir);
       SetState(JobState::kRestarting, absl::StrCat(message, "; restart ", job_.restarts, " of ",
                                                    max_restarts_, " (failure.max_restarts) from ",
                                                    checkpoint ? checkpoint->directory : "the start",

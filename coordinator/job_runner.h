@@ -37,7 +37,7 @@
 #include "coordinator/metrics.h"
 #include "coordinator/registry.h"
 #include "coordinator/step_hold.h"
-#include "trainer/summary.h"
+#include "rundir/summary.h"
 
 namespace tandem::v1 {
 class RunStepResponse;
@@ -78,7 +78,7 @@ class JobRunner {
   void Run();
   absl::Status Execute();
   // Assigns every member; each loads `resume_from` when it is set and must report `resume_step`.
-  absl::Status AssignAll(trainer::RunSummary* summary, const std::string& resume_from,
+  absl::Status AssignAll(rundir::RunSummary* summary, const std::string& resume_from,
                          int64_t resume_step);
   // Sends one command to every member at once (call(i, members_[i])); the root-cause error, naming
   // its member, is returned.

@@ -29,10 +29,10 @@
 #include "jobspec/job_spec.h"
 #include "models/llm.h"
 #include "models/vision_encoder.h"
-#include "trainer/checkpoint_dir.h"
-#include "trainer/progress.h"
-#include "trainer/run_log.h"
-#include "trainer/step_common.h"
+#include "rundir/checkpoint_dir.h"
+#include "rundir/progress.h"
+#include "rundir/run_log.h"
+#include "step/step_common.h"
 
 namespace tandem::trainer {
 namespace {
@@ -48,7 +48,7 @@ class ColocatedRun {
   ColocatedRun(const jobspec::JobConfig& job, const RunOptions& options)
       : job_(job), options_(options) {}
 
-  absl::StatusOr<RunSummary> Run() {
+  absl::StatusOr<rundir::RunSummary> Run() {
     RETURN_IF_ERROR(Setup());
     RETURN_IF_ERROR(Train());
     return summary_;
@@ -58,7 +58,7 @@ class ColocatedRun {
   absl::Status Setup();
   absl::Status Train();
   absl::StatusOr<double> TrainStep();
-  absl::StatusOr<EvalRecord> Evaluate(int64_t step);
+  absl::StatusOr<rundir::EvalRecord> Evaluate(int64_t step);
   absl::Status SaveCheckpoint(int64_t step);
   // Loads job_.resume_from into both engines and the sampler; sets first_step_.
   absl::Status Resume();
@@ -78,8 +78,8 @@ class ColocatedRun {
   std::unique_ptr<engine::Engine> vision_engine_, llm_engine_;
   double llm_grad_squares_ =
       0;  // the LLM's squared gradient norm of the current step (gradient_clipping)
-  std::unique_ptr<MetricsLog> metrics_;
-  RunSummary summary_;
+  std::unique_ptr<rundir::MetricsLog> metrics_;
+  rundir::RunSummary summary_;
   int64_t text_len_ = 0;
   int64_t first_step_ = 1;
 };
@@ -109,9 +109,9 @@ absl::Status ColocatedRun::Setup() {
   jobspec::LlmModelConfig llm_config = job_.llm.model;
   llm_config.vocab_size = tokenizer_->size();
   try {
-    torch::manual_seed(VisionModelSeed(job_.schedule.seed));
+    torch::manual_seed(step::VisionModelSeed(job_.schedule.seed));
     vision_ = models::VisionEncoder(vision_config);
-    torch::manual_seed(LlmModelSeed(job_.schedule.seed));
+    torch::manual_seed(step::LlmModelSeed(job_.schedule.seed));
     llm_ = models::Llm(llm_config);
   } catch (const c10::Error& e) {
     return absl::InvalidArgumentError(
@@ -122,9 +122,9 @@ absl::Status ColocatedRun::Setup() {
   summary_.vocab_size = tokenizer_->size();
 
   ASSIGN_OR_RETURN(engine::Config vision_engine_config,
-                   GroupEngineConfig(job_.vision.engine_json, "vision.engine.", job_.schedule, 1));
+                   step::GroupEngineConfig(job_.vision.engine_json, "vision.engine.", job_.schedule, 1));
   ASSIGN_OR_RETURN(engine::Config llm_engine_config,
-                   GroupEngineConfig(job_.llm.engine_json, "llm.engine.", job_.schedule, 1));
+                   step::GroupEngineConfig(job_.llm.engine_json, "llm.engine.", job_.schedule, 1));
   ASSIGN_OR_RETURN(
       vision_engine_,
       engine::Engine::Create(vision_.ptr(), engine::CreateSingleRankCommunicator("vision"),
@@ -147,8 +147,8 @@ absl::Status ColocatedRun::Setup() {
     });
   }
   if (!job_.resume_from.empty()) RETURN_IF_ERROR(Resume());
-  ASSIGN_OR_RETURN(MetricsLog log, MetricsLog::Open(RunPath("metrics.jsonl")));
-  metrics_ = std::make_unique<MetricsLog>(std::move(log));
+  ASSIGN_OR_RETURN(rundir::MetricsLog log, rundir::MetricsLog::Open(RunPath("metrics.jsonl")));
+  metrics_ = std::make_unique<rundir::MetricsLog>(std::move(log));
 
   summary_.job_name = job_.name;
   summary_.run_dir = run_dir_;
@@ -161,16 +161,16 @@ absl::Status ColocatedRun::Setup() {
 }
 
 absl::Status ColocatedRun::Resume() {
-  ASSIGN_OR_RETURN(CheckpointInfo checkpoint,
-                   ReadCheckpoint(jobspec::SpecPath(job_.resume_from, job_.spec_dir)));
+  ASSIGN_OR_RETURN(rundir::CheckpointInfo checkpoint,
+                   rundir::ReadCheckpoint(jobspec::SpecPath(job_.resume_from, job_.spec_dir)));
   if (checkpoint.step >= job_.schedule.steps) {
     return absl::InvalidArgumentError(absl::StrCat(
         "resume_from: ", checkpoint.directory, " is at step ", checkpoint.step,
         ", and schedule.steps is ", job_.schedule.steps, ": nothing is left to train"));
   }
-  ASSIGN_OR_RETURN(ResumePoint vision,
-                   LoadGroupCheckpoint(*vision_engine_, checkpoint.directory, "vision"));
-  ASSIGN_OR_RETURN(ResumePoint llm, LoadGroupCheckpoint(*llm_engine_, checkpoint.directory, "llm"));
+  ASSIGN_OR_RETURN(step::ResumePoint vision,
+                   step::LoadGroupCheckpoint(*vision_engine_, checkpoint.directory, "vision"));
+  ASSIGN_OR_RETURN(step::ResumePoint llm, step::LoadGroupCheckpoint(*llm_engine_, checkpoint.directory, "llm"));
   if (vision.step != checkpoint.step || llm.step != checkpoint.step ||
       !(vision.position == llm.position)) {
     return absl::DataLossError(absl::StrCat(
@@ -191,17 +191,17 @@ absl::StatusOr<double> ColocatedRun::TrainStep() {
   const int64_t micro = schedule.global_batch / schedule.micro_batches;
   // The loss is normalised by the target tokens of the whole global batch, so all its micro-batches
   // are assembled first (DESIGN §2).
-  std::vector<MicroBatch> batches;
+  std::vector<step::MicroBatch> batches;
   int64_t global_targets = 0;
   for (int64_t k = 0; k < schedule.micro_batches; ++k) {
     ASSIGN_OR_RETURN(data::Batch batch, data::MakeBatch(*datasets_.train, sampler_->Next(micro),
                                                         *tokenizer_, text_len_));
-    batches.push_back(ToTensors(batch));
+    batches.push_back(step::ToTensors(batch));
     global_targets += batches.back().targets;
   }
   double step_loss = 0;
   try {
-    for (MicroBatch& mb : batches) {
+    for (step::MicroBatch& mb : batches) {
       at::Tensor embeddings;
       {
         auto autocast = vision_engine_->Autocast();
@@ -228,7 +228,7 @@ absl::StatusOr<double> ColocatedRun::TrainStep() {
   return step_loss;
 }
 
-absl::StatusOr<EvalRecord> ColocatedRun::Evaluate(int64_t step) {
+absl::StatusOr<rundir::EvalRecord> ColocatedRun::Evaluate(int64_t step) {
   const data::Dataset& eval = *datasets_.eval;
   int64_t count = eval.size();
   if (job_.schedule.eval_samples > 0) count = std::min(count, job_.schedule.eval_samples);
@@ -240,7 +240,7 @@ absl::StatusOr<EvalRecord> ColocatedRun::Evaluate(int64_t step) {
     std::vector<int64_t> indices;
     for (int64_t i = begin; i < std::min(count, begin + batch_size); ++i) indices.push_back(i);
     ASSIGN_OR_RETURN(data::Batch batch, data::MakeBatch(eval, indices, *tokenizer_, text_len_));
-    MicroBatch mb = ToTensors(batch);
+    step::MicroBatch mb = step::ToTensors(batch);
     try {
       at::Tensor prefix;
       {
@@ -264,13 +264,13 @@ absl::StatusOr<EvalRecord> ColocatedRun::Evaluate(int64_t step) {
           absl::StrCat("evaluation at step ", step, " failed: ", e.what_without_backtrace()));
     }
   }
-  return EvalRecord{step, score.exact_match(), score.token_accuracy()};
+  return rundir::EvalRecord{step, score.exact_match(), score.token_accuracy()};
 }
 
 absl::Status ColocatedRun::SaveCheckpoint(int64_t step) {
-  const fs::path dir = fs::path(run_dir_) / "checkpoints" / CheckpointName(step);
+  const fs::path dir = fs::path(run_dir_) / "checkpoints" / rundir::CheckpointName(step);
   const std::map<std::string, std::string> client_state =
-      CheckpointClientState(step, sampler_->position());
+      step::CheckpointClientState(step, sampler_->position());
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec)
@@ -278,19 +278,19 @@ absl::Status ColocatedRun::SaveCheckpoint(int64_t step) {
   RETURN_IF_ERROR(tokenizer_->Save((dir / "tokenizer.json").string()));
   RETURN_IF_ERROR(vision_engine_->SaveCheckpoint((dir / "vision").string(), client_state));
   RETURN_IF_ERROR(llm_engine_->SaveCheckpoint((dir / "llm").string(), client_state));
-  RETURN_IF_ERROR(MarkCheckpointComplete({dir.string(), step, 1, 1}));
+  RETURN_IF_ERROR(rundir::MarkCheckpointComplete({dir.string(), step, 1, 1}));
   summary_.last_checkpoint = dir.string();
   return absl::OkStatus();
 }
 
 absl::Status ColocatedRun::WritePlot() {
   return WriteFileAtomically(RunPath("loss.svg"),
-                             RenderLossSvg(job_.name, metrics_->steps(), metrics_->evals()));
+                             rundir::RenderLossSvg(job_.name, metrics_->steps(), metrics_->evals()));
 }
 
 absl::Status ColocatedRun::Train() {
   const jobspec::ScheduleConfig& schedule = job_.schedule;
-  ProgressPrinter printer(options_.progress, options_.interactive);
+  rundir::ProgressPrinter printer(options_.progress, options_.interactive);
   const auto start = Clock::now();
   double train_seconds = 0, smoothed_rate = 0;
   const bool can_eval = datasets_.eval != nullptr && datasets_.eval->size() > 0;
@@ -307,7 +307,7 @@ absl::Status ColocatedRun::Train() {
     }
     const double rate = schedule.global_batch / std::max(step_seconds, 1e-9);
     smoothed_rate = step == first_step_ ? rate : 0.9 * smoothed_rate + 0.1 * rate;
-    StepRecord record;
+    rundir::StepRecord record;
     record.step = step;
     record.loss = loss;
     record.lr = llm_engine_->last_lr();
@@ -326,7 +326,7 @@ absl::Status ColocatedRun::Train() {
     const bool last = step == schedule.steps;
     if (can_eval && ((schedule.eval_every > 0 && step % schedule.eval_every == 0) || last)) {
       printer.Update({step, schedule.steps, loss, smoothed_rate, record.elapsed_s, "evaluating"});
-      ASSIGN_OR_RETURN(EvalRecord eval, Evaluate(step));
+      ASSIGN_OR_RETURN(rundir::EvalRecord eval, Evaluate(step));
       RETURN_IF_ERROR(metrics_->Append(eval));
       summary_.evaluated = true;
       summary_.caption_exact_match = eval.caption_exact_match;
@@ -347,12 +347,12 @@ absl::Status ColocatedRun::Train() {
   RETURN_IF_ERROR(llm_engine_->ExportSafetensors(RunPath("llm.safetensors")));
   summary_.elapsed_s = Seconds(Clock::now() - start);
   summary_.samples_per_s = summary_.samples / std::max(train_seconds, 1e-9);
-  return WriteFileAtomically(RunPath("summary.json"), SummaryJson(summary_) + "\n");
+  return WriteFileAtomically(RunPath("summary.json"), rundir::SummaryJson(summary_) + "\n");
 }
 
 }  // namespace
 
-absl::StatusOr<RunSummary> RunColocated(const jobspec::JobConfig& job, const RunOptions& options) {
+absl::StatusOr<rundir::RunSummary> RunColocated(const jobspec::JobConfig& job, const RunOptions& options) {
   if (job.vision.actors != 1 || job.llm.actors != 1) {
     TANDEM_LOG(kInfo, kComponent) << job.name
                                   << ": --colocated runs each group as one rank (the spec asks for "

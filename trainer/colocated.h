@@ -22,7 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "jobspec/job_config.h"
-#include "trainer/summary.h"
+#include "rundir/summary.h"
 
 namespace tandem::trainer {
 
@@ -33,7 +33,7 @@ struct RunOptions {
   bool interactive = false;        // redraw the progress line in place (a terminal)
 };
 
-absl::StatusOr<RunSummary> RunColocated(const jobspec::JobConfig& job, const RunOptions& options);
+absl::StatusOr<rundir::RunSummary> RunColocated(const jobspec::JobConfig& job, const RunOptions& options);
 
 
 }  // namespace tandem::trainer

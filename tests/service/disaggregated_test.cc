@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "tests/service/service_testing.h"
-#include "trainer/run_log.h"
+#include "rundir/run_log.h"
 
 namespace tandem {
 namespace {
@@ -57,9 +57,9 @@ using testing::Outcome;
 Outcome RunTandem(const std::string& args) { return testing::Tandem("run " + args); }
 
 std::vector<double> Losses(const std::string& run_dir) {
-  std::vector<trainer::StepRecord> steps;
-  std::vector<trainer::EvalRecord> evals;
-  EXPECT_TRUE(trainer::ReadMetrics(run_dir + "/metrics.jsonl", &steps, &evals).ok()) << run_dir;
+  std::vector<rundir::StepRecord> steps;
+  std::vector<rundir::EvalRecord> evals;
+  EXPECT_TRUE(rundir::ReadMetrics(run_dir + "/metrics.jsonl", &steps, &evals).ok()) << run_dir;
   std::vector<double> losses;
   for (const auto& s : steps) losses.push_back(s.loss);
   return losses;

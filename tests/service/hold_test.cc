@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/service/service_testing.h"
-#include "trainer/run_log.h"
+#include "rundir/run_log.h"
 
 namespace tandem {
 namespace {
@@ -42,9 +42,9 @@ class HoldTest : public ::testing::Test {
 
   // The steps recorded in the job's metrics.jsonl.
   size_t RecordedSteps(const std::string& job) {
-    std::vector<trainer::StepRecord> steps;
-    std::vector<trainer::EvalRecord> evals;
-    const absl::Status read = trainer::ReadMetrics(
+    std::vector<rundir::StepRecord> steps;
+    std::vector<rundir::EvalRecord> evals;
+    const absl::Status read = rundir::ReadMetrics(
         absl::StrCat(cluster_.dir(), "/state/jobs/", job, "/metrics.jsonl"), &steps, &evals);
     EXPECT_TRUE(read.ok()) << read;
     return steps.size();

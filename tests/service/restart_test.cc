@@ -23,7 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/service/service_testing.h"
-#include "trainer/run_log.h"
+#include "rundir/run_log.h"
 
 namespace tandem {
 namespace {
@@ -44,23 +44,23 @@ std::string Spec(const std::string& name, int llm_actors, int stage,
 }
 
 // Steps and losses of a run directory's metrics.jsonl.
-std::vector<trainer::StepRecord> Steps(const std::string& run_dir) {
-  std::vector<trainer::StepRecord> steps;
-  std::vector<trainer::EvalRecord> evals;
-  const absl::Status read = trainer::ReadMetrics(run_dir + "/metrics.jsonl", &steps, &evals);
+std::vector<rundir::StepRecord> Steps(const std::string& run_dir) {
+  std::vector<rundir::StepRecord> steps;
+  std::vector<rundir::EvalRecord> evals;
+  const absl::Status read = rundir::ReadMetrics(run_dir + "/metrics.jsonl", &steps, &evals);
   EXPECT_TRUE(read.ok()) << read;
   return steps;
 }
 
 // Every step 1..kSteps once, in order, with the reference's loss (exactly, or within a relative
 // `tolerance`), from step `from` on.
-void ExpectSameSteps(const std::vector<trainer::StepRecord>& steps,
-                     const std::vector<trainer::StepRecord>& reference, int from = 1,
+void ExpectSameSteps(const std::vector<rundir::StepRecord>& steps,
+                     const std::vector<rundir::StepRecord>& reference, int from = 1,
                      double tolerance = 0) {
   ASSERT_EQ(reference.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(steps.size(), static_cast<size_t>(kSteps - from + 1));
   for (size_t i = 0; i < steps.size(); ++i) {
-    const trainer::StepRecord& want = reference[from - 1 + i];
+    const rundir::StepRecord& want = reference[from - 1 + i];
     EXPECT_EQ(steps[i].step, want.step);
     EXPECT_LE(std::abs(steps[i].loss - want.loss), tolerance * std::abs(want.loss))
         << "step " << want.step << ": " << steps[i].loss << " vs uninterrupted " << want.loss;
@@ -177,7 +177,7 @@ TEST_F(RestartTest, RestartedCoordinatorKnowsEveryJobAndResumesTheRunningOne) {
   cluster_.StartActor("llm");
   const std::string reference = Submit("reference", Spec("reference", 1, 2));
   EXPECT_THAT(Follow(reference), HasSubstr("SUCCEEDED"));
-  const std::vector<trainer::StepRecord> uninterrupted = Steps(RunDir(reference));
+  const std::vector<rundir::StepRecord> uninterrupted = Steps(RunDir(reference));
   cluster_.Hold("survivor", kCheckpointEvery);
   const std::string job = Submit("survivor", Spec("survivor", 1, 2));
   const std::string queued = Submit("queued", Spec("queued", 1, 2));

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/run_log.h"
+#include "rundir/run_log.h"
 
 namespace tandem::trainer {
 namespace {
@@ -55,10 +55,10 @@ RunOptions Quiet(const std::string& run_dir) {
   return options;
 }
 
-std::vector<StepRecord> Steps(const std::string& run_dir) {
-  std::vector<StepRecord> steps;
-  std::vector<EvalRecord> evals;
-  EXPECT_TRUE(ReadMetrics(run_dir + "/metrics.jsonl", &steps, &evals).ok());
+std::vector<rundir::StepRecord> Steps(const std::string& run_dir) {
+  std::vector<rundir::StepRecord> steps;
+  std::vector<rundir::EvalRecord> evals;
+  EXPECT_TRUE(rundir::ReadMetrics(run_dir + "/metrics.jsonl", &steps, &evals).ok());
   return steps;
 }
 
@@ -93,9 +93,9 @@ TEST(ColocatedTest, WritesTheRunDirectory) {
                            "checkpoints/step-000004/llm/complete", "checkpoints/step-000004/tokenizer.json"}) {
     EXPECT_TRUE(fs::exists(run_dir + "/" + name)) << name;
   }
-  std::vector<StepRecord> steps;
-  std::vector<EvalRecord> evals;
-  ASSERT_TRUE(ReadMetrics(run_dir + "/metrics.jsonl", &steps, &evals).ok());
+  std::vector<rundir::StepRecord> steps;
+  std::vector<rundir::EvalRecord> evals;
+  ASSERT_TRUE(rundir::ReadMetrics(run_dir + "/metrics.jsonl", &steps, &evals).ok());
   EXPECT_EQ(steps.size(), 4u);
   ASSERT_EQ(evals.size(), 2u);
   EXPECT_EQ(evals[0].step, 2);

@@ -26,7 +26,7 @@
 #include "jobspec/job_config.h"
 #include "transport/transport.h"
 
-namespace tandem::actor {
+namespace tandem::actors {
 
 enum class Role { kVision = 1, kLlm = 2 };  // values match tandem.v1.Role
 const char* RoleName(Role role);            // "vision", "llm"
@@ -114,4 +114,4 @@ class Worker {
 
 std::unique_ptr<Worker> CreateWorker(const WorkerOptions& options);
 
-}  // namespace tandem::actor
+}  // namespace tandem::actors

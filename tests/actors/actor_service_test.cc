@@ -2,7 +2,7 @@
 // step while the current one runs, so a step that arrives early waits for its turn, a step after a
 // failed one is refused with ABORTED, and a Release ends a waiting step. A real gRPC server on
 // 127.0.0.1 serves the service over a scripted Worker.
-#include "actor/actor_service.h"
+#include "actors/actor_service.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "actor/command_thread.h"
+#include "actors/command_thread.h"
 #include "proto/tandem/v1/actor.grpc.pb.h"
 #include "rpc/channel.h"
 #include "transport/inbox.h"
 
-namespace tandem::actor {
+namespace tandem::actors {
 namespace {
 
 constexpr char kJob[] = "job-000001";
@@ -257,4 +257,4 @@ TEST(CommandThread, APostedCommandRunsAfterTheOneBeforeItOnTheSameThread) {
 }
 
 }  // namespace
-}  // namespace tandem::actor
+}  // namespace tandem::actors

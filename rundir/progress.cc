@@ -1,10 +1,10 @@
-#include "trainer/progress.h"
+#include "rundir/progress.h"
 
 #include <cmath>
 
 #include "absl/strings/str_format.h"
 
-namespace tandem::trainer {
+namespace tandem::rundir {
 
 std::string FormatDuration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -54,4 +54,4 @@ void ProgressPrinter::Finish() {
   }
 }
 
-}  // namespace tandem::trainer
+}  // namespace tandem::rundir

@@ -1,4 +1,4 @@
-#include "trainer/checkpoint_dir.h"
+#include "rundir/checkpoint_dir.h"
 
 #include <filesystem>
 
@@ -9,7 +9,7 @@
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
-namespace tandem::trainer {
+namespace tandem::rundir {
 namespace {
 namespace fs = std::filesystem;
 constexpr char kMarker[] = "complete";
@@ -74,4 +74,4 @@ std::optional<CheckpointInfo> LatestCheckpoint(const std::string& run_dir, int64
   return latest;
 }
 
-}  // namespace tandem::trainer
+}  // namespace tandem::rundir

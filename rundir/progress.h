@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-namespace tandem::trainer {
+namespace tandem::rundir {
 
 struct Progress {
   int64_t step = 0;         // optimizer steps done
@@ -43,4 +43,4 @@ class ProgressPrinter {
   std::chrono::steady_clock::time_point last_draw_{};
 };
 
-}  // namespace tandem::trainer
+}  // namespace tandem::rundir

@@ -13,12 +13,12 @@
 #include <mutex>
 #include <string>
 
-#include "actor/command_thread.h"
-#include "actor/worker.h"
+#include "actors/command_thread.h"
+#include "actors/worker.h"
 #include "proto/tandem/v1/actor.grpc.pb.h"
 #include "transport/inbox.h"
 
-namespace tandem::actor {
+namespace tandem::actors {
 
 class ActorService final : public v1::Actor::Service {
  public:
@@ -69,4 +69,4 @@ class ActorService final : public v1::Actor::Service {
   std::string job_id_;  // guarded by id_mu_; changes only under command_mu_
 };
 
-}  // namespace tandem::actor
+}  // namespace tandem::actors

@@ -1,4 +1,4 @@
-#include "actor/actor_server.h"
+#include "actors/actor_server.h"
 
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "actor/actor_service.h"
-#include "actor/worker.h"
+#include "actors/actor_service.h"
+#include "actors/worker.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
 #include "proto/tandem/v1/coordinator.grpc.pb.h"
@@ -23,7 +23,7 @@
 #include "transport/local_listener.h"
 #include "transport/peer_service.h"
 
-namespace tandem::actor {
+namespace tandem::actors {
 namespace {
 
 constexpr char kComponent[] = "actor";
@@ -206,4 +206,4 @@ int RunActor(const ActorOptions& options) {
   return 0;
 }
 
-}  // namespace tandem::actor
+}  // namespace tandem::actors

@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace tandem::trainer {
+namespace tandem::rundir {
 
 struct RunSummary {
   std::string job_name;
@@ -32,4 +32,4 @@ std::string SummaryText(const RunSummary& summary);
 // Reads SummaryJson's output back (InvalidArgument for anything else).
 absl::StatusOr<RunSummary> ParseSummaryJson(const std::string& json);
 
-}  // namespace tandem::trainer
+}  // namespace tandem::rundir

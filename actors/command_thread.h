@@ -17,7 +17,7 @@
 #include <mutex>
 #include <thread>
 
-namespace tandem::actor {
+namespace tandem::actors {
 
 class CommandThread {
  public:
@@ -49,4 +49,4 @@ class CommandThread {
   std::thread thread_;
 };
 
-}  // namespace tandem::actor
+}  // namespace tandem::actors

@@ -1,6 +1,6 @@
-#include "actor/command_thread.h"
+#include "actors/command_thread.h"
 
-namespace tandem::actor {
+namespace tandem::actors {
 
 CommandThread::CommandThread() : thread_([this] { Loop(); }) {}
 
@@ -44,4 +44,4 @@ void CommandThread::Loop() {
   }
 }
 
-}  // namespace tandem::actor
+}  // namespace tandem::actors

@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace tandem::trainer {
+namespace tandem::rundir {
 
 struct StepRecord {
   int64_t step = 0;
@@ -80,4 +80,4 @@ absl::Status ReadMetrics(const std::string& path, std::vector<StepRecord>* steps
 std::string RenderLossSvg(const std::string& title, const std::vector<StepRecord>& steps,
                           const std::vector<EvalRecord>& evals);
 
-}  // namespace tandem::trainer
+}  // namespace tandem::rundir

@@ -2,7 +2,7 @@
 //
 // NOTE [Disaggregated step] Every actor of a job draws the same sample order (same sampler, same
 // seed), so each rank knows the whole global batch without being told. Within micro-batch k of b
-// samples, rank r of a group of N owns trainer::OwnedSamples(r, N, b); a vision rank sends each
+// samples, rank r of a group of N owns step::OwnedSamples(r, N, b); a vision rank sends each
 // overlap of its block with an LLM rank's block to that rank, and gets the gradient of the same
 // overlap back.
 //
@@ -14,7 +14,7 @@
 //
 // The vision side runs ahead by up to `kPipelineDepth` micro-batches so both groups stay busy. The
 // loss and the engines' sum reduction make the group sums equal the colocated trainer's gradients.
-#include "actor/worker.h"
+#include "actors/worker.h"
 
 #include <malloc.h>
 #include <torch/torch.h>
@@ -42,10 +42,10 @@
 #include "engine/engine.h"
 #include "models/llm.h"
 #include "models/vision_encoder.h"
-#include "trainer/ownership.h"
-#include "trainer/step_common.h"
+#include "step/ownership.h"
+#include "step/step_common.h"
 
-namespace tandem::actor {
+namespace tandem::actors {
 
 const char* RoleName(Role role) { return role == Role::kVision ? "vision" : "llm"; }
 
@@ -57,8 +57,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-using trainer::OwnedSamples;
-using trainer::SampleRange;
+using step::OwnedSamples;
+using step::SampleRange;
 using transport::TransferKind;
 using transport::TransferTag;
 constexpr char kComponent[] = "actor";
@@ -131,7 +131,7 @@ class TorchWorker : public Worker {
                                      const std::vector<std::vector<int64_t>>& batches);
   // The images and tokens of `indices` (one micro-batch; this rank reads the rows `mine`), taken
   // from prefetched_ when it holds the same indices.
-  absl::StatusOr<trainer::MicroBatch> VisionBatch(const std::vector<int64_t>& indices,
+  absl::StatusOr<step::MicroBatch> VisionBatch(const std::vector<int64_t>& indices,
                                                   SampleRange mine);
   // Reads the next step's first micro-batch into prefetched_ without advancing the sampler, while
   // this step waits for its gradients (like a DataLoader's prefetch). A read that fails is dropped:
@@ -172,7 +172,7 @@ class TorchWorker : public Worker {
   std::unique_ptr<data::Sampler> sampler_;
   struct Prefetched {
     std::vector<int64_t> indices;  // the whole micro-batch's, as the sampler draws them
-    trainer::MicroBatch batch;
+    step::MicroBatch batch;
   };
   std::optional<Prefetched> prefetched_;
   models::VisionEncoder vision_{nullptr};
@@ -244,26 +244,26 @@ absl::Status TorchWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
 
   std::shared_ptr<torch::nn::Module> model;
   if (a.role == Role::kVision) {
-    torch::manual_seed(trainer::VisionModelSeed(job.schedule.seed));
+    torch::manual_seed(step::VisionModelSeed(job.schedule.seed));
     vision_ = models::VisionEncoder(job.vision.model);
     vision_->to(device_);
     model = vision_.ptr();
   } else {
     jobspec::LlmModelConfig llm_config = job.llm.model;
     llm_config.vocab_size = tokenizer_->size();
-    torch::manual_seed(trainer::LlmModelSeed(job.schedule.seed));
+    torch::manual_seed(step::LlmModelSeed(job.schedule.seed));
     llm_ = models::Llm(llm_config);
     llm_->to(device_);
     model = llm_.ptr();
   }
   const int vision_ranks = a.role == Role::kVision ? a.group_size : a.peer_group_size;
   ASSIGN_OR_RETURN(engine::Config vision_config,
-                   trainer::GroupEngineConfig(job.vision.engine_json, "vision.engine.",
+                   step::GroupEngineConfig(job.vision.engine_json, "vision.engine.",
                                               job.schedule, vision_ranks));
-  embedding_dtype_ = trainer::EmbeddingScalarType(vision_config, device_);
+  embedding_dtype_ = step::EmbeddingScalarType(vision_config, device_);
   engine::Config config = vision_config;
   if (a.role == Role::kLlm) {
-    ASSIGN_OR_RETURN(config, trainer::GroupEngineConfig(job.llm.engine_json, "llm.engine.",
+    ASSIGN_OR_RETURN(config, step::GroupEngineConfig(job.llm.engine_json, "llm.engine.",
                                                         job.schedule, a.group_size));
   }
 
@@ -299,8 +299,8 @@ absl::Status TorchWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
     RETURN_IF_ERROR(tokenizer_->Save((fs::path(a.run_dir) / "tokenizer.json").string()));
   }
   if (!a.resume_from.empty()) {
-    ASSIGN_OR_RETURN(trainer::ResumePoint resume,
-                     trainer::LoadGroupCheckpoint(*engine_, a.resume_from, group));
+    ASSIGN_OR_RETURN(step::ResumePoint resume,
+                     step::LoadGroupCheckpoint(*engine_, a.resume_from, group));
     sampler_->Seek(resume.position);
     step_ = resume.step;
     TANDEM_LOG(kInfo, kComponent) << a.job_id << " " << group << " rank " << a.rank
@@ -331,7 +331,7 @@ std::vector<std::pair<int, SampleRange>> TorchWorker::Overlaps(SampleRange mine,
   std::vector<std::pair<int, SampleRange>> out;
   const int peers = assignment_->peer_group_size;
   for (int peer = 0; peer < peers; ++peer) {
-    const SampleRange overlap = trainer::Intersect(mine, OwnedSamples(peer, peers, samples));
+    const SampleRange overlap = step::Intersect(mine, OwnedSamples(peer, peers, samples));
     if (!overlap.empty()) out.emplace_back(peer, overlap);
   }
   return out;
@@ -412,7 +412,7 @@ absl::StatusOr<StepResult> TorchWorker::VisionStep(
   std::deque<VisionInFlight> in_flight;
   for (int64_t k = 0; k < static_cast<int64_t>(batches.size()); ++k) {
     SetPhase("forward");
-    ASSIGN_OR_RETURN(trainer::MicroBatch mb, VisionBatch(batches[k], mine));
+    ASSIGN_OR_RETURN(step::MicroBatch mb, VisionBatch(batches[k], mine));
     VisionInFlight f;
     f.micro_batch = k;
     {
@@ -450,13 +450,13 @@ absl::StatusOr<StepResult> TorchWorker::VisionStep(
   return result;
 }
 
-absl::StatusOr<trainer::MicroBatch> TorchWorker::VisionBatch(const std::vector<int64_t>& indices,
+absl::StatusOr<step::MicroBatch> TorchWorker::VisionBatch(const std::vector<int64_t>& indices,
                                                              SampleRange mine) {
   std::optional<Prefetched> prefetched = std::exchange(prefetched_, std::nullopt);
   if (prefetched && prefetched->indices == indices) return std::move(prefetched->batch);
   ASSIGN_OR_RETURN(data::Batch batch, data::MakeBatch(*datasets_.train, Sub(indices, mine),
                                                       *tokenizer_, job().data.max_text_tokens));
-  return trainer::ToTensors(batch);
+  return step::ToTensors(batch);
 }
 
 void TorchWorker::PrefetchBatch(SampleRange mine) {
@@ -465,7 +465,7 @@ void TorchWorker::PrefetchBatch(SampleRange mine) {
   sampler_->Seek(next);
   absl::StatusOr<data::Batch> batch = data::MakeBatch(*datasets_.train, Sub(indices, mine),
                                                       *tokenizer_, job().data.max_text_tokens);
-  if (batch.ok()) prefetched_ = Prefetched{std::move(indices), trainer::ToTensors(*batch)};
+  if (batch.ok()) prefetched_ = Prefetched{std::move(indices), step::ToTensors(*batch)};
 }
 
 absl::Status TorchWorker::FinishVisionMicroBatch(VisionInFlight& f, StepResult* result) {
@@ -494,7 +494,7 @@ absl::StatusOr<StepResult> TorchWorker::LlmStep(int64_t step,
     ASSIGN_OR_RETURN(
         data::Batch text,
         data::MakeTextBatch(*datasets_.train, batches[k], *tokenizer_, job().data.max_text_tokens));
-    trainer::MicroBatch mb = trainer::ToTensors(text);
+    step::MicroBatch mb = step::ToTensors(text);
     global_targets += mb.targets;
     tokens.push_back(Rows(mb.tokens, mine, 0).to(device_));
     leaves.push_back(
@@ -592,7 +592,7 @@ absl::StatusOr<EvalCounts> TorchWorker::EvaluateBatch(
     if (!mine.empty()) {
       ASSIGN_OR_RETURN(data::Batch batch,
                        data::MakeBatch(*datasets_.eval, Sub(indices, mine), *tokenizer_, text_len));
-      images = trainer::ToTensors(batch).images;
+      images = step::ToTensors(batch).images;
     }
     if (mine.empty() && !collective_generation()) return counts;
     at::Tensor embeddings;
@@ -654,7 +654,7 @@ absl::Status TorchWorker::SaveCheckpoint(int64_t step, const std::string& direct
   }
   SetPhase("checkpoint");
   const std::map<std::string, std::string> client_state =
-      trainer::CheckpointClientState(step, sampler_->position());
+      step::CheckpointClientState(step, sampler_->position());
   std::error_code ec;
   fs::create_directories(directory, ec);
   absl::Status status;
@@ -718,4 +718,4 @@ std::unique_ptr<Worker> CreateWorker(const WorkerOptions& options) {
   return std::make_unique<TorchWorker>(options);
 }
 
-}  // namespace tandem::actor
+}  // namespace tandem::actors

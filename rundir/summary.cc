@@ -1,9 +1,9 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
-#include "trainer/summary.h"
-#include "trainer/progress.h"
+#include "rundir/summary.h"
+#include "rundir/progress.h"
 
-namespace tandem::trainer {
+namespace tandem::rundir {
 
 absl::StatusOr<RunSummary> ParseSummaryJson(const std::string& json) {
   nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
@@ -75,4 +75,4 @@ std::string SummaryText(const RunSummary& s) {
   return text;
 }
 
-}  // namespace tandem::trainer
+}  // namespace tandem::rundir

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
-namespace tandem::trainer {
+namespace tandem::step {
 
 struct SampleRange {
   int64_t begin = 0;  // [begin, end)
@@ -27,4 +27,4 @@ inline SampleRange Intersect(SampleRange a, SampleRange b) {
   return {std::max(a.begin, b.begin), std::max(std::max(a.begin, b.begin), std::min(a.end, b.end))};
 }
 
-}  // namespace tandem::trainer
+}  // namespace tandem::step

@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace tandem::trainer {
+namespace tandem::rundir {
 
 struct CheckpointInfo {
   std::string directory;  // .../checkpoints/step-NNNNNN
@@ -35,4 +35,4 @@ absl::StatusOr<CheckpointInfo> ReadCheckpoint(const std::string& directory);
 std::optional<CheckpointInfo> LatestCheckpoint(const std::string& run_dir,
                                                int64_t at_most = INT64_MAX);
 
-}  // namespace tandem::trainer
+}  // namespace tandem::rundir

@@ -1,4 +1,4 @@
-#include "trainer/run_log.h"
+#include "rundir/run_log.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -14,7 +14,7 @@
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
-namespace tandem::trainer {
+namespace tandem::rundir {
 
 namespace {
 
@@ -311,4 +311,4 @@ std::string RenderLossSvg(const std::string& title, const std::vector<StepRecord
   return svg;
 }
 
-}  // namespace tandem::trainer
+}  // namespace tandem::rundir

@@ -21,7 +21,7 @@ namespace tandem::engine {
 class Engine;
 }  // namespace tandem::engine
 
-namespace tandem::trainer {
+namespace tandem::step {
 
 // The group's engine config with the schedule's batch arithmetic filled in (the job-spec parser has
 // already rejected contradictions) and sum reduction: the trainer normalises the loss over the
@@ -76,4 +76,4 @@ absl::StatusOr<ResumePoint> LoadGroupCheckpoint(engine::Engine& engine,
 // Next-token targets of a caption of `text_length` tokens (with <bos> and <eos>).
 inline int64_t TargetsOf(int64_t text_length) { return text_length - 1; }
 
-}  // namespace tandem::trainer
+}  // namespace tandem::step

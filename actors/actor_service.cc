@@ -1,4 +1,4 @@
-#include "actor/actor_service.h"
+#include "actors/actor_service.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,7 +14,7 @@
 #include "rpc/status.h"
 #include "transport/grpc_transport.h"
 
-namespace tandem::actor {
+namespace tandem::actors {
 namespace {
 constexpr char kComponent[] = "actor";
 }  // namespace
@@ -224,4 +224,4 @@ void ActorService::ReleaseJob(const std::string& job, const std::string& reason)
   step_posted_.notify_all();  // steps waiting for their turn end now
 }
 
-}  // namespace tandem::actor
+}  // namespace tandem::actors

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <string>
 
-namespace tandem::actor {
+namespace tandem::actors {
 
 struct ActorOptions {
   std::string pool = "vision";                 // pool to join
@@ -27,4 +27,4 @@ struct ActorOptions {
 // Runs until SIGINT/SIGTERM (exit code 0) or a fatal error (non-zero, after printing it).
 int RunActor(const ActorOptions& options);
 
-}  // namespace tandem::actor
+}  // namespace tandem::actors

@@ -1,4 +1,4 @@
-#include "trainer/run_log.h"
+#include "rundir/run_log.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,9 +9,9 @@
 #include <fstream>
 #include <string>
 
-#include "trainer/progress.h"
+#include "rundir/progress.h"
 
-namespace tandem::trainer {
+namespace tandem::rundir {
 namespace {
 
 using ::testing::HasSubstr;
@@ -112,4 +112,4 @@ TEST(ProgressTest, LineShowsStepLossRateAndEta) {
 }
 
 }  // namespace
-}  // namespace tandem::trainer
+}  // namespace tandem::rundir

@@ -1,4 +1,4 @@
-#include "trainer/step_common.h"
+#include "step/step_common.h"
 
 #include <torch/torch.h>
 
@@ -11,7 +11,7 @@
 #include "engine/engine.h"
 #include "nlohmann/json.hpp"
 
-namespace tandem::trainer {
+namespace tandem::step {
 
 absl::StatusOr<engine::Config> GroupEngineConfig(const std::string& engine_json,
                                                  std::string_view prefix,
@@ -87,4 +87,4 @@ absl::StatusOr<ResumePoint> LoadGroupCheckpoint(engine::Engine& engine,
   return ParseCheckpointClientState(state, directory);
 }
 
-}  // namespace tandem::trainer
+}  // namespace tandem::step
