@@ -1,4 +1,4 @@
-// The gRPC face of an actor: tandem.v1.Actor over a Worker (actor/worker.h). It turns requests into
+// The gRPC face of an actor: tandem.v1.Actor over a Worker (actors/worker.h). It turns requests into
 // plain values, builds the job's transport and rendezvous store, and serialises commands. The
 // coordinator sends an actor's next RunStep while the current one runs; it waits for its turn
 // (steps run in order, and none after one failed). A Release may arrive while a step runs: it

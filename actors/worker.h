@@ -1,7 +1,8 @@
-// The LibTorch half of an actor: one rank of a job's vision or LLM group (DESIGN §1, §2). It builds
-// the group's model and engine, joins the group's communicator, and runs the commands the coordinator
-// sends through the actor's gRPC service (actor/actor_service.h): steps, evaluations, checkpoints,
-// exports. Tensors reach the other group through a transport::Transport.
+// The LibTorch half of an actor: one rank of a job's vision or LLM group (DESIGN §1, §2). On Assign it
+// joins the group's communicator and builds the group's stage (step/stage.h: model, engine, the
+// group's half of the step), then runs the commands the coordinator sends through the actor's gRPC
+// service (actors/actor_service.h) on that stage: steps, evaluations, checkpoints, exports. Tensors
+// reach the other group through a transport::Transport.
 //
 // This header is plain C++ (no LibTorch, no gRPC), so the gRPC side can include it (DESIGN §6).
 //
@@ -24,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "common/kv_store.h"
 #include "jobspec/job_config.h"
+#include "step/results.h"
 #include "transport/transport.h"
 
 namespace tandem::actors {
@@ -57,22 +59,9 @@ struct AssignResult {
   int64_t step = 0;  // the last completed step: the checkpoint's, or 0
 };
 
-struct StepResult {
-  double loss = 0;       // LLM ranks: their share of the step loss; vision: 0
-  double grad_norm = 0;  // the group's, before clipping
-  double lr = 0;
-  bool skipped = false;
-  double compute_s = 0;
-  double wait_s = 0;
-  int64_t bytes_sent = 0;  // to the other group: embeddings (vision), gradients (LLM)
-};
-
-struct EvalCounts {
-  int64_t samples = 0;
-  int64_t exact = 0;
-  int64_t tokens = 0;
-  int64_t correct_tokens = 0;
-};
+// A step's and an evaluation's answers are the stage's (step/results.h).
+using step::EvalCounts;
+using step::StepResult;
 
 // What the actor is doing, for its heartbeat.
 struct WorkerStatus {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <chrono>
 #include <cstdint>
@@ -75,6 +76,17 @@ absl::StatusOr<std::shared_ptr<Communicator>> CreateGlooCommunicator(
 
 // World size 1: reductions are identities, all-gather copies.
 std::shared_ptr<Communicator> CreateSingleRankCommunicator(std::string group_name = "single");
+
+// The communicator a group's rank on `device` joins: single-rank for a group of one, NCCL for a CUDA
+// device, Gloo otherwise. InvalidArgument for a CUDA group in a build without NCCL.
+struct GroupOptions {
+  std::string group_name = "group";
+  std::string hostname = "127.0.0.1";  // Gloo: the address this rank's device binds to
+  std::chrono::milliseconds timeout{300000};
+};
+absl::StatusOr<std::shared_ptr<Communicator>> CreateGroupCommunicator(
+    std::shared_ptr<KeyValueStore> store, int rank, int world_size, const c10::Device& device,
+    const GroupOptions& options);
 
 #ifdef TANDEM_HAVE_NCCL
 struct NcclOptions {

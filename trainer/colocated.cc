@@ -1,4 +1,4 @@
-// The colocated trainer (colocated.h): both models and both engines in one process.
+// The colocated trainer (colocated.h): both stages of the step in one process.
 #include "trainer/colocated.h"
 
 #include <torch/torch.h>
@@ -6,42 +6,94 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <ctime>
+#include <condition_variable>
 #include <filesystem>
-#include <map>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
-#include <vector>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "data/batch.h"
 #include "data/caption_metrics.h"
-#include "data/dataset.h"
-#include "data/sampler.h"
-#include "data/tokenizer.h"
 #include "engine/communicator.h"
-#include "engine/config.h"
 #include "engine/engine.h"
 #include "jobspec/job_spec.h"
-#include "models/llm.h"
-#include "models/vision_encoder.h"
 #include "rundir/checkpoint_dir.h"
 #include "rundir/progress.h"
 #include "rundir/run_log.h"
-#include "step/step_common.h"
+#include "step/stage.h"
+#include "transport/in_process.h"
 
 namespace tandem::trainer {
 namespace {
 
 namespace fs = std::filesystem;
 constexpr char kComponent[] = "trainer";
+// Transfers and collectives of a colocated run wait this long at most; a failed stage aborts the
+// other's waits at once (InProcessFabric::Abort), so only a stage that stops answering reaches it.
+constexpr std::chrono::milliseconds kTimeout{300000};
 
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// A thread of its own that runs one task at a time with the caller's intra-op thread count (OpenMP
+// keeps the count per thread).
+class Lane {
+ public:
+  explicit Lane(int threads) : thread_([this, threads] { Loop(threads); }) {}
+  ~Lane() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+  // Starts `task`; Join waits for it.
+  void Start(std::function<absl::Status()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      task_ = std::move(task);
+      done_ = false;
+    }
+    changed_.notify_all();
+  }
+  absl::Status Join() {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait(lock, [this] { return done_; });
+    return result_;
+  }
+
+ private:
+  void Loop(int threads) {
+    at::set_num_threads(threads);
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      changed_.wait(lock, [this] { return stop_ || task_ != nullptr; });
+      if (stop_) return;
+      std::function<absl::Status()> task = std::exchange(task_, nullptr);
+      lock.unlock();
+      absl::Status result = task();
+      lock.lock();
+      result_ = std::move(result);
+      done_ = true;
+      changed_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::function<absl::Status()> task_;
+  absl::Status result_;
+  bool done_ = true;
+  bool stop_ = false;
+  std::thread thread_;
+};
 
 class ColocatedRun {
  public:
@@ -57,10 +109,12 @@ class ColocatedRun {
  private:
   absl::Status Setup();
   absl::Status Train();
-  absl::StatusOr<double> TrainStep();
+  // Runs `vision` on the vision lane and `llm` here at once, as the coordinator runs a command on
+  // both groups. The first to fail aborts the other's transfers; its error is the one returned.
+  absl::Status Both(const std::function<absl::Status(step::Stage&)>& command);
   absl::StatusOr<rundir::EvalRecord> Evaluate(int64_t step);
   absl::Status SaveCheckpoint(int64_t step);
-  // Loads job_.resume_from into both engines and the sampler; sets first_step_.
+  // Loads job_.resume_from into both stages; sets first_step_.
   absl::Status Resume();
   absl::Status WritePlot();
   std::string RunPath(const std::string& name) const {
@@ -70,17 +124,11 @@ class ColocatedRun {
   const jobspec::JobConfig& job_;
   RunOptions options_;
   std::string run_dir_;
-  data::Datasets datasets_;
-  std::unique_ptr<data::Tokenizer> tokenizer_;
-  std::unique_ptr<data::Sampler> sampler_;
-  models::VisionEncoder vision_{nullptr};
-  models::Llm llm_{nullptr};
-  std::unique_ptr<engine::Engine> vision_engine_, llm_engine_;
-  double llm_grad_squares_ =
-      0;  // the LLM's squared gradient norm of the current step (gradient_clipping)
+  std::unique_ptr<transport::InProcessFabric> fabric_;
+  std::unique_ptr<Lane> vision_lane_;
+  std::unique_ptr<step::Stage> vision_, llm_;
   std::unique_ptr<rundir::MetricsLog> metrics_;
   rundir::RunSummary summary_;
-  int64_t text_len_ = 0;
   int64_t first_step_ = 1;
 };
 
@@ -96,56 +144,29 @@ absl::Status ColocatedRun::Setup() {
     return absl::UnavailableError(absl::StrCat("cannot create ", run_dir_, ": ", ec.message()));
   RETURN_IF_ERROR(WriteFileAtomically(RunPath("job.json"), jobspec::JobConfigToJson(job_) + "\n"));
   if (options_.threads > 0) at::set_num_threads(options_.threads);
+  vision_lane_ = std::make_unique<Lane>(at::get_num_threads());
 
-  const jobspec::VisionModelConfig& vision_config = job_.vision.model;
-  ASSIGN_OR_RETURN(datasets_,
-                   data::OpenDatasets(job_.data, vision_config.image_size, job_.spec_dir));
-  tokenizer_ =
-      std::make_unique<data::Tokenizer>(data::Tokenizer::Build(data::AllTexts(*datasets_.train)));
-  RETURN_IF_ERROR(tokenizer_->Save(RunPath("tokenizer.json")));
-  text_len_ = job_.data.max_text_tokens;
-  sampler_ = std::make_unique<data::Sampler>(datasets_.train->size(), job_.schedule.seed);
-
-  jobspec::LlmModelConfig llm_config = job_.llm.model;
-  llm_config.vocab_size = tokenizer_->size();
+  ASSIGN_OR_RETURN(std::shared_ptr<const step::JobData> data, step::OpenJobData(job_));
+  fabric_ = std::make_unique<transport::InProcessFabric>("colocated", 1, 1, kTimeout);
+  step::Placement placement;
+  placement.transfer_key = "colocated";
+  placement.timeout = kTimeout;
   try {
-    torch::manual_seed(step::VisionModelSeed(job_.schedule.seed));
-    vision_ = models::VisionEncoder(vision_config);
-    torch::manual_seed(step::LlmModelSeed(job_.schedule.seed));
-    llm_ = models::Llm(llm_config);
+    ASSIGN_OR_RETURN(vision_, step::CreateVisionStage(
+                                  job_, data, placement,
+                                  engine::CreateSingleRankCommunicator("vision"),
+                                  fabric_->Endpoint(0, 0)));
+    placement.run_dir = run_dir_;  // the LLM stage writes tokenizer.json
+    ASSIGN_OR_RETURN(llm_, step::CreateLlmStage(job_, data, placement,
+                                                engine::CreateSingleRankCommunicator("llm"),
+                                                fabric_->Endpoint(1, 0)));
   } catch (const c10::Error& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot build the models: ", e.what_without_backtrace()));
   }
-  summary_.vision_parameters = models::CountParameters(*vision_);
-  summary_.llm_parameters = models::CountParameters(*llm_);
-  summary_.vocab_size = tokenizer_->size();
-
-  ASSIGN_OR_RETURN(engine::Config vision_engine_config,
-                   step::GroupEngineConfig(job_.vision.engine_json, "vision.engine.", job_.schedule, 1));
-  ASSIGN_OR_RETURN(engine::Config llm_engine_config,
-                   step::GroupEngineConfig(job_.llm.engine_json, "llm.engine.", job_.schedule, 1));
-  ASSIGN_OR_RETURN(
-      vision_engine_,
-      engine::Engine::Create(vision_.ptr(), engine::CreateSingleRankCommunicator("vision"),
-                             vision_engine_config));
-  ASSIGN_OR_RETURN(llm_engine_,
-                   engine::Engine::Create(llm_.ptr(), engine::CreateSingleRankCommunicator("llm"),
-                                          llm_engine_config));
-  vision_->set_compute_dtype(vision_engine_->compute().activation_dtype);
-  llm_->set_compute_dtype(llm_engine_->compute().activation_dtype);
-  if (job_.schedule.gradient_clipping > 0) {
-    // Whole-model clipping, as the actors exchange it: the LLM steps first and reads the vision
-    // group's squares; the vision group then adds the LLM's.
-    llm_engine_->SetGradNormCombiner([this](double llm_squares) -> absl::StatusOr<double> {
-      ASSIGN_OR_RETURN(const double vision_squares, vision_engine_->GroupGradSquares());
-      llm_grad_squares_ = llm_squares;
-      return llm_squares + vision_squares;
-    });
-    vision_engine_->SetGradNormCombiner([this](double vision_squares) -> absl::StatusOr<double> {
-      return vision_squares + llm_grad_squares_;
-    });
-  }
+  summary_.vision_parameters = vision_->parameters();
+  summary_.llm_parameters = llm_->parameters();
+  summary_.vocab_size = data->tokenizer.size();
   if (!job_.resume_from.empty()) RETURN_IF_ERROR(Resume());
   ASSIGN_OR_RETURN(rundir::MetricsLog log, rundir::MetricsLog::Open(RunPath("metrics.jsonl")));
   metrics_ = std::make_unique<rundir::MetricsLog>(std::move(log));
@@ -155,9 +176,29 @@ absl::Status ColocatedRun::Setup() {
   TANDEM_LOG(kInfo, kComponent) << job_.name << ": colocated run in " << run_dir_ << ", vision "
                                 << summary_.vision_parameters << " and llm "
                                 << summary_.llm_parameters << " parameters, vocabulary "
-                                << tokenizer_->size() << ", " << datasets_.train->size()
+                                << data->tokenizer.size() << ", " << data->train_samples()
                                 << " training samples";
   return absl::OkStatus();
+}
+
+absl::Status ColocatedRun::Both(const std::function<absl::Status(step::Stage&)>& command) {
+  std::mutex mu;
+  absl::Status first;  // the first failure, guarded by mu
+  auto run = [&](step::Stage& stage) {
+    absl::Status status = command(stage);
+    if (!status.ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (first.ok()) {
+        first = status;
+        fabric_->Abort();
+      }
+    }
+    return status;
+  };
+  vision_lane_->Start([&] { return run(*vision_); });
+  run(*llm_);
+  vision_lane_->Join();
+  return first;
 }
 
 absl::Status ColocatedRun::Resume() {
@@ -168,16 +209,14 @@ absl::Status ColocatedRun::Resume() {
         "resume_from: ", checkpoint.directory, " is at step ", checkpoint.step,
         ", and schedule.steps is ", job_.schedule.steps, ": nothing is left to train"));
   }
-  ASSIGN_OR_RETURN(step::ResumePoint vision,
-                   step::LoadGroupCheckpoint(*vision_engine_, checkpoint.directory, "vision"));
-  ASSIGN_OR_RETURN(step::ResumePoint llm, step::LoadGroupCheckpoint(*llm_engine_, checkpoint.directory, "llm"));
+  ASSIGN_OR_RETURN(step::ResumePoint vision, vision_->Resume(checkpoint.directory));
+  ASSIGN_OR_RETURN(step::ResumePoint llm, llm_->Resume(checkpoint.directory));
   if (vision.step != checkpoint.step || llm.step != checkpoint.step ||
       !(vision.position == llm.position)) {
     return absl::DataLossError(absl::StrCat(
         "resume_from: ", checkpoint.directory, ": its groups disagree (vision at step ",
         vision.step, ", llm at step ", llm.step, ", marker at step ", checkpoint.step, ")"));
   }
-  sampler_->Seek(llm.position);
   first_step_ = checkpoint.step + 1;
   summary_.samples = checkpoint.step * job_.schedule.global_batch;
   TANDEM_LOG(kInfo, kComponent) << job_.name << ": resumed from " << checkpoint.directory
@@ -186,106 +225,30 @@ absl::Status ColocatedRun::Resume() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> ColocatedRun::TrainStep() {
-  const jobspec::ScheduleConfig& schedule = job_.schedule;
-  const int64_t micro = schedule.global_batch / schedule.micro_batches;
-  // The loss is normalised by the target tokens of the whole global batch, so all its micro-batches
-  // are assembled first (DESIGN §2).
-  std::vector<step::MicroBatch> batches;
-  int64_t global_targets = 0;
-  for (int64_t k = 0; k < schedule.micro_batches; ++k) {
-    ASSIGN_OR_RETURN(data::Batch batch, data::MakeBatch(*datasets_.train, sampler_->Next(micro),
-                                                        *tokenizer_, text_len_));
-    batches.push_back(step::ToTensors(batch));
-    global_targets += batches.back().targets;
-  }
-  double step_loss = 0;
-  try {
-    for (step::MicroBatch& mb : batches) {
-      at::Tensor embeddings;
-      {
-        auto autocast = vision_engine_->Autocast();
-        embeddings = vision_->forward(mb.images);
-      }
-      at::Tensor received = embeddings.detach().requires_grad_(true);
-      at::Tensor loss;
-      {
-        auto autocast = llm_engine_->Autocast();
-        at::Tensor logits = llm_->forward(received, mb.tokens);
-        loss = models::CaptionLoss(logits, mb.tokens, data::Tokenizer::kPad).sum /
-               static_cast<double>(global_targets);
-      }
-      loss.backward();
-      embeddings.backward(received.grad());
-      step_loss += loss.item<double>();
-      RETURN_IF_ERROR(llm_engine_->Step());
-      RETURN_IF_ERROR(vision_engine_->Step());
-    }
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("training step ", vision_engine_->global_steps() + 1,
-                                            " failed: ", e.what_without_backtrace()));
-  }
-  return step_loss;
-}
-
 absl::StatusOr<rundir::EvalRecord> ColocatedRun::Evaluate(int64_t step) {
-  const data::Dataset& eval = *datasets_.eval;
-  int64_t count = eval.size();
-  if (job_.schedule.eval_samples > 0) count = std::min(count, job_.schedule.eval_samples);
-  const int64_t batch_size =
-      std::max<int64_t>(1, job_.schedule.global_batch / job_.schedule.micro_batches);
-  data::CaptionScore score;
-  torch::NoGradGuard no_grad;
-  for (int64_t begin = 0; begin < count; begin += batch_size) {
-    std::vector<int64_t> indices;
-    for (int64_t i = begin; i < std::min(count, begin + batch_size); ++i) indices.push_back(i);
-    ASSIGN_OR_RETURN(data::Batch batch, data::MakeBatch(eval, indices, *tokenizer_, text_len_));
-    step::MicroBatch mb = step::ToTensors(batch);
-    try {
-      at::Tensor prefix;
-      {
-        auto autocast = vision_engine_->Autocast();
-        prefix = vision_->forward(mb.images);
-      }
-      std::vector<std::vector<int32_t>> generated;
-      {
-        auto autocast = llm_engine_->Autocast();
-        generated = models::GenerateGreedy(llm_, prefix, data::Tokenizer::kBos,
-                                           data::Tokenizer::kEos, text_len_ - 1);
-      }
-      for (size_t row = 0; row < indices.size(); ++row) {
-        const int64_t length = batch.text_lengths[row];
-        const int64_t* tokens = batch.tokens.data() + row * batch.text_len;
-        std::vector<int32_t> reference(tokens + 1, tokens + length - 1);  // without <bos> and <eos>
-        data::Accumulate(generated[row], reference, &score);
-      }
-    } catch (const c10::Error& e) {
-      return absl::InternalError(
-          absl::StrCat("evaluation at step ", step, " failed: ", e.what_without_backtrace()));
-    }
-  }
+  step::EvalCounts counts;
+  RETURN_IF_ERROR(Both([&](step::Stage& stage) -> absl::Status {
+    ASSIGN_OR_RETURN(step::EvalCounts mine, stage.Evaluate(step));
+    if (&stage == llm_.get()) counts = mine;
+    return absl::OkStatus();
+  }));
+  data::CaptionScore score{counts.samples, counts.exact, counts.correct_tokens, counts.tokens};
   return rundir::EvalRecord{step, score.exact_match(), score.token_accuracy()};
 }
 
 absl::Status ColocatedRun::SaveCheckpoint(int64_t step) {
   const fs::path dir = fs::path(run_dir_) / "checkpoints" / rundir::CheckpointName(step);
-  const std::map<std::string, std::string> client_state =
-      step::CheckpointClientState(step, sampler_->position());
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    return absl::UnavailableError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
-  RETURN_IF_ERROR(tokenizer_->Save((dir / "tokenizer.json").string()));
-  RETURN_IF_ERROR(vision_engine_->SaveCheckpoint((dir / "vision").string(), client_state));
-  RETURN_IF_ERROR(llm_engine_->SaveCheckpoint((dir / "llm").string(), client_state));
+  RETURN_IF_ERROR(vision_->SaveCheckpoint(step, dir.string()));
+  RETURN_IF_ERROR(llm_->SaveCheckpoint(step, dir.string()));
   RETURN_IF_ERROR(rundir::MarkCheckpointComplete({dir.string(), step, 1, 1}));
   summary_.last_checkpoint = dir.string();
   return absl::OkStatus();
 }
 
 absl::Status ColocatedRun::WritePlot() {
-  return WriteFileAtomically(RunPath("loss.svg"),
-                             rundir::RenderLossSvg(job_.name, metrics_->steps(), metrics_->evals()));
+  return WriteFileAtomically(RunPath("loss.svg"), rundir::RenderLossSvg(
+                                                      job_.name, metrics_->steps(),
+                                                      metrics_->evals()));
 }
 
 absl::Status ColocatedRun::Train() {
@@ -293,10 +256,15 @@ absl::Status ColocatedRun::Train() {
   rundir::ProgressPrinter printer(options_.progress, options_.interactive);
   const auto start = Clock::now();
   double train_seconds = 0, smoothed_rate = 0;
-  const bool can_eval = datasets_.eval != nullptr && datasets_.eval->size() > 0;
+  const bool can_eval = llm_->data().eval_samples() > 0;
   for (int64_t step = first_step_; step <= schedule.steps; ++step) {
     const auto step_start = Clock::now();
-    ASSIGN_OR_RETURN(double loss, TrainStep());
+    double loss = 0;
+    RETURN_IF_ERROR(Both([&](step::Stage& stage) -> absl::Status {
+      ASSIGN_OR_RETURN(step::StepResult result, stage.RunStep(step));
+      if (&stage == llm_.get()) loss = result.loss;
+      return absl::OkStatus();
+    }));
     const double step_seconds = Seconds(Clock::now() - step_start);
     train_seconds += step_seconds;
     if (!std::isfinite(loss)) {
@@ -310,10 +278,10 @@ absl::Status ColocatedRun::Train() {
     rundir::StepRecord record;
     record.step = step;
     record.loss = loss;
-    record.lr = llm_engine_->last_lr();
-    record.vision_lr = vision_engine_->last_lr();
-    record.vision_grad_norm = vision_engine_->last_grad_norm();
-    record.llm_grad_norm = llm_engine_->last_grad_norm();
+    record.lr = llm_->engine().last_lr();
+    record.vision_lr = vision_->engine().last_lr();
+    record.vision_grad_norm = vision_->engine().last_grad_norm();
+    record.llm_grad_norm = llm_->engine().last_grad_norm();
     record.grad_norm = std::hypot(record.vision_grad_norm, record.llm_grad_norm);
     record.samples_per_s = rate;
     record.elapsed_s = Seconds(Clock::now() - start);
@@ -343,8 +311,8 @@ absl::Status ColocatedRun::Train() {
     if (last || step % 50 == 0) RETURN_IF_ERROR(WritePlot());
   }
   printer.Finish();
-  RETURN_IF_ERROR(vision_engine_->ExportSafetensors(RunPath("vision.safetensors")));
-  RETURN_IF_ERROR(llm_engine_->ExportSafetensors(RunPath("llm.safetensors")));
+  RETURN_IF_ERROR(vision_->Export(RunPath("vision.safetensors")));
+  RETURN_IF_ERROR(llm_->Export(RunPath("llm.safetensors")));
   summary_.elapsed_s = Seconds(Clock::now() - start);
   summary_.samples_per_s = summary_.samples / std::max(train_seconds, 1e-9);
   return WriteFileAtomically(RunPath("summary.json"), rundir::SummaryJson(summary_) + "\n");
@@ -352,7 +320,8 @@ absl::Status ColocatedRun::Train() {
 
 }  // namespace
 
-absl::StatusOr<rundir::RunSummary> RunColocated(const jobspec::JobConfig& job, const RunOptions& options) {
+absl::StatusOr<rundir::RunSummary> RunColocated(const jobspec::JobConfig& job,
+                                                const RunOptions& options) {
   if (job.vision.actors != 1 || job.llm.actors != 1) {
     TANDEM_LOG(kInfo, kComponent) << job.name
                                   << ": --colocated runs each group as one rank (the spec asks for "

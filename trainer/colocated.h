@@ -1,15 +1,17 @@
-// `tandem run JOB --colocated`: both models of a job in this process, each under its own engine (a
-// group of one rank), trained with exactly the step of DESIGN §2:
+// `tandem run JOB --colocated`: both stages of the step (step/stage.h) in this process, each a group
+// of one rank with its own engine, exchanging embeddings and their gradients over an in-process
+// transport (transport/in_process.h) instead of the network: the same code as a disaggregated run,
+// so its per-step losses are the reference that run must reproduce (DESIGN §2):
 //
 //   for each micro-batch k of the step:
 //     E    = vision(images_k)                      under the vision engine's autocast
-//     leaf = E.detach().requires_grad_()           what the LLM group would receive over the wire
+//     leaf = E.detach().requires_grad_()           what the LLM group receives
 //     loss = sum of text-token cross-entropy(llm(leaf, tokens_k)) / tokens in the whole global batch
 //     loss.backward();  E.backward(leaf.grad())    the non-scalar backward of the vision side
 //     llm_engine.Step();  vision_engine.Step()     update at the accumulation boundary
 //
-// so its per-step losses are the reference a disaggregated run must reproduce. The engines reduce with
-// `tandem.gradient_reduction: sum`, since the loss is already normalised over the global batch.
+// The vision stage runs on a thread of its own, the LLM stage on the caller's; every command (step,
+// evaluation, checkpoint) runs on both at once, as the coordinator sends it to both groups.
 //
 // The run directory receives job.json (the resolved spec), tokenizer.json, metrics.jsonl, loss.svg,
 // checkpoints/step-NNNNNN/{vision,llm}/, the final weights as vision.safetensors and llm.safetensors,

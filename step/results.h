@@ -1,0 +1,36 @@
+// What one rank's stage reports for a step and for an evaluation: plain C++, so the actor's gRPC
+// side (actors/worker.h) and the coordinator's answers carry them without LibTorch.
+#pragma once
+
+#include <cstdint>
+
+namespace tandem::step {
+
+struct StepResult {
+  double loss = 0;       // LLM ranks: their share of the step loss; vision: 0
+  double grad_norm = 0;  // the group's, before clipping
+  double lr = 0;
+  bool skipped = false;
+  double compute_s = 0;
+  double wait_s = 0;
+  int64_t bytes_sent = 0;  // to the other group: embeddings (vision), gradients (LLM)
+};
+
+// Caption scores of the held-out samples a rank owns (data/caption_metrics.h); the LLM ranks'
+// counts add up to the group's.
+struct EvalCounts {
+  int64_t samples = 0;
+  int64_t exact = 0;
+  int64_t tokens = 0;
+  int64_t correct_tokens = 0;
+
+  EvalCounts& operator+=(const EvalCounts& other) {
+    samples += other.samples;
+    exact += other.exact;
+    tokens += other.tokens;
+    correct_tokens += other.correct_tokens;
+    return *this;
+  }
+};
+
+}  // namespace tandem::step

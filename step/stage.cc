@@ -1,0 +1,229 @@
+// The stage's shared half (stage.h): setup, the step and evaluation drivers, checkpoints, the
+// transfers and the whole-model gradient norm. The groups' own halves are vision_stage.cc and
+// llm_stage.cc.
+#include "step/stage.h"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "engine/communicator.h"
+#include "engine/engine.h"
+#include "models/layers.h"
+
+namespace tandem::step {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using transport::TransferKind;
+using transport::TransferTag;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+absl::Status TorchError(std::string_view what, const std::exception& e) {
+  const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+  return absl::InternalError(absl::StrCat(absl::string_view(what.data(), what.size()), ": ",
+                                          c10 ? c10->what_without_backtrace() : e.what()));
+}
+
+}  // namespace
+
+std::mutex& ModelInitMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+Stage::Stage(const char* group, const jobspec::JobConfig& job, std::shared_ptr<const JobData> data,
+             Placement placement, std::shared_ptr<transport::Transport> transport,
+             StageProgress* progress)
+    : group_(group),
+      job_(job),
+      data_(std::move(data)),
+      placement_(std::move(placement)),
+      transport_(std::move(transport)),
+      progress_(progress),
+      sampler_(data_->train_samples(), job.schedule.seed) {}
+
+Stage::~Stage() = default;
+
+absl::Status Stage::Build(std::shared_ptr<torch::nn::Module> model,
+                          std::shared_ptr<engine::Communicator> communicator) {
+  const bool vision = std::string_view(group_) == "vision";
+  const int vision_ranks = vision ? placement_.group_size : placement_.peer_group_size;
+  ASSIGN_OR_RETURN(engine::Config vision_config,
+                   GroupEngineConfig(job_.vision.engine_json, "vision.engine.", job_.schedule,
+                                     vision_ranks));
+  embedding_dtype_ = EmbeddingScalarType(vision_config, placement_.device);
+  engine::Config config = vision_config;
+  if (!vision) {
+    ASSIGN_OR_RETURN(config, GroupEngineConfig(job_.llm.engine_json, "llm.engine.", job_.schedule,
+                                               placement_.group_size));
+  }
+  model->to(placement_.device);
+  model_ = std::move(model);
+  communicator_ = std::move(communicator);
+  ASSIGN_OR_RETURN(engine_, engine::Engine::Create(model_, communicator_, config));
+  if (job_.schedule.gradient_clipping > 0) {
+    engine_->SetGradNormCombiner([this](double squares) { return CombineGradSquares(squares); });
+  }
+  return absl::OkStatus();
+}
+
+int64_t Stage::parameters() const { return models::CountParameters(*model_); }
+
+void Stage::SetPhase(const char* phase) {
+  if (!progress_) return;
+  progress_->phase.store(phase);
+  if (communicator_) progress_->last_collective.store(communicator_->last_sequence());
+}
+
+bool Stage::collective_generation() const {
+  return engine_->config().zero.stage == 3 && placement_.group_size > 1;
+}
+
+absl::StatusOr<StepResult> Stage::RunStep(int64_t step) {
+  std::vector<std::vector<int64_t>> batches;
+  for (int64_t k = 0; k < job_.schedule.micro_batches; ++k)
+    batches.push_back(sampler_.Next(MicroBatchSize()));
+  const int64_t skipped_before = engine_->skipped_steps();
+  const auto start = Clock::now();
+  absl::StatusOr<StepResult> result;
+  try {
+    result = Train(step, batches);
+  } catch (const std::exception& e) {
+    result = TorchError(absl::StrCat(group_, " rank ", placement_.rank, " step ", step), e);
+  }
+  SetPhase("idle");
+  if (!result.ok()) {
+    transport_->Reset();  // no transfer may land in this step's buffers once they are freed
+    return result.status();
+  }
+  step_ = step;
+  result->compute_s = Seconds(Clock::now() - start) - result->wait_s;
+  result->skipped = engine_->skipped_steps() != skipped_before;
+  result->grad_norm = engine_->last_grad_norm();
+  result->lr = engine_->last_lr();
+  return result;
+}
+
+absl::StatusOr<EvalCounts> Stage::Evaluate(int64_t step) {
+  EvalCounts total;
+  const data::Dataset* eval = data_->datasets.eval.get();
+  if (!eval || eval->size() == 0) return total;
+  int64_t count = eval->size();
+  if (job_.schedule.eval_samples > 0) count = std::min(count, job_.schedule.eval_samples);
+  const int64_t batch_size = std::max<int64_t>(1, MicroBatchSize());
+  SetPhase("evaluate");
+  absl::Status status;
+  try {
+    torch::NoGradGuard no_grad;
+    for (int64_t begin = 0, e = 0; begin < count; begin += batch_size, ++e) {
+      std::vector<int64_t> indices;
+      for (int64_t i = begin; i < std::min(count, begin + batch_size); ++i) indices.push_back(i);
+      absl::StatusOr<EvalCounts> counts = EvaluateBatch(step, e, indices);
+      if (!counts.ok()) {
+        status = counts.status();
+        break;
+      }
+      total += *counts;
+    }
+  } catch (const std::exception& e) {
+    status = TorchError(absl::StrCat("evaluation after step ", step), e);
+  }
+  status.Update(FinishEvaluation());
+  SetPhase("idle");
+  if (!status.ok()) {
+    transport_->Reset();
+    return status;
+  }
+  return total;
+}
+
+absl::Status Stage::SaveCheckpoint(int64_t step, const std::string& directory) {
+  SetPhase("checkpoint");
+  const std::map<std::string, std::string> client_state =
+      CheckpointClientState(step, sampler_.position());
+  std::error_code ec;
+  fs::create_directories(directory, ec);
+  absl::Status status;
+  if (ec)
+    status = absl::UnavailableError(absl::StrCat("cannot create ", directory, ": ", ec.message()));
+  if (status.ok()) status = SaveExtras(directory);
+  // Every rank takes part even after a local error, so the group's collectives stay matched.
+  status.Update(engine_->SaveCheckpoint((fs::path(directory) / group_).string(), client_state));
+  SetPhase("idle");
+  return status;
+}
+
+absl::Status Stage::Export(const std::string& path) {
+  SetPhase("checkpoint");
+  absl::Status status = engine_->ExportSafetensors(path);
+  SetPhase("idle");
+  return status;
+}
+
+absl::StatusOr<ResumePoint> Stage::Resume(const std::string& checkpoint) {
+  ASSIGN_OR_RETURN(ResumePoint resume, LoadGroupCheckpoint(*engine_, checkpoint, group_));
+  sampler_.Seek(resume.position);
+  step_ = resume.step;
+  return resume;
+}
+
+absl::Status Stage::Expect(const TransferTag& tag, const at::Tensor& destination) {
+  ASSIGN_OR_RETURN(TensorBytes bytes, BytesOf(destination));
+  return transport_->Expect(tag, std::move(bytes));
+}
+
+absl::StatusOr<std::unique_ptr<transport::SendHandle>> Stage::Send(int peer, const TransferTag& tag,
+                                                                  const at::Tensor& source,
+                                                                  StepResult* result) {
+  ASSIGN_OR_RETURN(TensorBytes bytes, BytesOf(source));
+  if (result) result->bytes_sent += static_cast<int64_t>(bytes.size);
+  return transport_->Send(peer, tag, std::move(bytes));
+}
+
+absl::Status Stage::Await(const TransferTag& tag, StepResult* result) {
+  const auto start = Clock::now();
+  absl::Status status = transport_->Await(tag, placement_.timeout);
+  if (result) result->wait_s += Seconds(Clock::now() - start);
+  return status;
+}
+
+absl::Status Stage::WaitSends(std::vector<std::unique_ptr<transport::SendHandle>>& sends) {
+  absl::Status status;
+  for (auto& send : sends) status.Update(send->Wait(placement_.timeout));
+  sends.clear();
+  return status;
+}
+
+// Rank r sends its group's squares to every peer rank p with p % group_size == r, and receives the
+// peer group's from peer rank r % peer_group_size: every rank of both groups hears from the other
+// group once, and both groups add the same two numbers.
+absl::StatusOr<double> Stage::CombineGradSquares(double group_squares) {
+  const int rank = placement_.rank, size = placement_.group_size,
+            peers = placement_.peer_group_size;
+  const SampleRange whole{0, 1};
+  const at::Tensor mine = at::full({1}, group_squares, at::kDouble);
+  const at::Tensor theirs = at::empty({1}, at::kDouble);
+  const TransferTag incoming = Tag(TransferKind::kGradSquares, step_ + 1, 0, whole, rank % peers);
+  RETURN_IF_ERROR(Expect(incoming, theirs));
+  std::vector<std::unique_ptr<transport::SendHandle>> sends;
+  for (int peer = rank; peer < peers; peer += size) {
+    ASSIGN_OR_RETURN(auto send, Send(peer, Tag(TransferKind::kGradSquares, step_ + 1, 0, whole,
+                                               rank),
+                                     mine, nullptr));
+    sends.push_back(std::move(send));
+  }
+  absl::Status status = transport_->Await(incoming, placement_.timeout);
+  status.Update(WaitSends(sends));
+  RETURN_IF_ERROR(status);
+  return group_squares + theirs.item<double>();
+}
+
+}  // namespace tandem::step

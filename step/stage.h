@@ -1,0 +1,193 @@
+// One rank's part of the training step of DESIGN §2, whichever process it runs in. A job has two
+// stages, each a group of ranks:
+//
+//   VisionStage (step/vision_stage.cc)   images -> embeddings, sent to the LLM ranks owning their
+//                                        rows; their gradients back -> embeddings.backward(grad)
+//                                        -> engine step
+//   LlmStage    (step/llm_stage.cc)      embeddings in -> loss over the global batch's target tokens
+//                                        -> loss.backward() -> leaf gradients out -> engine step;
+//                                        greedy captions and their scores for evaluation
+//
+// A stage meets the other group only through a transport::Transport, and its own group only through
+// its engine's Communicator, so the same code runs as an actor (actors/worker.cc: one stage per
+// process, gRPC or local links, Gloo or NCCL) and in the colocated trainer (trainer/colocated.cc: both
+// stages in one process over step/in_process_transport.h).
+//
+// Every rank draws the same sample order from its own sampler (same seed), so each knows the whole
+// global batch without being told; rank r of N owns step::OwnedSamples(r, N, b) of each micro-batch.
+//
+// Commands (RunStep, Evaluate, SaveCheckpoint, Export, Resume) run on one thread at a time, in the
+// same order on every rank of both groups; the two groups run theirs concurrently. LibTorch header.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "data/sampler.h"
+#include "jobspec/job_config.h"
+#include "step/exchange.h"
+#include "step/job_data.h"
+#include "step/results.h"
+#include "step/step_common.h"
+#include "transport/transport.h"
+
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
+
+namespace tandem::engine {
+class Communicator;
+class Engine;
+}  // namespace tandem::engine
+
+namespace tandem::step {
+
+// Where one stage runs.
+struct Placement {
+  std::string transfer_key;  // TransferTag::job_id of this job attempt
+  int rank = 0;
+  int group_size = 1;
+  int peer_group_size = 1;  // ranks of the other group
+  c10::Device device{c10::kCPU};
+  std::chrono::milliseconds timeout{300000};  // every transfer and collective
+  std::string run_dir;  // LLM rank 0 writes tokenizer.json there at setup; "" writes nothing
+};
+
+// What a stage is doing, for an actor's heartbeat: its phase (setup, forward, backward, transfer,
+// optimizer, evaluate, checkpoint, idle) and the sequence number of its group's last collective.
+struct StageProgress {
+  std::atomic<const char*> phase{"idle"};
+  std::atomic<int64_t> last_collective{0};
+};
+
+class Stage {
+ public:
+  virtual ~Stage();
+  Stage(const Stage&) = delete;
+  Stage& operator=(const Stage&) = delete;
+
+  const char* group() const { return group_; }  // "vision", "llm"
+  const Placement& placement() const { return placement_; }
+  const JobData& data() const { return *data_; }
+  int64_t parameters() const;
+  // The last completed step: 0, the resumed checkpoint's, or the last RunStep's.
+  int64_t step() const { return step_; }
+  engine::Engine& engine() { return *engine_; }
+
+  // Runs optimizer step `step` (REQUIRES: step() + 1): draws the global batch's micro-batches,
+  // trains this rank's rows of each, exchanges with the other group and steps the engine. A failure
+  // names the group, the rank and the step ("vision rank 0 step 5: ..."), and withdraws every
+  // transfer still expected, so nothing lands in the step's freed buffers.
+  absl::StatusOr<StepResult> RunStep(int64_t step);
+  // Greedy captions of the held-out set (schedule.eval_samples of it) after step `step`. The LLM
+  // ranks return the scores of the samples they own; vision ranks return zeros.
+  absl::StatusOr<EvalCounts> Evaluate(int64_t step);
+  // Saves this rank's shard under <directory>/<group> with the step and the data position; LLM
+  // rank 0 also writes <directory>/tokenizer.json. Collective: every rank of the group calls it,
+  // and takes part even after a local error, so the group's collectives stay matched.
+  absl::Status SaveCheckpoint(int64_t step, const std::string& directory);
+  // Writes the group's full weights as safetensors (rank 0 writes; every rank must call it).
+  absl::Status Export(const std::string& path);
+  // Loads the group's shards <checkpoint>/<group> (collective) and continues from their step and
+  // data position.
+  absl::StatusOr<ResumePoint> Resume(const std::string& checkpoint);
+
+ protected:
+  Stage(const char* group, const jobspec::JobConfig& job, std::shared_ptr<const JobData> data,
+        Placement placement, std::shared_ptr<transport::Transport> transport,
+        StageProgress* progress);
+  // Moves `model` (built under the group's seed) to the placement's device, wraps it in an engine
+  // with the group's config over `communicator`, and decides the dtype embeddings cross in.
+  absl::Status Build(std::shared_ptr<torch::nn::Module> model,
+                     std::shared_ptr<engine::Communicator> communicator);
+
+  // The group's part of one step: `batches` are the sample indices of every micro-batch.
+  virtual absl::StatusOr<StepResult> Train(int64_t step,
+                                           const std::vector<std::vector<int64_t>>& batches) = 0;
+  // The group's part of evaluation batch `batch_index` (held-out samples `indices`).
+  virtual absl::StatusOr<EvalCounts> EvaluateBatch(int64_t step, int64_t batch_index,
+                                                   const std::vector<int64_t>& indices) = 0;
+  // After the last evaluation batch, or after a failed one: waits for what is still in flight.
+  virtual absl::Status FinishEvaluation() { return absl::OkStatus(); }
+  virtual absl::Status SaveExtras(const std::string& directory) { return absl::OkStatus(); }
+
+  const jobspec::JobConfig& job() const { return job_; }
+  int64_t MicroBatchSize() const { return job_.schedule.global_batch / job_.schedule.micro_batches; }
+  // The rows of an `samples`-sample micro-batch this rank owns, and the peer ranks sharing them.
+  SampleRange Mine(int64_t samples) const {
+    return OwnedSamples(placement_.rank, placement_.group_size, samples);
+  }
+  std::vector<std::pair<int, SampleRange>> Overlaps(SampleRange mine, int64_t samples) const {
+    return PeerOverlaps(mine, placement_.peer_group_size, samples);
+  }
+  transport::TransferTag Tag(transport::TransferKind kind, int64_t step, int64_t micro_batch,
+                             SampleRange samples, int source_rank) const {
+    return MakeTag(placement_.transfer_key, kind, step, micro_batch, samples, source_rank);
+  }
+  // Posts `destination` for the transfer `tag`.
+  absl::Status Expect(const transport::TransferTag& tag, const at::Tensor& destination);
+  // Sends `source` (kept alive by the caller until the send is waited for) to peer rank `peer`.
+  absl::StatusOr<std::unique_ptr<transport::SendHandle>> Send(int peer,
+                                                             const transport::TransferTag& tag,
+                                                             const at::Tensor& source,
+                                                             StepResult* result);
+  // Waits for an expected transfer, adding the wait to result->wait_s when result is set.
+  absl::Status Await(const transport::TransferTag& tag, StepResult* result);
+  absl::Status WaitSends(std::vector<std::unique_ptr<transport::SendHandle>>& sends);
+  // Whether every rank of the group must take part in each generation step (ZeRO-3 gathers
+  // parameters collectively), even one that owns no sample of a batch.
+  bool collective_generation() const;
+  void SetPhase(const char* phase);
+
+  c10::Device device() const { return placement_.device; }
+  at::ScalarType embedding_dtype() const { return embedding_dtype_; }
+  int64_t patches() const { return job_.vision.model.num_patches(); }
+  int64_t width() const { return job_.llm.model.hidden; }
+  data::Sampler& sampler() { return sampler_; }
+
+ private:
+  // The engine's GradNormCombiner under schedule.gradient_clipping: exchanges the groups' squared
+  // gradient norms for the step running (step_ + 1) and returns their sum.
+  absl::StatusOr<double> CombineGradSquares(double group_squares);
+
+  const char* group_;
+  const jobspec::JobConfig job_;
+  std::shared_ptr<const JobData> data_;
+  Placement placement_;
+  std::shared_ptr<transport::Transport> transport_;
+  StageProgress* progress_;  // may be null
+  data::Sampler sampler_;
+  std::shared_ptr<torch::nn::Module> model_;
+  std::shared_ptr<engine::Communicator> communicator_;
+  std::unique_ptr<engine::Engine> engine_;
+  at::ScalarType embedding_dtype_ = at::kFloat;
+  int64_t step_ = 0;
+};
+
+// Held while a stage seeds LibTorch's global generator and initialises its model, so ranks built
+// on several threads of one process start from their group's weights, as separate processes do.
+std::mutex& ModelInitMutex();
+
+// The two stages. `communicator` joins this rank's group (engine::CreateGroupCommunicator, or a
+// single-rank one); `transport` reaches the other group's ranks. InvalidArgument for a job whose
+// model or engine cannot be built.
+absl::StatusOr<std::unique_ptr<Stage>> CreateVisionStage(
+    const jobspec::JobConfig& job, std::shared_ptr<const JobData> data, Placement placement,
+    std::shared_ptr<engine::Communicator> communicator,
+    std::shared_ptr<transport::Transport> transport, StageProgress* progress = nullptr);
+absl::StatusOr<std::unique_ptr<Stage>> CreateLlmStage(
+    const jobspec::JobConfig& job, std::shared_ptr<const JobData> data, Placement placement,
+    std::shared_ptr<engine::Communicator> communicator,
+    std::shared_ptr<transport::Transport> transport, StageProgress* progress = nullptr);
+
+}  // namespace tandem::step

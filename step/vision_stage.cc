@@ -1,0 +1,206 @@
+// The vision group's half of the step (stage.h).
+//
+//   forward(k) -> send each overlap of this rank's rows with an LLM rank's to that rank -> ...
+//   forward(k + depth - 1) ... -> await the gradients of k -> embeddings(k).backward(grad) -> step
+//
+// The stage runs ahead by up to kPipelineDepth micro-batches so both groups stay busy, and reads the
+// next step's first micro-batch while it waits for gradients (like a DataLoader's prefetch).
+#include <torch/torch.h>
+
+#include <deque>
+#include <optional>
+#include <mutex>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "data/batch.h"
+#include "engine/engine.h"
+#include "models/vision_encoder.h"
+#include "step/stage.h"
+
+namespace tandem::step {
+namespace {
+
+using transport::TransferKind;
+using transport::TransferTag;
+constexpr size_t kPipelineDepth = 2;  // vision micro-batches in flight
+
+class VisionStage : public Stage {
+ public:
+  VisionStage(const jobspec::JobConfig& job, std::shared_ptr<const JobData> data,
+              Placement placement, std::shared_ptr<transport::Transport> transport,
+              StageProgress* progress)
+      : Stage("vision", job, std::move(data), std::move(placement), std::move(transport),
+              progress) {}
+
+  absl::Status Setup(std::shared_ptr<engine::Communicator> communicator) {
+    {
+      std::lock_guard<std::mutex> lock(ModelInitMutex());
+      torch::manual_seed(VisionModelSeed(job().schedule.seed));
+      model_ = models::VisionEncoder(job().vision.model);
+    }
+    RETURN_IF_ERROR(Build(model_.ptr(), std::move(communicator)));
+    model_->set_compute_dtype(engine().compute().activation_dtype);
+    return absl::OkStatus();
+  }
+
+ protected:
+  absl::StatusOr<StepResult> Train(int64_t step,
+                                   const std::vector<std::vector<int64_t>>& batches) override;
+  absl::StatusOr<EvalCounts> EvaluateBatch(int64_t step, int64_t batch_index,
+                                           const std::vector<int64_t>& indices) override;
+  absl::Status FinishEvaluation() override;
+
+ private:
+  struct InFlight {
+    at::Tensor embeddings;  // keeps its graph until backward
+    at::Tensor sent;        // host copy the sends read from
+    at::Tensor grad;        // host buffer the gradient slices land in
+    std::vector<TransferTag> grad_tags;
+    std::vector<std::unique_ptr<transport::SendHandle>> sends;
+  };
+  struct Prefetched {
+    std::vector<int64_t> indices;  // the whole micro-batch's, as the sampler draws them
+    MicroBatch batch;
+  };
+
+  // The images of `indices` (one micro-batch; this rank reads the rows `mine`), taken from
+  // prefetched_ when it holds the same indices.
+  absl::StatusOr<MicroBatch> Batch(const std::vector<int64_t>& indices, SampleRange mine);
+  // Reads the next step's first micro-batch into prefetched_ without advancing the sampler. A read
+  // that fails is dropped: the step that needs the batch reads it again and reports the error.
+  void Prefetch(SampleRange mine);
+  absl::Status Finish(InFlight& f, StepResult* result);
+
+  models::VisionEncoder model_{nullptr};
+  std::optional<Prefetched> prefetched_;
+  // Evaluation embeddings still being sent, with the tensors the sends read from.
+  std::deque<std::pair<at::Tensor, std::vector<std::unique_ptr<transport::SendHandle>>>> eval_sends_;
+};
+
+absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
+                                              const std::vector<std::vector<int64_t>>& batches) {
+  StepResult result;
+  const int64_t b = MicroBatchSize();
+  const SampleRange mine = Mine(b);
+  const int64_t last = static_cast<int64_t>(batches.size()) - 1;
+  std::deque<InFlight> in_flight;
+  for (int64_t k = 0; k <= last; ++k) {
+    SetPhase("forward");
+    ASSIGN_OR_RETURN(MicroBatch mb, Batch(batches[k], mine));
+    InFlight f;
+    {
+      auto autocast = engine().Autocast();
+      f.embeddings = model_->forward(mb.images.to(device()));
+    }
+    if (f.embeddings.scalar_type() != embedding_dtype()) {
+      return absl::InternalError(absl::StrCat("vision embeddings are ",
+                                              c10::toString(f.embeddings.scalar_type()),
+                                              ", expected ", c10::toString(embedding_dtype())));
+    }
+    f.sent = f.embeddings.detach().to(at::kCPU).contiguous();
+    f.grad = at::empty_like(f.sent);
+    SetPhase("transfer");
+    for (const auto& [peer, overlap] : Overlaps(mine, b)) {
+      TransferTag grad_tag = Tag(TransferKind::kGradients, step, k, overlap, peer);
+      RETURN_IF_ERROR(Expect(grad_tag, Rows(f.grad, overlap, mine.begin)));
+      f.grad_tags.push_back(grad_tag);
+      ASSIGN_OR_RETURN(auto send, Send(peer, Tag(TransferKind::kEmbeddings, step, k, overlap,
+                                                 placement().rank),
+                                       Rows(f.sent, overlap, mine.begin), &result));
+      f.sends.push_back(std::move(send));
+    }
+    in_flight.push_back(std::move(f));
+    if (k == last && step < job().schedule.steps) Prefetch(mine);
+    while (in_flight.size() >= kPipelineDepth || (k == last && !in_flight.empty())) {
+      RETURN_IF_ERROR(Finish(in_flight.front(), &result));
+      in_flight.pop_front();
+    }
+  }
+  return result;
+}
+
+absl::StatusOr<MicroBatch> VisionStage::Batch(const std::vector<int64_t>& indices,
+                                              SampleRange mine) {
+  std::optional<Prefetched> prefetched = std::exchange(prefetched_, std::nullopt);
+  if (prefetched && prefetched->indices == indices) return std::move(prefetched->batch);
+  ASSIGN_OR_RETURN(data::Batch batch,
+                   data::MakeBatch(*data().datasets.train, Sub(indices, mine), data().tokenizer,
+                                   job().data.max_text_tokens));
+  return ToTensors(batch);
+}
+
+void VisionStage::Prefetch(SampleRange mine) {
+  const data::Sampler::Position next = sampler().position();
+  std::vector<int64_t> indices = sampler().Next(MicroBatchSize());
+  sampler().Seek(next);
+  absl::StatusOr<data::Batch> batch =
+      data::MakeBatch(*data().datasets.train, Sub(indices, mine), data().tokenizer,
+                      job().data.max_text_tokens);
+  if (batch.ok()) prefetched_ = Prefetched{std::move(indices), ToTensors(*batch)};
+}
+
+absl::Status VisionStage::Finish(InFlight& f, StepResult* result) {
+  SetPhase("transfer");
+  for (const TransferTag& tag : f.grad_tags) RETURN_IF_ERROR(Await(tag, result));
+  RETURN_IF_ERROR(WaitSends(f.sends));
+  SetPhase("backward");
+  f.embeddings.backward(f.grad.to(device()));
+  SetPhase("optimizer");
+  return engine().Step();
+}
+
+absl::StatusOr<EvalCounts> VisionStage::EvaluateBatch(int64_t step, int64_t batch_index,
+                                                      const std::vector<int64_t>& indices) {
+  const int64_t n = static_cast<int64_t>(indices.size());
+  const SampleRange mine = Mine(n);
+  const int64_t image_size = job().vision.model.image_size;
+  at::Tensor images = at::zeros({0, 3, image_size, image_size});
+  if (!mine.empty()) {
+    ASSIGN_OR_RETURN(data::Batch batch,
+                     data::MakeBatch(*data().datasets.eval, Sub(indices, mine), data().tokenizer,
+                                     job().data.max_text_tokens));
+    images = ToTensors(batch).images;
+  }
+  if (mine.empty() && !collective_generation()) return EvalCounts{};
+  at::Tensor embeddings;
+  {
+    auto autocast = engine().Autocast();
+    embeddings = model_->forward(images.to(device())).to(at::kCPU).contiguous();
+  }
+  std::vector<std::unique_ptr<transport::SendHandle>> handles;
+  for (const auto& [peer, overlap] : Overlaps(mine, n)) {
+    ASSIGN_OR_RETURN(auto send, Send(peer, Tag(TransferKind::kEvalEmbeddings, step, batch_index,
+                                               overlap, placement().rank),
+                                     Rows(embeddings, overlap, mine.begin), nullptr));
+    handles.push_back(std::move(send));
+  }
+  eval_sends_.emplace_back(embeddings, std::move(handles));
+  while (eval_sends_.size() > kPipelineDepth) {
+    RETURN_IF_ERROR(WaitSends(eval_sends_.front().second));
+    eval_sends_.pop_front();
+  }
+  return EvalCounts{};
+}
+
+absl::Status VisionStage::FinishEvaluation() {
+  absl::Status status;
+  for (auto& [tensor, handles] : eval_sends_) status.Update(WaitSends(handles));
+  eval_sends_.clear();
+  return status;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Stage>> CreateVisionStage(
+    const jobspec::JobConfig& job, std::shared_ptr<const JobData> data, Placement placement,
+    std::shared_ptr<engine::Communicator> communicator,
+    std::shared_ptr<transport::Transport> transport, StageProgress* progress) {
+  auto stage = std::make_unique<VisionStage>(job, std::move(data), std::move(placement),
+                                             std::move(transport), progress);
+  RETURN_IF_ERROR(stage->Setup(std::move(communicator)));
+  return stage;
+}
+
+}  // namespace tandem::step

@@ -1,0 +1,170 @@
+// The central equivalence of DESIGN §2 inside one process: the vision and LLM stages with Nv x Nl
+// ranks as threads (FakeGroup collectives, an in-process transport) give the per-step losses of one
+// rank each, at every ZeRO stage, with gradient accumulation and whole-model clipping. The same
+// stages run as actors in tests/service/disaggregated_test.cc; this one runs in seconds.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/fake_communicator.h"
+#include "jobspec/job_spec.h"
+#include "step/stage.h"
+#include "transport/in_process.h"
+
+namespace tandem::step {
+namespace {
+
+using ::testing::HasSubstr;
+constexpr int kSteps = 4;
+constexpr std::chrono::milliseconds kTimeout{120000};
+
+// A tiny shapes job: 2 micro-batches of 6 samples per step, fp32 engines at ZeRO stage `stage`.
+jobspec::JobConfig TinyJob(int stage, double clipping = 0) {
+  const std::string engine = absl::StrCat(
+      R"({"zero_optimization": {"stage": )", stage,
+      R"(, "reduce_bucket_size": 20000}, "optimizer": {"type": "AdamW", "params": {"lr": 0.002}}})");
+  const std::string spec = absl::StrCat(R"({
+  "name": "stages",
+  "data": {"shapes": {"seed": 5, "train_samples": 512, "eval_samples": 12}, "max_text_tokens": 12},
+  "vision": {"model": {"preset": "vit-tiny"}, "engine": )", engine, R"(},
+  "llm": {"model": {"preset": "llm-tiny"}, "engine": )", engine, R"(},
+  "schedule": {"global_batch": 12, "micro_batches": 2, "steps": )", kSteps, R"(, "seed": 11)",
+                                        clipping > 0 ? absl::StrCat(R"(, "gradient_clipping": )", clipping) : "",
+                                        R"(}
+})");
+  absl::StatusOr<jobspec::JobConfig> job = jobspec::ParseJobSpecJson(spec, "stages.json");
+  EXPECT_TRUE(job.ok()) << job.status();
+  return *job;
+}
+
+struct Outcome {
+  std::vector<double> losses;  // per step, summed over the LLM ranks
+  EvalCounts eval;             // after the last step, summed over the LLM ranks
+  std::vector<absl::Status> errors;
+};
+
+// Runs `steps` steps and one evaluation with nv vision and nl LLM ranks, each on a thread.
+// At `fail_step` (0: never) vision rank 0 fails before its step, to see a failure end every rank
+// promptly.
+Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_step = 0) {
+  absl::StatusOr<std::shared_ptr<const JobData>> data = OpenJobData(job);
+  EXPECT_TRUE(data.ok()) << data.status();
+  engine::FakeGroup vision_group(nv, "vision"), llm_group(nl, "llm");
+  transport::InProcessFabric fabric("stages#1", nv, nl, kTimeout);
+  Outcome outcome;
+  outcome.losses.assign(job.schedule.steps, 0.0);
+  std::mutex mu;
+  auto rank_main = [&](bool vision, int rank) {
+    Placement placement;
+    placement.transfer_key = "stages#1";
+    placement.rank = rank;
+    placement.group_size = vision ? nv : nl;
+    placement.peer_group_size = vision ? nl : nv;
+    placement.timeout = kTimeout;
+    auto create = vision ? CreateVisionStage : CreateLlmStage;
+    absl::Status status;
+    absl::StatusOr<std::unique_ptr<Stage>> stage =
+        create(job, *data, placement, vision ? vision_group.rank(rank) : llm_group.rank(rank),
+               fabric.Endpoint(vision ? 0 : 1, rank), nullptr);
+    status = stage.status();
+    for (int64_t step = 1; status.ok() && step <= job.schedule.steps; ++step) {
+      if (vision && rank == 0 && step == fail_step) {
+        status = absl::DataLossError("vision rank 0 lost its data");
+        break;
+      }
+      absl::StatusOr<StepResult> result = (*stage)->RunStep(step);
+      status = result.status();
+      if (status.ok() && !vision) {
+        std::lock_guard<std::mutex> lock(mu);
+        outcome.losses[step - 1] += result->loss;
+      }
+    }
+    if (status.ok()) {
+      absl::StatusOr<EvalCounts> counts = (*stage)->Evaluate(job.schedule.steps);
+      status = counts.status();
+      if (status.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        outcome.eval += *counts;
+      }
+    }
+    if (!status.ok()) {
+      fabric.Abort();  // as the coordinator releases every actor after a failure
+      std::lock_guard<std::mutex> lock(mu);
+      outcome.errors.push_back(status);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < nv; ++r) threads.emplace_back(rank_main, true, r);
+  for (int r = 0; r < nl; ++r) threads.emplace_back(rank_main, false, r);
+  for (auto& t : threads) t.join();
+  return outcome;
+}
+
+void ExpectLossesMatch(const std::vector<double>& losses, const std::vector<double>& reference) {
+  ASSERT_EQ(losses.size(), reference.size());
+  for (size_t i = 0; i < losses.size(); ++i) {
+    EXPECT_LE(std::abs(losses[i] - reference[i]), 1e-4 * std::abs(reference[i]))
+        << "step " << i + 1 << ": " << losses[i] << " vs one rank each " << reference[i];
+  }
+}
+
+class StagesTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(StagesTest, LossesEqualOneRankEachForEveryGroupShape) {
+  const jobspec::JobConfig job = TinyJob(GetParam());
+  const Outcome reference = RunStages(job, 1, 1);
+  ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+  ASSERT_EQ(reference.losses.size(), static_cast<size_t>(kSteps));
+  EXPECT_GT(reference.losses.front(), 1.0);  // a real cross-entropy, not zeros
+  EXPECT_EQ(reference.eval.samples, 12);
+  for (auto [nv, nl] : std::vector<std::pair<int, int>>{{2, 3}, {3, 2}, {2, 2}}) {
+    SCOPED_TRACE(absl::StrCat(nv, " x ", nl, " at ZeRO stage ", GetParam()));
+    const Outcome run = RunStages(job, nv, nl);
+    ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+    ExpectLossesMatch(run.losses, reference.losses);
+    // Every held-out sample is scored once, by the LLM rank that owns it.
+    EXPECT_EQ(run.eval.samples, 12);
+    EXPECT_EQ(run.eval.tokens, reference.eval.tokens);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ZeroStages, StagesTest, ::testing::Values(0, 1, 2, 3));
+
+// Whole-model clipping: the groups exchange their squared norms over the transport, and a 2 x 3
+// run takes the one-rank run's clipped steps; the clip scales every step, so the losses move away
+// from an unclipped run's.
+TEST(StagesClippingTest, WholeModelClippingEqualsOneRankEach) {
+  const Outcome unclipped = RunStages(TinyJob(1), 1, 1);
+  const Outcome reference = RunStages(TinyJob(1, 0.05), 1, 1);
+  ASSERT_TRUE(unclipped.errors.empty() && reference.errors.empty());
+  EXPECT_GT(std::abs(reference.losses.back() - unclipped.losses.back()),
+            1e-3 * std::abs(unclipped.losses.back()));
+  const Outcome run = RunStages(TinyJob(1, 0.05), 2, 3);
+  ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+  ExpectLossesMatch(run.losses, reference.losses);
+}
+
+// A rank that fails ends the step on every rank at once: the others' waits are cancelled, not
+// left to their two-minute deadline.
+TEST(StagesFailureTest, OneRankFailingEndsEveryRankPromptly) {
+  const auto start = std::chrono::steady_clock::now();
+  const Outcome run = RunStages(TinyJob(0), 2, 2, /*fail_step=*/2);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kTimeout / 2);
+  ASSERT_EQ(run.errors.size(), 4u);
+  // The root cause comes first: the other ranks fail only once it aborted the transfers.
+  EXPECT_THAT(std::string(run.errors.front().message()), HasSubstr("vision rank 0 lost its data"));
+  for (size_t i = 1; i < run.errors.size(); ++i) {
+    EXPECT_TRUE(absl::IsCancelled(run.errors[i]) || absl::IsFailedPrecondition(run.errors[i]))
+        << run.errors[i];
+  }
+}
+
+}  // namespace
+}  // namespace tandem::step
