@@ -1,0 +1,2 @@
+// Test input: the layer above.
+#pragma once
