@@ -50,7 +50,7 @@
 #include "data/sampler.h"
 #include "data/tokenizer.h"
 #include "engine/compute.h"
-#include "engine/config.h"
+#include "engine_config/config.h"
 #include "jobspec/job_spec.h"
 #include "models/llm.h"
 #include "models/vision_encoder.h"

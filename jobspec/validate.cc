@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "engine/config.h"
+#include "engine_config/config.h"
 #include "jobspec/errors.h"
 #include "jobspec/job_spec.h"
 #include "jobspec/strict_json.h"

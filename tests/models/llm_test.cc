@@ -11,8 +11,8 @@
 
 #include "engine/communicator.h"
 #include "engine/compat.h"
-#include "engine/config.h"
 #include "engine/engine.h"
+#include "engine_config/config.h"
 #include "models/layers.h"
 #include "tests/testing/models.h"
 

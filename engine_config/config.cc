@@ -1,6 +1,6 @@
 // Strict parser for the engine's DeepSpeed-style configuration. The accepted keys, their defaults
-// and the reasons for every rejection are listed in engine/CONFIG.md; keep the two in step.
-#include "engine/config.h"
+// and the reasons for every rejection are listed in engine_config/CONFIG.md; keep the two in step.
+#include "engine_config/config.h"
 
 #include <algorithm>
 #include <cerrno>
