@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -187,35 +188,24 @@ class ObjectReader {
     return absl::OkStatus();
   }
 
-  // Integers may be written as integral floats ("reduce_bucket_size": 5e8), as DeepSpeed allows.
+  // Integers may be written as integral floats ("reduce_bucket_size": 5e8), as DeepSpeed allows,
+  // but not as strings.
   absl::Status Int(std::string_view key, int64_t min, int64_t* out) const {
     const json* v = Find(key);
     if (v == nullptr) return absl::OkStatus();
     std::string path = PathOf(key);
-    int64_t x = 0;
-    if (v->is_number_integer() && !v->is_number_unsigned()) {
-      x = v->get<int64_t>();
-    } else if (v->is_number_unsigned()) {
-      uint64_t u = v->get<uint64_t>();
-      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return Error(path, "out of range, got ", u);
-      }
-      x = static_cast<int64_t>(u);
-    } else if (v->is_number_float()) {
-      double d = v->get<double>();
-      if (!std::isfinite(d) || d != std::floor(d)) {
-        return Error(path, "must be an integer, got ", d);
-      }
-      // 2^63 is exactly representable; anything at or above it does not fit.
-      if (d >= 9223372036854775808.0 || d < -9223372036854775808.0) {
-        return Error(path, "out of range, got ", d);
-      }
-      x = static_cast<int64_t>(d);
-    } else {
+    const JsonInteger integer = ReadJsonInteger(*v);
+    if (integer.kind == JsonInteger::Kind::kNotAnInteger) {
+      if (v->is_number_float()) return Error(path, "must be an integer, got ", v->get<double>());
       return Error(path, "must be an integer, ", Got(*v));
     }
-    if (x < min) return Error(path, "must be >= ", min, ", got ", x);
-    *out = x;
+    const std::optional<int64_t> x = integer.ToInt64();
+    if (!x) {
+      if (v->is_number_unsigned()) return Error(path, "out of range, got ", v->get<uint64_t>());
+      return Error(path, "out of range, got ", v->get<double>());
+    }
+    if (*x < min) return Error(path, "must be >= ", min, ", got ", *x);
+    *out = *x;
     return absl::OkStatus();
   }
 

@@ -7,10 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/strict_json.h"
 #include "engine_config/config.h"
 #include "jobspec/errors.h"
 #include "jobspec/job_spec.h"
-#include "jobspec/strict_json.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::jobspec {
