@@ -249,7 +249,7 @@ absl::Status TorchWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
     vision_->to(device_);
     model = vision_.ptr();
   } else {
-    jobspec::LlmModelConfig llm_config = job.llm.model;
+    models::LlmConfig llm_config = job.llm.model;
     llm_config.vocab_size = tokenizer_->size();
     torch::manual_seed(step::LlmModelSeed(job.schedule.seed));
     llm_ = models::Llm(llm_config);

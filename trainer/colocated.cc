@@ -97,7 +97,7 @@ absl::Status ColocatedRun::Setup() {
   RETURN_IF_ERROR(WriteFileAtomically(RunPath("job.json"), jobspec::JobConfigToJson(job_) + "\n"));
   if (options_.threads > 0) at::set_num_threads(options_.threads);
 
-  const jobspec::VisionModelConfig& vision_config = job_.vision.model;
+  const models::VisionConfig& vision_config = job_.vision.model;
   ASSIGN_OR_RETURN(datasets_,
                    data::OpenDatasets(job_.data, vision_config.image_size, job_.spec_dir));
   tokenizer_ =
@@ -106,7 +106,7 @@ absl::Status ColocatedRun::Setup() {
   text_len_ = job_.data.max_text_tokens;
   sampler_ = std::make_unique<data::Sampler>(datasets_.train->size(), job_.schedule.seed);
 
-  jobspec::LlmModelConfig llm_config = job_.llm.model;
+  models::LlmConfig llm_config = job_.llm.model;
   llm_config.vocab_size = tokenizer_->size();
   try {
     torch::manual_seed(step::VisionModelSeed(job_.schedule.seed));
