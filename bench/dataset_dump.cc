@@ -50,7 +50,7 @@
 #include "data/sampler.h"
 #include "data/tokenizer.h"
 #include "engine/compute.h"
-#include "engine/config.h"
+#include "engine_config/config.h"
 #include "jobspec/job_spec.h"
 #include "models/llm.h"
 #include "models/vision_encoder.h"
@@ -278,7 +278,7 @@ absl::Status Dump(const DumpOptions& options) {
   }
 
   // The models as the trainer builds them (same seeds, same construction order).
-  jobspec::LlmModelConfig llm_config = job.llm.model;
+  models::LlmConfig llm_config = job.llm.model;
   llm_config.vocab_size = tokenizer.size();
   try {
     torch::manual_seed(step::VisionModelSeed(schedule.seed));
@@ -295,7 +295,7 @@ absl::Status Dump(const DumpOptions& options) {
   ASSIGN_OR_RETURN(nlohmann::json vision_group,
                    GroupJson(job.vision.engine_json, "vision.engine.", schedule));
   ASSIGN_OR_RETURN(nlohmann::json llm_group, GroupJson(job.llm.engine_json, "llm.engine.", schedule));
-  const jobspec::VisionModelConfig& v = job.vision.model;
+  const models::VisionConfig& v = job.vision.model;
   vision_group["model"] = {{"image_size", v.image_size}, {"channels", v.channels},
                            {"patch_size", v.patch_size}, {"hidden", v.hidden},
                            {"layers", v.layers},         {"heads", v.heads},
@@ -303,7 +303,7 @@ absl::Status Dump(const DumpOptions& options) {
                            {"norm_eps", v.norm_eps},     {"output_dim", v.output_dim}};
   vision_group["seed"] = step::VisionModelSeed(schedule.seed);
   vision_group["actors"] = job.vision.actors;
-  const jobspec::LlmModelConfig& l = llm_config;
+  const models::LlmConfig& l = llm_config;
   llm_group["model"] = {{"hidden", l.hidden},
                         {"layers", l.layers},
                         {"heads", l.heads},

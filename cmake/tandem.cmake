@@ -1,10 +1,11 @@
 # One-line helpers: a library per folder, a test per unit.
 #
 #   tandem_library(NAME engine SOURCES a.cc b.cc DEPS common torch)
-#   tandem_test(NAME engine_config_test SOURCES config_test.cc DEPS engine LABELS engine)
+#   tandem_test(NAME engine_config_test SOURCES config_test.cc DEPS engine_config
+#               LABELS engine_config)
 #
 # Every target compiles with warnings on and sees the repository root as its include root,
-# so headers are included as "engine/config.h".
+# so headers are included as "engine_config/config.h".
 function(tandem_library)
   cmake_parse_arguments(ARG "" "NAME" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(${ARG_NAME} STATIC ${ARG_SOURCES})

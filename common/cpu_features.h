@@ -3,7 +3,8 @@
 //
 // "Native bf16" means the CPU multiplies bf16 matrices in hardware: AVX512_BF16 or AMX-BF16 (with the
 // OS saving their registers) on x86-64, the BF16 extension on aarch64. Without it LibTorch emulates
-// bf16 matmuls in fp32 loops, 20-30x slower than fp32 (engine/CONFIG.md, torch_autocast.dtype "auto").
+// bf16 matmuls in fp32 loops, 20-30x slower than fp32 (engine_config/CONFIG.md,
+// torch_autocast.dtype "auto").
 //
 // Thread-safe: DetectCpuFeatures reads the CPU once and caches the answer; UsableCpus asks the
 // kernel each time.

@@ -1,12 +1,15 @@
 #include "common/strict_json.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace tandem {
@@ -138,6 +141,91 @@ absl::StatusOr<json> ParseJsonStrict(std::string_view text) {
   if (!duplicates.first_duplicate().empty())
     return absl::InvalidArgumentError(absl::StrCat(duplicates.first_duplicate(), ": duplicate key"));
   return document;
+}
+
+bool JsonInteger::InRange(int64_t min, uint64_t max) const {
+  if (kind != Kind::kInteger) return false;
+  if (negative) return as_signed >= min;
+  return (min <= 0 || as_unsigned >= static_cast<uint64_t>(min)) && as_unsigned <= max;
+}
+
+std::optional<int64_t> JsonInteger::ToInt64() const {
+  if (!InRange(std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) {
+    return std::nullopt;
+  }
+  return negative ? as_signed : static_cast<int64_t>(as_unsigned);
+}
+
+JsonInteger ReadJsonInteger(const json& value, JsonIntegerStrings strings) {
+  JsonInteger out;
+  out.kind = JsonInteger::Kind::kInteger;
+  if (value.is_number_unsigned()) {
+    out.as_unsigned = value.get<uint64_t>();
+    return out;
+  }
+  if (value.is_number_integer()) {
+    const int64_t x = value.get<int64_t>();
+    out.negative = x < 0;
+    if (out.negative) {
+      out.as_signed = x;
+    } else {
+      out.as_unsigned = static_cast<uint64_t>(x);
+    }
+    return out;
+  }
+  JsonInteger not_an_integer;
+  if (value.is_number_float()) {
+    const double x = value.get<double>();
+    if (!std::isfinite(x) || std::trunc(x) != x) return not_an_integer;
+    // 2^63 and 2^64 are exact doubles; the bounds below keep the casts defined.
+    if (x < -9223372036854775808.0 || x >= 18446744073709551616.0) {
+      out.kind = JsonInteger::Kind::kOutOfRange;
+      return out;
+    }
+    if (x < 0) {
+      out.negative = true;
+      out.as_signed = static_cast<int64_t>(x);
+    } else {
+      out.as_unsigned = static_cast<uint64_t>(x);
+    }
+    return out;
+  }
+  if (value.is_string() && strings == JsonIntegerStrings::kAccept) {
+    const std::string& s = value.get_ref<const std::string&>();
+    if (!s.empty() && s[0] == '-') {
+      if (!absl::SimpleAtoi(s, &out.as_signed)) return not_an_integer;
+      out.negative = out.as_signed < 0;  // "-0" is not negative, and as_unsigned holds its 0
+      return out;
+    }
+    if (s.empty() || s[0] < '0' || s[0] > '9' || !absl::SimpleAtoi(s, &out.as_unsigned)) {
+      return not_an_integer;
+    }
+    return out;
+  }
+  return not_an_integer;
+}
+
+std::string DescribeJsonValue(const json& value) {
+  constexpr size_t kMaxShown = 60;
+  switch (value.type()) {
+    case json::value_t::string: {
+      std::string shown = value.dump();
+      if (shown.size() > kMaxShown) shown = absl::StrCat(shown.substr(0, kMaxShown), "...\"");
+      return absl::StrCat("string ", shown);
+    }
+    case json::value_t::boolean:
+      return absl::StrCat("boolean ", value.dump());
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+    case json::value_t::number_float:
+      return absl::StrCat("number ", value.dump());
+    case json::value_t::null:
+      return "null";
+    case json::value_t::array:
+      return "array";
+    default:
+      return "object";
+  }
 }
 
 }  // namespace tandem

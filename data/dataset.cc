@@ -17,7 +17,7 @@ std::string Resolve(const std::string& path, const std::string& spec_dir) {
   return (std::filesystem::path(spec_dir) / given).lexically_normal().string();
 }
 
-absl::StatusOr<Datasets> OpenShapes(const jobspec::ShapesDataConfig& config, int64_t image_size) {
+absl::StatusOr<Datasets> OpenShapes(const ShapesConfig& config, int64_t image_size) {
   if (config.train_samples <= 0 || config.eval_samples < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "shapes data: train_samples must be positive and eval_samples non-negative, got ",
@@ -33,7 +33,7 @@ absl::StatusOr<Datasets> OpenShapes(const jobspec::ShapesDataConfig& config, int
   return datasets;
 }
 
-absl::StatusOr<Datasets> OpenJsonl(const jobspec::JsonlDataConfig& config, int64_t image_size,
+absl::StatusOr<Datasets> OpenJsonl(const JsonlConfig& config, int64_t image_size,
                                    const std::string& spec_dir) {
   if (config.train_path.empty()) {
     return absl::InvalidArgumentError("jsonl data: train_path is empty");
@@ -59,16 +59,16 @@ std::vector<std::string> AllTexts(const Dataset& dataset) {
   return texts;
 }
 
-absl::StatusOr<Datasets> OpenDatasets(const jobspec::DataConfig& config, int64_t image_size,
+absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_size,
                                       const std::string& spec_dir) {
   if (image_size <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("image_size must be positive, got ", image_size));
   }
   switch (config.kind) {
-    case jobspec::DataConfig::Kind::kShapes:
+    case DataConfig::Kind::kShapes:
       return OpenShapes(config.shapes, image_size);
-    case jobspec::DataConfig::Kind::kJsonl:
+    case DataConfig::Kind::kJsonl:
       return OpenJsonl(config.jsonl, image_size, spec_dir);
   }
   return absl::InvalidArgumentError("unknown data kind");

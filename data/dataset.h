@@ -1,4 +1,5 @@
-// Datasets of (image, caption) pairs, and the factory that opens them from a job's DataConfig.
+// Datasets of (image, caption) pairs, and the factory that opens them from a DataConfig
+// (data/data_config.h).
 //
 // A Dataset is an immutable, indexable collection: sample i is the same on every call and in every
 // process that opened the same data, so data order is entirely the Sampler's business
@@ -14,8 +15,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "data/data_config.h"
 #include "data/image.h"
-#include "jobspec/job_config.h"
 
 namespace tandem::data {
 
@@ -59,7 +60,7 @@ struct Datasets {
 //           (spec_dir "" = the working directory); eval is null without eval_path.
 // InvalidArgument for a non-positive image_size or sample count, or an empty train_path; otherwise
 // the errors of JsonlDataset::Open.
-absl::StatusOr<Datasets> OpenDatasets(const jobspec::DataConfig& config, int64_t image_size,
+absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_size,
                                       const std::string& spec_dir);
 
 }  // namespace tandem::data

@@ -24,7 +24,7 @@
 
 #include <string>
 
-#include "engine/config.h"
+#include "engine_config/config.h"
 #include "platform/bf16_support.h"
 
 namespace tandem::engine {

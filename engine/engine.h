@@ -61,9 +61,9 @@
 #include "engine/communicator.h"
 #include "engine/compat.h"
 #include "engine/compute.h"
-#include "engine/config.h"
 #include "engine/layout.h"
 #include "engine/memory.h"
+#include "engine_config/config.h"
 
 namespace torch::autograd {
 struct Node;

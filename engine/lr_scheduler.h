@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "engine/config.h"
+#include "engine_config/config.h"
 
 namespace tandem::engine {
 

@@ -13,9 +13,9 @@
 #include "common/kv_store.h"
 #include "common/rank_launcher.h"
 #include "engine/communicator.h"
-#include "engine/config.h"
 #include "engine/engine.h"
 #include "engine/memory.h"
+#include "engine_config/config.h"
 #include "examples/residual_mlp.h"
 
 namespace {
@@ -153,7 +153,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Trains a residual MLP on a synthetic regression task with Tandem's ZeRO engine on N local "
       "rank processes (Gloo on 127.0.0.1), then prints the loss and each rank's memory."};
-  app.add_option("--config", options.config_path, "DeepSpeed-style engine config (JSON); see engine/CONFIG.md")
+  app.add_option("--config", options.config_path,
+                 "DeepSpeed-style engine config (JSON); see engine_config/CONFIG.md")
       ->check(CLI::ExistingFile);
   app.add_option("--ranks", options.ranks, "Number of rank processes")->check(CLI::Range(1, 64));
   app.add_option("--steps", options.steps, "Optimizer steps")->check(CLI::PositiveNumber);

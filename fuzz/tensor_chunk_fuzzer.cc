@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "proto/tandem/v1/peer.pb.h"
+#include "transport/frame.h"
 #include "transport/inbox.h"
-#include "transport/local_link.h"
 #include "transport/wire.h"
 
 namespace {

@@ -16,15 +16,15 @@ Json Engine(const std::string& engine_json) {
   return engine;
 }
 
-Json Data(const DataConfig& data, const std::string& spec_dir) {
+Json Data(const data::DataConfig& data, const std::string& spec_dir) {
   Json out = Json::object();
   switch (data.kind) {
-    case DataConfig::Kind::kShapes:
+    case data::DataConfig::Kind::kShapes:
       out["shapes"] = {{"seed", data.shapes.seed},
                        {"train_samples", data.shapes.train_samples},
                        {"eval_samples", data.shapes.eval_samples}};
       break;
-    case DataConfig::Kind::kJsonl:
+    case data::DataConfig::Kind::kJsonl:
       out["jsonl"] = {{"train", SpecPath(data.jsonl.train_path, spec_dir)},
                       {"eval", SpecPath(data.jsonl.eval_path, spec_dir)}};
       break;
@@ -33,14 +33,14 @@ Json Data(const DataConfig& data, const std::string& spec_dir) {
   return out;
 }
 
-Json VisionModel(const VisionModelConfig& m) {
+Json VisionModel(const models::VisionConfig& m) {
   return {{"preset", m.preset},         {"image_size", m.image_size}, {"channels", m.channels},
           {"patch_size", m.patch_size}, {"hidden", m.hidden},         {"layers", m.layers},
           {"heads", m.heads},           {"mlp_hidden", m.mlp_hidden}, {"positions", m.positions},
           {"norm_eps", m.norm_eps}};
 }
 
-Json LlmModel(const LlmModelConfig& m) {
+Json LlmModel(const models::LlmConfig& m) {
   return {{"preset", m.preset},           {"hidden", m.hidden},
           {"layers", m.layers},           {"heads", m.heads},
           {"kv_heads", m.kv_heads},       {"mlp_hidden", m.mlp_hidden},

@@ -10,10 +10,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/strict_json.h"
 #include "google/protobuf/util/json_util.h"
 #include "jobspec/errors.h"
 #include "jobspec/job_spec_proto.h"
-#include "jobspec/strict_json.h"
+#include "jobspec/proto_json.h"
 
 namespace tandem::jobspec {
 namespace {

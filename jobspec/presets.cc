@@ -42,11 +42,11 @@ std::string Names(const Table& table) {
 
 }  // namespace
 
-std::optional<VisionModelConfig> VisionPreset(std::string_view name) {
+std::optional<models::VisionConfig> VisionPreset(std::string_view name) {
   for (const VisionShape& shape : kVisionShapes) {
     if (shape.name != name) continue;
-    VisionModelConfig
-        config;  // channels, positions ("learned") and norm_eps (1e-6) keep their defaults
+    // channels, positions ("learned") and norm_eps (1e-6) keep their defaults
+    models::VisionConfig config;
     config.preset = std::string(name);
     config.image_size = shape.image_size;
     config.patch_size = shape.patch_size;
@@ -59,10 +59,10 @@ std::optional<VisionModelConfig> VisionPreset(std::string_view name) {
   return std::nullopt;
 }
 
-std::optional<LlmModelConfig> LlmPreset(std::string_view name) {
+std::optional<models::LlmConfig> LlmPreset(std::string_view name) {
   for (const LlmShape& shape : kLlmShapes) {
     if (shape.name != name) continue;
-    LlmModelConfig config;  // rope_theta (10000) and norm_eps (1e-5) keep their defaults
+    models::LlmConfig config;  // rope_theta (10000) and norm_eps (1e-5) keep their defaults
     config.preset = std::string(name);
     config.hidden = shape.hidden;
     config.layers = shape.layers;

@@ -8,18 +8,18 @@
 #include <string>
 #include <string_view>
 
-#include "jobspec/job_config.h"
+#include "models/model_config.h"
 
 namespace tandem::jobspec {
 
 // The vision preset called `name` ("vit-tiny", "vit-s16", "vit-b16"), with `preset` set to the
 // name. output_dim keeps its default: it is always the LLM's hidden size, filled in when a job is
 // resolved. std::nullopt for an unknown name.
-std::optional<VisionModelConfig> VisionPreset(std::string_view name);
+std::optional<models::VisionConfig> VisionPreset(std::string_view name);
 
 // The LLM preset called `name` ("llm-tiny", "llm-160m", "llm-1b"), with `preset` set to the name.
 // vocab_size is 0 (taken from the tokenizer). std::nullopt for an unknown name.
-std::optional<LlmModelConfig> LlmPreset(std::string_view name);
+std::optional<models::LlmConfig> LlmPreset(std::string_view name);
 
 // The known names, comma-separated in table order, for error messages: "vit-tiny, vit-s16,
 // vit-b16".

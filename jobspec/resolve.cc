@@ -60,10 +60,10 @@ nlohmann::json ToJson(const google::protobuf::Value& value) {
   return nullptr;
 }
 
-absl::StatusOr<VisionModelConfig> ResolveVisionModel(const tandem::v1::VisionModelSpec& spec) {
-  VisionModelConfig model;
+absl::StatusOr<models::VisionConfig> ResolveVisionModel(const tandem::v1::VisionModelSpec& spec) {
+  models::VisionConfig model;
   if (!spec.preset().empty()) {
-    std::optional<VisionModelConfig> preset = VisionPreset(spec.preset());
+    std::optional<models::VisionConfig> preset = VisionPreset(spec.preset());
     if (!preset) {
       return PathError("vision.model.preset", "unknown preset ", Quoted(spec.preset()),
                        "; known: ", VisionPresetNames());
@@ -82,10 +82,10 @@ absl::StatusOr<VisionModelConfig> ResolveVisionModel(const tandem::v1::VisionMod
   return model;
 }
 
-absl::StatusOr<LlmModelConfig> ResolveLlmModel(const tandem::v1::LlmModelSpec& spec) {
-  LlmModelConfig model;
+absl::StatusOr<models::LlmConfig> ResolveLlmModel(const tandem::v1::LlmModelSpec& spec) {
+  models::LlmConfig model;
   if (!spec.preset().empty()) {
-    std::optional<LlmModelConfig> preset = LlmPreset(spec.preset());
+    std::optional<models::LlmConfig> preset = LlmPreset(spec.preset());
     if (!preset) {
       return PathError("llm.model.preset", "unknown preset ", Quoted(spec.preset()),
                        "; known: ", LlmPresetNames());
@@ -104,18 +104,18 @@ absl::StatusOr<LlmModelConfig> ResolveLlmModel(const tandem::v1::LlmModelSpec& s
   return model;
 }
 
-absl::StatusOr<DataConfig> ResolveData(const tandem::v1::DataSpec& spec) {
-  DataConfig data;
+absl::StatusOr<data::DataConfig> ResolveData(const tandem::v1::DataSpec& spec) {
+  data::DataConfig data;
   switch (spec.source_case()) {
     case tandem::v1::DataSpec::kShapes:
-      data.kind = DataConfig::Kind::kShapes;
+      data.kind = data::DataConfig::Kind::kShapes;
       if (spec.shapes().has_seed()) data.shapes.seed = spec.shapes().seed();
       if (spec.shapes().has_train_samples())
         data.shapes.train_samples = spec.shapes().train_samples();
       if (spec.shapes().has_eval_samples()) data.shapes.eval_samples = spec.shapes().eval_samples();
       break;
     case tandem::v1::DataSpec::kJsonl:
-      data.kind = DataConfig::Kind::kJsonl;
+      data.kind = data::DataConfig::Kind::kJsonl;
       data.jsonl.train_path = spec.jsonl().train();
       data.jsonl.eval_path = spec.jsonl().eval();
       break;

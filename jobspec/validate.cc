@@ -7,10 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "engine/config.h"
+#include "common/strict_json.h"
+#include "engine_config/config.h"
 #include "jobspec/errors.h"
 #include "jobspec/job_spec.h"
-#include "jobspec/strict_json.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::jobspec {
@@ -47,13 +47,13 @@ absl::Status CheckName(const std::string& name) {
   return absl::OkStatus();
 }
 
-absl::Status CheckData(const DataConfig& data) {
+absl::Status CheckData(const data::DataConfig& data) {
   switch (data.kind) {
-    case DataConfig::Kind::kShapes:
+    case data::DataConfig::Kind::kShapes:
       RETURN_IF_ERROR(AtLeast("data.shapes.train_samples", data.shapes.train_samples, 1));
       RETURN_IF_ERROR(AtLeast("data.shapes.eval_samples", data.shapes.eval_samples, 1));
       break;
-    case DataConfig::Kind::kJsonl:
+    case data::DataConfig::Kind::kJsonl:
       if (data.jsonl.train_path.empty()) return PathError("data.jsonl.train", "is required");
       break;
   }
@@ -77,7 +77,7 @@ absl::Status MultipleOf(std::string_view path_a, int64_t a, std::string_view nam
   return absl::OkStatus();
 }
 
-absl::Status CheckVisionModel(const VisionModelConfig& m, const LlmModelConfig& llm) {
+absl::Status CheckVisionModel(const models::VisionConfig& m, const models::LlmConfig& llm) {
   RETURN_IF_ERROR(AtLeast("vision.model.image_size", m.image_size, 1));
   if (m.channels != 3) {
     return PathError("vision.model.channels", "must be 3 (the datasets produce RGB images), got ",
@@ -102,7 +102,7 @@ absl::Status CheckVisionModel(const VisionModelConfig& m, const LlmModelConfig& 
   return absl::OkStatus();
 }
 
-absl::Status CheckLlmModel(const LlmModelConfig& m) {
+absl::Status CheckLlmModel(const models::LlmConfig& m) {
   RETURN_IF_ERROR(AtLeast("llm.model.hidden", m.hidden, 1));
   RETURN_IF_ERROR(AtLeast("llm.model.layers", m.layers, 1));
   RETURN_IF_ERROR(AtLeast("llm.model.heads", m.heads, 1));
@@ -146,7 +146,8 @@ absl::Status CheckSchedule(const JobConfig& c) {
                      " samples) must hold at least one sample for every rank (",
                      vision_larger ? "vision" : "llm", ".actors = ", ranks, ")");
   }
-  if (c.data.kind == DataConfig::Kind::kShapes && s.eval_samples > c.data.shapes.eval_samples) {
+  if (c.data.kind == data::DataConfig::Kind::kShapes &&
+      s.eval_samples > c.data.shapes.eval_samples) {
     return PathError("schedule.eval_samples", "must be <= data.shapes.eval_samples (",
                      c.data.shapes.eval_samples, "), got ", s.eval_samples);
   }

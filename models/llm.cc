@@ -19,7 +19,7 @@ torch::nn::Linear NoBias(int64_t in, int64_t out) {
 // Causal grouped-query attention with rotary positions; projections q, k, v, o without bias.
 class LlmAttentionImpl : public torch::nn::Module {
  public:
-  explicit LlmAttentionImpl(const jobspec::LlmModelConfig& c)
+  explicit LlmAttentionImpl(const LlmConfig& c)
       : heads_(c.heads),
         kv_heads_(c.kv_heads),
         head_dim_(c.hidden / c.heads),
@@ -82,7 +82,7 @@ TORCH_MODULE(LlmMlp);
 // Decoder block. Inputs {x [B, S, hidden], cos [S, head_dim], sin [S, head_dim]}, outputs {x'}.
 class LlmBlock : public engine::BlockModule {
  public:
-  explicit LlmBlock(const jobspec::LlmModelConfig& c)
+  explicit LlmBlock(const LlmConfig& c)
       : attn_norm_(register_module("attn_norm", RmsNorm(c.hidden, c.norm_eps))),
         attn_(register_module("attn", LlmAttention(c))),
         mlp_norm_(register_module("mlp_norm", RmsNorm(c.hidden, c.norm_eps))),
@@ -106,7 +106,7 @@ class LlmBlock : public engine::BlockModule {
   LlmMlp mlp_;
 };
 
-void CheckConfig(const jobspec::LlmModelConfig& c) {
+void CheckConfig(const LlmConfig& c) {
   TORCH_CHECK(c.vocab_size > 0, "Llm: vocab_size must be set (> 0), got ", c.vocab_size);
   TORCH_CHECK(c.hidden > 0 && c.layers >= 0 && c.heads > 0 && c.kv_heads > 0 && c.mlp_hidden > 0 &&
                   c.max_seq_len > 0,
@@ -119,7 +119,7 @@ void CheckConfig(const jobspec::LlmModelConfig& c) {
 
 }  // namespace
 
-LlmImpl::LlmImpl(const jobspec::LlmModelConfig& config) : config_(config) {
+LlmImpl::LlmImpl(const LlmConfig& config) : config_(config) {
   CheckConfig(config_);
   const auto& c = config_;
   embed_ = register_module("embed", torch::nn::Embedding(c.vocab_size, c.hidden));

@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "engine/block.h"
-#include "jobspec/job_config.h"
 #include "models/layers.h"
+#include "models/model_config.h"
 
 namespace tandem::models {
 
@@ -41,13 +41,13 @@ class LlmImpl : public torch::nn::Module {
   // Builds and initialises the model from the default generator (deterministic given
   // torch::manual_seed). REQUIRES: vocab_size > 0, hidden a multiple of heads with an even head_dim,
   // heads a multiple of kv_heads, max_seq_len > 0; sizes positive.
-  explicit LlmImpl(const jobspec::LlmModelConfig& config);
+  explicit LlmImpl(const LlmConfig& config);
 
   // prefix [B, P, hidden] (any float dtype; undefined or P = 0 for text only), tokens [B, T] int64,
   // T >= 1, P + T <= max_seq_len. Returns logits [B, T, vocab_size] for the text positions.
   at::Tensor forward(const at::Tensor& prefix, const at::Tensor& tokens);
 
-  const jobspec::LlmModelConfig& config() const { return config_; }
+  const LlmConfig& config() const { return config_; }
 
   // The dtype the residual stream runs in (NOTE [Model dtypes]); nullopt (the default) is the
   // parameter dtype. Set it to Engine::compute().activation_dtype after the engine takes the model.
@@ -57,7 +57,7 @@ class LlmImpl : public torch::nn::Module {
   const std::vector<std::shared_ptr<engine::BlockModule>>& blocks() const { return blocks_; }
 
  private:
-  jobspec::LlmModelConfig config_;
+  LlmConfig config_;
   torch::nn::Embedding embed_{nullptr};
   torch::nn::ModuleList block_list_{nullptr};
   std::vector<std::shared_ptr<engine::BlockModule>> blocks_;

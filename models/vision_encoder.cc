@@ -61,7 +61,7 @@ TORCH_MODULE(VisionMlp);
 // Pre-norm transformer block. Inputs {x [B, N, hidden]}, outputs {x'}.
 class VisionBlock : public engine::BlockModule {
  public:
-  explicit VisionBlock(const jobspec::VisionModelConfig& c)
+  explicit VisionBlock(const VisionConfig& c)
       : eps_(c.norm_eps),
         norm1_(register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)))),
         attn_(register_module("attn", VisionAttention(c.hidden, c.heads))),
@@ -88,7 +88,7 @@ class VisionBlock : public engine::BlockModule {
   VisionMlp mlp_;
 };
 
-void CheckConfig(const jobspec::VisionModelConfig& c) {
+void CheckConfig(const VisionConfig& c) {
   TORCH_CHECK(c.image_size > 0 && c.patch_size > 0 && c.image_size % c.patch_size == 0,
               "VisionEncoder: image_size ", c.image_size, " must be a positive multiple of patch_size ",
               c.patch_size);
@@ -119,7 +119,7 @@ at::Tensor SinCosPositions2d(int64_t grid, int64_t dim) {
   return torch::cat({rows, cols}, -1).reshape({grid * grid, dim}).to(torch::kFloat);
 }
 
-VisionEncoderImpl::VisionEncoderImpl(const jobspec::VisionModelConfig& config) : config_(config) {
+VisionEncoderImpl::VisionEncoderImpl(const VisionConfig& config) : config_(config) {
   CheckConfig(config_);
   const auto& c = config_;
   const int64_t patches = c.num_patches();

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "engine/block.h"
-#include "jobspec/job_config.h"
+#include "models/model_config.h"
 
 namespace tandem::models {
 
@@ -38,12 +38,12 @@ class VisionEncoderImpl : public torch::nn::Module {
   // Builds and initialises the model from the default generator (deterministic given
   // torch::manual_seed). REQUIRES: image_size a positive multiple of patch_size, hidden a multiple of
   // heads, positions "learned" or "sincos" (then hidden a multiple of 4); sizes positive.
-  explicit VisionEncoderImpl(const jobspec::VisionModelConfig& config);
+  explicit VisionEncoderImpl(const VisionConfig& config);
 
   // images [B, channels, image_size, image_size], values in [0, 1] -> [B, num_patches, output_dim].
   at::Tensor forward(const at::Tensor& images);
 
-  const jobspec::VisionModelConfig& config() const { return config_; }
+  const VisionConfig& config() const { return config_; }
   int64_t num_patches() const { return config_.num_patches(); }
 
   // The dtype the residual stream runs in (NOTE [Model dtypes]); nullopt (the default) is the
@@ -55,7 +55,7 @@ class VisionEncoderImpl : public torch::nn::Module {
   const std::vector<std::shared_ptr<engine::BlockModule>>& blocks() const { return blocks_; }
 
  private:
-  jobspec::VisionModelConfig config_;
+  VisionConfig config_;
   torch::nn::Conv2d patch_embed_{nullptr};
   at::Tensor positions_;  // [1, P, hidden]: parameter ("learned") or buffer ("sincos")
   torch::nn::ModuleList block_list_{nullptr};

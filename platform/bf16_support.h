@@ -4,7 +4,8 @@
 // Native bf16: a CPU with AVX512_BF16 or AMX-BF16 (common/cpu_features.h) whose LibTorch can reach
 // them through oneDNN; a CUDA device of compute capability 8.0 or more (A100, H100, ...). Elsewhere
 // LibTorch emulates bf16 matmuls in fp32 loops, 20-30x slower than fp32. torch_autocast.dtype "auto"
-// computes in bf16 where it is native and in fp32 elsewhere (engine/compute.h, engine/CONFIG.md).
+// computes in bf16 where it is native and in fp32 elsewhere (engine/compute.h,
+// engine_config/CONFIG.md).
 //
 // The override shows on any CPU what a CPU without native bf16 does. Each main reads it from
 // TANDEM_CPU_BF16 and sets it once, before the first LibTorch op:

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "data/batch.h"
 #include "data/sampler.h"
-#include "engine/config.h"
+#include "engine_config/config.h"
 #include "jobspec/job_config.h"
 
 namespace tandem::engine {

@@ -6,15 +6,11 @@
 // over a socket pair. A transfer costs one write, one read and one wake-up of the receiving thread,
 // against gRPC's HTTP/2 framing and its poller threads.
 //
-// A frame: FrameHead (native byte order: both ends are on one host), then `meta_bytes` of a
-// serialized message (the nonce for kHello, a TensorChunk without data for kTensor, a TransferAck
-// for kAck), then `data_bytes` of tensor bytes (kTensor only).
+// The frame format, the endpoint and the fd reads and writes that both ends share are in
+// transport/frame.h.
 //
 // Internal to the transport's .cc files and tests (uses the tandem.v1 messages).
 #pragma once
-
-#include <sys/socket.h>
-#include <sys/un.h>
 
 #include <chrono>
 #include <cstddef>
@@ -30,69 +26,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/tandem/v1/peer.pb.h"
+#include "transport/frame.h"
 #include "transport/transport.h"
 
 namespace tandem::transport {
-
-enum class FrameType : uint32_t { kHello = 1, kTensor = 2, kAck = 3 };
-
-struct FrameHead {
-  uint32_t magic = 0;
-  uint32_t type = 0;
-  uint32_t meta_bytes = 0;
-  uint32_t reserved = 0;
-  uint64_t data_bytes = 0;
-};
-
-inline constexpr uint32_t kFrameMagic = 0x4b4c4454;  // "TDLK"
-inline constexpr uint32_t kMaxFrameMeta = 64 << 10;  // a tag and a shape need far less
-inline constexpr uint64_t kMaxFrameData = uint64_t{1} << 40;
-
-// Where a LocalListener listens.
-struct LocalEndpoint {
-  std::string socket_name;  // abstract name, without the leading NUL
-  std::string nonce;
-};
-
-// An owned file descriptor.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept;
-  ~UniqueFd();
-  int get() const { return fd_; }
-  int release();
-
- private:
-  int fd_ = -1;
-};
-
-// Sets SO_SNDTIMEO or SO_RCVTIMEO; zero or less: no timeout.
-void SetSocketTimeout(int fd, int option, std::chrono::milliseconds timeout);
-
-// Fills `address` with the abstract socket `name` and returns its length. InvalidArgument for an
-// empty name or one too long for sun_path.
-absl::StatusOr<socklen_t> AbstractAddress(const std::string& name, sockaddr_un* address);
-
-// Writes one frame whole (retrying short writes) by `deadline`. InvalidArgument (nothing written)
-// for meta over kMaxFrameMeta; Unavailable naming `what` when the socket fails; DeadlineExceeded
-// when the deadline passes mid-frame. After an error past the first byte the link is out of step
-// and must be closed.
-absl::Status WriteFrame(int fd, FrameType type, std::string_view meta, const std::byte* data,
-                        size_t data_bytes, const std::string& what,
-                        std::chrono::steady_clock::time_point deadline);
-
-// Reads exactly `size` bytes. Unavailable naming `what` at end of stream or on an error.
-absl::Status ReadExactly(int fd, void* out, size_t size, const std::string& what);
-
-// Reads and checks a frame head: InvalidArgument for a wrong magic, an unknown type, meta over
-// kMaxFrameMeta or data over kMaxFrameData.
-absl::StatusOr<FrameHead> ReadFrameHead(int fd, const std::string& what);
-
-// Checks a frame head that arrived (the decoding half of ReadFrameHead; fuzzed on its own).
-absl::Status CheckFrameHead(const FrameHead& head);
 
 // The sending end of one local link, to one peer. Thread-safe.
 //

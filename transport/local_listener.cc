@@ -28,7 +28,6 @@ namespace {
 
 constexpr char kComponent[] = "transport";
 constexpr size_t kReadPiece = size_t{1} << 20;
-constexpr std::chrono::milliseconds kHandshake(10000);
 constexpr size_t kMaxAckMessage = 4096;
 constexpr std::chrono::milliseconds kWriteTimeout(60000);
 
@@ -135,7 +134,7 @@ void LocalListener::Accept() {
 }
 
 bool LocalListener::Handshake(int fd) {
-  SetSocketTimeout(fd, SO_RCVTIMEO, kHandshake);
+  SetSocketTimeout(fd, SO_RCVTIMEO, kHandshakeTimeout);
   const std::string what = "local link handshake";
   absl::StatusOr<FrameHead> head = ReadFrameHead(fd, what);
   std::string nonce;
@@ -194,11 +193,11 @@ void LocalListener::Serve(Link& link) {
 absl::StatusOr<int64_t> LocalListener::Receive(int fd, const FrameHead& head,
                                                absl::Status& connection_error) {
   const std::string what = "local link";
-  std::string meta(head.meta_bytes, '\0');
+  absl::StatusOr<std::string> meta = ReadFrameMeta(fd, head, what);
   tandem::v1::TensorChunk chunk;
-  connection_error = ReadExactly(fd, meta.data(), meta.size(), what);
+  connection_error = meta.status();
   if (connection_error.ok() &&
-      (head.type != static_cast<uint32_t>(FrameType::kTensor) || !chunk.ParseFromString(meta))) {
+      (head.type != static_cast<uint32_t>(FrameType::kTensor) || !chunk.ParseFromString(*meta))) {
     connection_error = absl::InvalidArgumentError(absl::StrCat(
         what, ": a frame of type ", head.type, " that is no tensor; closing the link"));
   }

@@ -1,7 +1,8 @@
-// The receiving end of local links (transport/local_link.h): a Unix stream socket in the abstract
-// namespace, named and keyed afresh for each actor process, whose connections each get a thread
-// that reads tensor frames into the actor's Inbox and answers each with an acknowledgement, exactly
-// as a Peer.Transfers stream does (the Inbox's checks, codes and waits are the same).
+// The receiving end of local links (transport/local_link.h; the frames are transport/frame.h's): a
+// Unix stream socket in the abstract namespace, named and keyed afresh for each actor process,
+// whose connections each get a thread that reads tensor frames into the actor's Inbox and answers
+// each with an acknowledgement, exactly as a Peer.Transfers stream does (the Inbox's checks, codes
+// and waits are the same).
 //
 // A connection must present the nonce first (tandem.v1.Peer.LocalEndpoint tells it to senders that
 // already passed the gRPC server's checks); otherwise it is answered UNAUTHENTICATED and closed.
@@ -17,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "transport/inbox.h"
-#include "transport/local_link.h"
+#include "transport/frame.h"
 
 namespace tandem::transport {
 

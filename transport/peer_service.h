@@ -18,7 +18,7 @@
 
 #include "proto/tandem/v1/peer.grpc.pb.h"
 #include "transport/inbox.h"
-#include "transport/local_link.h"
+#include "transport/frame.h"
 
 namespace tandem::transport {
 

@@ -19,7 +19,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 TEST(OpenDatasets, ShapesGiveTrainAndEvalOfTheConfiguredSizes) {
-  jobspec::DataConfig config;
+  DataConfig config;
   config.shapes.seed = 3;
   config.shapes.train_samples = 100;
   config.shapes.eval_samples = 20;
@@ -37,7 +37,7 @@ TEST(OpenDatasets, ShapesGiveTrainAndEvalOfTheConfiguredSizes) {
 }
 
 TEST(OpenDatasets, ShapesWithoutEvalSamplesHaveNoEvalSet) {
-  jobspec::DataConfig config;
+  DataConfig config;
   config.shapes.eval_samples = 0;
   absl::StatusOr<Datasets> datasets = OpenDatasets(config, 32, "");
   ASSERT_TRUE(datasets.ok()) << datasets.status();
@@ -45,7 +45,7 @@ TEST(OpenDatasets, ShapesWithoutEvalSamplesHaveNoEvalSet) {
 }
 
 TEST(OpenDatasets, BadSizesAreInvalidArgument) {
-  jobspec::DataConfig config;
+  DataConfig config;
   EXPECT_EQ(OpenDatasets(config, 0, "").status().code(), absl::StatusCode::kInvalidArgument);
   config.shapes.train_samples = 0;
   EXPECT_EQ(OpenDatasets(config, 32, "").status().code(), absl::StatusCode::kInvalidArgument);
@@ -64,8 +64,8 @@ TEST(OpenDatasets, JsonlPathsResolveAgainstTheSpecDirectory) {
                                      "{\"image\": \"images/x.png\", \"text\": \"second\"}\n"));
   ASSERT_TRUE(testing::WriteTestFile(dir / "spec/data/eval.jsonl",
                                      "{\"image\": \"images/x.png\", \"text\": \"held out\"}\n"));
-  jobspec::DataConfig config;
-  config.kind = jobspec::DataConfig::Kind::kJsonl;
+  DataConfig config;
+  config.kind = DataConfig::Kind::kJsonl;
   config.jsonl.train_path = "data/train.jsonl";
 
   absl::StatusOr<Datasets> datasets = OpenDatasets(config, 8, dir / "spec");
@@ -88,8 +88,8 @@ TEST(OpenDatasets, JsonlPathsResolveAgainstTheSpecDirectory) {
 }
 
 TEST(OpenDatasets, JsonlWithoutTrainPathIsInvalidArgument) {
-  jobspec::DataConfig config;
-  config.kind = jobspec::DataConfig::Kind::kJsonl;
+  DataConfig config;
+  config.kind = DataConfig::Kind::kJsonl;
   absl::StatusOr<Datasets> datasets = OpenDatasets(config, 32, "");
   EXPECT_EQ(datasets.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(datasets.status().message(), HasSubstr("train_path is empty"));

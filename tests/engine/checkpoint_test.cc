@@ -12,9 +12,9 @@
 #include <tuple>
 
 #include "common/atomic_file.h"
-#include "engine/config.h"
 #include "engine/engine.h"
 #include "engine/safetensors.h"
+#include "engine_config/config.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/group.h"
 #include "tests/testing/models.h"

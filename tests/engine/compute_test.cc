@@ -10,8 +10,8 @@
 #include <string>
 
 #include "engine/communicator.h"
-#include "engine/config.h"
 #include "engine/engine.h"
+#include "engine_config/config.h"
 #include "platform/bf16_support.h"
 #include "tests/testing/models.h"
 

@@ -10,8 +10,8 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/config.h"
 #include "engine/engine.h"
+#include "engine_config/config.h"
 #include "tests/testing/group.h"
 #include "tests/testing/models.h"
 

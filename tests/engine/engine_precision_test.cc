@@ -5,9 +5,9 @@
 
 #include <tuple>
 
-#include "engine/config.h"
 #include "engine/engine.h"
 #include "engine/safetensors.h"
+#include "engine_config/config.h"
 #include "tests/testing/group.h"
 #include "tests/testing/models.h"
 

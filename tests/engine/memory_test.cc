@@ -6,8 +6,8 @@
 
 #include <tuple>
 
-#include "engine/config.h"
 #include "engine/engine.h"
+#include "engine_config/config.h"
 #include "tests/testing/group.h"
 #include "tests/testing/models.h"
 

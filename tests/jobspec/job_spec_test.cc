@@ -22,7 +22,7 @@ TEST(JobSpec, ShapesExampleLoads) {
   absl::StatusOr<JobConfig> config = LoadJobSpecFile(kExamples + "/shapes_vlm.json");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->name, "shapes-vlm");
-  EXPECT_EQ(config->data.kind, DataConfig::Kind::kShapes);
+  EXPECT_EQ(config->data.kind, data::DataConfig::Kind::kShapes);
   EXPECT_EQ(config->data.shapes.seed, 1u);
   EXPECT_EQ(config->data.shapes.train_samples, 20000);
   EXPECT_EQ(config->data.shapes.eval_samples, 500);
@@ -51,7 +51,7 @@ TEST(JobSpec, ShapesExampleLoads) {
 TEST(JobSpec, JsonlExampleLoadsWithSpecDir) {
   absl::StatusOr<JobConfig> config = LoadJobSpecFile(kExamples + "/jsonl_vlm.json");
   ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_EQ(config->data.kind, DataConfig::Kind::kJsonl);
+  EXPECT_EQ(config->data.kind, data::DataConfig::Kind::kJsonl);
   EXPECT_EQ(config->data.jsonl.train_path, "jsonl/train.jsonl");
   EXPECT_EQ(config->data.jsonl.eval_path, "jsonl/eval.jsonl");
   EXPECT_EQ(config->spec_dir, std::filesystem::path(kExamples).lexically_normal().string());
@@ -153,7 +153,7 @@ TEST(JobSpec, ProtoFromTheWireResolves) {
       1.0);
   absl::StatusOr<JobConfig> c = JobConfigFromProto(spec, "wire");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->data.kind, DataConfig::Kind::kJsonl);
+  EXPECT_EQ(c->data.kind, data::DataConfig::Kind::kJsonl);
   EXPECT_EQ(c->data.jsonl.train_path, "/data/train.jsonl");
   EXPECT_EQ(c->llm.model.hidden, 768);
   EXPECT_EQ(c->vision.model.output_dim, 768);

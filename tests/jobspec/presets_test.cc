@@ -8,7 +8,7 @@ namespace tandem::jobspec {
 namespace {
 
 TEST(Presets, VisionShapes) {
-  std::optional<VisionModelConfig> tiny = VisionPreset("vit-tiny");
+  std::optional<models::VisionConfig> tiny = VisionPreset("vit-tiny");
   ASSERT_TRUE(tiny);
   EXPECT_EQ(tiny->preset, "vit-tiny");
   EXPECT_EQ(tiny->image_size, 32);
@@ -20,7 +20,7 @@ TEST(Presets, VisionShapes) {
   EXPECT_EQ(tiny->positions, "learned");
   EXPECT_EQ(tiny->channels, 3);
 
-  std::optional<VisionModelConfig> s16 = VisionPreset("vit-s16");
+  std::optional<models::VisionConfig> s16 = VisionPreset("vit-s16");
   ASSERT_TRUE(s16);
   EXPECT_EQ(s16->image_size, 224);
   EXPECT_EQ(s16->patch_size, 16);
@@ -30,7 +30,7 @@ TEST(Presets, VisionShapes) {
   EXPECT_EQ(s16->mlp_hidden, 1536);
   EXPECT_EQ(s16->num_patches(), 196);
 
-  std::optional<VisionModelConfig> b16 = VisionPreset("vit-b16");
+  std::optional<models::VisionConfig> b16 = VisionPreset("vit-b16");
   ASSERT_TRUE(b16);
   EXPECT_EQ(b16->image_size, 224);
   EXPECT_EQ(b16->patch_size, 16);
@@ -41,7 +41,7 @@ TEST(Presets, VisionShapes) {
 }
 
 TEST(Presets, LlmShapes) {
-  std::optional<LlmModelConfig> tiny = LlmPreset("llm-tiny");
+  std::optional<models::LlmConfig> tiny = LlmPreset("llm-tiny");
   ASSERT_TRUE(tiny);
   EXPECT_EQ(tiny->preset, "llm-tiny");
   EXPECT_EQ(tiny->hidden, 64);
@@ -52,7 +52,7 @@ TEST(Presets, LlmShapes) {
   EXPECT_EQ(tiny->max_seq_len, 64);
   EXPECT_TRUE(tiny->tie_embeddings);
 
-  std::optional<LlmModelConfig> m160 = LlmPreset("llm-160m");
+  std::optional<models::LlmConfig> m160 = LlmPreset("llm-160m");
   ASSERT_TRUE(m160);
   EXPECT_EQ(m160->hidden, 768);
   EXPECT_EQ(m160->layers, 12);
@@ -62,7 +62,7 @@ TEST(Presets, LlmShapes) {
   EXPECT_EQ(m160->max_seq_len, 1024);
   EXPECT_TRUE(m160->tie_embeddings);
 
-  std::optional<LlmModelConfig> b1 = LlmPreset("llm-1b");  // TinyLlama-1.1B
+  std::optional<models::LlmConfig> b1 = LlmPreset("llm-1b");  // TinyLlama-1.1B
   ASSERT_TRUE(b1);
   EXPECT_EQ(b1->hidden, 2048);
   EXPECT_EQ(b1->layers, 22);

@@ -15,8 +15,8 @@
 namespace tandem::models {
 namespace {
 
-jobspec::VisionModelConfig VisionConfig() {
-  jobspec::VisionModelConfig c;
+VisionConfig TinyVisionConfig() {
+  VisionConfig c;
   c.image_size = 16;
   c.patch_size = 4;
   c.hidden = 32;
@@ -27,8 +27,8 @@ jobspec::VisionModelConfig VisionConfig() {
   return c;
 }
 
-jobspec::LlmModelConfig LlmConfig(bool tied) {
-  jobspec::LlmModelConfig c;
+LlmConfig TinyLlmConfig(bool tied) {
+  LlmConfig c;
   c.hidden = 24;
   c.layers = 2;
   c.heads = 4;
@@ -67,11 +67,11 @@ class ComputeDtypeTest : public ::testing::Test {
 TEST_F(ComputeDtypeTest, Fp32ComputeFromBf16StorageEqualsTheFp32ModelExactly) {
   for (bool tied : {true, false}) {
     torch::manual_seed(1);
-    VisionEncoder vision32(VisionConfig());
-    Llm llm32(LlmConfig(tied));
+    VisionEncoder vision32(TinyVisionConfig());
+    Llm llm32(TinyLlmConfig(tied));
     torch::manual_seed(1);
-    VisionEncoder vision16(VisionConfig());
-    Llm llm16(LlmConfig(tied));
+    VisionEncoder vision16(TinyVisionConfig());
+    Llm llm16(TinyLlmConfig(tied));
     RoundParameters(*vision32, /*keep_bf16=*/false);
     RoundParameters(*llm32, false);
     RoundParameters(*vision16, /*keep_bf16=*/true);
@@ -119,8 +119,8 @@ TEST_F(ComputeDtypeTest, Fp32ComputeFromBf16StorageEqualsTheFp32ModelExactly) {
 }
 
 TEST_F(ComputeDtypeTest, DefaultComputeDtypeIsTheParameterDtype) {
-  VisionEncoder vision(VisionConfig());
-  Llm llm(LlmConfig(true));
+  VisionEncoder vision(TinyVisionConfig());
+  Llm llm(TinyLlmConfig(true));
   RoundParameters(*vision, true);
   RoundParameters(*llm, true);
   const at::Tensor embeddings = vision->forward(torch::rand({1, 3, 16, 16}));

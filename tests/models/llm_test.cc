@@ -11,8 +11,8 @@
 
 #include "engine/communicator.h"
 #include "engine/compat.h"
-#include "engine/config.h"
 #include "engine/engine.h"
+#include "engine_config/config.h"
 #include "models/layers.h"
 #include "tests/testing/models.h"
 
@@ -25,8 +25,8 @@ using ::testing::ThrowsMessage;
 
 constexpr int64_t kPad = 0, kBos = 1, kEos = 2;
 
-jobspec::LlmModelConfig TinyConfig() {
-  jobspec::LlmModelConfig c;
+LlmConfig TinyConfig() {
+  LlmConfig c;
   c.hidden = 32;
   c.layers = 2;
   c.heads = 4;
@@ -104,7 +104,7 @@ TEST_F(LlmTest, TiedHeadReadsTheEmbedding) {
 }
 
 // The formula of models/README.md.
-int64_t ExpectedLlmParameters(const jobspec::LlmModelConfig& c) {
+int64_t ExpectedLlmParameters(const LlmConfig& c) {
   const int64_t h = c.hidden, v = c.vocab_size, m = c.mlp_hidden, kv = c.kv_heads * (c.hidden / c.heads);
   const int64_t block = 2 * h + 2 * h * h + 2 * h * kv + 3 * h * m;
   return v * h * (c.tie_embeddings ? 1 : 2) + c.layers * block + h;

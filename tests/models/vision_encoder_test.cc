@@ -24,8 +24,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::ThrowsMessage;
 
-jobspec::VisionModelConfig TinyConfig(const std::string& positions = "learned") {
-  jobspec::VisionModelConfig c;
+VisionConfig TinyConfig(const std::string& positions = "learned") {
+  VisionConfig c;
   c.image_size = 16;
   c.patch_size = 4;
   c.hidden = 32;
@@ -85,7 +85,7 @@ TEST_F(VisionEncoderTest, ParameterNamesOfOneLayerModel) {
 }
 
 // The formula of models/README.md.
-int64_t ExpectedVisionParameters(const jobspec::VisionModelConfig& c) {
+int64_t ExpectedVisionParameters(const VisionConfig& c) {
   const int64_t h = c.hidden, m = c.mlp_hidden, p = c.patch_size;
   const int64_t block = 4 * h * h + 2 * h * m + 9 * h + m;
   return c.channels * p * p * h + h + (c.positions == "learned" ? c.num_patches() * h : 0) + c.layers * block +
@@ -212,7 +212,7 @@ TEST_F(VisionEncoderTest, RunsWithBf16ParametersWithoutAutocast) {
 // The trainer's chain: image embeddings are the LLM's prefix and every text position attends to them.
 TEST_F(VisionEncoderTest, ImageInfluencesEveryTextPosition) {
   VisionEncoder vision(TinyConfig());
-  jobspec::LlmModelConfig llm_config;
+  LlmConfig llm_config;
   llm_config.hidden = 24;
   llm_config.heads = 4;
   llm_config.kv_heads = 2;
@@ -234,7 +234,7 @@ TEST_F(VisionEncoderTest, ImageInfluencesEveryTextPosition) {
 // Forward + backward of both models at the shapes of the tiny preset (one colocated micro-batch of 32),
 // timed on one thread. Prints the time; asserts only that the step runs and produces gradients.
 TEST_F(VisionEncoderTest, TinyPresetTrainingStepTiming) {
-  jobspec::VisionModelConfig vision_config;  // the sizes of the tiny preset
+  VisionConfig vision_config;  // the sizes of the tiny preset
   vision_config.image_size = 32;
   vision_config.patch_size = 8;
   vision_config.hidden = 64;
@@ -242,7 +242,7 @@ TEST_F(VisionEncoderTest, TinyPresetTrainingStepTiming) {
   vision_config.heads = 4;
   vision_config.mlp_hidden = 256;
   vision_config.output_dim = 64;
-  jobspec::LlmModelConfig llm_config;
+  LlmConfig llm_config;
   llm_config.hidden = 64;
   llm_config.layers = 2;
   llm_config.heads = 4;

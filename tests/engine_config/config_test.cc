@@ -1,6 +1,6 @@
-// Tests for engine/config.cc: every accepted key lands in Config, every rejection is
+// Tests for engine_config/config.cc: every accepted key lands in Config, every rejection is
 // InvalidArgument with the key path and the reason.
-#include "engine/config.h"
+#include "engine_config/config.h"
 
 #include <cstdio>
 #include <fstream>

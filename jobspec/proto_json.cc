@@ -1,15 +1,10 @@
-#include "jobspec/strict_json.h"
+#include "jobspec/proto_json.h"
 
-#include <cmath>
 #include <cstdint>
-#include <functional>
 #include <limits>
-#include <optional>
-#include <set>
-#include <utility>
+#include <string_view>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/strict_json.h"
@@ -24,72 +19,18 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::OneofDescriptor;
 
 using internal::JoinPath;
-using internal::Sv;
 
 template <typename... Args>
 absl::Status Error(std::string_view path, const Args&... what) {
   return internal::PathError(path, what...);
 }
 
-
-// An integer as proto3 JSON writes one: a JSON integer, an integral float (1e3), or a decimal
-// string. `negative` tells which of the two values holds it.
-struct Integer {
-  bool negative = false;
-  int64_t as_signed = 0;     // when negative
-  uint64_t as_unsigned = 0;  // when not negative
-};
-
-std::optional<Integer> ReadInteger(const json& value) {
-  Integer out;
-  if (value.is_number_unsigned()) {
-    out.as_unsigned = value.get<uint64_t>();
-    return out;
-  }
-  if (value.is_number_integer()) {
-    int64_t x = value.get<int64_t>();
-    out.negative = x < 0;
-    if (out.negative) {
-      out.as_signed = x;
-    } else {
-      out.as_unsigned = static_cast<uint64_t>(x);
-    }
-    return out;
-  }
-  if (value.is_number_float()) {
-    double x = value.get<double>();
-    if (!std::isfinite(x) || std::trunc(x) != x) return std::nullopt;
-    // 2^63 and 2^64 are exact doubles; the bounds below keep the casts defined.
-    if (x < 0) {
-      if (x < -9223372036854775808.0) return std::nullopt;
-      out.negative = true;
-      out.as_signed = static_cast<int64_t>(x);
-    } else {
-      if (x >= 18446744073709551616.0) return std::nullopt;
-      out.as_unsigned = static_cast<uint64_t>(x);
-    }
-    return out;
-  }
-  if (value.is_string()) {
-    const std::string& s = value.get_ref<const std::string&>();
-    if (!s.empty() && s[0] == '-') {
-      if (!absl::SimpleAtoi(s, &out.as_signed)) return std::nullopt;
-      out.negative = out.as_signed < 0;
-      if (!out.negative) out.as_unsigned = 0;  // "-0"
-      return out;
-    }
-    if (s.empty() || s[0] < '0' || s[0] > '9' || !absl::SimpleAtoi(s, &out.as_unsigned)) {
-      return std::nullopt;
-    }
-    return out;
-  }
-  return std::nullopt;
-}
-
 absl::Status CheckInteger(const json& value, const FieldDescriptor& field,
                           const std::string& path) {
-  std::optional<Integer> integer = ReadInteger(value);
-  if (!integer) return Error(path, "must be an integer, got ", DescribeJsonValue(value));
+  const JsonInteger integer = ReadJsonInteger(value, JsonIntegerStrings::kAccept);
+  if (integer.kind != JsonInteger::Kind::kInteger) {
+    return Error(path, "must be an integer, got ", DescribeJsonValue(value));
+  }
   int64_t min = 0;
   uint64_t max = 0;
   switch (field.cpp_type()) {
@@ -108,8 +49,7 @@ absl::Status CheckInteger(const json& value, const FieldDescriptor& field,
       max = std::numeric_limits<uint64_t>::max();
       break;
   }
-  bool in_range = integer->negative ? integer->as_signed >= min : integer->as_unsigned <= max;
-  if (!in_range) {
+  if (!integer.InRange(min, max)) {
     return Error(path, "must be an integer in [", min, ", ", max, "], got ",
                  DescribeJsonValue(value));
   }
@@ -227,34 +167,9 @@ absl::Status CheckMessage(const json& value, const Descriptor& descriptor,
 
 }  // namespace
 
-absl::StatusOr<json> ParseJsonStrict(std::string_view text) { return tandem::ParseJsonStrict(text); }
-
 absl::Status CheckJsonAgainstMessage(const json& value, const Descriptor& descriptor,
                                      const std::string& path) {
   return CheckMessage(value, descriptor, path);
-}
-
-std::string DescribeJsonValue(const json& value) {
-  constexpr size_t kMaxShown = 60;
-  switch (value.type()) {
-    case json::value_t::string: {
-      std::string shown = value.dump();
-      if (shown.size() > kMaxShown) shown = absl::StrCat(shown.substr(0, kMaxShown), "...\"");
-      return absl::StrCat("string ", shown);
-    }
-    case json::value_t::boolean:
-      return absl::StrCat("boolean ", value.dump());
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-    case json::value_t::number_float:
-      return absl::StrCat("number ", value.dump());
-    case json::value_t::null:
-      return "null";
-    case json::value_t::array:
-      return "array";
-    default:
-      return "object";
-  }
 }
 
 }  // namespace tandem::jobspec

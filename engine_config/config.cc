@@ -1,32 +1,33 @@
 // Strict parser for the engine's DeepSpeed-style configuration. The accepted keys, their defaults
-// and the reasons for every rejection are listed in engine/CONFIG.md; keep the two in step.
-#include "engine/config.h"
+// and the reasons for every rejection are listed in engine_config/CONFIG.md; keep the two in step.
+#include "engine_config/config.h"
 
-#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <limits>
 #include <memory>
-#include <set>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "common/strict_json.h"
+#include "engine_config/object_reader.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::engine {
 namespace {
 
 using json = nlohmann::json;
-using Keys = absl::Span<const std::string_view>;
+using internal::Bound;
+using internal::Contains;
+using internal::Error;
+using internal::Keys;
+using internal::ObjectReader;
+using internal::Quoted;
+using internal::Sv;
 
 // The keys each object may hold; anything else is an "unknown key" error.
 constexpr std::string_view kTopLevelKeys[] = {"train_batch_size",
@@ -96,136 +97,6 @@ constexpr std::string_view kDataTypesKeys[] = {"grad_accum_dtype"};
 constexpr std::string_view kAutocastKeys[] = {"enabled", "dtype", "lower_precision_safe_modules"};
 constexpr std::string_view kTandemKeys[] = {"bf16_update", "gradient_reduction",
                                             "collective_timeout_s"};
-
-bool Contains(Keys keys, std::string_view key) {
-  return std::find(keys.begin(), keys.end(), key) != keys.end();
-}
-
-// This Abseil's string_view is its own type, so std::string_view goes through this into StrCat.
-absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-
-template <typename... Args>
-absl::Status Error(std::string_view path, const Args&... what) {
-  return absl::InvalidArgumentError(absl::StrCat(Sv(path), ": ", what...));
-}
-
-std::string Quoted(std::string_view s) { return absl::StrCat("\"", Sv(s), "\""); }
-
-// "got string \"x\"" / "got number" / ...: the second half of a type error.
-std::string Got(const json& v) {
-  if (v.is_string()) {
-    const std::string& s = v.get_ref<const std::string&>();
-    if (s == "auto") {
-      return "got string \"auto\" (a Hugging Face Trainer placeholder; write the value itself)";
-    }
-    return absl::StrCat("got string ", Quoted(s));
-  }
-  if (v.is_boolean()) return "got boolean";
-  if (v.is_number()) return "got number";
-  if (v.is_null()) return "got null";
-  if (v.is_array()) return "got array";
-  return "got object";
-}
-
-enum class Bound { kAny, kNonNegative, kPositive };
-
-// One JSON object of the document: checks its key set once, then reads typed values. A key that is
-// absent leaves the output untouched, so the struct's defaults stand.
-class ObjectReader {
- public:
-  // `path` names the object itself, `child_prefix` is put in front of its keys.
-  static absl::StatusOr<ObjectReader> Open(const json& value, std::string path,
-                                           std::string child_prefix, Keys known) {
-    if (!value.is_object()) return Error(path, "must be an object, ", Got(value));
-    for (const auto& item : value.items()) {
-      if (!Contains(known, item.key())) {
-        return Error(absl::StrCat(child_prefix, item.key()), "unknown key");
-      }
-    }
-    return ObjectReader(value, std::move(child_prefix));
-  }
-
-  // Opens the object under `key` of this one. REQUIRES: Has(key).
-  absl::StatusOr<ObjectReader> Child(std::string_view key, Keys known) const {
-    std::string path = PathOf(key);
-    std::string prefix = absl::StrCat(path, ".");
-    return Open(*Find(key), std::move(path), std::move(prefix), known);
-  }
-
-  const json* Find(std::string_view key) const {
-    auto it = value_->find(key);
-    return it == value_->end() ? nullptr : &*it;
-  }
-  bool Has(std::string_view key) const { return Find(key) != nullptr; }
-  std::string PathOf(std::string_view key) const { return absl::StrCat(child_prefix_, Sv(key)); }
-
-  absl::Status Bool(std::string_view key, bool* out) const {
-    const json* v = Find(key);
-    if (v == nullptr) return absl::OkStatus();
-    if (!v->is_boolean()) return Error(PathOf(key), "must be a boolean, ", Got(*v));
-    *out = v->get<bool>();
-    return absl::OkStatus();
-  }
-
-  absl::Status String(std::string_view key, std::string* out) const {
-    const json* v = Find(key);
-    if (v == nullptr) return absl::OkStatus();
-    if (!v->is_string()) return Error(PathOf(key), "must be a string, ", Got(*v));
-    *out = v->get<std::string>();
-    return absl::OkStatus();
-  }
-
-  absl::Status Number(std::string_view key, Bound bound, double* out) const {
-    const json* v = Find(key);
-    if (v == nullptr) return absl::OkStatus();
-    if (!v->is_number()) return Error(PathOf(key), "must be a number, ", Got(*v));
-    double x = v->get<double>();
-    if (!std::isfinite(x)) return Error(PathOf(key), "must be finite, got ", x);
-    if (bound == Bound::kNonNegative && x < 0) return Error(PathOf(key), "must be >= 0, got ", x);
-    if (bound == Bound::kPositive && x <= 0) return Error(PathOf(key), "must be > 0, got ", x);
-    *out = x;
-    return absl::OkStatus();
-  }
-
-  // Integers may be written as integral floats ("reduce_bucket_size": 5e8), as DeepSpeed allows.
-  absl::Status Int(std::string_view key, int64_t min, int64_t* out) const {
-    const json* v = Find(key);
-    if (v == nullptr) return absl::OkStatus();
-    std::string path = PathOf(key);
-    int64_t x = 0;
-    if (v->is_number_integer() && !v->is_number_unsigned()) {
-      x = v->get<int64_t>();
-    } else if (v->is_number_unsigned()) {
-      uint64_t u = v->get<uint64_t>();
-      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return Error(path, "out of range, got ", u);
-      }
-      x = static_cast<int64_t>(u);
-    } else if (v->is_number_float()) {
-      double d = v->get<double>();
-      if (!std::isfinite(d) || d != std::floor(d)) {
-        return Error(path, "must be an integer, got ", d);
-      }
-      // 2^63 is exactly representable; anything at or above it does not fit.
-      if (d >= 9223372036854775808.0 || d < -9223372036854775808.0) {
-        return Error(path, "out of range, got ", d);
-      }
-      x = static_cast<int64_t>(d);
-    } else {
-      return Error(path, "must be an integer, ", Got(*v));
-    }
-    if (x < min) return Error(path, "must be >= ", min, ", got ", x);
-    *out = x;
-    return absl::OkStatus();
-  }
-
- private:
-  ObjectReader(const json& value, std::string child_prefix)
-      : value_(&value), child_prefix_(std::move(child_prefix)) {}
-
-  const json* value_;
-  std::string child_prefix_;
-};
 
 absl::Status ParseOptimizer(const ObjectReader& root, OptimizerConfig* out) {
   ASSIGN_OR_RETURN(ObjectReader opt, root.Child("optimizer", kOptimizerKeys));

@@ -4,7 +4,8 @@
 // is an InvalidArgument error whose message starts with the key path, e.g.
 //   "zero_optimization.stage: must be 0..3, got 4".
 // A user's ds_config.json for the features Tandem supports parses unchanged. Tandem's own extensions
-// live under the "tandem" key. Every key, its default and its meaning is listed in engine/CONFIG.md.
+// live under the "tandem" key. Every key, its default and its meaning is listed in
+// engine_config/CONFIG.md.
 #pragma once
 
 #include <cstdint>

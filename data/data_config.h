@@ -1,0 +1,33 @@
+// Which dataset a job trains on, as plain C++ values: the input of OpenDatasets (data/dataset.h).
+// A job spec resolves into it (jobspec::JobConfig::data); tests fill it directly.
+//
+// Plain C++: neither LibTorch nor protobuf, so the job spec's torch-free code can hold it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tandem::data {
+
+// Procedural coloured shapes with captions ("a small red circle at the top left"); data/shapes.h.
+struct ShapesConfig {
+  uint64_t seed = 0;             // same seed, same images and captions
+  int64_t train_samples = 4096;
+  int64_t eval_samples = 256;    // held out: disjoint from the training samples
+};
+
+// One {"image": "path", "text": "caption"} object per line; image paths relative to the jsonl file.
+struct JsonlConfig {
+  std::string train_path;        // absolute, or relative to the job spec file
+  std::string eval_path;         // optional ("" = no held-out set unless eval_fraction > 0)
+};
+
+struct DataConfig {
+  enum class Kind { kShapes, kJsonl };
+  Kind kind = Kind::kShapes;
+  ShapesConfig shapes;
+  JsonlConfig jsonl;
+  int64_t max_text_tokens = 16;  // caption tokens incl. <bos>/<eos>; longer captions are an error
+};
+
+}  // namespace tandem::data
