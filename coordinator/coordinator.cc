@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "coordinator/job_record_proto.h"
 #include "jobspec/job_spec.h"
 #include "jobspec/job_spec_proto.h"
 #include "rundir/checkpoint_dir.h"
@@ -18,25 +19,6 @@ double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 }  // namespace
-
-v1::Job ToProto(const JobRecord& job) {
-  v1::Job out;
-  out.set_job_id(job.id);
-  out.set_name(job.name);
-  out.set_state(static_cast<v1::JobState>(job.state));
-  out.set_message(job.message);
-  out.set_run_dir(job.run_dir);
-  out.set_step(job.step);
-  out.set_steps(job.steps);
-  out.set_loss(job.loss);
-  out.set_submitted_at(job.submitted_at);
-  out.set_started_at(job.started_at);
-  out.set_ended_at(job.ended_at);
-  out.set_spec_json(job.spec_json);
-  out.set_summary_json(job.summary_json);
-  out.set_restarts(job.restarts);
-  return out;
-}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const CoordinatorOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.state_dir));

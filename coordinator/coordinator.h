@@ -86,7 +86,4 @@ class Coordinator {
   std::thread monitor_;
 };
 
-// The proto view of a stored job (with its actors while it runs).
-v1::Job ToProto(const JobRecord& job);
-
 }  // namespace tandem::coordinator

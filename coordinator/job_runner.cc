@@ -16,7 +16,7 @@
 #include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "coordinator/coordinator.h"
+#include "coordinator/job_record_proto.h"
 #include "coordinator/laggards.h"
 #include "jobspec/job_spec.h"
 #include "proto/tandem/v1/actor.grpc.pb.h"
