@@ -20,7 +20,8 @@ double UnixNow() {
 }
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const CoordinatorOptions& options) {
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
+    const CoordinatorOptions& options, std::unique_ptr<ActorClientFactory> actors) {
   ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.state_dir));
   // A job that was running when the coordinator stopped resumes from its last complete checkpoint
   // once actors of its pools are free (they re-register when their heartbeats are not known here).
@@ -35,13 +36,18 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
     RETURN_IF_ERROR(store->UpdateJob(job));
     RETURN_IF_ERROR(store->AppendEvent(job.id, absl::StrCat("RESTARTING: ", job.message)).status());
   }
-  std::unique_ptr<Coordinator> coordinator(new Coordinator(options, std::move(store)));
+  std::unique_ptr<Coordinator> coordinator(
+      new Coordinator(options, std::move(store), std::move(actors)));
   coordinator->monitor_ = std::thread([c = coordinator.get()] { c->Monitor(); });
   return coordinator;
 }
 
-Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store)
-    : options_(options), store_(std::move(store)), registry_(options.heartbeat_timeout) {}
+Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store,
+                         std::unique_ptr<ActorClientFactory> actors)
+    : options_(options),
+      store_(std::move(store)),
+      actors_(std::move(actors)),
+      registry_(options.heartbeat_timeout) {}
 
 Coordinator::~Coordinator() {
   {
@@ -199,7 +205,8 @@ void Coordinator::Schedule() {
     }
     auto runner = std::make_unique<JobRunner>(job, (*actors)[0], (*actors)[1], store_.get(),
                                               &feeds_, &rendezvous_, &registry_, &metrics_,
-                                              options_.runner, [this](const std::string& id) {
+                                              actors_.get(), options_.runner,
+                                              [this](const std::string& id) {
                                                 {
                                                   std::lock_guard<std::mutex> lock(mu_);
                                                   finished_.push_back(id);
