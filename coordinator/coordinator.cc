@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "coordinator/job_record_proto.h"
 #include "jobspec/job_spec.h"
 #include "jobspec/job_spec_proto.h"
 #include "rundir/checkpoint_dir.h"
@@ -19,26 +20,8 @@ double UnixNow() {
 }
 }  // namespace
 
-v1::Job ToProto(const JobRecord& job) {
-  v1::Job out;
-  out.set_job_id(job.id);
-  out.set_name(job.name);
-  out.set_state(static_cast<v1::JobState>(job.state));
-  out.set_message(job.message);
-  out.set_run_dir(job.run_dir);
-  out.set_step(job.step);
-  out.set_steps(job.steps);
-  out.set_loss(job.loss);
-  out.set_submitted_at(job.submitted_at);
-  out.set_started_at(job.started_at);
-  out.set_ended_at(job.ended_at);
-  out.set_spec_json(job.spec_json);
-  out.set_summary_json(job.summary_json);
-  out.set_restarts(job.restarts);
-  return out;
-}
-
-absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const CoordinatorOptions& options) {
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
+    const CoordinatorOptions& options, std::unique_ptr<ActorClientFactory> actors) {
   ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.state_dir));
   // A job that was running when the coordinator stopped resumes from its last complete checkpoint
   // once actors of its pools are free (they re-register when their heartbeats are not known here).
@@ -53,13 +36,18 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
     RETURN_IF_ERROR(store->UpdateJob(job));
     RETURN_IF_ERROR(store->AppendEvent(job.id, absl::StrCat("RESTARTING: ", job.message)).status());
   }
-  std::unique_ptr<Coordinator> coordinator(new Coordinator(options, std::move(store)));
+  std::unique_ptr<Coordinator> coordinator(
+      new Coordinator(options, std::move(store), std::move(actors)));
   coordinator->monitor_ = std::thread([c = coordinator.get()] { c->Monitor(); });
   return coordinator;
 }
 
-Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store)
-    : options_(options), store_(std::move(store)), registry_(options.heartbeat_timeout) {}
+Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store,
+                         std::unique_ptr<ActorClientFactory> actors)
+    : options_(options),
+      store_(std::move(store)),
+      actors_(std::move(actors)),
+      registry_(options.heartbeat_timeout) {}
 
 Coordinator::~Coordinator() {
   {
@@ -217,7 +205,8 @@ void Coordinator::Schedule() {
     }
     auto runner = std::make_unique<JobRunner>(job, (*actors)[0], (*actors)[1], store_.get(),
                                               &feeds_, &rendezvous_, &registry_, &metrics_,
-                                              options_.runner, [this](const std::string& id) {
+                                              actors_.get(), options_.runner,
+                                              [this](const std::string& id) {
                                                 {
                                                   std::lock_guard<std::mutex> lock(mu_);
                                                   finished_.push_back(id);

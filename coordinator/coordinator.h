@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/actor_client.h"
 #include "coordinator/job_feed.h"
 #include "coordinator/job_runner.h"
 #include "coordinator/job_store.h"
@@ -44,7 +45,9 @@ struct CoordinatorOptions {
 
 class Coordinator {
  public:
-  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(const CoordinatorOptions& options);
+  // `actors` reaches the actors for every job's runner (grpc_actor_client.h in the server).
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
+      const CoordinatorOptions& options, std::unique_ptr<ActorClientFactory> actors);
   ~Coordinator();  // cancels running jobs and joins their runners
 
   Registry& registry() { return registry_; }
@@ -68,12 +71,14 @@ class Coordinator {
   void ReportActorExit(const std::string& address, const std::string& description);
 
  private:
-  explicit Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store);
+  Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store,
+              std::unique_ptr<ActorClientFactory> actors);
   void Monitor();  // liveness and cleanup, on its own thread
   void Finish(const JobRecord& job);  // a queued job ended without running
 
   CoordinatorOptions options_;
   std::unique_ptr<JobStore> store_;
+  const std::unique_ptr<ActorClientFactory> actors_;
   Registry registry_;
   MemoryStore rendezvous_;
   JobFeeds feeds_;
@@ -85,8 +90,5 @@ class Coordinator {
   std::vector<std::string> finished_;                          // runners to join
   std::thread monitor_;
 };
-
-// The proto view of a stored job (with its actors while it runs).
-v1::Job ToProto(const JobRecord& job);
 
 }  // namespace tandem::coordinator

@@ -10,6 +10,7 @@
 #include "common/logging.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/grpc_actor_client.h"
 #include "coordinator/metrics_http.h"
 #include "rpc/channel.h"
 
@@ -28,7 +29,9 @@ int RunCoordinator(const CoordinatorServerOptions& options) {
   core.heartbeat_interval = std::max(std::chrono::milliseconds(50), options.heartbeat_timeout / 5);
   core.runner.command_timeout = options.command_timeout;
   core.runner.hold_dir = options.hold_dir;
-  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator = Coordinator::Create(core);
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator = Coordinator::Create(
+      core, std::make_unique<GrpcActorClientFactory>(
+                GrpcActorClientOptions::ForCommandTimeout(options.command_timeout)));
   if (!coordinator.ok()) {
     std::fprintf(stderr, "tandem coordinator: %s\n", std::string(coordinator.status().message()).c_str());
     return 1;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/job_record_proto.h"
 #include "jobspec/job_spec.h"
 #include "rpc/security.h"
 #include "rpc/status.h"

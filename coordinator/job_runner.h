@@ -3,7 +3,15 @@
 // them at once and waits for all answers, so the two groups meet only through their own data
 // dependencies inside a step. It writes the run directory (job.json, metrics.jsonl, loss.svg,
 // summary.json; the actors write tokenizer.json, checkpoints and weights into the same directory)
-// and the job's state, events and progress into the job store. It never handles tensor bytes.
+// and the job's state, events and progress into the job store. It never handles tensor bytes. It
+// reaches the actors through ActorClients (actor_client.h) from the factory it is given, and
+// decides what to do between steps with rundir::RunLoop (rundir/run_loop.h), as the colocated
+// trainer does.
+//
+// An attempt, in order (job_runner_attempt.cc): the run directory (job.json); the resume point
+// (the last complete checkpoint; metrics.jsonl cut back to it); AssignJob on every member; segments
+// of steps, each ending where the run loop evaluates or checkpoints (or a hold file holds the job);
+// the final export and summary.json.
 //
 // A failed command (an actor's error, a dead actor, a deadline) ends the attempt with a message
 // naming the actor, its role and rank; every actor is then released. When an actor was lost (it
@@ -31,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "coordinator/actor_client.h"
 #include "coordinator/job_feed.h"
 #include "coordinator/job_store.h"
 #include "coordinator/memory_store.h"
@@ -39,15 +48,11 @@
 #include "coordinator/step_hold.h"
 #include "rundir/summary.h"
 
-namespace tandem::v1 {
-class RunStepResponse;
-}  // namespace tandem::v1
-
 namespace tandem::coordinator {
 
 struct RunnerOptions {
-  // Deadline of each command beyond its own waits: actors get `command_timeout` for every transfer
-  // and collective, and the coordinator waits that long plus a margin for an answer.
+  // What actors are told (AssignJob) to allow each of their transfers and collectives. The actor
+  // clients wait that long plus a margin for an answer (GrpcActorClientOptions::ForCommandTimeout).
   std::chrono::milliseconds command_timeout{300000};
   // Testing only: the directory of hold files (coordinator/step_hold.h); "" holds no job.
   std::string hold_dir;
@@ -56,10 +61,10 @@ struct RunnerOptions {
 class JobRunner {
  public:
   // `done` runs on the runner's thread once the job reached a final state and its actors were
-  // freed.
+  // freed. The collaborators must outlive the runner; `actors` gives a client per member at once.
   JobRunner(JobRecord job, std::vector<ActorEntry> vision, std::vector<ActorEntry> llm,
             JobStore* store, JobFeeds* feeds, MemoryStore* rendezvous, Registry* registry,
-            Metrics* metrics, RunnerOptions options,
+            Metrics* metrics, ActorClientFactory* actors, RunnerOptions options,
             std::function<void(const std::string& job_id)> done);
   ~JobRunner();  // joins the thread
 
@@ -72,14 +77,44 @@ class JobRunner {
   const std::string& job_id() const { return job_.id; }
 
  private:
-  struct Member;
+  // One actor of the job and its place in the job's groups.
+  struct Member {
+    ActorEntry actor;
+    ActorRole role = ActorRole::kVision;
+    int rank = 0;
+    std::unique_ptr<ActorClient> client;
+    // "vision-1 (vision rank 0, 127.0.0.1:7101)": how every message names the member.
+    std::string Name() const;
+  };
+  struct Attempt;  // one attempt's spec, run loop, metrics log and clocks
+  using StepAnswers = std::vector<ActorStepReply>;  // one per member, in member order
+
+  // `status` with "<what>: " before its message; OK stays OK. Names the command that failed.
+  static absl::Status Described(const absl::Status& status, const std::string& what);
+
   // The ranks a timed-out collective waited for, from the members' last heartbeats ("" if none).
   std::string Laggards() const;
   void Run();
+  // Runs the attempt (job_runner_attempt.cc) with the steps below.
   absl::Status Execute();
+  // Parses the spec, prepares the run directory (job.json) and finds the attempt's resume point:
+  // the job's own last complete checkpoint, else the spec's resume_from. Opens metrics.jsonl cut
+  // back to that step and records the job's step there.
+  absl::StatusOr<std::unique_ptr<Attempt>> StartAttempt();
+  // Checks that the run directory is absolute and creates it with its checkpoints/.
+  absl::Status CreateRunDir();
   // Assigns every member; each loads `resume_from` when it is set and must report `resume_step`.
   absl::Status AssignAll(rundir::RunSummary* summary, const std::string& resume_from,
                          int64_t resume_step);
+  // The steps after the resume point, in segments between evaluations and checkpoints.
+  absl::Status TrainSegments(Attempt& attempt);
+  // One step's answers: its metrics record, progress, feed update and plot.
+  absl::Status RecordStep(Attempt& attempt, int64_t step, const StepAnswers& answers);
+  absl::Status EvaluateAll(Attempt& attempt, int64_t step);
+  absl::Status CheckpointAll(Attempt& attempt, int64_t step);
+  // The final export of both groups' weights, then summary.json.
+  absl::Status Finish(Attempt& attempt);
+
   // Sends one command to every member at once (call(i, members_[i])); the root-cause error, naming
   // its member, is returned.
   absl::Status ForAll(const char* what, const std::function<absl::Status(size_t, Member&)>& call);
@@ -89,7 +124,6 @@ class JobRunner {
   // gets each step's answers, in step order, once every member answered it. The first failure stops
   // the others at once (their actors are released) and is returned as the root cause, naming its
   // member.
-  using StepAnswers = std::vector<v1::RunStepResponse>;
   absl::Status RunSteps(
       int64_t first, int64_t last,
       const std::function<absl::Status(int64_t step, const StepAnswers&)>& on_step);
@@ -105,7 +139,8 @@ class JobRunner {
   void ReleaseAll(const std::string& reason);
 
   JobRecord job_;
-  std::vector<std::unique_ptr<Member>> members_;  // vision ranks, then LLM ranks
+  // Vision ranks, then LLM ranks; fixed by the constructor (read from any thread).
+  std::vector<std::unique_ptr<Member>> members_;
   JobStore* store_;
   JobFeeds* feeds_;
   MemoryStore* rendezvous_;

@@ -6,26 +6,20 @@
 //   jobs(number, id, <JobRecord fields>, last_event)  last_event: the job's last event sequence
 //   job_events(job_id, sequence, time, text)          keyed by (job_id, sequence)
 //
-// Errors name what was being done and the database path, followed by SQLite's message. Codes: a
-// file that is not a database or not Tandem's -> FailedPrecondition, corruption -> DataLoss, busy
-// -> Unavailable, open and I/O errors -> the errno's code.
+// Errors name what was being done and the database path, followed by SQLite's message (the codes
+// are coordinator/sqlite.h's); a file that is not Tandem's -> FailedPrecondition.
 #include "coordinator/job_store.h"
 
-#include <sqlite3.h>
-
 #include <chrono>
-#include <cmath>
 #include <filesystem>
-#include <limits>
 #include <optional>
-#include <unordered_map>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "coordinator/sqlite.h"
 
 namespace tandem::coordinator {
 namespace {
@@ -37,9 +31,6 @@ constexpr char kUpgradeFromVersion1[] = R"sql(
 ALTER TABLE jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;
 UPDATE tandem_schema SET version = 2;
 )sql";
-
-// How long a statement waits for a lock another process (the sqlite3 shell) holds before failing.
-constexpr int kBusyTimeoutMs = 5000;
 
 constexpr char kCreateSchema[] = R"sql(
 CREATE TABLE tandem_schema (version INTEGER NOT NULL);
@@ -109,8 +100,6 @@ constexpr char kInsertEvent[] =
 constexpr char kListEvents[] =
     "SELECT sequence, time, text FROM job_events WHERE job_id = ?1 AND sequence > ?2 "
     "ORDER BY sequence";
-constexpr char kBegin[] = "BEGIN IMMEDIATE";
-constexpr char kCommit[] = "COMMIT";
 
 // Unix seconds.
 double Now() {
@@ -123,113 +112,6 @@ bool IsKnownState(int64_t state) {
   return state >= static_cast<int64_t>(JobState::kQueued) &&
          state <= static_cast<int64_t>(JobState::kRestarting);
 }
-
-absl::StatusCode CodeOf(int result) {
-  switch (result & 0xff) {
-    case SQLITE_NOTADB:
-      return absl::StatusCode::kFailedPrecondition;
-    case SQLITE_CORRUPT:
-      return absl::StatusCode::kDataLoss;
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-      return absl::StatusCode::kUnavailable;
-    case SQLITE_PERM:
-    case SQLITE_READONLY:
-    case SQLITE_AUTH:
-      return absl::StatusCode::kPermissionDenied;
-    case SQLITE_FULL:
-      return absl::StatusCode::kResourceExhausted;
-    case SQLITE_TOOBIG:
-      return absl::StatusCode::kInvalidArgument;
-    default:
-      return absl::StatusCode::kInternal;
-  }
-}
-
-// "<what>: <SQLite's message>"; the errno's code (and strerror) when a system call failed.
-absl::Status SqliteError(sqlite3* db, int result, absl::string_view what) {
-  const bool detailed = db != nullptr && sqlite3_extended_errcode(db) == result;
-  const std::string message =
-      absl::StrCat(what, ": ", detailed ? sqlite3_errmsg(db) : sqlite3_errstr(result));
-  const int primary = result & 0xff;
-  const int system_errno = db != nullptr ? sqlite3_system_errno(db) : 0;
-  if ((primary == SQLITE_CANTOPEN || primary == SQLITE_IOERR) && system_errno != 0) {
-    return absl::ErrnoToStatus(system_errno, message);
-  }
-  return absl::Status(CodeOf(result), message);
-}
-
-// A prepared statement on loan from a SqliteConnection's cache: bind, step, read columns. Resets
-// the statement and clears its bindings when it goes away, which also ends a write (an UPDATE ...
-// RETURNING) before its transaction commits.
-class Statement {
- public:
-  explicit Statement(sqlite3_stmt* statement) : statement_(statement) {}
-  Statement(Statement&& other) noexcept
-      : statement_(std::exchange(other.statement_, nullptr)), bind_result_(other.bind_result_) {}
-  Statement& operator=(Statement&&) = delete;
-  ~Statement() {
-    if (statement_ == nullptr) return;
-    sqlite3_reset(statement_);
-    sqlite3_clear_bindings(statement_);
-  }
-
-  // Parameters are numbered from 1. A failure shows up in the next Next or Run.
-  Statement& BindInt(int index, int64_t value) {
-    return Check(sqlite3_bind_int64(statement_, index, value));
-  }
-  Statement& BindReal(int index, double value) {
-    // SQLite turns NaN into NULL; say so explicitly, and ReadReal turns it back.
-    if (std::isnan(value)) return Check(sqlite3_bind_null(statement_, index));
-    return Check(sqlite3_bind_double(statement_, index, value));
-  }
-  Statement& BindText(int index, const std::string& value) {
-    return Check(sqlite3_bind_text64(statement_, index, value.data(), value.size(),
-                                     SQLITE_TRANSIENT, SQLITE_UTF8));
-  }
-
-  // Steps to the next row: true when there is one, false when the statement is done.
-  absl::StatusOr<bool> Next(absl::string_view what) {
-    if (bind_result_ != SQLITE_OK) return SqliteError(db(), bind_result_, what);
-    const int result = sqlite3_step(statement_);
-    if (result == SQLITE_ROW) return true;
-    if (result == SQLITE_DONE) return false;
-    return SqliteError(db(), result, what);
-  }
-
-  // Runs a statement that returns no rows.
-  absl::Status Run(absl::string_view what) { return Next(what).status(); }
-
-  // Column 0 of the first row; nullopt when there is no row or it is NULL.
-  absl::StatusOr<std::optional<int64_t>> FirstInt(absl::string_view what) {
-    ASSIGN_OR_RETURN(const bool row, Next(what));
-    if (!row || sqlite3_column_type(statement_, 0) == SQLITE_NULL) return std::nullopt;
-    return ReadInt(0);
-  }
-
-  int64_t ReadInt(int column) const { return sqlite3_column_int64(statement_, column); }
-  double ReadReal(int column) const {
-    if (sqlite3_column_type(statement_, column) == SQLITE_NULL) {
-      return std::numeric_limits<double>::quiet_NaN();
-    }
-    return sqlite3_column_double(statement_, column);
-  }
-  std::string ReadText(int column) const {
-    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(statement_, column));
-    if (text == nullptr) return "";
-    return std::string(text, static_cast<size_t>(sqlite3_column_bytes(statement_, column)));
-  }
-
- private:
-  Statement& Check(int result) {
-    if (result != SQLITE_OK && bind_result_ == SQLITE_OK) bind_result_ = result;
-    return *this;
-  }
-  sqlite3* db() const { return sqlite3_db_handle(statement_); }
-
-  sqlite3_stmt* statement_;
-  int bind_result_ = SQLITE_OK;
-};
 
 // Binds ?1 (id) ... ?17 in the order of TANDEM_JOB_FIELDS.
 void BindJob(const JobRecord& record, Statement& statement) {
@@ -289,91 +171,6 @@ absl::Status CheckState(const JobRecord& record, absl::string_view what) {
 absl::Status NoSuchJob(const std::string& id, const std::string& path) {
   return absl::NotFoundError(absl::StrCat("no job ", id, " in ", path));
 }
-
-}  // namespace
-
-// One SQLite connection with a cache of prepared statements. Not thread-safe: JobStore's mutex
-// guards it.
-class SqliteConnection {
- public:
-  // Opens (or creates) the database file; reads and writes nothing yet.
-  static absl::StatusOr<std::unique_ptr<SqliteConnection>> Open(const std::string& path,
-                                                                absl::string_view what) {
-    sqlite3* db = nullptr;
-    const int result =
-        sqlite3_open_v2(path.c_str(), &db,
-                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
-    // SQLite hands out a handle even when opening fails; the connection closes it either way.
-    std::unique_ptr<SqliteConnection> connection(new SqliteConnection(db));
-    if (result != SQLITE_OK) return SqliteError(db, result, what);
-    sqlite3_extended_result_codes(db, 1);
-    sqlite3_busy_timeout(db, kBusyTimeoutMs);
-    return connection;
-  }
-
-  ~SqliteConnection() {
-    for (auto& [sql, statement] : statements_) sqlite3_finalize(statement);
-    sqlite3_close_v2(db_);
-  }
-
-  // The cached statement for `sql`, a constant of this file (the cache is keyed by its address).
-  // Each statement is on loan to one Statement at a time.
-  absl::StatusOr<Statement> Prepare(const char* sql, absl::string_view what) {
-    sqlite3_stmt*& statement = statements_[sql];
-    if (statement == nullptr) {
-      const int result =
-          sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &statement, nullptr);
-      if (result != SQLITE_OK) {
-        statements_.erase(sql);
-        return SqliteError(db_, result, what);
-      }
-    }
-    return Statement(statement);
-  }
-
-  // Runs a statement with no parameters and no rows.
-  absl::Status Execute(const char* sql, absl::string_view what) {
-    ASSIGN_OR_RETURN(Statement statement, Prepare(sql, what));
-    return statement.Run(what);
-  }
-
-  // Runs several statements once, without caching them (schema creation, pragmas).
-  absl::Status ExecuteScript(const char* sql, absl::string_view what) {
-    const int result = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
-    if (result != SQLITE_OK) return SqliteError(db_, result, what);
-    return absl::OkStatus();
-  }
-
-  // Column 0 of the first row of a query without parameters; nullopt for no row or NULL.
-  absl::StatusOr<std::optional<int64_t>> QueryInt(const char* sql, absl::string_view what) {
-    ASSIGN_OR_RETURN(Statement statement, Prepare(sql, what));
-    return statement.FirstInt(what);
-  }
-
-  // Runs `body` in a write transaction: commits when it returns OK, rolls back otherwise.
-  template <typename Body>
-  absl::Status InTransaction(absl::string_view what, Body body) {
-    RETURN_IF_ERROR(Execute(kBegin, what));
-    absl::Status status = body();
-    if (status.ok()) status = Execute(kCommit, what);
-    if (!status.ok() && !sqlite3_get_autocommit(db_)) {
-      // `status` already says what failed; a failed rollback adds nothing to it.
-      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-    }
-    return status;
-  }
-
-  // Rows changed by the last INSERT, UPDATE or DELETE.
-  int64_t Changes() const { return sqlite3_changes64(db_); }
-
- private:
-  explicit SqliteConnection(sqlite3* db) : db_(db) {}
-
-  sqlite3* const db_;
-  std::unordered_map<const char*, sqlite3_stmt*> statements_;
-};
-
-namespace {
 
 // Reads the file's schema before writing anything, so a file that is not Tandem's stays as it is.
 // Returns the schema version the file holds: 0 when the database is empty (new), else 1 (to be

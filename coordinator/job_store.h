@@ -45,7 +45,7 @@
 
 namespace tandem::coordinator {
 
-class SqliteConnection;  // defined in job_store.cc
+class SqliteConnection;  // coordinator/sqlite.h
 
 enum class JobState {
   kQueued = 1,

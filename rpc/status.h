@@ -16,14 +16,22 @@ inline grpc::Status ToGrpc(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-// `what` names the call ("coordinator 127.0.0.1:7070: SubmitJob"); it starts the message.
-inline absl::Status FromGrpc(const grpc::Status& status, std::string_view what) {
+// The code and message as they are, with " (is it running and reachable?)" after UNAVAILABLE's.
+inline absl::Status FromGrpc(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  std::string message(what);
-  message += ": ";
-  message += status.error_message();
+  std::string message = status.error_message();
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE) message += " (is it running and reachable?)";
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), message);
+}
+
+// `what` names the call ("coordinator 127.0.0.1:7070: SubmitJob"); it starts the message.
+inline absl::Status FromGrpc(const grpc::Status& status, std::string_view what) {
+  absl::Status plain = FromGrpc(status);
+  if (plain.ok()) return plain;
+  std::string message(what);
+  message += ": ";
+  message += std::string_view(plain.message().data(), plain.message().size());
+  return absl::Status(plain.code(), message);
 }
 
 }  // namespace tandem::rpc

@@ -1,0 +1,161 @@
+#include "coordinator/grpc_actor_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "proto/tandem/v1/actor.grpc.pb.h"
+#include "rpc/channel.h"
+#include "rpc/status.h"
+
+namespace tandem::coordinator {
+namespace {
+
+constexpr char kComponent[] = "coordinator";
+constexpr std::chrono::milliseconds kMargin{30000};
+
+class GrpcActorClient final : public ActorClient {
+ public:
+  GrpcActorClient(const std::string& address, std::string name,
+                  const GrpcActorClientOptions& options)
+      : stub_(v1::Actor::NewStub(rpc::MakeChannel(address))),
+        name_(std::move(name)),
+        options_(options) {}
+
+  absl::StatusOr<ActorAssignReply> AssignJob(const ActorAssignment& assignment) override {
+    v1::AssignJobRequest request;
+    request.set_job_id(assignment.job_id);
+    request.set_job_json(assignment.job_json);
+    request.set_spec_dir(assignment.spec_dir);
+    request.set_role(static_cast<v1::Role>(assignment.role));
+    request.set_rank(assignment.rank);
+    request.set_group_size(assignment.group_size);
+    for (const std::string& peer : assignment.peers) request.mutable_peers()->add_addresses(peer);
+    request.set_rendezvous_prefix(assignment.rendezvous_prefix);
+    request.set_run_dir(assignment.run_dir);
+    request.set_timeout_ms(assignment.timeout.count());
+    request.set_threads(assignment.threads);
+    request.set_attempt(assignment.attempt);
+    request.set_resume_from(assignment.resume_from);
+    v1::AssignJobResponse response;
+    for (int attempt = 1;; ++attempt) {
+      const grpc::Status status = stub_->AssignJob(Deadline().get(), request, &response);
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
+          attempt >= options_.assign_attempts || WaitToRetry(assignment.job_id, status)) {
+        RETURN_IF_ERROR(rpc::FromGrpc(status));
+        break;
+      }
+    }
+    ActorAssignReply reply;
+    reply.parameters = response.parameters();
+    reply.vocab_size = response.vocab_size();
+    reply.train_samples = response.train_samples();
+    reply.eval_samples = response.eval_samples();
+    reply.step = response.step();
+    return reply;
+  }
+
+  absl::StatusOr<ActorStepReply> RunStep(const std::string& job_id, int64_t step) override {
+    v1::RunStepRequest request;
+    request.set_job_id(job_id);
+    request.set_step(step);
+    v1::RunStepResponse response;
+    RETURN_IF_ERROR(rpc::FromGrpc(stub_->RunStep(Deadline().get(), request, &response)));
+    ActorStepReply reply;
+    reply.loss = response.loss();
+    reply.grad_norm = response.grad_norm();
+    reply.lr = response.lr();
+    reply.skipped = response.skipped();
+    reply.compute_s = response.compute_s();
+    reply.wait_s = response.wait_s();
+    reply.bytes_sent = response.bytes_sent();
+    return reply;
+  }
+
+  absl::StatusOr<ActorEvalReply> Evaluate(const std::string& job_id, int64_t step) override {
+    v1::EvaluateRequest request;
+    request.set_job_id(job_id);
+    request.set_step(step);
+    v1::EvaluateResponse response;
+    RETURN_IF_ERROR(rpc::FromGrpc(stub_->Evaluate(Deadline().get(), request, &response)));
+    return ActorEvalReply{response.samples(), response.exact(), response.tokens(),
+                          response.correct_tokens()};
+  }
+
+  absl::Status SaveCheckpoint(const std::string& job_id, int64_t step,
+                              const std::string& directory) override {
+    v1::SaveCheckpointRequest request;
+    request.set_job_id(job_id);
+    request.set_step(step);
+    request.set_directory(directory);
+    v1::SaveCheckpointResponse response;
+    return rpc::FromGrpc(stub_->SaveCheckpoint(Deadline().get(), request, &response));
+  }
+
+  absl::Status Export(const std::string& job_id, const std::string& path) override {
+    v1::ExportRequest request;
+    request.set_job_id(job_id);
+    request.set_path(path);
+    v1::ExportResponse response;
+    return rpc::FromGrpc(stub_->Export(Deadline().get(), request, &response));
+  }
+
+  absl::Status Release(const std::string& job_id, const std::string& reason) override {
+    v1::ReleaseRequest request;
+    request.set_job_id(job_id);
+    request.set_reason(reason);
+    v1::ReleaseResponse response;
+    const grpc::Status status = stub_->Release(
+        rpc::ContextWithTimeout(options_.release_deadline).get(), request, &response);
+    // As it is: the runner quotes the channel's message when the actor cannot be reached.
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        status.error_message());
+  }
+
+  void StopRetrying() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+    stop_.notify_all();
+  }
+
+ private:
+  std::unique_ptr<grpc::ClientContext> Deadline() const {
+    return rpc::ContextWithTimeout(options_.command_deadline);
+  }
+
+  // Logs the failed AssignJob and waits to try again; true when StopRetrying ended the retries.
+  bool WaitToRetry(const std::string& job_id, const grpc::Status& status) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopped_) return true;
+    TANDEM_LOG(kWarning, kComponent)
+        << job_id << ": " << name_ << ": " << rpc::FromGrpc(status, "AssignJob").message()
+        << "; trying again in " << options_.assign_retry_delay.count() / 1000.0 << " s";
+    return stop_.wait_for(lock, options_.assign_retry_delay, [&] { return stopped_; });
+  }
+
+  const std::unique_ptr<v1::Actor::Stub> stub_;
+  const std::string name_;
+  const GrpcActorClientOptions options_;
+  std::mutex mu_;
+  std::condition_variable stop_;
+  bool stopped_ = false;  // guarded by mu_
+};
+
+}  // namespace
+
+GrpcActorClientOptions GrpcActorClientOptions::ForCommandTimeout(
+    std::chrono::milliseconds command_timeout) {
+  GrpcActorClientOptions options;
+  options.command_deadline = command_timeout + kMargin;
+  return options;
+}
+
+std::unique_ptr<ActorClient> GrpcActorClientFactory::Connect(const std::string& address,
+                                                             const std::string& name) {
+  return std::make_unique<GrpcActorClient>(address, name, options_);
+}
+
+}  // namespace tandem::coordinator

@@ -1,0 +1,92 @@
+#include "rundir/run_loop.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_format.h"
+
+namespace tandem::rundir {
+namespace {
+
+bool IsMultiple(int64_t step, int64_t every) { return every > 0 && step % every == 0; }
+
+// The first multiple of `every` at or after `step`; no limit when `every` is 0.
+int64_t FirstMultipleFrom(int64_t step, int64_t every) {
+  return every > 0 ? (step + every - 1) / every * every : std::numeric_limits<int64_t>::max();
+}
+
+}  // namespace
+
+double WholeModelGradNorm(double vision_grad_norm, double llm_grad_norm) {
+  return std::hypot(vision_grad_norm, llm_grad_norm);
+}
+
+absl::Status CheckLoss(double loss, int64_t step) {
+  if (std::isfinite(loss)) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrFormat("loss is %f at step %d: training diverged (lower the learning rate or "
+                      "enable gradient_clipping)",
+                      loss, step));
+}
+
+RunLoop::RunLoop(const RunLoopOptions& options, int64_t resume_step)
+    : options_(options), resume_step_(resume_step) {
+  summary_.samples = resume_step * options.global_batch;  // the run's, not only this attempt's
+}
+
+bool RunLoop::ShouldEvaluate(int64_t step) const {
+  return options_.has_eval_set && (IsMultiple(step, options_.eval_every) || IsLast(step));
+}
+
+bool RunLoop::ShouldCheckpoint(int64_t step) const {
+  return IsMultiple(step, options_.checkpoint_every) || IsLast(step);
+}
+
+bool RunLoop::ShouldWritePlot(int64_t step) const {
+  return IsMultiple(step, kPlotEvery) || IsLast(step);
+}
+
+int64_t RunLoop::SegmentEnd(int64_t first) const {
+  const int64_t eval_every = options_.has_eval_set ? options_.eval_every : 0;
+  return std::min({options_.steps, FirstMultipleFrom(first, eval_every),
+                   FirstMultipleFrom(first, options_.checkpoint_every)});
+}
+
+absl::StatusOr<StepRecord> RunLoop::RecordStep(int64_t step, const StepOutcome& outcome,
+                                               double step_seconds, double elapsed_s) {
+  if (absl::Status diverged = CheckLoss(outcome.loss, step); !diverged.ok()) return diverged;
+  StepRecord record;
+  record.step = step;
+  record.loss = outcome.loss;
+  record.lr = outcome.lr;
+  record.vision_lr = outcome.vision_lr;
+  record.vision_grad_norm = outcome.vision_grad_norm;
+  record.llm_grad_norm = outcome.llm_grad_norm;
+  record.grad_norm = WholeModelGradNorm(outcome.vision_grad_norm, outcome.llm_grad_norm);
+  record.samples_per_s = options_.global_batch / std::max(step_seconds, 1e-9);
+  record.elapsed_s = elapsed_s;
+  train_seconds_ += step_seconds;
+  summary_.steps = step;
+  summary_.samples += options_.global_batch;
+  summary_.final_loss = outcome.loss;
+  return record;
+}
+
+void RunLoop::RecordEval(const EvalRecord& eval) {
+  summary_.evaluated = true;
+  summary_.caption_exact_match = eval.caption_exact_match;
+  summary_.token_accuracy = eval.token_accuracy;
+}
+
+void RunLoop::RecordCheckpoint(const std::string& directory) {
+  summary_.last_checkpoint = directory;
+}
+
+const RunSummary& RunLoop::Finish(double elapsed_s) {
+  summary_.elapsed_s = elapsed_s;
+  summary_.samples_per_s = summary_.samples / std::max(train_seconds_, 1e-9);
+  return summary_;
+}
+
+}  // namespace tandem::rundir
