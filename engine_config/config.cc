@@ -1,5 +1,7 @@
 // Strict parser for the engine's DeepSpeed-style configuration. The accepted keys, their defaults
 // and the reasons for every rejection are listed in engine_config/CONFIG.md; keep the two in step.
+// Over 500 lines on purpose: one parser per DeepSpeed section, in CONFIG.md's order, so that every
+// key the engine accepts is read in this one file (the typed reading is object_reader.h's).
 #include "engine_config/config.h"
 
 #include <cerrno>

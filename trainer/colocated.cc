@@ -5,14 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <condition_variable>
 #include <filesystem>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -26,7 +22,9 @@
 #include "rundir/checkpoint_dir.h"
 #include "rundir/progress.h"
 #include "rundir/run_log.h"
+#include "rundir/run_loop.h"
 #include "step/stage.h"
+#include "trainer/fiber.h"
 #include "transport/in_process.h"
 
 namespace tandem::trainer {
@@ -40,60 +38,6 @@ constexpr std::chrono::milliseconds kTimeout{300000};
 
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-// A thread of its own that runs one task at a time with the caller's intra-op thread count (OpenMP
-// keeps the count per thread).
-class Lane {
- public:
-  explicit Lane(int threads) : thread_([this, threads] { Loop(threads); }) {}
-  ~Lane() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    changed_.notify_all();
-    thread_.join();
-  }
-  // Starts `task`; Join waits for it.
-  void Start(std::function<absl::Status()> task) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      task_ = std::move(task);
-      done_ = false;
-    }
-    changed_.notify_all();
-  }
-  absl::Status Join() {
-    std::unique_lock<std::mutex> lock(mu_);
-    changed_.wait(lock, [this] { return done_; });
-    return result_;
-  }
-
- private:
-  void Loop(int threads) {
-    at::set_num_threads(threads);
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      changed_.wait(lock, [this] { return stop_ || task_ != nullptr; });
-      if (stop_) return;
-      std::function<absl::Status()> task = std::exchange(task_, nullptr);
-      lock.unlock();
-      absl::Status result = task();
-      lock.lock();
-      result_ = std::move(result);
-      done_ = true;
-      changed_.notify_all();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::function<absl::Status()> task_;
-  absl::Status result_;
-  bool done_ = true;
-  bool stop_ = false;
-  std::thread thread_;
-};
 
 class ColocatedRun {
  public:
@@ -109,11 +53,13 @@ class ColocatedRun {
  private:
   absl::Status Setup();
   absl::Status Train();
-  // Runs `vision` on the vision lane and `llm` here at once, as the coordinator runs a command on
-  // both groups. The first to fail aborts the other's transfers; its error is the one returned.
+  // Runs `command` on both stages at once, each a fiber of this thread that gives the thread to
+  // the other while it waits on a transfer, as the coordinator runs a command on both groups. The
+  // first to fail aborts the other's transfers; its error is the one returned.
   absl::Status Both(const std::function<absl::Status(step::Stage&)>& command);
   absl::StatusOr<rundir::EvalRecord> Evaluate(int64_t step);
-  absl::Status SaveCheckpoint(int64_t step);
+  // Writes checkpoints/step-NNNNNN and returns its path.
+  absl::StatusOr<std::string> SaveCheckpoint(int64_t step);
   // Loads job_.resume_from into both stages; sets first_step_.
   absl::Status Resume();
   absl::Status WritePlot();
@@ -125,7 +71,8 @@ class ColocatedRun {
   RunOptions options_;
   std::string run_dir_;
   std::unique_ptr<transport::InProcessFabric> fabric_;
-  std::unique_ptr<Lane> vision_lane_;
+  Fiber vision_fiber_, llm_fiber_;
+  Fiber* running_ = nullptr;  // the fiber Both resumed last
   std::unique_ptr<step::Stage> vision_, llm_;
   std::unique_ptr<rundir::MetricsLog> metrics_;
   rundir::RunSummary summary_;
@@ -144,10 +91,10 @@ absl::Status ColocatedRun::Setup() {
     return absl::UnavailableError(absl::StrCat("cannot create ", run_dir_, ": ", ec.message()));
   RETURN_IF_ERROR(WriteFileAtomically(RunPath("job.json"), jobspec::JobConfigToJson(job_) + "\n"));
   if (options_.threads > 0) at::set_num_threads(options_.threads);
-  vision_lane_ = std::make_unique<Lane>(at::get_num_threads());
 
   ASSIGN_OR_RETURN(std::shared_ptr<const step::JobData> data, step::OpenJobData(job_));
-  fabric_ = std::make_unique<transport::InProcessFabric>("colocated", 1, 1, kTimeout);
+  fabric_ = std::make_unique<transport::InProcessFabric>("colocated", 1, 1, kTimeout,
+                                                        [this] { running_->Yield(); });
   step::Placement placement;
   placement.transfer_key = "colocated";
   placement.timeout = kTimeout;
@@ -164,40 +111,44 @@ absl::Status ColocatedRun::Setup() {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot build the models: ", e.what_without_backtrace()));
   }
-  summary_.vision_parameters = vision_->parameters();
-  summary_.llm_parameters = llm_->parameters();
-  summary_.vocab_size = data->tokenizer.size();
   if (!job_.resume_from.empty()) RETURN_IF_ERROR(Resume());
   ASSIGN_OR_RETURN(rundir::MetricsLog log, rundir::MetricsLog::Open(RunPath("metrics.jsonl")));
   metrics_ = std::make_unique<rundir::MetricsLog>(std::move(log));
 
-  summary_.job_name = job_.name;
-  summary_.run_dir = run_dir_;
   TANDEM_LOG(kInfo, kComponent) << job_.name << ": colocated run in " << run_dir_ << ", vision "
-                                << summary_.vision_parameters << " and llm "
-                                << summary_.llm_parameters << " parameters, vocabulary "
+                                << vision_->parameters() << " and llm "
+                                << llm_->parameters() << " parameters, vocabulary "
                                 << data->tokenizer.size() << ", " << data->train_samples()
                                 << " training samples";
   return absl::OkStatus();
 }
 
 absl::Status ColocatedRun::Both(const std::function<absl::Status(step::Stage&)>& command) {
-  std::mutex mu;
-  absl::Status first;  // the first failure, guarded by mu
-  auto run = [&](step::Stage& stage) {
-    absl::Status status = command(stage);
-    if (!status.ok()) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (first.ok()) {
-        first = status;
-        fabric_->Abort();
+  absl::Status first;  // the first failure
+  auto body = [&](step::Stage* stage) {
+    return [&command, &first, this, stage] {
+      absl::Status status;
+      try {
+        status = command(*stage);
+      } catch (const std::exception& e) {
+        status = absl::InternalError(absl::StrCat(stage->group(), ": ", e.what()));
       }
-    }
-    return status;
+      if (!status.ok() && first.ok()) {
+        first = status;
+        fabric_->Abort();  // the other stage's waits end now
+      }
+    };
   };
-  vision_lane_->Start([&] { return run(*vision_); });
-  run(*llm_);
-  vision_lane_->Join();
+  vision_fiber_.Start(body(vision_.get()));
+  llm_fiber_.Start(body(llm_.get()));
+  while (!vision_fiber_.finished() || !llm_fiber_.finished()) {
+    for (Fiber* fiber : {&vision_fiber_, &llm_fiber_}) {
+      if (fiber->finished()) continue;
+      running_ = fiber;
+      fiber->Resume();
+    }
+  }
+  running_ = nullptr;
   return first;
 }
 
@@ -218,7 +169,6 @@ absl::Status ColocatedRun::Resume() {
         vision.step, ", llm at step ", llm.step, ", marker at step ", checkpoint.step, ")"));
   }
   first_step_ = checkpoint.step + 1;
-  summary_.samples = checkpoint.step * job_.schedule.global_batch;
   TANDEM_LOG(kInfo, kComponent) << job_.name << ": resumed from " << checkpoint.directory
                                 << " (written by " << checkpoint.vision_actors << " vision x "
                                 << checkpoint.llm_actors << " llm actors)";
@@ -236,13 +186,12 @@ absl::StatusOr<rundir::EvalRecord> ColocatedRun::Evaluate(int64_t step) {
   return rundir::EvalRecord{step, score.exact_match(), score.token_accuracy()};
 }
 
-absl::Status ColocatedRun::SaveCheckpoint(int64_t step) {
+absl::StatusOr<std::string> ColocatedRun::SaveCheckpoint(int64_t step) {
   const fs::path dir = fs::path(run_dir_) / "checkpoints" / rundir::CheckpointName(step);
   RETURN_IF_ERROR(vision_->SaveCheckpoint(step, dir.string()));
   RETURN_IF_ERROR(llm_->SaveCheckpoint(step, dir.string()));
   RETURN_IF_ERROR(rundir::MarkCheckpointComplete({dir.string(), step, 1, 1}));
-  summary_.last_checkpoint = dir.string();
-  return absl::OkStatus();
+  return dir.string();
 }
 
 absl::Status ColocatedRun::WritePlot() {
@@ -253,11 +202,19 @@ absl::Status ColocatedRun::WritePlot() {
 
 absl::Status ColocatedRun::Train() {
   const jobspec::ScheduleConfig& schedule = job_.schedule;
+  rundir::RunLoop loop({schedule.steps, schedule.global_batch, schedule.eval_every,
+                        schedule.checkpoint_every, llm_->data().eval_samples() > 0},
+                       first_step_ - 1);
+  rundir::RunSummary& summary = loop.summary();
+  summary.job_name = job_.name;
+  summary.run_dir = run_dir_;
+  summary.vision_parameters = vision_->parameters();
+  summary.llm_parameters = llm_->parameters();
+  summary.vocab_size = llm_->data().tokenizer.size();
   rundir::ProgressPrinter printer(options_.progress, options_.interactive);
   const auto start = Clock::now();
-  double train_seconds = 0, smoothed_rate = 0;
-  const bool can_eval = llm_->data().eval_samples() > 0;
-  for (int64_t step = first_step_; step <= schedule.steps; ++step) {
+  double smoothed_rate = 0;
+  for (int64_t step = loop.first_step(); step <= schedule.steps; ++step) {
     const auto step_start = Clock::now();
     double loss = 0;
     RETURN_IF_ERROR(Both([&](step::Stage& stage) -> absl::Status {
@@ -266,55 +223,37 @@ absl::Status ColocatedRun::Train() {
       return absl::OkStatus();
     }));
     const double step_seconds = Seconds(Clock::now() - step_start);
-    train_seconds += step_seconds;
-    if (!std::isfinite(loss)) {
-      return absl::InternalError(
-          absl::StrFormat("loss is %f at step %d: training diverged (lower the learning rate or "
-                          "enable gradient_clipping)",
-                          loss, step));
-    }
-    const double rate = schedule.global_batch / std::max(step_seconds, 1e-9);
-    smoothed_rate = step == first_step_ ? rate : 0.9 * smoothed_rate + 0.1 * rate;
-    rundir::StepRecord record;
-    record.step = step;
-    record.loss = loss;
-    record.lr = llm_->engine().last_lr();
-    record.vision_lr = vision_->engine().last_lr();
-    record.vision_grad_norm = vision_->engine().last_grad_norm();
-    record.llm_grad_norm = llm_->engine().last_grad_norm();
-    record.grad_norm = std::hypot(record.vision_grad_norm, record.llm_grad_norm);
-    record.samples_per_s = rate;
-    record.elapsed_s = Seconds(Clock::now() - start);
+    ASSIGN_OR_RETURN(
+        rundir::StepRecord record,
+        loop.RecordStep(step,
+                        {loss, llm_->engine().last_lr(), vision_->engine().last_lr(),
+                         vision_->engine().last_grad_norm(), llm_->engine().last_grad_norm()},
+                        step_seconds, Seconds(Clock::now() - start)));
     RETURN_IF_ERROR(metrics_->Append(record));
-    summary_.steps = step;
-    summary_.samples += schedule.global_batch;
-    summary_.final_loss = loss;
+    smoothed_rate = step == loop.first_step() ? record.samples_per_s
+                                              : 0.9 * smoothed_rate + 0.1 * record.samples_per_s;
     printer.Update({step, schedule.steps, loss, smoothed_rate, record.elapsed_s, ""});
-
-    const bool last = step == schedule.steps;
-    if (can_eval && ((schedule.eval_every > 0 && step % schedule.eval_every == 0) || last)) {
+    if (loop.ShouldEvaluate(step)) {
       printer.Update({step, schedule.steps, loss, smoothed_rate, record.elapsed_s, "evaluating"});
       ASSIGN_OR_RETURN(rundir::EvalRecord eval, Evaluate(step));
       RETURN_IF_ERROR(metrics_->Append(eval));
-      summary_.evaluated = true;
-      summary_.caption_exact_match = eval.caption_exact_match;
-      summary_.token_accuracy = eval.token_accuracy;
+      loop.RecordEval(eval);
       printer.Finish();
       TANDEM_LOG(kInfo, kComponent)
           << job_.name << ": step " << step << " held-out caption exact match "
           << absl::StrFormat("%.3f", eval.caption_exact_match) << ", token accuracy "
           << absl::StrFormat("%.3f", eval.token_accuracy);
     }
-    if ((schedule.checkpoint_every > 0 && step % schedule.checkpoint_every == 0) || last) {
-      RETURN_IF_ERROR(SaveCheckpoint(step));
+    if (loop.ShouldCheckpoint(step)) {
+      ASSIGN_OR_RETURN(std::string directory, SaveCheckpoint(step));
+      loop.RecordCheckpoint(directory);
     }
-    if (last || step % 50 == 0) RETURN_IF_ERROR(WritePlot());
+    if (loop.ShouldWritePlot(step)) RETURN_IF_ERROR(WritePlot());
   }
   printer.Finish();
   RETURN_IF_ERROR(vision_->Export(RunPath("vision.safetensors")));
   RETURN_IF_ERROR(llm_->Export(RunPath("llm.safetensors")));
-  summary_.elapsed_s = Seconds(Clock::now() - start);
-  summary_.samples_per_s = summary_.samples / std::max(train_seconds, 1e-9);
+  summary_ = loop.Finish(Seconds(Clock::now() - start));
   return WriteFileAtomically(RunPath("summary.json"), rundir::SummaryJson(summary_) + "\n");
 }
 

@@ -10,8 +10,10 @@
 //     loss.backward();  E.backward(leaf.grad())    the non-scalar backward of the vision side
 //     llm_engine.Step();  vision_engine.Step()     update at the accumulation boundary
 //
-// The vision stage runs on a thread of its own, the LLM stage on the caller's; every command (step,
-// evaluation, checkpoint) runs on both at once, as the coordinator sends it to both groups.
+// The two stages are fibers of the caller's thread (trainer/fiber.h), each computing until it waits
+// on a transfer and then giving the thread to the other: every command (step, evaluation) runs on
+// both at once, as the coordinator sends it to both groups, and their LibTorch work shares one
+// OpenMP team as a single training loop's would.
 //
 // The run directory receives job.json (the resolved spec), tokenizer.json, metrics.jsonl, loss.svg,
 // checkpoints/step-NNNNNN/{vision,llm}/, the final weights as vision.safetensors and llm.safetensors,

@@ -7,10 +7,15 @@
 // receiver does not expect yet is delivered by a thread of its own, which waits for the
 // expectation as a remote stream does (Inbox::Begin).
 //
-// Thread-safe: each endpoint is used by its rank's thread; Abort may be called from any thread.
+// Ranks may also be fibers of one thread (trainer/fiber.h): given a `yield` function, a wait
+// (Await, SendHandle::Wait) polls and calls it between polls instead of blocking the thread.
+//
+// Thread-safe: each endpoint is used by its rank's thread (or fiber); Abort may be called from any
+// thread.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,8 +29,10 @@ class InProcessFabric {
  public:
   // Two groups (side 0 and side 1) of `ranks0` and `ranks1` ranks exchanging transfers of job
   // `transfer_key`. A sender waits up to `timeout` for its receiver to expect a transfer.
+  // `yield`: called by a wait between polls, when the ranks are fibers of one thread; empty:
+  // waits block.
   InProcessFabric(std::string transfer_key, int ranks0, int ranks1,
-                  std::chrono::milliseconds timeout);
+                  std::chrono::milliseconds timeout, std::function<void()> yield = nullptr);
   ~InProcessFabric();
 
   // The Transport of rank `rank` of side `side`: Send(p, ...) reaches rank p of the other side.
@@ -39,6 +46,7 @@ class InProcessFabric {
   class EndpointTransport;
   std::string transfer_key_;
   std::chrono::milliseconds timeout_;
+  std::function<void()> yield_;
   std::vector<std::vector<std::shared_ptr<Inbox>>> inboxes_;  // [side][rank]
 };
 

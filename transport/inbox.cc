@@ -137,6 +137,12 @@ absl::Status Inbox::Await(const TransferTag& tag, std::chrono::milliseconds time
                                                   ": ", arrived));
 }
 
+bool Inbox::Ready(const TransferTag& tag) {
+  std::lock_guard lock(mu_);
+  auto it = expected_.find(tag);
+  return it == expected_.end() || it->second->complete || !it->second->withdrawn.ok();
+}
+
 absl::StatusOr<Inbox::Delivery> Inbox::Begin(const TransferHeader& header, std::chrono::milliseconds wait) {
   const TransferTag& tag = header.tag;
   const auto deadline = Clock::now() + wait;

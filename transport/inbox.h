@@ -78,6 +78,9 @@ class Inbox {
   // DeadlineExceeded naming the tag and the bytes that arrived; NotFound when not expected.
   absl::Status Await(const TransferTag& tag, std::chrono::milliseconds timeout);
 
+  // Whether Await(tag, ...) would return at once: the transfer is complete, withdrawn, or not
+  // expected. For a receiver that polls instead of blocking (trainer/colocated.cc's fibers).
+  bool Ready(const TransferTag& tag);
   // Transport::Reset: withdraws every expectation (streams in progress get Cancelled). Keeps the job
   // and the steps seen, so late chunks of earlier steps stay stale.
   void Reset();
