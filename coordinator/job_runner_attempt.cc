@@ -256,8 +256,7 @@ absl::Status JobRunner::EvaluateAll(Attempt& a, int64_t step) {
     return absl::OkStatus();
   }));
   if (samples == 0) return absl::OkStatus();  // the job has no held-out set
-  rundir::EvalRecord eval{step, static_cast<double>(exact) / samples,
-                          tokens > 0 ? static_cast<double>(correct) / tokens : 0.0};
+  const rundir::EvalRecord eval = rundir::EvalRecordOf(step, samples, exact, tokens, correct);
   RETURN_IF_ERROR(a.metrics.Append(eval));
   a.loop.RecordEval(eval);
   v1::JobUpdate update;

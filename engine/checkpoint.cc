@@ -24,7 +24,8 @@
 // rank 0's shard is read. Each rank thus reads up to the whole model's state, but holds at most one
 // saved tensor and one buffer of its own domain at a time. The RNG state is this rank's own if the
 // saved group had this rank, else rank 0's; step counts and client state come from rank 0's shard.
-// Precision and the parameter count must match (FailedPrecondition otherwise). All headers are
+// Precision, the parameter count and the parameters' names, shapes and dtypes ("parameters", one
+// line each) must match (FailedPrecondition otherwise, naming the first parameter that differs). All headers are
 // checked before the engine changes; only a shard that changes on disk during the load can leave
 // it partly loaded. If gradient_accumulation_steps changed, the micro step count is rescaled so
 // that the next micro-batch starts a new accumulation.
@@ -83,6 +84,34 @@ std::vector<int64_t> UnitNumels(const Layout& layout) {
 }
 
 std::string UnitElements(const Layout& layout) { return absl::StrJoin(UnitNumels(layout), ","); }
+
+// The model's parameters as a checkpoint records them ("parameters"): one line each, in order,
+// "<name> [<shape>] <dtype>", so a model of the same size but other names, shapes or dtypes is
+// refused instead of loaded scrambled.
+std::vector<std::string> ParameterManifest(const Layout& layout, at::ScalarType dtype) {
+  std::vector<std::string> lines;
+  for (const ParamSpec& param : layout.params()) {
+    lines.push_back(absl::StrCat(param.name, " [", absl::StrJoin(param.shape, ", "), "] ",
+                                 c10::toString(dtype)));
+  }
+  return lines;
+}
+
+// OK when `saved` (a shard's "parameters") lists `mine`; else FailedPrecondition naming the first
+// parameter that differs.
+absl::Status CheckParameterManifest(const std::string& path, const std::string& saved,
+                                    const std::vector<std::string>& mine) {
+  const std::vector<std::string> theirs = absl::StrSplit(saved, '\n', absl::SkipEmpty());
+  for (size_t i = 0; i < std::max(theirs.size(), mine.size()); ++i) {
+    const std::string saved_one = i < theirs.size() ? theirs[i] : "absent";
+    const std::string mine_one = i < mine.size() ? mine[i] : "absent";
+    if (saved_one == mine_one) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint: ", path, ": parameter ", i, " is ", saved_one, ", this engine has ", mine_one,
+        " (a checkpoint loads only into the same model and precision)"));
+  }
+  return absl::OkStatus();
+}
 
 using ShardHeader = SafetensorsHeader;
 
@@ -254,6 +283,7 @@ absl::Status Engine::SaveCheckpoint(const std::string& directory,
       {"num_parameters", std::to_string(layout_.num_elements())},
       {"unit_elements", UnitElements(layout_)},
       {"domain_elements", std::to_string(domain_elements_)},
+      {"parameters", absl::StrJoin(ParameterManifest(layout_, param_dtype_), "\n")},
   };
   for (const auto& [key, value] : client_state) metadata[kClientPrefix + key] = value;
   const std::string shard = directory + "/" + ShardName(rank(), world_size());
@@ -306,6 +336,11 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
   ASSIGN_OR_RETURN(ShardHeader first, read_header(first_rank));
   RETURN_IF_ERROR(expect(first, "precision", PrecisionName(config_)));
   RETURN_IF_ERROR(expect(first, "num_parameters", std::to_string(layout_.num_elements())));
+  // Checkpoints written before the manifest existed are matched by their size alone.
+  if (const std::string* saved = Meta(first, "parameters")) {
+    RETURN_IF_ERROR(CheckParameterManifest(first.path, *saved,
+                                           ParameterManifest(layout_, param_dtype_)));
+  }
   if (!same(first, "world_size", std::to_string(saved_world))) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint: ", first.path, ": world_size disagrees with ", marker));

@@ -139,7 +139,8 @@ class Engine : public BlockHost {
   // returned by LoadCheckpoint, which restores params, master, moments, step counts and the RNG.
   // LoadCheckpoint accepts a checkpoint written by a group of any world size at any ZeRO stage and
   // re-partitions it onto this group's layout (NOTE [Re-partitioning on load] in checkpoint.cc);
-  // the precision and the model must be the same (FailedPrecondition otherwise).
+  // the precision and the model (each parameter's name, shape and dtype, in order) must be the
+  // same (FailedPrecondition naming the first parameter that differs otherwise).
   absl::Status SaveCheckpoint(const std::string& directory,
                               const std::map<std::string, std::string>& client_state = {});
   absl::StatusOr<std::map<std::string, std::string>> LoadCheckpoint(const std::string& directory);

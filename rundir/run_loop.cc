@@ -89,4 +89,10 @@ const RunSummary& RunLoop::Finish(double elapsed_s) {
   return summary_;
 }
 
+EvalRecord EvalRecordOf(int64_t step, int64_t samples, int64_t exact, int64_t tokens,
+                        int64_t correct_tokens) {
+  return EvalRecord{step, samples > 0 ? static_cast<double>(exact) / samples : 0.0,
+                    tokens > 0 ? static_cast<double>(correct_tokens) / tokens : 0.0};
+}
+
 }  // namespace tandem::rundir

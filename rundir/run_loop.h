@@ -57,6 +57,11 @@ struct StepOutcome {
   double llm_grad_norm = 0;
 };
 
+// An evaluation's record from the caption counts of every scoring rank: exact / samples and
+// correct / tokens (0 for none).
+EvalRecord EvalRecordOf(int64_t step, int64_t samples, int64_t exact, int64_t tokens,
+                        int64_t correct_tokens);
+
 // loss.svg is redrawn after every this many steps, and after the last.
 inline constexpr int64_t kPlotEvery = 50;
 

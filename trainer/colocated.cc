@@ -15,7 +15,6 @@
 #include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "data/caption_metrics.h"
 #include "engine/communicator.h"
 #include "engine/engine.h"
 #include "jobspec/job_spec.h"
@@ -182,8 +181,8 @@ absl::StatusOr<rundir::EvalRecord> ColocatedRun::Evaluate(int64_t step) {
     if (&stage == llm_.get()) counts = mine;
     return absl::OkStatus();
   }));
-  data::CaptionScore score{counts.samples, counts.exact, counts.correct_tokens, counts.tokens};
-  return rundir::EvalRecord{step, score.exact_match(), score.token_accuracy()};
+  return rundir::EvalRecordOf(step, counts.samples, counts.exact, counts.tokens,
+                             counts.correct_tokens);
 }
 
 absl::StatusOr<std::string> ColocatedRun::SaveCheckpoint(int64_t step) {

@@ -401,6 +401,34 @@ TEST(CheckpointErrors, OtherModelIsRefused) {
       << loaded.status();
 }
 
+// One matrix parameter: models of the same size whose parameter differs in name or shape.
+struct OneMatrix : torch::nn::Module {
+  OneMatrix(const std::string& name, int64_t rows, int64_t cols) {
+    register_parameter(name, torch::randn({rows, cols}));
+  }
+};
+
+// A model of the same parameter count but another shape or name is refused naming the parameter,
+// not loaded scrambled.
+TEST(CheckpointErrors, SameSizeButOtherShapeOrNameIsRefusedNamingTheParameter) {
+  testing::TempDir dir;
+  auto saved = Engine::Create(std::make_shared<OneMatrix>("w", 4, 6),
+                              CreateSingleRankCommunicator(), MakeConfig(1, kFp32));
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ASSERT_TRUE((*saved)->SaveCheckpoint(dir / "ckpt").ok());
+  for (auto [name, rows, cols, want] : std::vector<std::tuple<std::string, int, int, std::string>>{
+           {"w", 6, 4, "parameter 0 is w [4, 6] Float, this engine has w [6, 4] Float"},
+           {"v", 4, 6, "parameter 0 is w [4, 6] Float, this engine has v [4, 6] Float"}}) {
+    auto other = Engine::Create(std::make_shared<OneMatrix>(name, rows, cols),
+                                CreateSingleRankCommunicator(), MakeConfig(1, kFp32));
+    ASSERT_TRUE(other.ok()) << other.status();
+    ASSERT_EQ((*other)->layout().num_elements(), 24);
+    auto loaded = (*other)->LoadCheckpoint(dir / "ckpt");
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(loaded.status().message().find(want), std::string::npos) << loaded.status();
+  }
+}
+
 // Two fp32 ranks at `stage` from the same initial weights; `body` runs on each with its engine.
 void RunTwoRanks(int stage, const std::function<void(Engine&, TinyNet&, int rank)>& body) {
   torch::manual_seed(21);

@@ -134,5 +134,16 @@ TEST(RunLoop, FinishSetsElapsedAndSamplesOverTrainingTime) {
   EXPECT_EQ(summary.final_loss, 0.5);
 }
 
+// Both placements turn the scoring ranks' counts into the record the same way.
+TEST(EvalRecordOf, IsExactOverSamplesAndCorrectOverTokens) {
+  const EvalRecord eval = EvalRecordOf(5, 8, 6, 40, 35);
+  EXPECT_EQ(eval.step, 5);
+  EXPECT_EQ(eval.caption_exact_match, 0.75);
+  EXPECT_EQ(eval.token_accuracy, 0.875);
+  const EvalRecord none = EvalRecordOf(5, 0, 0, 0, 0);
+  EXPECT_EQ(none.caption_exact_match, 0.0);
+  EXPECT_EQ(none.token_accuracy, 0.0);
+}
+
 }  // namespace
 }  // namespace tandem::rundir
