@@ -501,13 +501,9 @@ absl::Status ParseTopLevel(const ObjectReader& root, Config* out) {
   bool flag = false;
   RETURN_IF_ERROR(root.Bool("wall_clock_breakdown", &flag));
   RETURN_IF_ERROR(root.Bool("zero_allow_untested_optimizer", &flag));
-  flag = false;
+  // Tandem always scales before the reduction (CONFIG.md), so both values describe what it does
+  // up to rounding in the fp32 bucket.
   RETURN_IF_ERROR(root.Bool("prescale_gradients", &flag));
-  if (flag) {
-    return Error(root.PathOf("prescale_gradients"),
-                 "true is not supported: Tandem divides after the reduction (see "
-                 "tandem.gradient_reduction)");
-  }
   double predivide = 1.0;
   RETURN_IF_ERROR(root.Number("gradient_predivide_factor", Bound::kAny, &predivide));
   if (predivide != 1.0) {

@@ -537,8 +537,11 @@ TEST(Config, NoEffectFlagsAccepted) {
                 "wall_clock_breakdown: must be a boolean, got number");
 }
 
-TEST(Config, PrescaleAndPredivideRejected) {
-  ExpectInvalid(R"({"prescale_gradients": true})", "prescale_gradients: true is not supported");
+// Tandem scales before the reduction, which is what prescale_gradients: true asks for.
+TEST(Config, PrescaleAcceptedAndPredivideRejected) {
+  ExpectValid(R"({"prescale_gradients": true})");
+  ExpectInvalid(R"({"prescale_gradients": "yes"})",
+                "prescale_gradients: must be a boolean, got string");
   ExpectInvalid(R"({"gradient_predivide_factor": 2})",
                 "gradient_predivide_factor: must be 1.0, got 2");
 }
