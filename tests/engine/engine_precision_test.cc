@@ -276,18 +276,18 @@ TEST(EngineGradNormCombiner, CombinerErrorFailsTheStep) {
   EXPECT_EQ(run.status.message(), "no squares from the other group");
 }
 
+// A config the parser accepts (8 = 4 x 2 on one rank) that the engine's group of two contradicts.
 TEST(EngineErrors, BatchSizeInconsistentWithWorldIsInvalidArgument) {
   auto config = ParseConfig(
-      R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})");
-  if (!config.ok()) {
-    // The parser may already reject 10 % (4 * 2) != 0.
-    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
-    return;
-  }
-  auto engine =
-      Engine::Create(std::make_shared<TinyNet>(), CreateSingleRankCommunicator(), *config);
-  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(engine.status().message().find("train_batch_size"), std::string::npos);
+      R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  testing::RunGroup(2, [&](int rank, std::vector<std::shared_ptr<Communicator>>& comms) {
+    auto engine = Engine::Create(std::make_shared<TinyNet>(), comms[0], *config);
+    EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(engine.status().message(),
+              "train_batch_size: 8 != train_micro_batch_size_per_gpu (4) * "
+              "gradient_accumulation_steps (2) * world size (2)");
+  });
 }
 
 TEST(EngineErrors, DerivesAccumulationStepsFromBatchSizes) {

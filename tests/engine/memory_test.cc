@@ -1,6 +1,6 @@
 // The memory report equals the ZeRO arithmetic: 16 bytes/param (fp32, or bf16 with fp32 master) and
 // 8 bytes/param (bf16 master weights, grads and optimizer states) before partitioning, each component
-// divided by the world size where the stage partitions it.
+// divided by the world size where the stage partitions it, right after Create and after steps.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -38,20 +38,36 @@ class MemoryTest : public ::testing::TestWithParam<std::tuple<int, int>> {
     testing::RunGroup(world, [&](int rank, std::vector<std::shared_ptr<Communicator>>& comms) {
       auto engine = Engine::Create(models[rank], comms[0], *config);
       ASSERT_TRUE(engine.ok()) << engine.status();
-      MemoryReport report = (*engine)->Memory();
-      EXPECT_EQ(report.num_parameters, n);
-      EXPECT_EQ(report.param_bytes, expected_param);
-      EXPECT_EQ(report.grad_bytes, expected_grad);
-      EXPECT_EQ(report.master_bytes, expected_master);
-      EXPECT_EQ(report.optimizer_bytes, expected_optimizer);
-      if (stage == 0) {
-        EXPECT_DOUBLE_EQ(report.bytes_per_parameter(), total_per_param);
+      auto expect_arithmetic = [&](const char* when) {
+        SCOPED_TRACE(when);
+        MemoryReport report = (*engine)->Memory();
+        EXPECT_EQ(report.num_parameters, n);
+        EXPECT_EQ(report.param_bytes, expected_param);
+        EXPECT_EQ(report.grad_bytes, expected_grad);
+        EXPECT_EQ(report.master_bytes, expected_master);
+        EXPECT_EQ(report.optimizer_bytes, expected_optimizer);
+        if (stage == 0) {
+          EXPECT_DOUBLE_EQ(report.bytes_per_parameter(), total_per_param);
+        }
+        if (stage == 3) {
+          EXPECT_DOUBLE_EQ(report.bytes_per_parameter(),
+                           static_cast<double>(total_per_param) / world);
+        }
+        EXPECT_GT(report.peak_bytes, 0);
+        EXPECT_EQ(report.peak_source, "rss");
+      };
+      expect_arithmetic("after Create");
+      // The same once a step has run backward, reduced and updated.
+      const auto dtype = models[rank]->parameters().front().scalar_type();
+      for (int step = 0; step < 2; ++step) {
+        {
+          auto autocast = (*engine)->Autocast();
+          models[rank]->forward(torch::randn({4, 5}).to(dtype)).to(torch::kFloat).pow(2).mean()
+              .backward();
+        }
+        ASSERT_TRUE((*engine)->Step().ok());
       }
-      if (stage == 3) {
-        EXPECT_DOUBLE_EQ(report.bytes_per_parameter(), static_cast<double>(total_per_param) / world);
-      }
-      EXPECT_GT(report.peak_bytes, 0);
-      EXPECT_EQ(report.peak_source, "rss");
+      expect_arithmetic("after two steps");
     });
   }
 };
