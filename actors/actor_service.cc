@@ -125,9 +125,11 @@ grpc::Status ActorService::RunStep(grpc::ServerContext* context, const v1::RunSt
   // A call without a deadline has one at the end of time, which the wait cannot represent.
   const auto deadline =
       std::min(context->deadline(), std::chrono::system_clock::now() + std::chrono::hours(24));
+  ++steps_waiting_;
   const bool turn = step_posted_.wait_until(lock, deadline, [&] {
     return job_id() != request->job_id() || last_posted_step_ + 1 >= step;
   });
+  --steps_waiting_;
   if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
   const auto aborted = [&] {
     return absl::AbortedError(absl::StrCat("step ", step, " not run: an earlier step of job ",

@@ -46,6 +46,9 @@ class ActorService final : public v1::Actor::Service {
   // the actor must be free to take it.
   void ReleaseCurrentJob(const std::string& reason);
 
+  // RunStep calls that arrived before their predecessor was posted and wait for their turn.
+  int steps_waiting_for_turn() const { return steps_waiting_.load(); }
+
  private:
   // Releases `job` if it is the current one.
   void ReleaseJob(const std::string& job, const std::string& reason);
@@ -62,6 +65,7 @@ class ActorService final : public v1::Actor::Service {
   // With command_mu_: a step was posted, or the job was released.
   std::condition_variable step_posted_;
   int64_t last_posted_step_ = 0;  // guarded by command_mu_
+  std::atomic<int> steps_waiting_{0};
   // A step of the current job failed; set by the command thread, read by the steps queued after it.
   std::atomic<bool> step_failed_{false};
   CommandThread commands_;  // runs every worker_ command but status()

@@ -135,6 +135,15 @@ class ActorServiceTest : public ::testing::Test {
     v1::ReleaseResponse response;
     return stub_->Release(Context(10000).get(), request, &response);
   }
+  // Waits until `count` RunStep calls wait for their predecessor.
+  void AwaitWaiting(int count) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (service_->steps_waiting_for_turn() < count &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    ASSERT_EQ(service_->steps_waiting_for_turn(), count);
+  }
   // Waits until the worker started `count` steps.
   void AwaitStarted(size_t count) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -156,6 +165,7 @@ TEST_F(ActorServiceTest, AStepSentAheadWaitsForItsPredecessor) {
   AwaitStarted(1);
   // Step 3 comes before step 2: both wait while step 1 runs, then run in order.
   auto third = std::async(std::launch::async, [&] { return RunStep(3); });
+  AwaitWaiting(1);  // step 3 arrived first and waits for step 2
   auto second = std::async(std::launch::async, [&] { return RunStep(2); });
   worker_.Finish(3);
   EXPECT_TRUE(first.get().ok());
@@ -183,7 +193,7 @@ TEST_F(ActorServiceTest, AStepAfterAFailedOneIsAborted) {
 TEST_F(ActorServiceTest, ReleaseEndsAStepWaitingForItsTurn) {
   // Step 2 without step 1: it waits until the job is released, then fails naming the job.
   auto waiting = std::async(std::launch::async, [&] { return RunStep(2, 60000); });
-  ASSERT_EQ(waiting.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  AwaitWaiting(1);
   ASSERT_TRUE(Release().ok());
   ASSERT_EQ(waiting.wait_for(std::chrono::seconds(10)), std::future_status::ready);
   const grpc::Status status = waiting.get();
