@@ -139,6 +139,18 @@ absl::Status Engine::Initialize() {
       return absl::InvalidArgumentError(
           absl::StrCat("engine: parameter ", item.key(), " is not floating point"));
     }
+    if (auto seen = index_of_.find(p.unsafeGetTensorImpl()); seen != index_of_.end()) {
+      // The same tensor under a second name (tied weights): one parameter, exported under both.
+      const std::string& first = specs[seen->second].name;
+      if (specs[seen->second].group >= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "engine: parameter ", first, " is also ", item.key(),
+            ", and ZeRO-3 gathers it only while its block runs; untie it or keep it out of "
+            "BlockModules"));
+      }
+      aliases_.emplace_back(item.key(), seen->second);
+      continue;
+    }
     ParamSpec spec;
     spec.name = item.key();
     spec.shape = p.sizes().vec();

@@ -77,7 +77,10 @@ class Engine : public BlockHost {
  public:
   // Takes over `model`'s trainable parameters: converts them to the configured dtype, broadcasts rank
   // 0's values to the group, partitions them and installs the gradient hooks. All ranks call Create
-  // with the same model architecture and config.
+  // with the same model architecture and config. A tensor registered under several names (tied
+  // input and output embeddings) is one parameter, named by its first name: one slot, its gradient
+  // accumulated once from every use; ExportSafetensors writes it under every name. At ZeRO-3 it
+  // may not sit in a BlockModule (InvalidArgument naming both names).
   static absl::StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<torch::nn::Module> model,
                                                         std::shared_ptr<Communicator> communicator,
                                                         Config config);
@@ -202,6 +205,9 @@ class Engine : public BlockHost {
 
   std::vector<at::Tensor> params_;  // trainable parameters, module order
   std::unordered_map<const void*, int> index_of_;  // TensorImpl -> index in params_
+  // Second names of tied parameters (a tensor registered under several names): name -> index in
+  // params_. The parameter has one slot; export writes it under every name.
+  std::vector<std::pair<std::string, int>> aliases_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::vector<uintptr_t> hook_keys_;
   std::vector<BlockModule*> blocks_;

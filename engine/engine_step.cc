@@ -234,6 +234,7 @@ absl::Status Engine::ExportSafetensors(const std::string& path) {
     return absl::InternalError(absl::StrCat("export: ", e.what()));
   }
   if (rank() != 0) return absl::OkStatus();
+  for (const auto& [alias, index] : aliases_) named.emplace_back(alias, named[index].second);
   return WriteSafetensors(
       path, named,
       {{"format", "pt"}, {"producer", "tandem"}, {"global_steps", std::to_string(global_steps_)}});
