@@ -1,5 +1,6 @@
 #include "engine/block.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -33,6 +34,10 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     BlockHost* host = block->host();
     if (host != nullptr && host->gathers_parameters()) host->GatherBlock(block->block_id());
     variable_list outputs = block->Run(inputs.vec());
+    // Autocast caches its low-precision copies of fp32 weights even under no-grad, and keeps them
+    // until the outermost autocast scope exits; copies made here have no autograd link, so the
+    // recomputation in backward must not find them (NOTE [Block recomputation]).
+    at::autocast::clear_cache();
     if (host != nullptr && host->gathers_parameters()) host->ReleaseBlock(block->block_id());
     return outputs;
   }
@@ -55,6 +60,7 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     {
       torch::AutoGradMode grad_mode(true);
       const auto device = inputs.empty() ? c10::DeviceType::CPU : inputs[0].device().type();
+      at::autocast::clear_cache();  // casts cached elsewhere without grad must not be reused
       compat::AutocastScope autocast(
           device, {ctx->saved_data["autocast_enabled"].toBool(),
                    static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt())});

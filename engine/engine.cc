@@ -356,7 +356,17 @@ void Engine::AcceptBlockGradients(int block_id, const std::vector<at::Tensor>& g
   const std::vector<at::Tensor> block_params = blocks_[block_id]->trainable_parameters();
   for (size_t k = 0; k < block_params.size() && k < grads.size(); ++k) {
     auto it = index_of_.find(block_params[k].unsafeGetTensorImpl());
-    if (it != index_of_.end() && grads[k].defined()) AddGradientLocked(it->second, grads[k]);
+    if (it == index_of_.end()) continue;
+    if (grads[k].defined()) {
+      AddGradientLocked(it->second, grads[k]);
+    } else {
+      // A parameter its block's Run does not use: it gets only weight decay. Said once, since a
+      // silent zero gradient is how a broken recomputation looks too.
+      WarnOnce(absl::StrCat("engine: block ", block_id, " parameter ",
+                            layout_.params()[it->second].name,
+                            " got no gradient from its block's recomputed backward; it is "
+                            "treated as unused"));
+    }
   }
   LaunchReadyLocked();
 }
