@@ -3,8 +3,12 @@
 #include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
 
 #include <cstdint>
+#include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "engine/compat.h"
 
@@ -13,6 +17,39 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// Fails naming the first tensor that requires grad and that `roots` depend on but that is neither
+// an input nor a parameter of the block: torch::autograd::grad differentiates only `wrt`, so such
+// a parameter would silently get no gradient from the recomputation.
+void CheckOnlyOwnLeaves(const BlockModule& block, const variable_list& roots,
+                        const variable_list& wrt) {
+  std::unordered_set<const void*> own;
+  for (const auto& t : wrt) own.insert(t.unsafeGetTensorImpl());
+  std::unordered_set<const torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> stack;
+  for (const auto& root : roots) {
+    if (root.grad_fn()) stack.push_back(root.grad_fn().get());
+  }
+  while (!stack.empty()) {
+    torch::autograd::Node* node = stack.back();
+    stack.pop_back();
+    if (!seen.insert(node).second) continue;
+    if (auto* leaf = dynamic_cast<torch::autograd::AccumulateGrad*>(node)) {
+      const at::Tensor& variable = leaf->variable;
+      if (!own.count(variable.unsafeGetTensorImpl())) {
+        const std::string name =
+            block.host() != nullptr ? block.host()->ParameterName(variable) : std::string();
+        TORCH_CHECK(false, "block ", block.block_id(), " (", block.name(), ") reads parameter ",
+                    name.empty() ? std::string("of shape ") + c10::str(variable.sizes()) : name,
+                    ", which is not one of its own: the recomputation in backward would give it no "
+                    "gradient; register it in the block or pass it to Forward as an input");
+      }
+    }
+    for (const auto& edge : node->next_edges()) {
+      if (edge.function) stack.push_back(edge.function.get());
+    }
+  }
+}
 
 // See NOTE [Block recomputation] in block.h.
 struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
@@ -84,6 +121,7 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     }
     for (const auto& p : params) wrt.push_back(p);
 
+    CheckOnlyOwnLeaves(*block, roots, wrt);
     variable_list grads(wrt.size());
     if (!roots.empty() && !wrt.empty()) {
       grads = torch::autograd::grad(roots, wrt, root_grads, /*retain_graph=*/false,

@@ -12,12 +12,15 @@
 //   go straight to the engine's reduction (or, with no engine, are added to param.grad()); the
 //   parameters are released; the input gradients flow on.
 // Run must be deterministic (no dropout): it runs twice. Otherwise Forward simply calls Run.
+// Run may read only the block's own parameters and its inputs: a parameter from elsewhere would get
+// no gradient from the recomputation, so the backward fails naming it instead.
 //
 // Thread-compatible: a block runs on one thread at a time.
 #pragma once
 
 #include <torch/nn/module.h>
 
+#include <string>
 #include <vector>
 
 namespace tandem::engine {
@@ -35,6 +38,8 @@ class BlockHost {
   // Gradients of the block's trainable parameters, in `BlockModule::trainable_parameters()` order
   // (undefined where a parameter got none).
   virtual void AcceptBlockGradients(int block_id, const std::vector<at::Tensor>& grads) = 0;
+  // The model's name for `parameter`, for errors; "" when it is not one of the engine's.
+  virtual std::string ParameterName(const at::Tensor& parameter) const { return ""; }
 };
 
 class BlockModule : public torch::nn::Module {

@@ -350,6 +350,11 @@ void Engine::EnterBackward() {
   BeginBackwardLocked();
 }
 
+std::string Engine::ParameterName(const at::Tensor& parameter) const {
+  auto it = index_of_.find(parameter.unsafeGetTensorImpl());
+  return it == index_of_.end() ? std::string() : layout_.params()[it->second].name;
+}
+
 void Engine::AcceptBlockGradients(int block_id, const std::vector<at::Tensor>& grads) {
   std::lock_guard<std::mutex> lock(mu_);
   BeginBackwardLocked();

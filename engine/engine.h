@@ -154,6 +154,7 @@ class Engine : public BlockHost {
   void ReleaseBlock(int block_id) override;
   void EnterBackward() override;
   void AcceptBlockGradients(int block_id, const std::vector<at::Tensor>& grads) override;
+  std::string ParameterName(const at::Tensor& parameter) const override;
 
   // Called by the gradient-accumulator hook of parameter `index`.
   void OnGradientAccumulated(int index);
