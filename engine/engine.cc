@@ -394,13 +394,19 @@ void Engine::AddGradientLocked(int index, const at::Tensor& grad) {
         " received a gradient after its bucket was reduced in the same backward")));
     return;
   }
-  if (!buckets_[u].defined()) {
-    buckets_[u] = at::zeros({layout_.units()[u].padded},
-                            at::TensorOptions().device(device_).dtype(comm_dtype_));
+  if (DefersReduction()) {
+    UnitGradients(u)
+        .narrow(0, layout_.slots()[index].offset, layout_.params()[index].numel)
+        .add_(grad.detach().reshape(-1), gradient_scale_);
+  } else {
+    if (!buckets_[u].defined()) {
+      buckets_[u] = at::zeros({layout_.units()[u].padded},
+                              at::TensorOptions().device(device_).dtype(comm_dtype_));
+    }
+    buckets_[u]
+        .narrow(0, layout_.slots()[index].offset, layout_.params()[index].numel)
+        .add_(grad.detach().reshape(-1), gradient_scale_);
   }
-  buckets_[u]
-      .narrow(0, layout_.slots()[index].offset, layout_.params()[index].numel)
-      .add_(grad.detach().reshape(-1), gradient_scale_);
   if (!delivered_[index]) {
     delivered_[index] = true;
     --pending_[u];
@@ -408,7 +414,7 @@ void Engine::AddGradientLocked(int index, const at::Tensor& grad) {
 }
 
 void Engine::LaunchReadyLocked() {
-  if (!config_.zero.overlap_comm) return;
+  if (!config_.zero.overlap_comm || DefersReduction()) return;
   while (next_launch_ >= 0 && pending_[next_launch_] == 0) LaunchUnitLocked(next_launch_--);
   // Opportunistically fold what already arrived, to free buckets early.
   absl::Status status = FoldLocked(/*keep_at_most=*/0, /*block=*/false);
@@ -427,6 +433,12 @@ void Engine::LaunchUnitLocked(int unit) {
                       ? buckets_[unit]
                       : at::zeros({u.padded}, at::TensorOptions().device(device_).dtype(comm_dtype_));
   buckets_[unit] = at::Tensor();
+  if (config_.zero.stage <= 1 && config_.gradient_accumulation_steps > 1) {
+    // The window's earlier micro-batches, summed locally: reduced now, with this one's.
+    at::Tensor local = UnitGradients(unit);
+    flight.bucket.add_(local);
+    local.zero_();
+  }
   if (config_.zero.stage <= 1) {
     flight.work = communicator_->AllReduceSum(flight.bucket);
   } else {
@@ -454,8 +466,9 @@ absl::Status Engine::FoldLocked(size_t keep_at_most, bool block) {
 void Engine::OnBackwardEnd() {
   std::lock_guard<std::mutex> lock(mu_);
   try {
-    // Every unit, in the same order on every rank, whether or not this rank's graph reached it.
-    while (next_launch_ >= 0) LaunchUnitLocked(next_launch_--);
+    // Every unit, in the same order on every rank, whether or not this rank's graph reached it;
+    // none inside an accumulation window at stages 0 and 1.
+    while (!DefersReduction() && next_launch_ >= 0) LaunchUnitLocked(next_launch_--);
     absl::Status status = FoldLocked(/*keep_at_most=*/0, /*block=*/true);
     if (!status.ok()) RecordErrorLocked(status);
   } catch (const std::exception& e) {

@@ -178,6 +178,12 @@ class Engine : public BlockHost {
   void BeginBackwardLocked();
   void OnBackwardEnd();
   void LaunchReadyLocked();
+  // Stages 0 and 1 inside an accumulation window (DDP's no_sync): this micro-batch's gradients are
+  // summed into the local gradient buffer and reduced once, with the boundary's.
+  bool DefersReduction() const {
+    return config_.zero.stage <= 1 && config_.gradient_accumulation_steps > 1 &&
+           !IsGradientAccumulationBoundary();
+  }
   void LaunchUnitLocked(int unit);
   // Adds reduced buckets, oldest first, into the gradient buffer until at most `keep_at_most` remain
   // in flight; waits for them if `block`, else stops at the first one not yet complete.
