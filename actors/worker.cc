@@ -28,12 +28,6 @@ namespace {
 
 constexpr char kComponent[] = "actor";
 
-absl::Status TorchError(std::string_view what, const std::exception& e) {
-  const auto* c10 = dynamic_cast<const c10::Error*>(&e);
-  return absl::InternalError(absl::StrCat(absl::string_view(what.data(), what.size()), ": ",
-                                          c10 ? c10->what_without_backtrace() : e.what()));
-}
-
 class StageWorker : public Worker {
  public:
   explicit StageWorker(WorkerOptions options) : options_(std::move(options)) {}
@@ -82,7 +76,7 @@ absl::StatusOr<AssignResult> StageWorker::Assign(const Assignment& assignment,
   try {
     status = Setup(assignment, std::move(store), std::move(transport));
   } catch (const std::exception& e) {
-    status = TorchError("cannot build the job", e);
+    status = step::TorchError("cannot build the job", e);
   }
   progress_.phase = "idle";
   if (!status.ok()) {

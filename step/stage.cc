@@ -26,13 +26,13 @@ using transport::TransferTag;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+}  // namespace
+
 absl::Status TorchError(std::string_view what, const std::exception& e) {
   const auto* c10 = dynamic_cast<const c10::Error*>(&e);
   return absl::InternalError(absl::StrCat(absl::string_view(what.data(), what.size()), ": ",
                                           c10 ? c10->what_without_backtrace() : e.what()));
 }
-
-}  // namespace
 
 std::mutex& ModelInitMutex() {
   static std::mutex mu;

@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -173,6 +174,9 @@ class Stage {
   at::ScalarType embedding_dtype_ = at::kFloat;
   int64_t step_ = 0;
 };
+
+// InternalError "<what>: <message>", without LibTorch's backtrace for a c10::Error.
+absl::Status TorchError(std::string_view what, const std::exception& e);
 
 // Held while a stage seeds LibTorch's global generator and initialises its model, so ranks built
 // on several threads of one process start from their group's weights, as separate processes do.

@@ -130,7 +130,7 @@ absl::Status ColocatedRun::Both(const std::function<absl::Status(step::Stage&)>&
       try {
         status = command(*stage);
       } catch (const std::exception& e) {
-        status = absl::InternalError(absl::StrCat(stage->group(), ": ", e.what()));
+        status = step::TorchError(stage->group(), e);
       }
       if (!status.ok() && first.ok()) {
         first = status;
@@ -141,7 +141,9 @@ absl::Status ColocatedRun::Both(const std::function<absl::Status(step::Stage&)>&
   vision_fiber_.Start(body(vision_.get()));
   llm_fiber_.Start(body(llm_.get()));
   while (!vision_fiber_.finished() || !llm_fiber_.finished()) {
-    for (Fiber* fiber : {&vision_fiber_, &llm_fiber_}) {
+    // The LLM stage first: it posts the step's embedding buffers before the vision stage sends
+    // into them, so the sends land at once instead of on a thread of their own.
+    for (Fiber* fiber : {&llm_fiber_, &vision_fiber_}) {
       if (fiber->finished()) continue;
       running_ = fiber;
       fiber->Resume();
