@@ -6,6 +6,8 @@
 // counts, stage, precision, layout sizes, and the caller's client state under "client."). Each
 // shard is written atomically (temp, fsync, rename). After a barrier, rank 0 writes the "complete"
 // marker last: a directory without it is an interrupted save and is refused by LoadCheckpoint.
+// Frozen parameters are not in the shards: rank 0 writes them whole to "frozen.safetensors" before
+// the marker (NOTE [Frozen parameters] in frozen.cc).
 //
 // NOTE [Re-partitioning on load]
 // Every saved tensor but rng_state is the concatenation, over the saved group's units, of the
@@ -288,6 +290,7 @@ absl::Status Engine::SaveCheckpoint(const std::string& directory,
   for (const auto& [key, value] : client_state) metadata[kClientPrefix + key] = value;
   const std::string shard = directory + "/" + ShardName(rank(), world_size());
   RETURN_IF_ERROR(WriteSafetensors(shard, tensors, metadata));
+  RETURN_IF_ERROR(SaveFrozen(directory));
   RETURN_IF_ERROR(Wait(communicator_->Barrier()));
   if (rank() == 0) {
     RETURN_IF_ERROR(WriteFileAtomically(
@@ -335,12 +338,13 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
   const int first_rank = saved_world == world_size() ? rank() : 0;
   ASSIGN_OR_RETURN(ShardHeader first, read_header(first_rank));
   RETURN_IF_ERROR(expect(first, "precision", PrecisionName(config_)));
-  RETURN_IF_ERROR(expect(first, "num_parameters", std::to_string(layout_.num_elements())));
   // Checkpoints written before the manifest existed are matched by their size alone.
   if (const std::string* saved = Meta(first, "parameters")) {
     RETURN_IF_ERROR(CheckParameterManifest(first.path, *saved,
                                            ParameterManifest(layout_, param_dtype_)));
   }
+  RETURN_IF_ERROR(expect(first, "num_parameters", std::to_string(layout_.num_elements())));
+  ASSIGN_OR_RETURN(const NamedTensors frozen, ReadFrozen(directory));
   if (!same(first, "world_size", std::to_string(saved_world))) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint: ", first.path, ": world_size disagrees with ", marker));
@@ -517,6 +521,7 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
       }
     }
     grads_.zero_();
+    RestoreFrozen(frozen);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("checkpoint: ", directory, ": ", e.what()));
   }

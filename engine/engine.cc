@@ -111,9 +111,11 @@ absl::Status Engine::Initialize() {
                         ? 1.0f / static_cast<float>(world * config_.gradient_accumulation_steps)
                         : 1.0f;
 
-  // Blocks: every BlockModule below the root, numbered in traversal order.
+  // Blocks: every BlockModule below the root, numbered in traversal order. block_of_param maps
+  // every parameter of a block (trainable or frozen) to it.
   std::map<const void*, int> block_of_param;
-  for (const auto& module : model_->modules(/*include_self=*/true)) {
+  for (const auto& named : model_->named_modules(/*name_prefix=*/"", /*include_self=*/true)) {
+    const auto& module = named.value();
     auto block = std::dynamic_pointer_cast<BlockModule>(module);
     if (!block) continue;
     if (block->host() != nullptr) {
@@ -121,7 +123,7 @@ absl::Status Engine::Initialize() {
           "engine: a BlockModule of this model already belongs to another engine");
     }
     const int id = static_cast<int>(blocks_.size());
-    for (const auto& p : block->trainable_parameters()) {
+    for (const auto& p : block->parameters(/*recurse=*/true)) {
       if (block_of_param.count(p.unsafeGetTensorImpl())) {
         return absl::InvalidArgumentError(
             absl::StrCat("engine: BlockModules are nested or share parameters (block ", id, ")"));
@@ -129,15 +131,34 @@ absl::Status Engine::Initialize() {
       block_of_param[p.unsafeGetTensorImpl()] = id;
     }
     blocks_.push_back(block.get());
+    block_names_.push_back(named.key().empty() ? std::string("the model") : named.key());
   }
 
   std::vector<ParamSpec> specs;
   for (const auto& item : model_->named_parameters(/*recurse=*/true)) {
     const at::Tensor& p = item.value();
-    if (!p.requires_grad()) continue;
     if (!p.is_floating_point()) {
       return absl::InvalidArgumentError(
           absl::StrCat("engine: parameter ", item.key(), " is not floating point"));
+    }
+    const bool in_block = block_of_param.count(p.unsafeGetTensorImpl()) > 0;
+    if (!p.requires_grad()) {
+      if (auto seen = frozen_index_of_.find(p.unsafeGetTensorImpl());
+          seen != frozen_index_of_.end()) {
+        if (config_.zero.stage == 3 && in_block) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "engine: parameter ", frozen_names_[seen->second], " is also ", item.key(),
+              ", and ZeRO-3 gathers it only while its block runs; untie it or keep it out of "
+              "BlockModules"));
+        }
+        frozen_aliases_.emplace_back(item.key(), seen->second);
+        continue;
+      }
+      frozen_index_of_[p.unsafeGetTensorImpl()] = static_cast<int>(frozen_.size());
+      frozen_.push_back(p);
+      frozen_names_.push_back(item.key());
+      frozen_shapes_.push_back(p.sizes().vec());
+      continue;
     }
     if (auto seen = index_of_.find(p.unsafeGetTensorImpl()); seen != index_of_.end()) {
       // The same tensor under a second name (tied weights): one parameter, exported under both.
@@ -161,13 +182,22 @@ absl::Status Engine::Initialize() {
     index_of_[p.unsafeGetTensorImpl()] = static_cast<int>(params_.size());
     params_.push_back(p);
   }
-  if (params_.empty()) return absl::InvalidArgumentError("engine: the model has no trainable parameters");
-  device_ = params_[0].device();
+  if (params_.empty() && frozen_.empty()) {
+    return absl::InvalidArgumentError("engine: the model has no parameters");
+  }
+  device_ = params_.empty() ? frozen_[0].device() : params_[0].device();
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].device() != device_) {
       return absl::InvalidArgumentError(absl::StrCat("engine: parameter ", specs[i].name, " is on ",
                                                      params_[i].device().str(), ", expected ",
                                                      device_.str()));
+    }
+  }
+  for (size_t i = 0; i < frozen_.size(); ++i) {
+    if (frozen_[i].device() != device_) {
+      return absl::InvalidArgumentError(absl::StrCat("engine: parameter ", frozen_names_[i],
+                                                     " is on ", frozen_[i].device().str(),
+                                                     ", expected ", device_.str()));
     }
   }
   {
@@ -177,6 +207,8 @@ absl::Status Engine::Initialize() {
     if (communicator_->rank() == 0) TANDEM_LOG(kDebug, kComponent) << "compute: " << compute_.reason;
   }
   ASSIGN_OR_RETURN(layout_, Layout::Build(std::move(specs), world, config_.zero.reduce_bucket_size));
+  RETURN_IF_ERROR(AssignOptimizerGroups());
+  BuildUpdateSegments();
 
   block_unit_.assign(blocks_.size(), -1);
   for (size_t u = 0; u < layout_.units().size(); ++u) {
@@ -184,6 +216,7 @@ absl::Status Engine::Initialize() {
     if (group >= 0) block_unit_[group] = static_cast<int>(u);
   }
   RETURN_IF_ERROR(InitializeBuffers());
+  RETURN_IF_ERROR(InitializeFrozen(block_of_param));
   for (size_t b = 0; b < blocks_.size(); ++b) blocks_[b]->AttachHost(this, static_cast<int>(b));
   InstallHooks();
 
@@ -327,7 +360,16 @@ absl::Status Engine::Backward(const at::Tensor& loss) {
   try {
     loss.backward();
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("backward failed: ", e.what()));
+    std::string message = e.what();
+    if (const size_t end = message.find("\nException raised from"); end != std::string::npos) {
+      message.resize(end);  // LibTorch's backtrace
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (in_backward_ && backward_failure_.empty()) {
+      backward_failure_ =
+          absl::StrCat("the backward of micro step ", micro_steps_ + 1, " failed: ", message);
+    }
+    return absl::InternalError(absl::StrCat("backward failed: ", message));
   }
   std::lock_guard<std::mutex> lock(mu_);
   return error_;
@@ -465,6 +507,10 @@ absl::Status Engine::FoldLocked(size_t keep_at_most, bool block) {
 
 void Engine::OnBackwardEnd() {
   std::lock_guard<std::mutex> lock(mu_);
+  FinishReductionLocked();
+}
+
+void Engine::FinishReductionLocked() {
   try {
     // Every unit, in the same order on every rank, whether or not this rank's graph reached it;
     // none inside an accumulation window at stages 0 and 1.
@@ -483,6 +529,30 @@ void Engine::OnBackwardEnd() {
   std::fill(delivered_.begin(), delivered_.end(), false);
   next_launch_ = static_cast<int>(pending_.size()) - 1;
   in_backward_ = false;
+  ++backwards_this_micro_step_;
+}
+
+void Engine::SettleMicroStepLocked() {
+  if (in_backward_) {
+    // Step() runs on the training thread after backward returned, so a backward still "running"
+    // is one that threw before its end (its final callback never ran). Its remaining reductions
+    // run now, so the group's collectives stay matched, and its partial gradients are dropped;
+    // the boundary then skips the update on every rank (NOTE [Failed backward]).
+    FinishReductionLocked();
+    grads_.zero_();
+    if (backward_failure_.empty()) {
+      backward_failure_ = absl::StrCat("the backward of micro step ", micro_steps_ + 1,
+                                       " did not finish (an exception inside it?)");
+    }
+  } else if (backwards_this_micro_step_ == 0 && !DefersReduction() && !layout_.units().empty()) {
+    // No gradient reached this engine in this micro-batch (its loss did not depend on the
+    // engine's parameters): this rank contributes zeros to the reduction its peers are in.
+    WarnOnce(absl::StrCat("engine: group ", communicator_->group_name(), " rank ", rank(),
+                          ": no gradient reached the engine in micro step ", micro_steps_ + 1,
+                          "; this rank contributes zeros to the group's reduction"));
+    FinishReductionLocked();
+  }
+  backwards_this_micro_step_ = 0;
 }
 
 void Engine::RecordErrorLocked(absl::Status status) {
@@ -498,26 +568,65 @@ absl::Status Engine::Wait(const std::shared_ptr<Work>& work) const {
 
 // ---- ZeRO-3 blocks --------------------------------------------------------------------------------
 
+absl::Status Engine::CheckBlockOrder(int block_id) {
+  if (world_size() == 1) return absl::OkStatus();
+  bool backward = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    backward = in_backward_;
+  }
+  // Block 2b + phase, exact in fp32 up to 2^23 blocks.
+  const float mine = static_cast<float>(2 * block_id + (backward ? 1 : 0));
+  at::Tensor tag = at::full({1}, mine, at::TensorOptions().dtype(at::kFloat).device(device_));
+  at::Tensor all = at::empty({world_size()}, tag.options());
+  RETURN_IF_ERROR(Wait(communicator_->AllGather(tag, all)));
+  const at::Tensor tags = all.cpu();
+  auto describe = [&](float value) {
+    const int block = static_cast<int>(value) / 2;
+    const bool in_backward = static_cast<int>(value) % 2 == 1;
+    return absl::StrCat("block ", block, " (", block >= 0 && block < static_cast<int>(block_names_.size())
+                                                    ? block_names_[block]
+                                                    : std::string("?"),
+                        ") for its ", in_backward ? "backward" : "forward");
+  };
+  for (int r = 0; r < world_size(); ++r) {
+    const float theirs = tags[r].item<float>();
+    if (theirs == mine) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ZeRO-3: group ", communicator_->group_name(), " rank ", rank(), " gathers ",
+        describe(mine), " while rank ", r, " gathers ", describe(theirs),
+        ": every block must run on every rank of the group, in the same order (a rank without "
+        "samples runs an empty forward), or the gathered parameters pair wrongly"));
+  }
+  return absl::OkStatus();
+}
+
 void Engine::GatherBlock(int block_id) {
+  absl::Status status = CheckBlockOrder(block_id);
+  if (status.ok()) status = GatherFrozenBlock(block_id);
   const int unit = block_unit_[block_id];
-  if (unit < 0) return;  // the block has no trainable parameters
-  const Unit& u = layout_.units()[unit];
-  at::Tensor full = at::empty({u.padded}, owned_shards_.options());
-  absl::Status status =
-      Wait(communicator_->AllGather(owned_shards_.narrow(0, owned_offset_[unit], u.shard), full));
+  if (status.ok() && unit >= 0) {
+    const Unit& u = layout_.units()[unit];
+    at::Tensor full = at::empty({u.padded}, owned_shards_.options());
+    status =
+        Wait(communicator_->AllGather(owned_shards_.narrow(0, owned_offset_[unit], u.shard), full));
+    if (status.ok()) {
+      gathered_[unit] = full;
+      for (int i = u.first_param; i < u.end_param; ++i) {
+        params_[i].set_data(full.narrow(0, layout_.slots()[i].offset, layout_.params()[i].numel)
+                                .view(layout_.params()[i].shape));
+      }
+    }
+  }
   if (!status.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     RecordErrorLocked(status);
     throw std::runtime_error(std::string(status.message()));
   }
-  gathered_[unit] = full;
-  for (int i = u.first_param; i < u.end_param; ++i) {
-    params_[i].set_data(full.narrow(0, layout_.slots()[i].offset, layout_.params()[i].numel)
-                            .view(layout_.params()[i].shape));
-  }
 }
 
 void Engine::ReleaseBlock(int block_id) {
+  ReleaseFrozenBlock(block_id);
   const int unit = block_unit_[block_id];
   if (unit < 0) return;
   const Unit& u = layout_.units()[unit];

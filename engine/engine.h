@@ -35,9 +35,19 @@
 // bf16_optimizer_states the moments are bf16: 8 B/param. tandem.bf16_update picks nearest, Kahan or
 // stochastic rounding for bf16 masters.
 //
+// Frozen parameters (requires_grad false; NOTE [Frozen parameters] in frozen.cc) are held in the
+// parameter dtype and broadcast from rank 0 like the others, but get no gradient buffer, no
+// optimizer state and no reduction. At stage 3 those inside a BlockModule are partitioned and
+// gathered with their block. They are checkpointed and exported with the rest, and an engine whose
+// every parameter is frozen still runs forward and evaluation (Step() then only counts).
+//
 // Errors: Create returns InvalidArgument for a config/model mismatch. A failed or timed-out collective
 // inside a hook cannot be returned from backward: it is recorded and returned by the next Step() (and the
-// gradients of that step are not applied). Collective methods (Step at the boundary, Gather*, Save/Load,
+// gradients of that step are not applied). No rank hangs its group (NOTE [Failed backward] in
+// engine_step.cc): a rank whose backward never reached the engine contributes zeros at Step(); a
+// backward that threw is finished by the next Step(), which returns Aborted, and at the optimizer
+// step every rank of the group learns of it, skips the update and returns Aborted naming the rank;
+// the engines are ready for the next step. Collective methods (Step at the boundary, Gather*, Save/Load,
 // Export) must be called by every rank in the same order.
 //
 // Thread-safety: one training thread per engine; hooks may run on autograd threads (guarded).
@@ -50,6 +60,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -95,7 +106,8 @@ class Engine : public BlockHost {
   // set_compute_dtype, e.g. models::VisionEncoder) and the dtype its output comes out in.
   const ComputePlan& compute() const { return compute_; }
 
-  // Sugar for loss.backward() (errors as a Status instead of an exception).
+  // Sugar for loss.backward() (errors as a Status instead of an exception; call Step() after a
+  // failed one too, so the group's collectives stay matched).
   absl::Status Backward(const at::Tensor& loss);
 
   // Call once per micro-batch, after its backward calls.
@@ -120,7 +132,9 @@ class Engine : public BlockHost {
   double last_grad_norm() const { return last_grad_norm_; }
   double last_global_grad_norm() const { return last_global_grad_norm_; }
   double last_lr() const { return last_lr_; }
-  double current_lr() const;  // the learning rate the next update will use
+  double current_lr() const;  // the learning rate the next update will use (default group)
+  // Each optimizer group's name and the lr its next update will use (tandem.param_groups).
+  std::vector<std::pair<std::string, double>> group_lrs() const;
   const Config& config() const { return config_; }
   const Layout& layout() const { return layout_; }
   int rank() const { return communicator_->rank(); }
@@ -128,8 +142,13 @@ class Engine : public BlockHost {
   MemoryReport Memory() const;
 
   // Collective reads, for checks and exports: full fp32 tensors with the module's parameter names.
-  // Parameters come from the master copy when there is one.
+  // Parameters come from the master copy when there is one. Trainable parameters only;
+  // GatherFrozenParameters gives the frozen ones.
   absl::StatusOr<NamedTensors> GatherParameters();
+  absl::StatusOr<NamedTensors> GatherFrozenParameters();
+  // Parameters that train (0 when the whole model is frozen), and those held frozen.
+  int64_t trainable_parameters() const { return layout_.num_elements(); }
+  int64_t frozen_parameters() const;
   // The reduced gradients accumulated since the last update (call between backward and Step).
   absl::StatusOr<NamedTensors> GatherGradients();
 
@@ -160,6 +179,30 @@ class Engine : public BlockHost {
   void OnGradientAccumulated(int index);
 
  private:
+  // A set of parameters that share their optimizer hyperparameters (engine/optimizer_groups.cc):
+  // a tandem.param_groups entry or the default group, split by whether no_decay applies.
+  struct OptimizerGroup {
+    std::string name;          // "default" or the config path, e.g. "tandem.param_groups[0]"
+    std::optional<double> lr;  // the group's peak lr; unset: the optimizer's (and its schedule)
+    double weight_decay = 0.0;
+    double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  };
+  // A run of consecutive parameters of one optimizer group inside a unit's domain.
+  struct UpdateSegment {
+    int unit = 0;
+    int64_t begin = 0;   // offset in the unit's domain
+    int64_t length = 0;
+    int group = 0;       // index in optimizer_groups_
+  };
+
+  // A block's frozen parameters at ZeRO-3: one flat unit, padded and sharded like a trainable one.
+  struct FrozenUnit {
+    std::vector<int> params;       // indices in frozen_
+    std::vector<int64_t> offsets;  // of each in the unit
+    int64_t numel = 0, padded = 0, shard = 0;
+    int64_t shard_offset = 0;      // in frozen_shards_
+  };
+
   struct InFlight {
     int unit = 0;
     std::shared_ptr<Work> work;
@@ -172,11 +215,36 @@ class Engine : public BlockHost {
   absl::Status Initialize();
   absl::Status InitializeBuffers();
   void InstallHooks();
+  // engine/optimizer_groups.cc: each parameter's group (InvalidArgument naming a tandem.param_groups
+  // entry that matches no parameter), then the update segments over the layout's domains.
+  absl::Status AssignOptimizerGroups();
+  void BuildUpdateSegments();
+  double GroupLr(const OptimizerGroup& group) const;
+  // Before a stage-3 gather: every rank of the group gathers the same block in the same phase
+  // (FailedPrecondition naming both blocks otherwise), one all-gather of a float per rank.
+  absl::Status CheckBlockOrder(int block_id);
+  // engine/frozen.cc. `block_of` maps every parameter of a BlockModule to its block.
+  absl::Status InitializeFrozen(const std::map<const void*, int>& block_of);
+  absl::Status GatherFrozenBlock(int block_id);
+  void ReleaseFrozenBlock(int block_id);
+  // Rank 0 writes <directory>/frozen.safetensors (collective at stage 3).
+  absl::Status SaveFrozen(const std::string& directory);
+  // Reads and checks <directory>/frozen.safetensors without changing the engine; RestoreFrozen
+  // then takes the values.
+  absl::StatusOr<NamedTensors> ReadFrozen(const std::string& directory) const;
+  void RestoreFrozen(const NamedTensors& values);
+  int64_t FrozenBytes() const;
+  bool IsShardedFrozen(int index) const;  // a stage-3 block's frozen parameter
 
   // Gradient flow (hold mu_).
   void AddGradientLocked(int index, const at::Tensor& grad);
   void BeginBackwardLocked();
   void OnBackwardEnd();
+  // Launches every unit not yet launched, folds the reductions and ends the backward.
+  void FinishReductionLocked();
+  // Step()'s first act (NOTE [Failed backward] in engine_step.cc): finishes a backward that threw,
+  // or reduces zeros for a micro-batch whose backward never reached the engine.
+  void SettleMicroStepLocked();
   void LaunchReadyLocked();
   // Stages 0 and 1 inside an accumulation window (DDP's no_sync): this micro-batch's gradients are
   // summed into the local gradient buffer and reduced once, with the boundary's.
@@ -198,6 +266,13 @@ class Engine : public BlockHost {
   at::Tensor UnitDomainGradients(int unit) const;
   bool IsResident(int unit) const;
 
+  // The boundary's one group check (NOTE [Failed backward]): the squared gradient norm over the
+  // group, and the ranks whose backward failed in this optimizer step.
+  struct GroupCheck {
+    double squares = 0.0;
+    std::vector<int> failed_ranks;
+  };
+  absl::StatusOr<GroupCheck> CheckGroup(bool failed_here);
   absl::Status ApplyUpdate(double grad_scale);
   absl::Status AllGatherResident();
   absl::StatusOr<std::vector<at::Tensor>> GatherUnits(bool gradients);
@@ -217,7 +292,21 @@ class Engine : public BlockHost {
   std::vector<std::pair<std::string, int>> aliases_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::vector<uintptr_t> hook_keys_;
+  // Frozen parameters, module order, each tensor once (frozen.cc).
+  std::vector<at::Tensor> frozen_;
+  std::vector<std::string> frozen_names_;
+  std::vector<std::vector<int64_t>> frozen_shapes_;
+  std::unordered_map<const void*, int> frozen_index_of_;
+  std::vector<std::pair<std::string, int>> frozen_aliases_;
+  std::vector<FrozenUnit> frozen_units_;     // per block id (stage 3), empty otherwise
+  at::Tensor frozen_shards_;                 // stage 3: this rank's chunks of frozen_units_
+  std::vector<at::Tensor> frozen_gathered_;  // per block id, while gathered
+
+  std::vector<OptimizerGroup> optimizer_groups_;
+  std::vector<int> group_of_param_;  // per parameter: index in optimizer_groups_
+  std::vector<UpdateSegment> segments_;
   std::vector<BlockModule*> blocks_;
+  std::vector<std::string> block_names_;  // their module paths, e.g. "blocks.3"
   std::vector<int> block_unit_;
 
   at::Device device_{at::kCPU};
@@ -249,6 +338,8 @@ class Engine : public BlockHost {
   int next_launch_ = -1;            // units launch from the last to the first
   std::deque<InFlight> in_flight_;
   absl::Status error_;
+  int backwards_this_micro_step_ = 0;  // backward calls that reached the engine since Step()
+  std::string backward_failure_;       // this optimizer step's failed backward, if any
 
   int64_t micro_steps_ = 0;
   int64_t global_steps_ = 0;

@@ -3,9 +3,12 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <limits>
+#include <utility>
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "engine/cuda_ops.h"
@@ -52,19 +55,54 @@ double Engine::current_lr() const {
   return LearningRate(config_.scheduler, config_.optimizer.lr, global_steps_);
 }
 
+// NOTE [Failed backward]
+// A group's collectives pair up by order, so one rank that skips a reduction hangs the others until
+// the collective timeout. Step() settles each micro-batch first (SettleMicroStepLocked):
+// - a micro-batch whose backward never reached the engine (a loss that does not depend on the
+//   model on this rank) reduces zeros, as if every parameter were unused, so its peers' reductions
+//   complete and the result is what one process would compute;
+// - a backward that threw left the engine "in backward" with some units launched: the rest are
+//   launched (with what they hold), the reductions complete, the partial gradients are dropped, and
+//   the failure is remembered. A Step() inside the accumulation window then returns Aborted.
+// At the accumulation boundary every rank reports whether it failed in the all-reduce that also
+// sums the squared gradient norm (world-size floats more; at stage 0, where the norm needs no
+// collective, it is the step's one extra collective). If any rank failed, every rank drops the
+// step's gradients, counts the step as skipped, passes a NaN to the whole-model norm exchange so the
+// other group skips too, and returns Aborted naming the failed ranks. The engines are consistent and
+// ready for the next step.
+
 absl::Status Engine::Step() {
   std::unique_lock<std::mutex> lock(mu_);
-  if (in_backward_) {
-    return absl::FailedPreconditionError("engine: Step() called while a backward is running");
-  }
+  SettleMicroStepLocked();
   if (!error_.ok()) return error_;
   const bool boundary = IsGradientAccumulationBoundary();
   ++micro_steps_;
-  if (!boundary) return absl::OkStatus();
+  if (!boundary) {
+    if (backward_failure_.empty()) return absl::OkStatus();
+    return absl::AbortedError(absl::StrCat(
+        "engine: group ", communicator_->group_name(), " rank ", rank(), ": ", backward_failure_,
+        "; its gradients are dropped and the group will skip optimizer step ", global_steps_ + 1));
+  }
+  const std::string failure = std::exchange(backward_failure_, std::string());
   lock.unlock();
 
   try {
-    ASSIGN_OR_RETURN(const double squares, GroupGradSquares());
+    ASSIGN_OR_RETURN(const GroupCheck check, CheckGroup(!failure.empty()));
+    if (!check.failed_ranks.empty()) {
+      ++skipped_steps_;
+      grads_.zero_();
+      if (combine_norm_) {
+        // The other group skips too; its answer does not change ours.
+        combine_norm_(std::numeric_limits<double>::quiet_NaN()).IgnoreError();
+      }
+      return absl::AbortedError(absl::StrCat(
+          "engine: group ", communicator_->group_name(), ": the backward of rank",
+          check.failed_ranks.size() > 1 ? "s " : " ", absl::StrJoin(check.failed_ranks, ", "),
+          " failed in optimizer step ", global_steps_ + 1,
+          failure.empty() ? std::string() : absl::StrCat(" (here: ", failure, ")"),
+          "; every rank of the group dropped the step's gradients and skipped it"));
+    }
+    const double squares = check.squares;
     last_grad_norm_ = std::sqrt(squares);
     double global_squares = squares;
     if (combine_norm_) {
@@ -93,6 +131,29 @@ absl::Status Engine::Step() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<Engine::GroupCheck> Engine::CheckGroup(bool failed_here) {
+  GroupCheck check;
+  for (size_t u = 0; u < layout_.units().size(); ++u) {
+    check.squares += SumOfSquares(UnitDomainGradients(static_cast<int>(u)));
+  }
+  if (world_size() == 1) {
+    if (failed_here) check.failed_ranks.push_back(0);
+    return check;
+  }
+  // [squares, failed(rank 0), ..., failed(rank w-1)], summed over the group.
+  at::Tensor values = at::zeros({1 + world_size()}, at::TensorOptions().dtype(at::kFloat));
+  values[0] = config_.zero.stage > 0 ? check.squares : 0.0;
+  if (failed_here) values[1 + rank()] = 1.0f;
+  values = values.to(device_);
+  RETURN_IF_ERROR(Wait(communicator_->AllReduceSum(values)));
+  values = values.cpu();
+  if (config_.zero.stage > 0) check.squares = values[0].item<double>();
+  for (int r = 0; r < world_size(); ++r) {
+    if (values[1 + r].item<float>() > 0.0f) check.failed_ranks.push_back(r);
+  }
+  return check;
+}
+
 absl::StatusOr<double> Engine::GroupGradSquares() {
   // Each rank's domain, summed over the group (stage 0 holds all of it on every rank).
   double squares = 0.0;
@@ -109,25 +170,33 @@ absl::StatusOr<double> Engine::GroupGradSquares() {
 }
 
 absl::Status Engine::ApplyUpdate(double grad_scale) {
-  const double lr = current_lr();
-  last_lr_ = lr;
+  last_lr_ = current_lr();
   const OptimizerConfig& opt = config_.optimizer;
-  kernels::AdamWHyper hyper;
-  hyper.lr = static_cast<float>(lr);
-  hyper.beta1 = static_cast<float>(opt.beta1);
-  hyper.beta2 = static_cast<float>(opt.beta2);
-  hyper.eps = static_cast<float>(opt.eps);
-  hyper.weight_decay = static_cast<float>(opt.weight_decay);
-  hyper.decoupled = opt.type == OptimizerType::kAdamW || opt.adam_w_mode;
-  hyper.step = global_steps_ + 1;
-  hyper.grad_scale = static_cast<float>(grad_scale);
+  std::vector<kernels::AdamWHyper> hypers;
+  for (const OptimizerGroup& group : optimizer_groups_) {
+    kernels::AdamWHyper hyper;
+    hyper.lr = static_cast<float>(GroupLr(group));
+    hyper.beta1 = static_cast<float>(group.beta1);
+    hyper.beta2 = static_cast<float>(group.beta2);
+    hyper.eps = static_cast<float>(group.eps);
+    hyper.weight_decay = static_cast<float>(group.weight_decay);
+    hyper.decoupled = opt.type == OptimizerType::kAdamW || opt.adam_w_mode;
+    hyper.step = global_steps_ + 1;
+    hyper.grad_scale = static_cast<float>(grad_scale);
+    hypers.push_back(hyper);
+  }
   const uint64_t seed = kernels::CounterRandom(config_.seed.value_or(0), global_steps_);
+  const kernels::Rounding moment_rounding =
+      config_.bf16_optimizer_states_rounding == MomentRounding::kStochastic
+          ? kernels::Rounding::kStochastic
+          : kernels::Rounding::kNearest;
 
-  for (size_t i = 0; i < layout_.units().size(); ++i) {
-    const int u = static_cast<int>(i);
-    const int64_t offset = domain_offset_[u], length = DomainLength(u);
-    at::Tensor weights = UnitWeights(u);
-    at::Tensor grads = UnitDomainGradients(u);
+  // One kernel call per segment (NOTE [Optimizer groups] in optimizer_groups.cc).
+  for (const UpdateSegment& segment : segments_) {
+    const int u = segment.unit;
+    const int64_t offset = domain_offset_[u] + segment.begin, length = segment.length;
+    at::Tensor weights = UnitWeights(u).narrow(0, segment.begin, length);
+    at::Tensor grads = UnitDomainGradients(u).narrow(0, segment.begin, length);
     at::Tensor m = exp_avg_.narrow(0, offset, length);
     at::Tensor v = exp_avg_sq_.narrow(0, offset, length);
     kernels::AdamWBuffers b;
@@ -139,6 +208,7 @@ absl::Status Engine::ApplyUpdate(double grad_scale) {
     b.exp_avg = m.data_ptr();
     b.exp_avg_sq = v.data_ptr();
     b.state_dtype = KernelDtype(m);
+    b.state_rounding = moment_rounding;
     b.n = length;
     if (param_dtype_ == at::kBFloat16 && !master_.defined()) {
       b.rounding = KernelRounding(config_.bf16_update);
@@ -148,11 +218,12 @@ absl::Status Engine::ApplyUpdate(double grad_scale) {
       }
     }
     b.seed = seed;
-    b.seed_offset = static_cast<uint64_t>(layout_.units()[u].full_offset + DomainStart(u));
+    b.seed_offset = static_cast<uint64_t>(layout_.units()[u].full_offset + DomainStart(u) +
+                                          segment.begin);
     if (device_.is_cpu()) {
-      kernels::AdamWCpu(b, hyper);
+      kernels::AdamWCpu(b, hypers[segment.group]);
     } else {
-      RETURN_IF_ERROR(RunAdamWOnDevice(b, hyper, device_));
+      RETURN_IF_ERROR(RunAdamWOnDevice(b, hypers[segment.group], device_));
     }
   }
   return absl::OkStatus();
@@ -233,8 +304,24 @@ absl::Status Engine::ExportSafetensors(const std::string& path) {
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("export: ", e.what()));
   }
+  NamedTensors frozen;
+  try {
+    ASSIGN_OR_RETURN(frozen, GatherFrozenParameters());
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("export: ", e.what()));
+  }
   if (rank() != 0) return absl::OkStatus();
   for (const auto& [alias, index] : aliases_) named.emplace_back(alias, named[index].second);
+  for (const auto& [alias, index] : frozen_aliases_) frozen.emplace_back(alias, frozen[index].second);
+  // In the model's own order of names, as named_parameters() lists them.
+  std::map<std::string, at::Tensor> by_name;
+  for (auto& [name, tensor] : named) by_name.emplace(name, tensor);
+  for (auto& [name, tensor] : frozen) by_name.emplace(name, tensor);
+  named.clear();
+  for (const auto& item : model_->named_parameters(/*recurse=*/true)) {
+    auto it = by_name.find(item.key());
+    if (it != by_name.end()) named.emplace_back(it->first, it->second);
+  }
   return WriteSafetensors(
       path, named,
       {{"format", "pt"}, {"producer", "tandem"}, {"global_steps", std::to_string(global_steps_)}});
@@ -251,6 +338,8 @@ MemoryReport Engine::Memory() const {
   report.grad_bytes = bytes(grads_);
   report.master_bytes = bytes(master_);
   report.optimizer_bytes = bytes(exp_avg_) + bytes(exp_avg_sq_) + bytes(compensation_);
+  report.frozen_parameters = frozen_parameters();
+  report.frozen_bytes = FrozenBytes();
   if (device_.is_cuda()) {
     report.peak_bytes = DevicePeakBytes(device_);
     report.peak_source = "cuda";

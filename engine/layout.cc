@@ -8,7 +8,6 @@ absl::StatusOr<Layout> Layout::Build(std::vector<ParamSpec> params, int world_si
                                      int64_t bucket_elements) {
   if (world_size < 1) return absl::InvalidArgumentError("layout: world size must be >= 1");
   if (bucket_elements < 1) return absl::InvalidArgumentError("layout: bucket size must be >= 1");
-  if (params.empty()) return absl::InvalidArgumentError("layout: the model has no trainable parameters");
 
   Layout layout;
   layout.world_size_ = world_size;
@@ -55,7 +54,7 @@ absl::StatusOr<Layout> Layout::Build(std::vector<ParamSpec> params, int world_si
     current.end_param = i + 1;
     layout.num_elements_ += p.numel;
   }
-  close_unit(current);
+  if (open) close_unit(current);
   layout.params_ = std::move(params);
   return layout;
 }

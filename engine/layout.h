@@ -46,7 +46,8 @@ struct Unit {
 
 class Layout {
  public:
-  // REQUIRES: world_size >= 1, bucket_elements >= 1, params non-empty with numel > 0 each.
+  // REQUIRES: world_size >= 1, bucket_elements >= 1, numel > 0 for each parameter. No parameters
+  // give a layout of no units (a model whose parameters are all frozen).
   // Parameters of one group must be consecutive (InvalidArgument naming the parameter otherwise).
   static absl::StatusOr<Layout> Build(std::vector<ParamSpec> params, int world_size,
                                       int64_t bucket_elements);

@@ -15,6 +15,10 @@ struct MemoryReport {
   int64_t grad_bytes = 0;      // accumulated, reduced gradients
   int64_t master_bytes = 0;    // separate fp32 master weights (0 when the param is the master)
   int64_t optimizer_bytes = 0;  // Adam moments (+ Kahan compensation)
+  // Frozen parameters (requires_grad false): their count and the bytes of their weights on this
+  // rank. Not model state: they have no gradient, master or moments, and are not in the total.
+  int64_t frozen_parameters = 0;
+  int64_t frozen_bytes = 0;
   int64_t peak_bytes = 0;      // process peak: CUDA allocator peak on GPU, peak RSS (VmHWM) on CPU
   std::string peak_source;     // "cuda" or "rss"
 

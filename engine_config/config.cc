@@ -17,6 +17,7 @@
 #include "common/status_macros.h"
 #include "common/strict_json.h"
 #include "engine_config/object_reader.h"
+#include "engine_config/param_groups.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::engine {
@@ -97,8 +98,12 @@ constexpr std::string_view kFp16Keys[] = {"enabled",
                                           "min_loss_scale"};
 constexpr std::string_view kDataTypesKeys[] = {"grad_accum_dtype"};
 constexpr std::string_view kAutocastKeys[] = {"enabled", "dtype", "lower_precision_safe_modules"};
-constexpr std::string_view kTandemKeys[] = {"bf16_update", "gradient_reduction",
-                                            "collective_timeout_s"};
+constexpr std::string_view kTandemKeys[] = {"bf16_update",
+                                            "bf16_optimizer_states_rounding",
+                                            "gradient_reduction",
+                                            "collective_timeout_s",
+                                            "param_groups",
+                                            "no_decay"};
 
 absl::Status ParseOptimizer(const ObjectReader& root, OptimizerConfig* out) {
   ASSIGN_OR_RETURN(ObjectReader opt, root.Child("optimizer", kOptimizerKeys));
@@ -119,22 +124,7 @@ absl::Status ParseOptimizer(const ObjectReader& root, OptimizerConfig* out) {
   RETURN_IF_ERROR(params.Number("lr", Bound::kNonNegative, &out->lr));
   RETURN_IF_ERROR(params.Number("eps", Bound::kPositive, &out->eps));
   RETURN_IF_ERROR(params.Number("weight_decay", Bound::kNonNegative, &out->weight_decay));
-  if (const json* betas = params.Find("betas")) {
-    std::string path = params.PathOf("betas");
-    if (!betas->is_array() || betas->size() != 2 || !(*betas)[0].is_number() ||
-        !(*betas)[1].is_number()) {
-      return Error(path, "must be an array of 2 numbers");
-    }
-    double b[2];
-    for (int i = 0; i < 2; ++i) {
-      b[i] = (*betas)[i].get<double>();
-      if (!(b[i] >= 0.0 && b[i] < 1.0)) {
-        return Error(absl::StrCat(path, "[", i, "]"), "must be in [0, 1), got ", b[i]);
-      }
-    }
-    out->beta1 = b[0];
-    out->beta2 = b[1];
-  }
+  RETURN_IF_ERROR(params.Betas("betas", &out->beta1, &out->beta2));
   bool torch_adam = false;  // Validated only: Tandem always runs its fused kernel.
   RETURN_IF_ERROR(params.Bool("torch_adam", &torch_adam));
   bool adam_w_mode = true;
@@ -384,6 +374,18 @@ absl::Status ParseTandem(const ObjectReader& root, Config* out) {
                  " requires bf16.bf16_master_weights_and_grads = true; with an fp32 master "
                  "weight every update is kept exactly");
   }
+  std::string moments = "stochastic";
+  RETURN_IF_ERROR(tandem.String("bf16_optimizer_states_rounding", &moments));
+  if (moments == "stochastic") {
+    out->bf16_optimizer_states_rounding = MomentRounding::kStochastic;
+  } else if (moments == "nearest") {
+    out->bf16_optimizer_states_rounding = MomentRounding::kNearest;
+  } else {
+    return Error(tandem.PathOf("bf16_optimizer_states_rounding"),
+                 "must be \"stochastic\" or \"nearest\", got ", Quoted(moments));
+  }
+  RETURN_IF_ERROR(tandem.Bool("no_decay", &out->no_decay));
+  RETURN_IF_ERROR(ParseParamGroups(tandem, &out->param_groups));
   std::string reduction = "mean";
   RETURN_IF_ERROR(tandem.String("gradient_reduction", &reduction));
   if (reduction == "mean") {
@@ -466,10 +468,6 @@ absl::Status ParseTopLevel(const ObjectReader& root, Config* out) {
     RETURN_IF_ERROR(ParseDType(types, "grad_accum_dtype", &dtype));
     if (types.Has("grad_accum_dtype")) {
       std::string path = types.PathOf("grad_accum_dtype");
-      if (dtype == DType::kFloat32 && out->bf16_master_weights_and_grads) {
-        return Error(path, "\"fp32\" is not supported with ", Sv(bf16_key),
-                     ".bf16_master_weights_and_grads = true, where gradients are bf16");
-      }
       if (dtype == DType::kBFloat16 && !out->bf16_enabled) {
         return Error(path,
                      "\"bf16\" requires bf16.enabled = true; fp32 parameters accumulate "

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json_fwd.hpp"
@@ -69,6 +70,25 @@ enum class Bf16Update {
   kStochastic,  // stochastic rounding: no extra memory, unbiased in expectation
 };
 
+// How bf16 Adam moments are stored after each update (Tandem extension,
+// tandem.bf16_optimizer_states_rounding).
+enum class MomentRounding {
+  kStochastic,  // unbiased: v = beta2 * v decays even where the decrement is below half an ulp
+  kNearest,     // DeepSpeed: a bf16 v never falls under beta2 = 0.999
+};
+
+// An optimizer parameter group (Tandem extension, tandem.param_groups[i]): the parameters whose
+// names match one of `params` take the given hyperparameters; unset ones come from optimizer.params.
+// A parameter belongs to the first group that matches it, or to the default group.
+struct ParamGroupConfig {
+  std::string path;                 // "tandem.param_groups[i]" with the config's prefix, for errors
+  std::vector<std::string> params;  // name patterns: '*' any run of characters, '?' one
+  std::optional<double> lr;         // the group's peak lr; schedules scale it (CONFIG.md)
+  std::optional<double> weight_decay;
+  std::optional<double> beta1, beta2;
+  std::optional<double> eps;
+};
+
 // How gradients are combined across the group (Tandem extension, tandem.gradient_reduction).
 enum class GradientReduction {
   kMean,  // DeepSpeed: divide by world size and by gradient_accumulation_steps
@@ -109,6 +129,10 @@ struct Config {
 
   // Tandem extensions ("tandem": {...}).
   Bf16Update bf16_update = Bf16Update::kNearest;  // only with bf16_master_weights_and_grads
+  MomentRounding bf16_optimizer_states_rounding = MomentRounding::kStochastic;
+  std::vector<ParamGroupConfig> param_groups;
+  // Weight decay 0 for biases, norm weights and embeddings unless their group sets weight_decay.
+  bool no_decay = true;
   GradientReduction gradient_reduction = GradientReduction::kMean;
   int64_t collective_timeout_ms = 300000;  // tandem.collective_timeout_s * 1000: deadline of every wait
 

@@ -101,4 +101,24 @@ absl::Status ObjectReader::Int(std::string_view key, int64_t min, int64_t* out) 
   return absl::OkStatus();
 }
 
+absl::Status ObjectReader::Betas(std::string_view key, double* beta1, double* beta2) const {
+  const json* betas = Find(key);
+  if (betas == nullptr) return absl::OkStatus();
+  const std::string path = PathOf(key);
+  if (!betas->is_array() || betas->size() != 2 || !(*betas)[0].is_number() ||
+      !(*betas)[1].is_number()) {
+    return Error(path, "must be an array of 2 numbers");
+  }
+  double b[2];
+  for (int i = 0; i < 2; ++i) {
+    b[i] = (*betas)[i].get<double>();
+    if (!(b[i] >= 0.0 && b[i] < 1.0)) {
+      return Error(absl::StrCat(path, "[", i, "]"), "must be in [0, 1), got ", b[i]);
+    }
+  }
+  *beta1 = b[0];
+  *beta2 = b[1];
+  return absl::OkStatus();
+}
+
 }  // namespace tandem::engine::internal

@@ -65,6 +65,8 @@ class ObjectReader {
   // but not as strings. Errors: "must be an integer", "out of range" (beyond int64_t), and
   // "must be >= <min>".
   absl::Status Int(std::string_view key, int64_t min, int64_t* out) const;
+  // Adam's betas: an array of exactly 2 numbers, each in [0, 1).
+  absl::Status Betas(std::string_view key, double* beta1, double* beta2) const;
 
  private:
   ObjectReader(const nlohmann::json& value, std::string child_prefix)

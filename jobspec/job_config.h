@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "data/data_config.h"
 #include "models/model_config.h"
@@ -20,6 +21,7 @@ struct VisionGroupConfig {
   int32_t actors = 1;            // data-parallel ranks
   models::VisionConfig model;
   std::string engine_json = "{}";  // the group's DeepSpeed-style engine config, as a JSON object
+  std::vector<std::string> freeze;  // name patterns of parameters that do not train
 };
 
 struct LlmGroupConfig {
@@ -27,7 +29,16 @@ struct LlmGroupConfig {
   int32_t actors = 1;
   models::LlmConfig model;
   std::string engine_json = "{}";
+  std::vector<std::string> freeze;
 };
+
+// Whether a group's freeze list freezes the whole group: it holds "*" (or "**", ...).
+inline bool FreezesWholeGroup(const std::vector<std::string>& freeze) {
+  for (const std::string& pattern : freeze) {
+    if (!pattern.empty() && pattern.find_first_not_of('*') == std::string::npos) return true;
+  }
+  return false;
+}
 
 struct ScheduleConfig {
   int64_t global_batch = 32;     // samples per optimizer step, over all ranks and micro-batches

@@ -73,11 +73,13 @@ std::string JobConfigToJson(const JobConfig& config) {
   out["vision"] = {{"pool", config.vision.pool},
                    {"actors", config.vision.actors},
                    {"model", VisionModel(config.vision.model)},
-                   {"engine", Engine(config.vision.engine_json)}};
+                   {"engine", Engine(config.vision.engine_json)},
+                   {"freeze", config.vision.freeze}};
   out["llm"] = {{"pool", config.llm.pool},
                 {"actors", config.llm.actors},
                 {"model", LlmModel(config.llm.model)},
-                {"engine", Engine(config.llm.engine_json)}};
+                {"engine", Engine(config.llm.engine_json)},
+                {"freeze", config.llm.freeze}};
   out["schedule"] = Schedule(config.schedule);
   out["failure"] = {{"max_restarts", config.max_restarts}};
   out["resume_from"] = SpecPath(config.resume_from, config.spec_dir);

@@ -149,12 +149,14 @@ absl::StatusOr<JobConfig> Resolve(const tandem::v1::JobSpec& spec) {
   if (vision.has_actors()) config.vision.actors = vision.actors();
   ASSIGN_OR_RETURN(config.vision.model, ResolveVisionModel(vision.model()));
   if (vision.has_engine()) config.vision.engine_json = ToJson(vision.engine()).dump();
+  config.vision.freeze.assign(vision.freeze().begin(), vision.freeze().end());
 
   const tandem::v1::LlmGroupSpec& llm = spec.llm();
   if (llm.has_pool()) config.llm.pool = llm.pool();
   if (llm.has_actors()) config.llm.actors = llm.actors();
   ASSIGN_OR_RETURN(config.llm.model, ResolveLlmModel(llm.model()));
   if (llm.has_engine()) config.llm.engine_json = ToJson(llm.engine()).dump();
+  config.llm.freeze.assign(llm.freeze().begin(), llm.freeze().end());
 
   // The projector maps patches into the LLM's embedding space.
   config.vision.model.output_dim = config.llm.model.hidden;

@@ -211,6 +211,16 @@ absl::Status CheckEngine(std::string_view group, const std::string& engine_json,
   return absl::OkStatus();
 }
 
+absl::Status CheckFreeze(std::string_view group, const std::vector<std::string>& freeze) {
+  for (size_t i = 0; i < freeze.size(); ++i) {
+    if (freeze[i].empty()) {
+      return PathError(absl::StrCat(JoinPath(group, "freeze"), "[", i, "]"),
+                       "must be a non-empty name pattern");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateJobConfig(const JobConfig& config) {
@@ -229,6 +239,12 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
                      ", got ", config.llm.model.max_seq_len);
   }
   RETURN_IF_ERROR(CheckSchedule(config));
+  RETURN_IF_ERROR(CheckFreeze("vision", config.vision.freeze));
+  RETURN_IF_ERROR(CheckFreeze("llm", config.llm.freeze));
+  if (FreezesWholeGroup(config.vision.freeze) && FreezesWholeGroup(config.llm.freeze)) {
+    return PathError("llm.freeze", "freezes the whole LLM while vision.freeze freezes the whole "
+                                   "encoder: nothing would train");
+  }
   RETURN_IF_ERROR(AtLeast("failure.max_restarts", config.max_restarts, 0));
   RETURN_IF_ERROR(
       CheckEngine("vision", config.vision.engine_json, config.vision.actors, config.schedule));

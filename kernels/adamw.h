@@ -15,7 +15,10 @@
 //   kNearest; kStochastic (seeded by `seed`, stream position `seed_offset + i`); kKahan, which keeps the
 //   rounding error of the previous update in `compensation` (bf16, same length) and adds it back.
 //
-// Moments `exp_avg` and `exp_avg_sq` are fp32 or bf16 (rounded to nearest after the update).
+// Moments `exp_avg` and `exp_avg_sq` are fp32 or bf16. bf16 moments are rounded per `state_rounding`:
+// kNearest, or kStochastic (seed `seed ^ kExpAvgStream` resp. `seed ^ kExpAvgSqStream`, position
+// `seed_offset + i`), under which v = beta2 * v decays in expectation even where beta2's decrement is
+// below half a bf16 ulp of v (with beta2 = 0.999 it always is, and a nearest-rounded v never falls).
 // `grad` is fp32 or bf16. All buffers hold `n` elements and must not overlap.
 //
 // AdamWCpu splits the range into chunks over OpenMP threads (`threads` <= 0: omp_get_max_threads()).
@@ -50,6 +53,7 @@ struct AdamWBuffers {
   void* exp_avg = nullptr;
   void* exp_avg_sq = nullptr;
   Dtype state_dtype = Dtype::kFloat32;
+  Rounding state_rounding = Rounding::kNearest;  // bf16 moments: kNearest or kStochastic
   uint16_t* compensation = nullptr;  // bf16 Kahan buffer, only with Rounding::kKahan
   int64_t n = 0;
   Rounding rounding = Rounding::kNearest;

@@ -11,8 +11,9 @@
 //   v = beta2 * v + (one_minus_beta2 * g) * g
 //   AdamW only: w = w * decay
 //   w_new = w - (step_size * m) / (sqrt(v) / sqrt_bc2 + eps)
-// with w read from `master` if present, else from `param`. bf16 moments are stored rounded to nearest;
-// w_new itself uses the unrounded fp32 m and v. The weight is written as:
+// with w read from `master` if present, else from `param`. bf16 moments are stored rounded to nearest,
+// or with state_rounding kStochastic as FloatToBf16Stochastic(m, CounterRandom(seed ^ kExpAvgStream,
+// seed_offset + i)) and v likewise with kExpAvgSqStream; w_new itself uses the unrounded fp32 m and v. The weight is written as:
 //   master present:    master = w_new; param = w_new (fp32) or FloatToBf16Nearest(w_new) (bf16)
 //   fp32 param:        param = w_new
 //   bf16, kNearest:    param = FloatToBf16Nearest(w_new)
@@ -26,7 +27,7 @@
 //
 // Work layout: the range is cut into kChunk-element chunks spread over OpenMP threads with
 // schedule(static); each chunk is one `omp simd` loop in a function instantiated per (param dtype,
-// master present, grad dtype, state dtype, rounding, Adam or AdamW), so the hot loop never branches on
+// master present, grad dtype, state dtype and its rounding, rounding, Adam or AdamW), so the hot loop never branches on
 // a dtype. On x86-64 each instantiation also exists compiled for AVX2 and AVX-512, picked at run time.
 //
 // Build requirement: -fno-math-errno. With errno-setting sqrt GCC keeps a libm call in the loop and
@@ -62,15 +63,25 @@ constexpr int kSumLanes = 8;       // independent double accumulators per SumOfS
 constexpr int kMaxSumParts = 256;  // SumOfSquares partials, added in a fixed order
 
 // Storage traits: an element of a buffer read as float, and a float written back rounded to nearest.
+// StoreMoment writes a moment: `random` is the element's draw, used only by Bf16Stochastic (a dead
+// computation elsewhere, which the compiler drops).
 struct F32 {
   using Storage = float;
   static float Load(float x) { return x; }
   static float Store(float x) { return x; }
+  static float StoreMoment(float x, uint32_t /*random*/) { return x; }
 };
 struct Bf16 {
   using Storage = uint16_t;
   static float Load(uint16_t x) { return Bf16ToFloat(x); }
   static uint16_t Store(float x) { return FloatToBf16Nearest(x); }
+  static uint16_t StoreMoment(float x, uint32_t /*random*/) { return FloatToBf16Nearest(x); }
+};
+// bf16 moments rounded stochastically (AdamWBuffers::state_rounding).
+struct Bf16Stochastic {
+  using Storage = uint16_t;
+  static float Load(uint16_t x) { return Bf16ToFloat(x); }
+  static uint16_t StoreMoment(float x, uint32_t random) { return FloatToBf16Stochastic(x, random); }
 };
 
 struct Constants {
@@ -85,6 +96,8 @@ struct Constants {
   float eps;
   float grad_scale;
   uint64_t seed;
+  uint64_t exp_avg_seed;     // stochastic rounding of the moments: streams apart from the weights'
+  uint64_t exp_avg_sq_seed;
 };
 
 Constants MakeConstants(const AdamWBuffers& b, const AdamWHyper& h) {
@@ -104,6 +117,8 @@ Constants MakeConstants(const AdamWBuffers& b, const AdamWHyper& h) {
   c.eps = h.eps;
   c.grad_scale = h.grad_scale;
   c.seed = b.seed;
+  c.exp_avg_seed = b.seed ^ kExpAvgStream;
+  c.exp_avg_sq_seed = b.seed ^ kExpAvgSqStream;
   return c;
 }
 
@@ -130,8 +145,8 @@ template <class P, bool kMaster, class G, class S, Rounding kRounding, bool kDec
     if constexpr (!kDecoupled) g = g + c.weight_decay * w;
     const float m = c.beta1 * S::Load(exp_avg[j]) + c.one_minus_beta1 * g;
     const float v = c.beta2 * S::Load(exp_avg_sq[j]) + (c.one_minus_beta2 * g) * g;
-    exp_avg[j] = S::Store(m);
-    exp_avg_sq[j] = S::Store(v);
+    exp_avg[j] = S::StoreMoment(m, CounterRandom(c.exp_avg_seed, index + j));
+    exp_avg_sq[j] = S::StoreMoment(v, CounterRandom(c.exp_avg_sq_seed, index + j));
     const float decayed = kDecoupled ? w * c.decay : w;
     const float w_new = decayed - (c.step_size * m) / (std::sqrt(v) / c.sqrt_bc2 + c.eps);
     if constexpr (kMaster) {
@@ -219,6 +234,11 @@ RangeFn WithDtype(Dtype dtype, F&& f) {
   return dtype == Dtype::kBFloat16 ? f(Bf16{}) : f(F32{});
 }
 template <class F>
+RangeFn WithStateDtype(Dtype dtype, Rounding rounding, F&& f) {
+  if (dtype != Dtype::kBFloat16) return f(F32{});
+  return rounding == Rounding::kStochastic ? f(Bf16Stochastic{}) : f(Bf16{});
+}
+template <class F>
 RangeFn WithBool(bool value, F&& f) {
   return value ? f(std::true_type{}) : f(std::false_type{});
 }
@@ -239,7 +259,7 @@ RangeFn SelectRangeFn(const AdamWBuffers& b, bool decoupled, Isa isa) {
   return WithDtype(b.param_dtype, [&](auto p) {
     return WithBool(b.master != nullptr, [&](auto has_master) {
       return WithDtype(b.grad_dtype, [&](auto g) {
-        return WithDtype(b.state_dtype, [&](auto s) {
+        return WithStateDtype(b.state_dtype, b.state_rounding, [&](auto s) {
           return WithBool(decoupled, [&](auto d) {
             using P = decltype(p);
             using G = decltype(g);

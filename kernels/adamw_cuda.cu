@@ -31,11 +31,23 @@ struct F32 {
   using Storage = float;
   __device__ __forceinline__ static float Load(float x) { return x; }
   __device__ __forceinline__ static float Store(float x) { return x; }
+  __device__ __forceinline__ static float StoreMoment(float x, uint64_t, uint64_t) { return x; }
 };
 struct Bf16 {
   using Storage = uint16_t;
   __device__ __forceinline__ static float Load(uint16_t x) { return Bf16ToFloat(x); }
   __device__ __forceinline__ static uint16_t Store(float x) { return FloatToBf16Nearest(x); }
+  __device__ __forceinline__ static uint16_t StoreMoment(float x, uint64_t, uint64_t) {
+    return FloatToBf16Nearest(x);
+  }
+};
+// bf16 moments rounded stochastically (AdamWBuffers::state_rounding): draws as on the CPU.
+struct Bf16Stochastic {
+  using Storage = uint16_t;
+  __device__ __forceinline__ static float Load(uint16_t x) { return Bf16ToFloat(x); }
+  __device__ __forceinline__ static uint16_t StoreMoment(float x, uint64_t seed, uint64_t index) {
+    return FloatToBf16Stochastic(x, CounterRandom(seed, index));
+  }
 };
 
 // Host-computed constants, exactly as on the CPU (double, then cast to float).
@@ -102,8 +114,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     float m = S::Load(exp_avg[i]);
     float v = S::Load(exp_avg_sq[i]);
     const float w_new = AdamStep<kDecoupled>(c, w, __fmul_rn(G::Load(grad[i]), c.grad_scale), m, v);
-    exp_avg[i] = S::Store(m);
-    exp_avg_sq[i] = S::Store(v);
+    const uint64_t index = b.seed_offset + static_cast<uint64_t>(i);
+    exp_avg[i] = S::StoreMoment(m, b.seed ^ kExpAvgStream, index);
+    exp_avg_sq[i] = S::StoreMoment(v, b.seed ^ kExpAvgSqStream, index);
     if constexpr (kMaster) {
       master[i] = w_new;
       param[i] = P::Store(w_new);
@@ -134,6 +147,11 @@ LaunchFn WithDtype(Dtype dtype, F&& f) {
   return dtype == Dtype::kBFloat16 ? f(Bf16{}) : f(F32{});
 }
 template <class F>
+LaunchFn WithStateDtype(Dtype dtype, Rounding rounding, F&& f) {
+  if (dtype != Dtype::kBFloat16) return f(F32{});
+  return rounding == Rounding::kStochastic ? f(Bf16Stochastic{}) : f(Bf16{});
+}
+template <class F>
 LaunchFn WithBool(bool value, F&& f) {
   return value ? f(std::true_type{}) : f(std::false_type{});
 }
@@ -154,7 +172,7 @@ LaunchFn SelectLaunchFn(const AdamWBuffers& b, bool decoupled) {
   return WithDtype(b.param_dtype, [&](auto p) {
     return WithBool(b.master != nullptr, [&](auto has_master) {
       return WithDtype(b.grad_dtype, [&](auto g) {
-        return WithDtype(b.state_dtype, [&](auto s) {
+        return WithStateDtype(b.state_dtype, b.state_rounding, [&](auto s) {
           return WithBool(decoupled, [&](auto d) {
             using P = decltype(p);
             using G = decltype(g);

@@ -40,6 +40,11 @@ TANDEM_HD uint16_t FloatToBf16Stochastic(float f, uint32_t random) {
   return static_cast<uint16_t>(u >> 16);
 }
 
+// Seeds of the moments' stochastic rounding are the step's seed xor these, so the weights', the first
+// and the second moments' draws of one element are independent streams.
+constexpr uint64_t kExpAvgStream = 0x243f6a8885a308d3ull;
+constexpr uint64_t kExpAvgSqStream = 0x13198a2e03707344ull;
+
 // SplitMix64-style mix of (seed, index): a different stream per element and per step.
 TANDEM_HD uint32_t CounterRandom(uint64_t seed, uint64_t index) {
   uint64_t z = seed + 0x9e3779b97f4a7c15ull * (index + 1);

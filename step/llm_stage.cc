@@ -98,7 +98,7 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
     SetPhase("transfer");
     for (const TransferTag& tag : tags[k]) RETURN_IF_ERROR(Await(tag, &result));
     SetPhase("forward");
-    at::Tensor leaf = leaves[k].to(device()).detach().requires_grad_(true);
+    at::Tensor leaf = leaves[k].to(device()).detach().requires_grad_(!vision_frozen());
     at::Tensor loss;
     {
       auto autocast = engine().Autocast();
@@ -109,9 +109,12 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
     SetPhase("backward");
     loss.backward();
     result.loss += loss.item<double>();
-    grads.push_back(leaf.grad().to(at::kCPU).contiguous());
-    SetPhase("transfer");
-    for (const auto& [peer, overlap] : Overlaps(mine, b)) {
+    if (!vision_frozen()) {
+      grads.push_back(leaf.grad().to(at::kCPU).contiguous());
+      SetPhase("transfer");
+    }
+    for (const auto& [peer, overlap] : vision_frozen() ? std::vector<std::pair<int, SampleRange>>{}
+                                                       : Overlaps(mine, b)) {
       ASSIGN_OR_RETURN(auto send, Send(peer, Tag(TransferKind::kGradients, step,
                                                  static_cast<int64_t>(k), overlap,
                                                  placement().rank),

@@ -65,6 +65,7 @@ absl::Status Stage::Build(std::shared_ptr<torch::nn::Module> model,
     ASSIGN_OR_RETURN(config, GroupEngineConfig(job_.llm.engine_json, "llm.engine.", job_.schedule,
                                                placement_.group_size));
   }
+  RETURN_IF_ERROR(FreezeParameters(*model, vision ? job_.vision.freeze : job_.llm.freeze, group_));
   model->to(placement_.device);
   model_ = std::move(model);
   communicator_ = std::move(communicator);

@@ -151,6 +151,9 @@ class Stage {
   void SetPhase(const char* phase);
 
   c10::Device device() const { return placement_.device; }
+  // vision.freeze holds "*": the vision group trains nothing, runs its forward without autograd,
+  // and the LLM group sends it no gradients.
+  bool vision_frozen() const { return jobspec::FreezesWholeGroup(job_.vision.freeze); }
   at::ScalarType embedding_dtype() const { return embedding_dtype_; }
   int64_t patches() const { return job_.vision.model.num_patches(); }
   int64_t width() const { return job_.llm.model.hidden; }

@@ -9,9 +9,46 @@
 #include "common/status_macros.h"
 #include "engine/compute.h"
 #include "engine/engine.h"
+#include "engine_config/param_groups.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::step {
+
+absl::Status FreezeParameters(torch::nn::Module& model, const std::vector<std::string>& freeze,
+                              std::string_view group) {
+  if (freeze.empty()) return absl::OkStatus();
+  const std::string group_name(group);
+  std::vector<bool> used(freeze.size(), false);
+  int64_t trainable = 0;
+  std::string first_name;
+  for (auto& item : model.named_parameters(/*recurse=*/true)) {
+    if (first_name.empty()) first_name = item.key();
+    bool frozen = false;
+    for (size_t i = 0; i < freeze.size(); ++i) {
+      if (engine::MatchesNamePattern(freeze[i], item.key())) {
+        used[i] = true;
+        frozen = true;
+      }
+    }
+    if (frozen) {
+      item.value().set_requires_grad(false);
+    } else if (item.value().requires_grad()) {
+      ++trainable;
+    }
+  }
+  for (size_t i = 0; i < freeze.size(); ++i) {
+    if (used[i]) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        group_name, ".freeze[", i, "]: \"", freeze[i], "\" matches no parameter of the ", group_name,
+        " model (names as in models/README.md, e.g. ", first_name, ")"));
+  }
+  if (trainable == 0 && !jobspec::FreezesWholeGroup(freeze)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        group_name, ".freeze: freezes every parameter of the ", group_name,
+        " model; write [\"*\"] to freeze the whole group, so the other group knows"));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<engine::Config> GroupEngineConfig(const std::string& engine_json,
                                                  std::string_view prefix,

@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "data/batch.h"
@@ -20,6 +21,9 @@
 namespace tandem::engine {
 class Engine;
 }  // namespace tandem::engine
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
 
 namespace tandem::step {
 
@@ -30,6 +34,13 @@ absl::StatusOr<engine::Config> GroupEngineConfig(const std::string& engine_json,
                                                  std::string_view prefix,
                                                  const jobspec::ScheduleConfig& schedule,
                                                  int world);
+
+// Sets requires_grad false on every parameter of `model` whose name matches a pattern of `freeze`
+// (the group's `freeze` list; engine_config/param_groups.h's MatchesNamePattern). InvalidArgument
+// naming "<group>.freeze[i]" for a pattern that matches no parameter, and "<group>.freeze" for a
+// list that freezes every parameter without "*" (the other group could not tell).
+absl::Status FreezeParameters(torch::nn::Module& model, const std::vector<std::string>& freeze,
+                              std::string_view group);
 
 // torch::manual_seed values before building each model: every process that builds a group's model
 // (the colocated trainer, each rank of the group) starts from the same initial weights.

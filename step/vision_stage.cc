@@ -2,6 +2,8 @@
 //
 //   forward(k) -> send each overlap of this rank's rows with an LLM rank's to that rank -> ...
 //   forward(k + depth - 1) ... -> await the gradients of k -> embeddings(k).backward(grad) -> step
+// A frozen group (vision.freeze ["*"]) forwards without autograd and awaits no gradients; its
+// engine step still runs, so the group's collectives (whole-model clipping's norm exchange) match.
 //
 // The stage runs ahead by up to kPipelineDepth micro-batches so both groups stay busy, and reads the
 // next step's first micro-batch while it waits for gradients (like a DataLoader's prefetch).
@@ -91,6 +93,8 @@ absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
     ASSIGN_OR_RETURN(MicroBatch mb, Batch(batches[k], mine));
     InFlight f;
     {
+      // A frozen group keeps no graph: nothing of it trains, and no gradient comes back.
+      torch::AutoGradMode grad_mode(!vision_frozen());
       auto autocast = engine().Autocast();
       f.embeddings = model_->forward(mb.images.to(device()));
     }
@@ -103,9 +107,11 @@ absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
     f.grad = at::empty_like(f.sent);
     SetPhase("transfer");
     for (const auto& [peer, overlap] : Overlaps(mine, b)) {
-      TransferTag grad_tag = Tag(TransferKind::kGradients, step, k, overlap, peer);
-      RETURN_IF_ERROR(Expect(grad_tag, Rows(f.grad, overlap, mine.begin)));
-      f.grad_tags.push_back(grad_tag);
+      if (!vision_frozen()) {
+        TransferTag grad_tag = Tag(TransferKind::kGradients, step, k, overlap, peer);
+        RETURN_IF_ERROR(Expect(grad_tag, Rows(f.grad, overlap, mine.begin)));
+        f.grad_tags.push_back(grad_tag);
+      }
       ASSIGN_OR_RETURN(auto send, Send(peer, Tag(TransferKind::kEmbeddings, step, k, overlap,
                                                  placement().rank),
                                        Rows(f.sent, overlap, mine.begin), &result));
@@ -145,8 +151,10 @@ absl::Status VisionStage::Finish(InFlight& f, StepResult* result) {
   SetPhase("transfer");
   for (const TransferTag& tag : f.grad_tags) RETURN_IF_ERROR(Await(tag, result));
   RETURN_IF_ERROR(WaitSends(f.sends));
-  SetPhase("backward");
-  f.embeddings.backward(f.grad.to(device()));
+  if (!vision_frozen()) {
+    SetPhase("backward");
+    f.embeddings.backward(f.grad.to(device()));
+  }
   SetPhase("optimizer");
   return engine().Step();
 }

@@ -1,7 +1,9 @@
 // DeepSpeed's user-backward acceptance patterns (tests/unit/v1/zero/test_zero_user_backward.py) for
 // ZeRO stages 0-3 at world sizes 1, 2 and 3, each against single-process LibTorch with
 // torch::optim::AdamW on the same data and initial weights: gradients before every update and
-// parameters after it, in fp32 within tight tolerance.
+// parameters after it, in fp32 within tight tolerance. The engine runs its default no_decay, so the
+// reference has two parameter groups as a Hugging Face Trainer builds them: weight decay 0.1 for
+// the matrices, 0 for the biases.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -88,9 +90,16 @@ Expected RunReference(const Pattern& pattern, const Models& initial, const Data&
   Models models = CopyModels(initial, pattern.recompute);
   std::vector<std::unique_ptr<torch::optim::AdamW>> optimizers;
   for (auto& m : models) {
-    optimizers.push_back(std::make_unique<torch::optim::AdamW>(
-        m->parameters(),
-        torch::optim::AdamWOptions(0.01).betas({0.9, 0.99}).eps(1e-8).weight_decay(0.1)));
+    std::vector<at::Tensor> decay, no_decay;
+    for (const auto& p : m->parameters()) (p.dim() < 2 ? no_decay : decay).push_back(p);
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
+                                   torch::optim::AdamWOptions(0.01).betas({0.9, 0.99}).eps(1e-8)
+                                       .weight_decay(0.1)));
+    groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(
+                                      torch::optim::AdamWOptions(0.01).betas({0.9, 0.99}).eps(1e-8)
+                                          .weight_decay(0.0)));
+    optimizers.push_back(std::make_unique<torch::optim::AdamW>(std::move(groups)));
   }
   Expected expected;
   for (int s = 0; s < kSteps; ++s) {

@@ -25,7 +25,7 @@ constexpr char kBf16Full[] =
 Config MakeConfig(int stage, const std::string& precision, bool autocast) {
   auto config = ParseConfig(
       R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.01}},
-          "zero_optimization": {"stage": )" +
+          "tandem": {"no_decay": false}, "zero_optimization": {"stage": )" +
       std::to_string(stage) + R"(, "reduce_bucket_size": 64}, "torch_autocast": {"enabled": )" +
       (autocast ? "true" : "false") + R"(, "dtype": "bfloat16"}, )" + precision + "}");
   EXPECT_TRUE(config.ok()) << config.status();

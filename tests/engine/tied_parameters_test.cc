@@ -52,7 +52,7 @@ std::shared_ptr<TiedNet> CopyOf(TiedNet& from) {
 
 Config MakeConfig(int stage) {
   auto config = ParseConfig(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.05,
-      "weight_decay": 0.01}}, "zero_optimization": {"stage": )" + std::to_string(stage) +
+      "weight_decay": 0.01}}, "tandem": {"no_decay": false}, "zero_optimization": {"stage": )" + std::to_string(stage) +
                             R"(, "reduce_bucket_size": 16}, "bf16": {"enabled": false}})");
   EXPECT_TRUE(config.ok()) << config.status();
   return *config;

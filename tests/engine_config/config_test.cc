@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -468,11 +469,62 @@ TEST(Config, Fp16DisabledLossScaleKeysTypeChecked) {
                 "fp16.master_weights: unknown key");
 }
 
-TEST(Config, GradAccumDtypeFp32WithBf16MasterRejected) {
-  ExpectInvalid(R"({"bf16": {"enabled": true, "bf16_master_weights_and_grads": true},
-                    "data_types": {"grad_accum_dtype": "fp32"}})",
-                "data_types.grad_accum_dtype: \"fp32\" is not supported with "
-                "bf16.bf16_master_weights_and_grads = true");
+TEST(Config, GradAccumDtypeFp32WithBf16MasterAccumulatesInFp32) {
+  // 8 B/param of state plus 4 B/param of fp32 gradient accumulation (CONFIG.md).
+  Config c = ExpectValid(R"({"bf16": {"enabled": true, "bf16_master_weights_and_grads": true,
+                             "bf16_optimizer_states": true},
+                             "data_types": {"grad_accum_dtype": "fp32"}})");
+  EXPECT_FALSE(c.has_separate_master());
+  EXPECT_EQ(c.grad_dtype(), DType::kFloat32);
+}
+
+TEST(Config, Bf16OptimizerStatesRoundStochasticallyByDefault) {
+  EXPECT_EQ(ExpectValid("{}").bf16_optimizer_states_rounding, MomentRounding::kStochastic);
+  EXPECT_EQ(ExpectValid(R"({"tandem": {"bf16_optimizer_states_rounding": "nearest"}})")
+                .bf16_optimizer_states_rounding,
+            MomentRounding::kNearest);
+  ExpectInvalid(R"({"tandem": {"bf16_optimizer_states_rounding": "kahan"}})",
+                "tandem.bf16_optimizer_states_rounding: must be \"stochastic\" or \"nearest\", "
+                "got \"kahan\"");
+}
+
+TEST(Config, ParamGroupsParse) {
+  Config c = ExpectValid(R"({"tandem": {"no_decay": false, "param_groups": [
+      {"params": ["projector.*"], "lr": 1e-3, "weight_decay": 0.0, "betas": [0.9, 0.95], "eps": 1e-6},
+      {"params": ["*.bias", "*norm*"]}]}})");
+  EXPECT_FALSE(c.no_decay);
+  ASSERT_EQ(c.param_groups.size(), 2u);
+  const ParamGroupConfig& g = c.param_groups[0];
+  EXPECT_EQ(g.path, "tandem.param_groups[0]");
+  EXPECT_EQ(g.params, std::vector<std::string>{"projector.*"});
+  EXPECT_EQ(g.lr, 1e-3);
+  EXPECT_EQ(g.weight_decay, 0.0);
+  EXPECT_EQ(g.beta1, 0.9);
+  EXPECT_EQ(g.beta2, 0.95);
+  EXPECT_EQ(g.eps, 1e-6);
+  const ParamGroupConfig& h = c.param_groups[1];
+  EXPECT_EQ(h.params, (std::vector<std::string>{"*.bias", "*norm*"}));
+  EXPECT_FALSE(h.lr.has_value());
+  EXPECT_FALSE(h.weight_decay.has_value());
+  EXPECT_TRUE(ExpectValid("{}").no_decay);
+}
+
+TEST(Config, ParamGroupsErrorsNameTheEntry) {
+  ExpectInvalid(R"({"tandem": {"param_groups": {"params": ["a"]}}})",
+                "tandem.param_groups: must be an array of objects, got object");
+  ExpectInvalid(R"({"tandem": {"param_groups": [{"lr": 1e-3}]}})",
+                "tandem.param_groups[0].params: required");
+  ExpectInvalid(R"({"tandem": {"param_groups": [{"params": ["a"]}, {"params": []}]}})",
+                "tandem.param_groups[1].params: must be a non-empty array of name patterns");
+  ExpectInvalid(R"({"tandem": {"param_groups": [{"params": ["a", 3]}]}})",
+                "tandem.param_groups[0].params[1]: must be a non-empty string, got number");
+  ExpectInvalid(R"({"tandem": {"param_groups": [{"params": ["a"], "lr": -1}]}})",
+                "tandem.param_groups[0].lr: must be >= 0");
+  ExpectInvalid(R"({"tandem": {"param_groups": [{"params": ["a"], "betas": [0.9, 1.0]}]}})",
+                "tandem.param_groups[0].betas[1]: must be in [0, 1), got 1");
+  ExpectInvalid(R"({"tandem": {"param_groups": [{"params": ["a"], "momentum": 0.9}]}})",
+                "tandem.param_groups[0].momentum: unknown key");
+  ExpectInvalid(R"({"tandem": {"no_decay": "yes"}})", "tandem.no_decay: must be a boolean");
 }
 
 TEST(Config, GradAccumDtypeStored) {

@@ -1,6 +1,7 @@
 // Tests for jobspec/job_config_json.cc: JobConfigToJson writes every field and reads back into the
 // same JobConfig.
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -20,6 +21,7 @@ TEST(JobConfigToJson, RoundTripsToAnEqualConfig) {
   spec["vision"]["engine"] =
       json::parse(R"({"bf16": {"enabled": true}, "optimizer": {"type": "AdamW",
       "params": {"lr": 3e-4, "betas": [0.9, 0.95]}}, "zero_optimization": {"stage": 3}})");
+  spec["vision"]["freeze"] = {"patch_embed.*", "blocks.0.*"};
   spec["llm"]["model"] = {{"hidden", 96},
                           {"heads", 6},
                           {"kv_heads", 2},
@@ -33,6 +35,8 @@ TEST(JobConfigToJson, RoundTripsToAnEqualConfig) {
   spec["resume_from"] = "/runs/a/checkpoints/step-000003";
   JobConfig original = ExpectValid(spec.dump());
   EXPECT_EQ(original.max_restarts, 7);
+  EXPECT_EQ(original.vision.freeze, (std::vector<std::string>{"patch_embed.*", "blocks.0.*"}));
+  EXPECT_TRUE(original.llm.freeze.empty());
   std::string text = JobConfigToJson(original);
   absl::StatusOr<JobConfig> again = ParseJobSpecJson(text, "round-trip");
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << text;
@@ -57,6 +61,7 @@ TEST(JobConfigToJson, WritesEveryFieldSnakeCaseWithTwoSpaceIndent) {
   EXPECT_EQ(written["vision"]["model"].size(), 10u);
   EXPECT_EQ(written["failure"]["max_restarts"], 3);  // the default, written out
   EXPECT_EQ(written["resume_from"], "");
+  EXPECT_EQ(written["vision"]["freeze"], json::array());  // none, written out
 }
 
 TEST(JobConfigToJson, RelativeResumeFromIsJoinedWithSpecDir) {

@@ -34,6 +34,23 @@ TEST(ValidateJobConfig, Name) {
   EXPECT_THAT(Error(spec), StartsWith("job.json: name: must be a file name"));
 }
 
+TEST(ValidateJobConfig, Freeze) {
+  json spec = BaseSpec();
+  spec["vision"]["freeze"] = {"blocks.*", ""};
+  EXPECT_EQ(Error(spec), "job.json: vision.freeze[1]: must be a non-empty name pattern");
+  spec["vision"]["freeze"] = {"*"};
+  spec["llm"]["freeze"] = {"*"};
+  EXPECT_EQ(Error(spec),
+            "job.json: llm.freeze: freezes the whole LLM while vision.freeze freezes the whole "
+            "encoder: nothing would train");
+  spec["llm"]["freeze"] = {"embed.*"};
+  const JobConfig config = ExpectValid(spec.dump());
+  EXPECT_TRUE(FreezesWholeGroup(config.vision.freeze));
+  EXPECT_FALSE(FreezesWholeGroup(config.llm.freeze));
+  spec["vision"]["freeze"] = "*";
+  EXPECT_THAT(Error(spec), StartsWith("job.json: vision.freeze: "));
+}
+
 TEST(ValidateJobConfig, CountsMustBePositive) {
   json spec = BaseSpec();
   spec["schedule"]["steps"] = 0;

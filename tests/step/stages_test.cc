@@ -7,12 +7,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/engine.h"
 #include "engine/fake_communicator.h"
 #include "jobspec/job_spec.h"
 #include "step/stage.h"
@@ -26,14 +28,17 @@ constexpr int kSteps = 4;
 constexpr std::chrono::milliseconds kTimeout{120000};
 
 // A tiny shapes job: 2 micro-batches of 6 samples per step, fp32 engines at ZeRO stage `stage`.
-jobspec::JobConfig TinyJob(int stage, double clipping = 0) {
+// `vision_freeze` is the vision group's freeze list as JSON ("" for none).
+jobspec::JobConfig TinyJob(int stage, double clipping = 0, const std::string& vision_freeze = "") {
   const std::string engine = absl::StrCat(
       R"({"zero_optimization": {"stage": )", stage,
       R"(, "reduce_bucket_size": 20000}, "optimizer": {"type": "AdamW", "params": {"lr": 0.002}}})");
   const std::string spec = absl::StrCat(R"({
   "name": "stages",
   "data": {"shapes": {"seed": 5, "train_samples": 512, "eval_samples": 12}, "max_text_tokens": 12},
-  "vision": {"model": {"preset": "vit-tiny"}, "engine": )", engine, R"(},
+  "vision": {"model": {"preset": "vit-tiny"}, "engine": )", engine,
+                                        vision_freeze.empty() ? "" : absl::StrCat(R"(, "freeze": )", vision_freeze),
+                                        R"(},
   "llm": {"model": {"preset": "llm-tiny"}, "engine": )", engine, R"(},
   "schedule": {"global_batch": 12, "micro_batches": 2, "steps": )", kSteps, R"(, "seed": 11)",
                                         clipping > 0 ? absl::StrCat(R"(, "gradient_clipping": )", clipping) : "",
@@ -46,7 +51,9 @@ jobspec::JobConfig TinyJob(int stage, double clipping = 0) {
 
 struct Outcome {
   std::vector<double> losses;  // per step, summed over the LLM ranks
+  int64_t llm_bytes_sent = 0;  // gradients sent back to the vision ranks, all steps
   EvalCounts eval;             // after the last step, summed over the LLM ranks
+  std::map<std::string, at::Tensor> vision_weights;  // vision rank 0's after the last step
   std::vector<absl::Status> errors;
 };
 
@@ -84,6 +91,18 @@ Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_st
       if (status.ok() && !vision) {
         std::lock_guard<std::mutex> lock(mu);
         outcome.losses[step - 1] += result->loss;
+        outcome.llm_bytes_sent += result->bytes_sent;
+      }
+    }
+    if (status.ok() && vision) {
+      // Collective at stages 1-3: every vision rank takes part, rank 0 keeps the values.
+      absl::StatusOr<engine::NamedTensors> params = (*stage)->engine().GatherParameters();
+      absl::StatusOr<engine::NamedTensors> frozen = (*stage)->engine().GatherFrozenParameters();
+      status = params.ok() ? frozen.status() : params.status();
+      if (status.ok() && rank == 0) {
+        std::lock_guard<std::mutex> lock(mu);
+        for (const auto& [name, value] : *params) outcome.vision_weights[name] = value;
+        for (const auto& [name, value] : *frozen) outcome.vision_weights[name] = value;
       }
     }
     if (status.ok()) {
@@ -151,6 +170,59 @@ TEST(StagesClippingTest, WholeModelClippingEqualsOneRankEach) {
   const Outcome run = RunStages(TinyJob(1, 0.05), 2, 3);
   ASSERT_TRUE(run.errors.empty()) << run.errors.front();
   ExpectLossesMatch(run.losses, reference.losses);
+}
+
+// A frozen vision group (vision.freeze ["*"]) trains nothing and gets no gradients back; the LLM
+// still trains, and 2 x 2 ranks take the steps of one rank each. Freezing changes the losses (the
+// encoder no longer learns), so the comparison is not with an unfrozen run.
+TEST(StagesFreezeTest, AWhollyFrozenVisionGroupGetsNoGradientsAndStaysFixed) {
+  const jobspec::JobConfig job = TinyJob(1, 0, R"(["*"])");
+  const Outcome trained = RunStages(TinyJob(1), 1, 1);
+  const Outcome reference = RunStages(job, 1, 1);
+  ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+  EXPECT_EQ(reference.llm_bytes_sent, 0);
+  EXPECT_GT(trained.llm_bytes_sent, 0);
+  const Outcome run = RunStages(job, 2, 2);
+  ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+  EXPECT_EQ(run.llm_bytes_sent, 0);
+  ExpectLossesMatch(run.losses, reference.losses);
+  EXPECT_GT(std::abs(reference.losses.back() - trained.losses.back()),
+            1e-4 * std::abs(trained.losses.back()));
+  // The encoder after four steps is the untrained one: it moved in the unfrozen run only.
+  ASSERT_FALSE(run.vision_weights.empty());
+  for (const auto& [name, value] : run.vision_weights) {
+    EXPECT_TRUE(at::equal(value, reference.vision_weights.at(name))) << name;
+    if (name == "projector.weight") EXPECT_FALSE(at::equal(value, trained.vision_weights.at(name)));
+  }
+}
+
+// Freezing part of the encoder: only the final norm and the projector train.
+TEST(StagesFreezeTest, APartlyFrozenVisionGroupTrainsTheRestAsOneRankDoes) {
+  const jobspec::JobConfig job = TinyJob(3, 0, R"(["patch_embed.*", "blocks.*"])");
+  const Outcome reference = RunStages(job, 1, 1);
+  ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+  EXPECT_GT(reference.llm_bytes_sent, 0);
+  const Outcome run = RunStages(job, 2, 2);
+  ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+  ExpectLossesMatch(run.losses, reference.losses);
+  const Outcome initial = RunStages(TinyJob(3, 0, R"(["*"])"), 1, 1);
+  for (const auto& [name, value] : run.vision_weights) {
+    const bool frozen = name.rfind("patch_embed.", 0) == 0 || name.rfind("blocks.", 0) == 0;
+    EXPECT_EQ(at::equal(value, initial.vision_weights.at(name)), frozen) << name;
+  }
+}
+
+TEST(StagesFreezeTest, APatternThatMatchesNothingOrFreezesAllWithoutStarIsNamed) {
+  const Outcome typo = RunStages(TinyJob(0, 0, R"(["patch_embed.*", "blockz.*"])"), 1, 1);
+  ASSERT_FALSE(typo.errors.empty());
+  EXPECT_THAT(std::string(typo.errors.front().message()),
+              HasSubstr("vision.freeze[1]: \"blockz.*\" matches no parameter of the vision model"));
+  const Outcome all = RunStages(
+      TinyJob(0, 0, R"(["patch_embed.*", "positions", "blocks.*", "norm.*", "projector.*"])"), 1,
+      1);
+  ASSERT_FALSE(all.errors.empty());
+  EXPECT_THAT(std::string(all.errors.front().message()),
+              HasSubstr("vision.freeze: freezes every parameter of the vision model; write [\"*\"]"));
 }
 
 // A rank that fails ends the step of the other group's ranks at once: their waits on transfers are
