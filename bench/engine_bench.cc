@@ -1,13 +1,17 @@
 // tandem-engine-bench: trains a residual MLP of about 50M parameters on CPU for each precision mode
 // and ZeRO stage, each case in a fresh group of rank processes, and prints one JSON line per case,
 // then the bf16_full / fp32_master ratios per stage and the fused optimizer's bandwidth against a
-// memcpy measured in the same run. See bench/README.md for the fields.
+// memcpy measured in the same run. See bench/README.md for the fields. Each rank's communicator is
+// wrapped in a CountingCommunicator, so a case also reports the bytes its collectives move per
+// optimizer step (with --accumulation N micro-batches per step).
 //
-// Peak memory: each rank resets its RSS high-water mark (/proc/self/clear_refs) after building its
-// model and reports VmHWM at the end; "peak_above_baseline_bytes" subtracts the RSS the process had
-// before it built the model (LibTorch's own code and data), like a GPU's allocated-bytes peak
-// excludes the CUDA context.
+// Peak memory: each rank builds its model, hands the memory freed while building it back to the
+// OS (malloc_trim: the fp32 weights the model was initialised in would otherwise stay resident as
+// free heap), resets its RSS high-water mark (/proc/self/clear_refs) and reports VmHWM at the end;
+// "peak_above_baseline_bytes" subtracts the RSS the process had before it built the model
+// (LibTorch's own code and data), like a GPU's allocated-bytes peak excludes the CUDA context.
 #include <CLI/CLI.hpp>
+#include <malloc.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -24,6 +28,7 @@
 #include "common/kv_store.h"
 #include "common/rank_launcher.h"
 #include "engine/communicator.h"
+#include "engine/counting_communicator.h"
 #include "engine/engine.h"
 #include "engine/memory.h"
 #include "engine_config/config.h"
@@ -48,16 +53,23 @@ struct Options {
   int64_t batch = 16;
   int warmup = 2;
   int steps = 4;
+  int accumulation = 1;
   int threads = 1;
   std::vector<int> stages{0, 1, 2, 3};
   std::vector<std::string> precisions{"fp32", "fp32_master", "bf16_full"};
   int64_t optimizer_elements = 50'000'000;
 };
 
+// fp32; DeepSpeed's bf16 (fp32 master weights and moments, bf16 gradients, fp32 reductions); the
+// 8-byte recipe (bf16 master weights, gradients and moments, reduced in bf16), and the same
+// reduced in fp32.
 std::string PrecisionJson(const std::string& precision) {
+  constexpr char kFull[] =
+      R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true, "bf16_optimizer_states": true})";
   if (precision == "fp32") return R"("bf16": {"enabled": false})";
   if (precision == "fp32_master") return R"("bf16": {"enabled": true})";
-  return R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true, "bf16_optimizer_states": true})";
+  if (precision == "bf16_full_fp32_comm") return kFull;
+  return std::string(kFull) + R"(, "communication_data_type": "bf16")";
 }
 
 void ResetPeakRss() {
@@ -72,6 +84,7 @@ int RunCase(const Options& o) {
       R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}},
           "zero_optimization": {"stage": )" + std::to_string(o.stage) +
       R"(, "reduce_bucket_size": 5000000, "allgather_bucket_size": 5000000},
+          "gradient_accumulation_steps": )" + std::to_string(o.accumulation) + R"(,
           "torch_autocast": {"enabled": )" + (o.precision == "fp32" ? "false" : "true") +
       R"(, "dtype": "bfloat16"}, )" + PrecisionJson(o.precision) + "}");
   if (!config.ok()) return std::fprintf(stderr, "%s\n", config.status().ToString().c_str()), 1;
@@ -79,30 +92,38 @@ int RunCase(const Options& o) {
   if (!store.ok()) return 1;
   tandem::engine::GlooOptions gloo;
   gloo.group_name = "bench";
-  auto comm = tandem::engine::CreateGlooCommunicator(*store, o.rank, o.world, gloo);
-  if (!comm.ok()) return std::fprintf(stderr, "%s\n", comm.status().ToString().c_str()), 1;
+  auto gloo_comm = tandem::engine::CreateGlooCommunicator(*store, o.rank, o.world, gloo);
+  if (!gloo_comm.ok()) return std::fprintf(stderr, "%s\n", gloo_comm.status().ToString().c_str()), 1;
+  auto counting = std::make_shared<tandem::engine::CountingCommunicator>(*gloo_comm);
+  std::shared_ptr<tandem::engine::Communicator> comm = counting;
 
   torch::manual_seed(0);
   auto model = std::make_shared<tandem::examples::ResidualMlp>(64, o.width, 64, o.blocks);
   if (o.precision != "fp32") model->to(torch::kBFloat16);  // params live in bf16 in both bf16 modes
   const int64_t params = model->num_parameters();
+  malloc_trim(0);
   ResetPeakRss();
-  auto engine = Engine::Create(model, *comm, *config);
+  auto engine = Engine::Create(model, comm, *config);
   if (!engine.ok()) return std::fprintf(stderr, "%s\n", engine.status().ToString().c_str()), 1;
 
   std::vector<double> step_ms;
+  int64_t collective_bytes = 0;  // of the timed steps, this rank's, barriers left out
   for (int s = 0; s < o.warmup + o.steps; ++s) {
-    if (!(*comm)->Barrier()->Wait(std::chrono::seconds(300)).ok()) return 1;
+    if (!comm->Barrier()->Wait(std::chrono::seconds(300)).ok()) return 1;
+    counting->ResetCounts();
     auto start = Clock::now();
-    auto g = at::detail::createCPUGenerator(s * 16 + o.rank);
-    at::Tensor x = at::randn({o.batch, 64}, g), y = at::randn({o.batch, 64}, g);
-    {
-      auto autocast = (*engine)->Autocast();
-      torch::mse_loss(model->forward(x).to(torch::kFloat), y).backward();
+    for (int m = 0; m < o.accumulation; ++m) {
+      auto g = at::detail::createCPUGenerator((s * o.accumulation + m) * 16 + o.rank);
+      at::Tensor x = at::randn({o.batch, 64}, g), y = at::randn({o.batch, 64}, g);
+      {
+        auto autocast = (*engine)->Autocast();
+        torch::mse_loss(model->forward(x).to(torch::kFloat), y).backward();
+      }
+      if (!(*engine)->Step().ok()) return 1;
     }
-    if (!(*engine)->Step().ok()) return 1;
     if (s >= o.warmup) {
       step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+      collective_bytes += counting->counts().bytes();
     }
   }
   auto report = (*engine)->Memory();
@@ -138,12 +159,15 @@ int RunCase(const Options& o) {
         {"model_state_bytes_per_param_per_rank", report.bytes_per_parameter()},
         {"peak_rss_bytes", worst_peak},
         {"peak_above_baseline_bytes", worst_above},
-        {"step_ms_median", step_ms[step_ms.size() / 2]}};
+        {"step_ms_median", step_ms[step_ms.size() / 2]},
+        {"accumulation", o.accumulation},
+        {"collective_bytes_per_step", collective_bytes / o.steps},
+        {"bucket_bytes", report.bucket_bytes}};
     std::printf("%s\n", line.dump().c_str());
     std::fflush(stdout);
     std::ofstream(o.result) << line.dump() << "\n";
   }
-  return (*comm)->Barrier()->Wait(std::chrono::seconds(300)).ok() ? 0 : 1;
+  return comm->Barrier()->Wait(std::chrono::seconds(300)).ok() ? 0 : 1;
 }
 
 // Fused AdamW (bf16_full: reads param, grad, m, v and writes param, m, v: 14 bytes per element)
@@ -196,9 +220,12 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.batch, "Samples per rank per step");
   app.add_option("--warmup", o.warmup, "Untimed steps");
   app.add_option("--steps", o.steps, "Timed steps");
+  app.add_option("--accumulation", o.accumulation, "Micro-batches per optimizer step")
+      ->check(CLI::Range(1, 64));
   app.add_option("--threads", o.threads, "Intra-op threads per rank (and optimizer threads)");
   app.add_option("--stages", o.stages, "ZeRO stages to run");
-  app.add_option("--precisions", o.precisions, "Modes: fp32, fp32_master, bf16_full");
+  app.add_option("--precisions", o.precisions,
+                 "Modes: fp32, fp32_master, bf16_full (reduced in bf16), bf16_full_fp32_comm");
   app.add_option("--optimizer-elements", o.optimizer_elements, "Elements for the optimizer bandwidth case");
   app.add_option("--rank", o.rank)->group("");
   app.add_option("--store", o.store)->group("");

@@ -8,11 +8,15 @@
 
 #include <exception>
 #include <mutex>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "engine/cuda_ops.h"
 
 namespace tandem::engine {
 namespace {
@@ -41,6 +45,18 @@ class AccumulatedHook : public torch::autograd::FunctionPostHook {
   int index_;
 };
 
+// Hands memory freed since to the system: the CUDA caching allocator's free blocks, or glibc's free
+// heap (which RSS would otherwise keep counting).
+void ReleaseFreedMemory(const at::Device& device) {
+  if (device.is_cuda()) {
+    ReleaseCachedDeviceMemory();
+    return;
+  }
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
 // Logs `message` as a warning the first time this process sees it (several engines of a process,
 // the colocated trainer's two say, share one).
 void WarnOnce(const std::string& message) {
@@ -52,6 +68,11 @@ void WarnOnce(const std::string& message) {
 }
 
 }  // namespace
+
+int64_t ReductionUnitElements(const Config& config, int64_t trainable_elements) {
+  const int64_t share = (trainable_elements + kUnitsPerModel - 1) / kUnitsPerModel;
+  return std::min(config.zero.reduce_bucket_size, std::max(kMinUnitElements, share));
+}
 
 Engine::Engine(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Communicator> communicator,
                Config config)
@@ -206,7 +227,10 @@ absl::Status Engine::Initialize() {
     WarnOnce(EmulatedBf16Warning(compute_, config_, support, device_));
     if (communicator_->rank() == 0) TANDEM_LOG(kDebug, kComponent) << "compute: " << compute_.reason;
   }
-  ASSIGN_OR_RETURN(layout_, Layout::Build(std::move(specs), world, config_.zero.reduce_bucket_size));
+  int64_t trainable_elements = 0;
+  for (const ParamSpec& spec : specs) trainable_elements += spec.numel;
+  ASSIGN_OR_RETURN(layout_, Layout::Build(std::move(specs), world,
+                                          ReductionUnitElements(config_, trainable_elements)));
   RETURN_IF_ERROR(AssignOptimizerGroups());
   BuildUpdateSegments();
 
@@ -230,6 +254,7 @@ absl::Status Engine::Initialize() {
   }
   next_launch_ = static_cast<int>(units) - 1;
   last_lr_ = current_lr();
+  ReleaseFreedMemory(device_);  // the frozen parameters' original storage
   TANDEM_LOG(kDebug, kComponent) << "group " << communicator_->group_name() << " rank "
                                  << rank() << ": " << layout_.num_elements() << " parameters in "
                                  << units << " units, ZeRO stage " << config_.zero.stage;
@@ -322,6 +347,9 @@ absl::Status Engine::InitializeBuffers() {
     }
   }
 
+  // The storage the parameters were built in is free now, a whole model's worth of weights: hand
+  // it back before the optimizer state is allocated, so the two never add up.
+  ReleaseFreedMemory(device_);
   exp_avg_ = at::zeros({domain_elements_}, options.dtype(state_dtype_));
   exp_avg_sq_ = at::zeros({domain_elements_}, options.dtype(state_dtype_));
   if (config_.bf16_update == Bf16Update::kKahan) {
@@ -436,7 +464,7 @@ void Engine::AddGradientLocked(int index, const at::Tensor& grad) {
         " received a gradient after its bucket was reduced in the same backward")));
     return;
   }
-  if (DefersReduction()) {
+  if (DefersReduction() || ReducesInPlace()) {
     UnitGradients(u)
         .narrow(0, layout_.slots()[index].offset, layout_.params()[index].numel)
         .add_(grad.detach().reshape(-1), gradient_scale_);
@@ -444,6 +472,7 @@ void Engine::AddGradientLocked(int index, const at::Tensor& grad) {
     if (!buckets_[u].defined()) {
       buckets_[u] = at::zeros({layout_.units()[u].padded},
                               at::TensorOptions().device(device_).dtype(comm_dtype_));
+      NoteBucketBytesLocked();
     }
     buckets_[u]
         .narrow(0, layout_.slots()[index].offset, layout_.params()[index].numel)
@@ -471,11 +500,21 @@ void Engine::LaunchUnitLocked(int unit) {
   const Unit& u = layout_.units()[unit];
   InFlight flight;
   flight.unit = unit;
+  launched_[unit] = true;
+  if (ReducesInPlace()) {
+    // The window's micro-batches and this one are summed in the gradient buffer already.
+    flight.in_place = true;
+    flight.bucket = UnitGradients(unit);
+    flight.work = communicator_->AllReduceSum(flight.bucket);
+    in_flight_.push_back(std::move(flight));
+    return;
+  }
   flight.bucket = buckets_[unit].defined()
                       ? buckets_[unit]
                       : at::zeros({u.padded}, at::TensorOptions().device(device_).dtype(comm_dtype_));
   buckets_[unit] = at::Tensor();
-  if (config_.zero.stage <= 1 && config_.gradient_accumulation_steps > 1) {
+  if (config_.zero.stage <= 1 && config_.gradient_accumulation_steps > 1 &&
+      !reduced_this_micro_step_) {
     // The window's earlier micro-batches, summed locally: reduced now, with this one's.
     at::Tensor local = UnitGradients(unit);
     flight.bucket.add_(local);
@@ -487,8 +526,18 @@ void Engine::LaunchUnitLocked(int unit) {
     flight.output = at::empty({u.shard}, flight.bucket.options());
     flight.work = communicator_->ReduceScatterSum(flight.bucket, flight.output);
   }
-  launched_[unit] = true;
   in_flight_.push_back(std::move(flight));
+  NoteBucketBytesLocked();
+}
+
+void Engine::NoteBucketBytesLocked() {
+  auto bytes = [](const at::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; };
+  int64_t live = 0;
+  for (const at::Tensor& bucket : buckets_) live += bytes(bucket);
+  for (const InFlight& flight : in_flight_) {
+    if (!flight.in_place) live += bytes(flight.bucket) + bytes(flight.output);
+  }
+  peak_bucket_bytes_ = std::max(peak_bucket_bytes_, live);
 }
 
 absl::Status Engine::FoldLocked(size_t keep_at_most, bool block) {
@@ -496,7 +545,7 @@ absl::Status Engine::FoldLocked(size_t keep_at_most, bool block) {
     InFlight& flight = in_flight_.front();
     if (!block && !flight.work->IsCompleted()) break;
     absl::Status status = Wait(flight.work);
-    if (status.ok()) {
+    if (status.ok() && !flight.in_place) {
       UnitGradients(flight.unit).add_(config_.zero.stage <= 1 ? flight.bucket : flight.output);
     }
     in_flight_.pop_front();
@@ -530,6 +579,7 @@ void Engine::FinishReductionLocked() {
   next_launch_ = static_cast<int>(pending_.size()) - 1;
   in_backward_ = false;
   ++backwards_this_micro_step_;
+  if (!DefersReduction()) reduced_this_micro_step_ = true;
 }
 
 void Engine::SettleMicroStepLocked() {
@@ -553,6 +603,7 @@ void Engine::SettleMicroStepLocked() {
     FinishReductionLocked();
   }
   backwards_this_micro_step_ = 0;
+  reduced_this_micro_step_ = false;
 }
 
 void Engine::RecordErrorLocked(absl::Status status) {

@@ -84,6 +84,23 @@ namespace tandem::engine {
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
+// NOTE [Buckets]
+// Gradients are reduced one unit at a time (NOTE [Units] in layout.h) while backward runs. A unit
+// holds at most ReductionUnitElements: reduce_bucket_size, and no more than 1/kUnitsPerModel of the
+// trainable parameters (but not under kMinUnitElements), so that with DeepSpeed's default of 5e8
+// a model of any size reduces its first units while backward is still producing the rest, and no
+// bucket holds the whole model's gradient. At most two reductions are in flight (kMaxBucketsInFlight;
+// launching a third waits for the oldest). Where a unit is reduced:
+// - stages 0 and 1 with communication_data_type equal to the gradient dtype (fp32 engines, or bf16
+//   gradients with communication_data_type bf16): in place, in the gradient buffer: no bucket.
+// - otherwise in a bucket of the communication dtype (fp32 by default), allocated when the unit's
+//   first gradient arrives and freed once its reduction is folded into the gradient buffer; at
+//   stages 2 and 3 the reduce-scatter's output shard too. MemoryReport::bucket_bytes is the most
+//   these held at once.
+constexpr int64_t kUnitsPerModel = 8;
+constexpr int64_t kMinUnitElements = int64_t{1} << 20;
+int64_t ReductionUnitElements(const Config& config, int64_t trainable_elements);
+
 class Engine : public BlockHost {
  public:
   // Takes over `model`'s trainable parameters: converts them to the configured dtype, broadcasts rank
@@ -208,6 +225,7 @@ class Engine : public BlockHost {
     std::shared_ptr<Work> work;
     at::Tensor bucket;  // all-reduced in place (stages 0-1) or reduce-scattered from (2-3)
     at::Tensor output;  // reduce-scatter result (stages 2-3)
+    bool in_place = false;  // bucket is the unit's slice of grads_: nothing to fold
   };
 
   Engine(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Communicator> communicator,
@@ -252,7 +270,15 @@ class Engine : public BlockHost {
     return config_.zero.stage <= 1 && config_.gradient_accumulation_steps > 1 &&
            !IsGradientAccumulationBoundary();
   }
+  // Stages 0 and 1 whose reduction dtype is the gradient's: gradients are summed straight into the
+  // gradient buffer and each unit is all-reduced there in place, with no bucket (NOTE [Buckets]).
+  // Only the micro-batch's first reduction: a second backward call in the same micro-batch must
+  // reduce its own gradients alone, not the buffer that already holds the group's sum.
+  bool ReducesInPlace() const {
+    return config_.zero.stage <= 1 && comm_dtype_ == grad_dtype_ && !reduced_this_micro_step_;
+  }
   void LaunchUnitLocked(int unit);
+  void NoteBucketBytesLocked();  // updates peak_bucket_bytes_ after a bucket was allocated
   // Adds reduced buckets, oldest first, into the gradient buffer until at most `keep_at_most` remain
   // in flight; waits for them if `block`, else stops at the first one not yet complete.
   absl::Status FoldLocked(size_t keep_at_most, bool block);
@@ -338,7 +364,9 @@ class Engine : public BlockHost {
   int next_launch_ = -1;            // units launch from the last to the first
   std::deque<InFlight> in_flight_;
   absl::Status error_;
+  int64_t peak_bucket_bytes_ = 0;  // MemoryReport::bucket_bytes
   int backwards_this_micro_step_ = 0;  // backward calls that reached the engine since Step()
+  bool reduced_this_micro_step_ = false;  // a reduction of this micro-batch's gradients is done
   std::string backward_failure_;       // this optimizer step's failed backward, if any
 
   int64_t micro_steps_ = 0;

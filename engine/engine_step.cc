@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <utility>
 #include <exception>
@@ -231,14 +232,25 @@ absl::Status Engine::ApplyUpdate(double grad_scale) {
 
 absl::Status Engine::AllGatherResident() {
   if (config_.zero.stage == 0 || world_size() == 1) return absl::OkStatus();
-  std::vector<std::shared_ptr<Work>> works;
+  // At most allgather_bucket_size elements of all-gathers in flight (DeepSpeed's bound on the
+  // memory of its all-gather buffers; each all-gather may need a staging copy, e.g. Gloo's bf16 in
+  // fp32), and always at least one unit.
+  std::deque<std::pair<std::shared_ptr<Work>, int64_t>> works;
+  int64_t in_flight = 0;
   for (size_t i = 0; i < layout_.units().size(); ++i) {
     const int u = static_cast<int>(i);
     if (!IsResident(u)) continue;
-    at::Tensor full = resident_.narrow(0, resident_offset_[u], layout_.units()[u].padded);
-    works.push_back(communicator_->AllGather(UnitWeights(u), full));
+    const int64_t elements = layout_.units()[u].padded;
+    while (!works.empty() && in_flight + elements > config_.zero.allgather_bucket_size) {
+      RETURN_IF_ERROR(Wait(works.front().first));
+      in_flight -= works.front().second;
+      works.pop_front();
+    }
+    at::Tensor full = resident_.narrow(0, resident_offset_[u], elements);
+    works.emplace_back(communicator_->AllGather(UnitWeights(u), full), elements);
+    in_flight += elements;
   }
-  for (const auto& work : works) RETURN_IF_ERROR(Wait(work));
+  for (const auto& work : works) RETURN_IF_ERROR(Wait(work.first));
   return absl::OkStatus();
 }
 
@@ -338,6 +350,10 @@ MemoryReport Engine::Memory() const {
   report.grad_bytes = bytes(grads_);
   report.master_bytes = bytes(master_);
   report.optimizer_bytes = bytes(exp_avg_) + bytes(exp_avg_sq_) + bytes(compensation_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    report.bucket_bytes = peak_bucket_bytes_;
+  }
   report.frozen_parameters = frozen_parameters();
   report.frozen_bytes = FrozenBytes();
   if (device_.is_cuda()) {

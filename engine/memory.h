@@ -15,6 +15,9 @@ struct MemoryReport {
   int64_t grad_bytes = 0;      // accumulated, reduced gradients
   int64_t master_bytes = 0;    // separate fp32 master weights (0 when the param is the master)
   int64_t optimizer_bytes = 0;  // Adam moments (+ Kahan compensation)
+  // Reduction buckets: the most bytes they held at once since the engine was created (NOTE [Buckets]
+  // in engine.h; 0 when gradients reduce in place). Transient, so not in model_state_bytes().
+  int64_t bucket_bytes = 0;
   // Frozen parameters (requires_grad false): their count and the bytes of their weights on this
   // rank. Not model state: they have no gradient, master or moments, and are not in the total.
   int64_t frozen_parameters = 0;

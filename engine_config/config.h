@@ -51,8 +51,8 @@ struct SchedulerConfig {
 
 struct ZeroConfig {
   int stage = 0;                              // 0 replicated, 1 optimizer states, 2 + grads, 3 + params
-  int64_t reduce_bucket_size = 500000000;     // elements per gradient reduction bucket
-  int64_t allgather_bucket_size = 500000000;  // validated only: no effect yet (CONFIG.md)
+  int64_t reduce_bucket_size = 500000000;     // most elements per reduction unit (NOTE [Buckets])
+  int64_t allgather_bucket_size = 500000000;  // most elements of post-step all-gathers in flight
   bool overlap_comm = true;                   // reduce buckets while backward still runs
   bool contiguous_gradients = true;           // always true in Tandem (flat buffers); false is rejected
 };

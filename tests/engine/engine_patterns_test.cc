@@ -233,6 +233,16 @@ TEST_P(EnginePatternTest, SeveralBackwardCallsPerStep) {
          }});
 }
 
+// Two backward calls in each of three accumulated micro-batches: at stages 0 and 1 the boundary's
+// second backward must reduce its own gradients, not the buffer that already holds the group's sum
+// (it reduced that again before: world-fold gradients).
+TEST_P(EnginePatternTest, SeveralBackwardCallsPerMicroBatchWithAccumulation) {
+  Check({1, 3, false, [](Models& m, const at::Tensor& x, const at::Tensor& y) {
+           Mse(m[0]->forward(x.slice(0, 0, 2)), y.slice(0, 0, 2)).backward();
+           Mse(m[0]->forward(x.slice(0, 2)), y.slice(0, 2)).backward();
+         }});
+}
+
 std::string CaseName(const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
   return "Stage" + std::to_string(std::get<0>(info.param)) + "World" +
          std::to_string(std::get<1>(info.param));

@@ -101,5 +101,51 @@ INSTANTIATE_TEST_SUITE_P(StagesAndWorlds, MemoryTest,
                          ::testing::Combine(::testing::Values(0, 1, 2, 3), ::testing::Values(1, 2, 3)),
                          CaseName);
 
+// NOTE [Buckets] in engine/engine.h: the unit size policy, and the reduction buffers Memory()
+// counts after a step.
+TEST(Buckets, UnitsHoldAnEighthOfTheModelWithinReduceBucketSizeAndOneMillionElements) {
+  Config config;  // reduce_bucket_size 5e8, DeepSpeed's default
+  EXPECT_EQ(ReductionUnitElements(config, 50'000'000), 6'250'000);       // 8 units, not 1
+  EXPECT_EQ(ReductionUnitElements(config, 4'000'000'000), 500'000'000);  // capped by the key
+  EXPECT_EQ(ReductionUnitElements(config, 100'000), 1 << 20);            // one unit, small model
+  config.zero.reduce_bucket_size = 40;
+  EXPECT_EQ(ReductionUnitElements(config, 50'000'000), 40);  // an explicit small bucket wins
+}
+
+// Bytes of the reduction buffers after one step of the 252-parameter model (one unit: under the
+// 1M-element minimum) in `precision_json` at `stage`, one rank.
+int64_t BucketBytesAfterAStep(int stage, const std::string& precision_json) {
+  auto config = ParseConfig(R"({"zero_optimization": {"stage": )" + std::to_string(stage) + "}, " +
+                            precision_json + "}");
+  EXPECT_TRUE(config.ok()) << config.status();
+  auto model = std::make_shared<testing::TinyNet>(5, 5, 5, 2, false);
+  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), *config);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return -1;
+  EXPECT_EQ((*engine)->layout().units().size(), stage == 3 ? 2u : 1u);
+  const auto dtype = model->parameters().front().scalar_type();
+  model->forward(torch::randn({4, 5}).to(dtype)).to(torch::kFloat).pow(2).mean().backward();
+  EXPECT_TRUE((*engine)->Step().ok());
+  return (*engine)->Memory().bucket_bytes;
+}
+
+TEST(Buckets, GradientsReduceInPlaceWhereTheCommunicationDtypeIsTheGradients) {
+  // fp32 gradients and fp32 reductions; bf16 gradients with communication_data_type bf16.
+  EXPECT_EQ(BucketBytesAfterAStep(0, R"("bf16": {"enabled": false})"), 0);
+  EXPECT_EQ(BucketBytesAfterAStep(1, R"("bf16": {"enabled": true, "bf16_master_weights_and_grads":
+      true, "bf16_optimizer_states": true}, "communication_data_type": "bf16")"), 0);
+}
+
+TEST(Buckets, OtherwiseTheyAreCountedInTheCommunicationDtype) {
+  // bf16 gradients reduced in fp32 (the default): one fp32 bucket of the unit, 252 x 4 bytes.
+  EXPECT_EQ(BucketBytesAfterAStep(0, R"("bf16": {"enabled": true})"), 252 * 4);
+  // Stage 2 reduce-scatters from a bucket into a shard (the whole unit at world size 1), whatever
+  // the dtypes: bucket and output.
+  EXPECT_EQ(BucketBytesAfterAStep(2, R"("bf16": {"enabled": false})"), 2 * 252 * 4);
+  // Stage 3: each block's unit (126) has its own bucket; one is folded before the next fills.
+  EXPECT_EQ(BucketBytesAfterAStep(3, R"("bf16": {"enabled": true, "bf16_master_weights_and_grads":
+      true, "bf16_optimizer_states": true}, "communication_data_type": "bf16")"), 2 * 126 * 2);
+}
+
 }  // namespace
 }  // namespace tandem::engine
