@@ -87,12 +87,7 @@ TEST_P(GradientsTest, UnusedParametersContributeZerosAndAreSteppedWithAZeroGradi
     }
     auto params = (*engine)->GatherParameters();
     ASSERT_TRUE(params.ok()) << params.status();
-    std::map<std::string, at::Tensor> expected;
-    for (const auto& item : reference.named_parameters()) expected[item.key()] = item.value();
-    for (const auto& [name, actual] : *params) {
-      EXPECT_LE(testing::ToleranceRatio(actual, expected.at(name).detach(), 1e-6, 1e-4), 1.0)
-          << name << " rank " << rank;
-    }
+    testing::ExpectCloseToParameters(*params, reference, 1e-6, 1e-4, "rank " + std::to_string(rank));
     // `never` moved only by weight decay: 3 steps of (1 - lr * wd).
     const at::Tensor never = initial.never->weight.detach();
     for (const auto& [name, actual] : *params) {
@@ -144,12 +139,7 @@ TEST_P(GradientsTest, ClippingUsesTheNormOfTheWholeGroupsGradient) {
     }
     auto params = (*engine)->GatherParameters();
     ASSERT_TRUE(params.ok()) << params.status();
-    std::map<std::string, at::Tensor> expected;
-    for (const auto& item : reference.named_parameters()) expected[item.key()] = item.value();
-    for (const auto& [name, actual] : *params) {
-      EXPECT_LE(testing::ToleranceRatio(actual, expected.at(name).detach(), 1e-6, 1e-4), 1.0)
-          << name << " rank " << rank;
-    }
+    testing::ExpectCloseToParameters(*params, reference, 1e-6, 1e-4, "rank " + std::to_string(rank));
   });
 }
 

@@ -3,10 +3,12 @@
 // uneven for world sizes 2 and 3.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/block.h"
@@ -62,6 +64,20 @@ inline void CopyParameters(torch::nn::Module& from, torch::nn::Module& to) {
 inline double ToleranceRatio(const at::Tensor& a, const at::Tensor& b, double atol, double rtol) {
   auto af = a.to(torch::kDouble), bf = b.to(torch::kDouble);
   return ((af - bf).abs() / (atol + rtol * bf.abs())).max().item<double>();
+}
+
+// Expects every (name, tensor) of `actual` within atol + rtol * |expected| of `reference`'s
+// parameter of that name; `what` names the case in failures.
+inline void ExpectCloseToParameters(const std::vector<std::pair<std::string, at::Tensor>>& actual,
+                                    const torch::nn::Module& reference, double atol, double rtol,
+                                    const std::string& what) {
+  const auto expected = reference.named_parameters();
+  for (const auto& [name, tensor] : actual) {
+    const at::Tensor* want = expected.find(name);
+    ASSERT_NE(want, nullptr) << what << ": no parameter " << name << " in the reference";
+    EXPECT_LE(ToleranceRatio(tensor, want->detach(), atol, rtol), 1.0)
+        << what << " " << name << "\nactual\n" << tensor << "\nexpected\n" << *want;
+  }
 }
 
 }  // namespace tandem::testing
