@@ -12,7 +12,7 @@
 // PyTorch-identical backward (NOTE [Gradient flow]): the engine never wraps forward or backward. It
 // installs a post-hook on every trainable parameter's gradient accumulator. Each hook copies the fresh
 // gradient (scaled by 1/(world * gradient_accumulation_steps) with gradient_reduction "mean") into its
-// unit's reduction bucket, frees param.grad, and once a unit is complete launches its reduction
+// unit's reduction bucket (or straight into the gradient buffer: NOTE [Buckets]), frees param.grad, and once a unit is complete launches its reduction
 // (all-reduce at stages 0-1, reduce-scatter at 2-3) while autograd keeps running. The first hook of a
 // backward queues an autograd-engine final callback; when the backward ends it launches every unit not
 // yet launched, in a fixed order, so all ranks issue the same collectives in the same order even when a

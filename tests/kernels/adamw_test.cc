@@ -434,6 +434,40 @@ TEST(AdamWCpu, StochasticMomentsDrawStreamsApartFromTheWeights) {
   EXPECT_NEAR(p_both, p_w * p_m, 0.03);
 }
 
+// Weight decay alone (zero gradients) on bf16 weights at 1: lr * weight_decay = 1e-5 a step is
+// 1/390 of the bf16 spacing below 1, so a weight rounded to nearest never moves, while Kahan and
+// stochastic rounding follow (1 - 1e-5)^t.
+at::Tensor DecayWeights(Rounding rounding, int steps) {
+  constexpr int64_t kN = 4096;
+  AdamWHyper h;
+  h.lr = 1e-3f;
+  h.weight_decay = 1e-2f;
+  at::Tensor param = torch::ones({kN}, torch::kBFloat16);
+  at::Tensor grad = Zeros(kN, torch::kBFloat16);
+  at::Tensor m = Zeros(kN, torch::kBFloat16);
+  at::Tensor v = Zeros(kN, torch::kBFloat16);
+  at::Tensor compensation = Zeros(kN, torch::kBFloat16);
+  for (int step = 1; step <= steps; ++step) {
+    h.step = step;
+    AdamWBuffers b = MakeBuffers(param, grad, m, v, nullptr, &compensation);
+    b.rounding = rounding;
+    b.seed = CounterRandom(13, static_cast<uint64_t>(step));
+    AdamWCpu(b, h, 2);
+  }
+  return param.to(torch::kDouble);
+}
+
+TEST(AdamWCpu, WeightDecayActsOnBf16WeightsOnlyWithKahanOrStochasticRounding) {
+  constexpr int kSteps = 2000;
+  const double expected = std::pow(1.0 - 1e-5, kSteps);  // 0.9802
+  ExpectEqual(DecayWeights(Rounding::kNearest, kSteps), torch::ones({4096}), "nearest: stuck at 1");
+  // Kahan: within half a bf16 spacing (2^-9) of the exact decay, every element.
+  const at::Tensor kahan = DecayWeights(Rounding::kKahan, kSteps);
+  EXPECT_LT((kahan - expected).abs().max().item<double>(), 1.0 / 512);
+  // Stochastic: unbiased, the mean of 4096 within 1e-3 of it (measured a few 1e-5).
+  EXPECT_NEAR(DecayWeights(Rounding::kStochastic, kSteps).mean().item<double>(), expected, 1e-3);
+}
+
 TEST(AdamWCpu, EmptyRangeIsANoOp) {
   AdamWBuffers b;
   AdamWCpu(b, AdamWHyper{}, 2);
