@@ -218,8 +218,8 @@ absl::StatusOr<std::vector<int64_t>> ParseUnitElements(const ShardHeader& shard,
   const std::string* value = Meta(shard, "unit_elements");
   std::vector<int64_t> elements;
   int64_t total = 0;
-  bool ok = value != nullptr && !value->empty();
-  if (ok) {
+  bool ok = value != nullptr && (!value->empty() || num_parameters == 0);
+  if (ok && !value->empty()) {
     for (absl::string_view part : absl::StrSplit(*value, ',')) {
       int64_t numel = 0;
       ok = absl::SimpleAtoi(part, &numel) && numel > 0 &&
@@ -261,7 +261,9 @@ absl::Status Engine::SaveCheckpoint(const std::string& directory,
   try {
     std::vector<at::Tensor> weights;
     for (size_t u = 0; u < layout_.units().size(); ++u) weights.push_back(UnitWeights(u));
-    tensors.emplace_back("weights", at::cat(weights).cpu());
+    // A wholly frozen model has no units (its weights are in frozen.safetensors).
+    tensors.emplace_back("weights", weights.empty() ? at::empty({0}, at::TensorOptions().dtype(param_dtype_))
+                                                    : at::cat(weights).cpu());
     if (master_.defined()) tensors.emplace_back("master", master_.cpu());
     tensors.emplace_back("exp_avg", exp_avg_.cpu());
     tensors.emplace_back("exp_avg_sq", exp_avg_sq_.cpu());

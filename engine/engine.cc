@@ -145,6 +145,8 @@ absl::Status Engine::Initialize() {
     }
     const int id = static_cast<int>(blocks_.size());
     for (const auto& p : block->parameters(/*recurse=*/true)) {
+      // Frozen parameters matter here only at stage 3, where they are gathered with their block.
+      if (!p.requires_grad() && config_.zero.stage != 3) continue;
       if (block_of_param.count(p.unsafeGetTensorImpl())) {
         return absl::InvalidArgumentError(
             absl::StrCat("engine: BlockModules are nested or share parameters (block ", id, ")"));
@@ -393,7 +395,7 @@ absl::Status Engine::Backward(const at::Tensor& loss) {
       message.resize(end);  // LibTorch's backtrace
     }
     std::lock_guard<std::mutex> lock(mu_);
-    if (in_backward_ && backward_failure_.empty()) {
+    if (backward_failure_.empty()) {
       backward_failure_ =
           absl::StrCat("the backward of micro step ", micro_steps_ + 1, " failed: ", message);
     }

@@ -70,7 +70,9 @@ double Engine::current_lr() const {
 // collective, it is the step's one extra collective). If any rank failed, every rank drops the
 // step's gradients, counts the step as skipped, passes a NaN to the whole-model norm exchange so the
 // other group skips too, and returns Aborted naming the failed ranks. The engines are consistent and
-// ready for the next step.
+// ready for the next step. At stage 3 the peers of a rank whose backward stopped early may still be
+// gathering blocks for theirs, collectives this rank no longer issues: they wait for the collective
+// timeout, which names the operation (engine_config/CONFIG.md, "Failures inside a step").
 
 absl::Status Engine::Step() {
   std::unique_lock<std::mutex> lock(mu_);

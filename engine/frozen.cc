@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "engine/engine.h"
 #include "engine/safetensors.h"
@@ -174,10 +175,12 @@ absl::StatusOr<NamedTensors> Engine::ReadFrozen(const std::string& directory) co
   if (frozen_.empty()) return NamedTensors{};
   const std::string path = directory + "/" + kFrozenFile;
   if (!std::filesystem::exists(path)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint: ", path, " is missing, and this engine holds ", frozen_.size(),
-        " frozen parameters (the first is ", frozen_names_[0],
-        "): the checkpoint was saved by a model with other parameters frozen"));
+    // Checkpoints written before frozen parameters were saved: the trainable manifest matched,
+    // so the frozen ones keep the values this engine was created with.
+    TANDEM_LOG(kWarning, "engine") << "checkpoint: " << path << " is missing: the "
+                                   << frozen_.size() << " frozen parameters (the first is "
+                                   << frozen_names_[0] << ") keep their current values";
+    return NamedTensors{};
   }
   ASSIGN_OR_RETURN(SafetensorsHeader header, ReadSafetensorsHeader(path));
   for (size_t i = 0; i < frozen_.size(); ++i) {
@@ -206,6 +209,7 @@ absl::StatusOr<NamedTensors> Engine::ReadFrozen(const std::string& directory) co
 }
 
 void Engine::RestoreFrozen(const NamedTensors& values) {
+  if (values.empty()) return;
   std::vector<const at::Tensor*> by_index(frozen_.size(), nullptr);
   for (size_t i = 0; i < values.size() && i < frozen_.size(); ++i) by_index[i] = &values[i].second;
   for (size_t i = 0; i < frozen_.size(); ++i) {

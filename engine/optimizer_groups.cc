@@ -100,6 +100,10 @@ absl::Status Engine::AssignOptimizerGroups() {
   for (size_t g = 0; g < group_used.size(); ++g) {
     if (group_used[g]) continue;
     const ParamGroupConfig& group = config_.param_groups[g];
+    if (layout_.params().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          group.path, ".params: the model has no trainable parameters (all are frozen)"));
+    }
     return absl::InvalidArgumentError(absl::StrCat(
         group.path, ".params: [\"", absl::StrJoin(group.params, "\", \""),
         "\"] matches no trainable parameter of the model (or only parameters an earlier group "

@@ -194,7 +194,35 @@ TEST(Frozen, AWhollyFrozenModelRunsForwardStepsAndExports) {
     }
     for (const auto& item : model->named_parameters()) expected_names.push_back(item.key());
     EXPECT_EQ(names, expected_names);  // every parameter, in the model's order
+
+    // Checkpoints: the shard holds no units, frozen.safetensors everything.
+    ASSERT_TRUE((*engine)->SaveCheckpoint(dir / "ckpt").ok());
+    torch::manual_seed(6);
+    auto other = std::make_shared<TinyNet>();
+    for (auto& p : other->parameters()) p.set_requires_grad(false);
+    auto loader = Engine::Create(other, CreateSingleRankCommunicator(), MakeConfig(stage, true));
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    auto loaded = (*loader)->LoadCheckpoint(dir / "ckpt");
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ((*loader)->global_steps(), 1);
+    auto frozen = (*loader)->GatherFrozenParameters();
+    ASSERT_TRUE(frozen.ok()) << frozen.status();
+    for (const auto& [name, value] : *frozen) {
+      EXPECT_TRUE(torch::equal(value, before.at(name).to(torch::kBFloat16).to(torch::kFloat)))
+          << name;
+    }
   }
+}
+
+TEST(Frozen, ParameterGroupsOnAWhollyFrozenModelAreRefusedClearly) {
+  auto model = std::make_shared<TinyNet>();
+  for (auto& p : model->parameters()) p.set_requires_grad(false);
+  auto config = ParseConfig(R"({"tandem": {"param_groups": [{"params": ["*"], "lr": 1e-3}]}})");
+  ASSERT_TRUE(config.ok());
+  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), *config);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(std::string(engine.status().message()),
+            "tandem.param_groups[0].params: the model has no trainable parameters (all are frozen)");
 }
 
 TEST(Frozen, CheckpointRestoresFrozenParametersAndRefusesAnotherFreeze) {
