@@ -7,10 +7,10 @@
 # README's "Layers" section says the same):
 set(TANDEM_LAYERS
   "common kernels proto"
-  "platform engine_config data rundir rpc"
+  "platform engine_config tokenizer data rundir rpc"
   "engine transport"
   "models"
-  "jobspec"
+  "jobspec hf"
   "step"
   "coordinator trainer actors"
   "cli")

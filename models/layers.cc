@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <array>
+#include <cmath>
 
 namespace tandem::models {
 
@@ -21,6 +22,24 @@ at::Tensor RmsNormForward(const at::Tensor& x, const at::Tensor& weight, double 
 RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
   TORCH_CHECK(dim > 0, "RmsNorm: dim must be positive, got ", dim);
   weight = register_parameter("weight", torch::ones({dim}));
+}
+
+bool IsKnownActivation(std::string_view name) {
+  for (std::string_view known : {"gelu", "gelu_tanh", "gelu_pytorch_tanh", "gelu_new", "quick_gelu", "silu", "relu",
+                                 "linear"}) {
+    if (name == known) return true;
+  }
+  return false;
+}
+
+at::Tensor Activate(std::string_view name, const at::Tensor& x) {
+  if (name == "gelu") return torch::gelu(x);
+  if (name == "gelu_tanh" || name == "gelu_pytorch_tanh" || name == "gelu_new") return torch::gelu(x, "tanh");
+  if (name == "quick_gelu") return x * torch::sigmoid(1.702 * x);
+  if (name == "silu") return torch::silu(x);
+  if (name == "relu") return torch::relu(x);
+  if (name == "linear") return x;
+  TORCH_CHECK(false, "unknown activation \"", std::string(name), "\"");
 }
 
 namespace {
@@ -45,13 +64,32 @@ at::Tensor LayerNormFp32(const at::Tensor& x, const at::Tensor& weight, const at
       .to(x.scalar_type());
 }
 
-RotaryTables MakeRotaryTables(int64_t head_dim, int64_t max_seq_len, double theta) {
+RotaryTables MakeRotaryTables(int64_t head_dim, int64_t max_seq_len, double theta, const RopeScaling& scaling) {
   TORCH_CHECK(head_dim > 0 && head_dim % 2 == 0, "rotary: head_dim must be even and positive, got ", head_dim);
   TORCH_CHECK(max_seq_len >= 0, "rotary: max_seq_len must be >= 0, got ", max_seq_len);
   TORCH_CHECK(theta > 0, "rotary: rope_theta must be positive, got ", theta);
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  const at::Tensor inv_freq =
+  at::Tensor inv_freq =
       torch::pow(theta, -torch::arange(0, head_dim, 2, f64) / static_cast<double>(head_dim));  // [d/2]
+  if (scaling.type == "linear") {
+    TORCH_CHECK(scaling.factor > 0, "rotary: linear scaling needs factor > 0, got ", scaling.factor);
+    inv_freq = inv_freq / scaling.factor;
+  } else if (scaling.type == "llama3") {
+    const double factor = scaling.factor, low = scaling.low_freq_factor, high = scaling.high_freq_factor;
+    const auto original = static_cast<double>(scaling.original_max_positions);
+    TORCH_CHECK(factor > 0 && original > 0 && high > low, "rotary: llama3 scaling needs factor > 0, ",
+                "original_max_position_embeddings > 0 and high_freq_factor > low_freq_factor, got ", factor, ", ",
+                original, ", ", high, " and ", low);
+    const at::Tensor wavelength = 2.0 * M_PI / inv_freq;
+    const at::Tensor scaled = torch::where(wavelength > original / low, inv_freq / factor, inv_freq);
+    const at::Tensor smooth = (original / wavelength - low) / (high - low);
+    const at::Tensor smoothed = (1.0 - smooth) * scaled / factor + smooth * scaled;
+    const at::Tensor medium = wavelength.ge(original / high).logical_and(wavelength.le(original / low));
+    inv_freq = torch::where(medium, smoothed, scaled);
+  } else {
+    TORCH_CHECK(scaling.type == "default", "rotary: unknown rope_type \"", scaling.type,
+                "\" (supported: default, linear, llama3)");
+  }
   const at::Tensor positions = torch::arange(max_seq_len, f64);
   const at::Tensor freqs = torch::outer(positions, inv_freq);  // [S, d/2]
   const at::Tensor angles = torch::cat({freqs, freqs}, -1);    // [S, d]

@@ -24,6 +24,8 @@
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 namespace tandem::models {
 
@@ -50,6 +52,12 @@ class RmsNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RmsNorm);
 
+// The activations of transformers' ACT2FN that the models use: "gelu" (erf), "gelu_tanh" (also
+// "gelu_pytorch_tanh" and "gelu_new"), "quick_gelu" (x * sigmoid(1.702 x)), "silu", "relu" and
+// "linear" (the identity). Activate throws c10::Error for another name.
+bool IsKnownActivation(std::string_view name);
+at::Tensor Activate(std::string_view name, const at::Tensor& x);
+
 // linear(x) with the weight and bias cast to x's dtype (NOTE [Model dtypes]).
 at::Tensor LinearAs(const torch::nn::Linear& linear, const at::Tensor& x);
 // The same for a 2D convolution without padding (a patch embedding).
@@ -59,14 +67,26 @@ at::Tensor Conv2dAs(const torch::nn::Conv2d& conv, const at::Tensor& x);
 at::Tensor LayerNormFp32(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);
 
 // Rotary position embedding tables, rotate-half convention (HF Llama): for position m and channel i of a
-// head of width d, angle = m * theta^(-2 (i mod d/2) / d); cos/sin are [max_seq_len, d], fp32 (computed
-// in fp64).
+// head of width d, angle = m * f_(i mod d/2) with f_k = theta^(-2k / d), as scaled by `scaling`;
+// cos/sin are [max_seq_len, d], fp32 (computed in fp64).
 struct RotaryTables {
   at::Tensor cos;
   at::Tensor sin;
 };
-// REQUIRES: head_dim even and > 0, max_seq_len >= 0, theta > 0.
-RotaryTables MakeRotaryTables(int64_t head_dim, int64_t max_seq_len, double theta);
+// transformers' rope_parameters beyond rope_theta. "default": none. "linear": every frequency divided
+// by factor. "llama3" (Llama 3.1): wavelengths longer than original_max / low_freq_factor divided by
+// factor, shorter than original_max / high_freq_factor kept, the band between interpolated.
+struct RopeScaling {
+  std::string type = "default";
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_positions = 0;
+};
+// REQUIRES: head_dim even and > 0, max_seq_len >= 0, theta > 0; for "linear" and "llama3" factor > 0,
+// for "llama3" original_max_positions > 0 and high_freq_factor > low_freq_factor.
+RotaryTables MakeRotaryTables(int64_t head_dim, int64_t max_seq_len, double theta,
+                              const RopeScaling& scaling = {});
 
 // x * cos + rotate_half(x) * sin, where rotate_half(x) = [-x2, x1] for the halves x1, x2 of the last dim.
 // x [..., seq, head_dim]; cos/sin [seq, head_dim] (rows of the tables for the positions of x).

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "engine/compat.h"
 
@@ -12,36 +13,53 @@ namespace {
 
 namespace F = torch::nn::functional;
 
-torch::nn::Linear NoBias(int64_t in, int64_t out) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+torch::nn::Linear Projection(int64_t in, int64_t out, bool bias) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
 
-// Causal grouped-query attention with rotary positions; projections q, k, v, o without bias.
+torch::nn::Linear NoBias(int64_t in, int64_t out) { return Projection(in, out, false); }
+
+// Causal grouped-query attention with rotary positions; projections q, k, v (with biases when
+// attention_bias) and o.
 class LlmAttentionImpl : public torch::nn::Module {
  public:
   explicit LlmAttentionImpl(const LlmConfig& c)
       : heads_(c.heads),
         kv_heads_(c.kv_heads),
-        head_dim_(c.hidden / c.heads),
-        q_(register_module("q", NoBias(c.hidden, c.heads * head_dim_))),
-        k_(register_module("k", NoBias(c.hidden, c.kv_heads * head_dim_))),
-        v_(register_module("v", NoBias(c.hidden, c.kv_heads * head_dim_))),
+        head_dim_(c.resolved_head_dim()),
+        q_(register_module("q", Projection(c.hidden, c.heads * head_dim_, c.attention_bias))),
+        k_(register_module("k", Projection(c.hidden, c.kv_heads * head_dim_, c.attention_bias))),
+        v_(register_module("v", Projection(c.hidden, c.kv_heads * head_dim_, c.attention_bias))),
         o_(register_module("o", NoBias(c.heads * head_dim_, c.hidden))) {}
 
-  // x [B, S, hidden]; cos/sin [S, head_dim].
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  // x [B, S, hidden]; cos/sin [S, head_dim] for the positions of x. With a cache, the keys and
+  // values of x are appended to it and the queries attend to all of them (KvCache in llm.h).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                     KvCache::Layer* cache = nullptr) {
     const int64_t batch = x.size(0), seq = x.size(1);
     at::Tensor q = LinearAs(q_, x).view({batch, seq, heads_, head_dim_}).transpose(1, 2);
     at::Tensor k = LinearAs(k_, x).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
     at::Tensor v = LinearAs(v_, x).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
     q = ApplyRotary(q, cos, sin);
     k = ApplyRotary(k, cos, sin);
+    bool causal = true;
+    if (cache != nullptr) {
+      if (cache->keys.defined()) {
+        TORCH_CHECK(seq == 1, "Llm: a cached forward after the first takes one token at a time, got ", seq);
+        k = torch::cat({cache->keys, k}, 2);
+        v = torch::cat({cache->values, v}, 2);
+        causal = false;  // one query, after every cached position
+      }
+      cache->keys = k;
+      cache->values = v;
+    }
+    const int64_t keys = k.size(2);
     if (kv_heads_ != heads_) {  // query head h reads kv head h / (heads / kv_heads), as HF repeat_kv
       const int64_t repeat = heads_ / kv_heads_;
-      k = k.unsqueeze(2).expand({batch, kv_heads_, repeat, seq, head_dim_}).reshape({batch, heads_, seq, head_dim_});
-      v = v.unsqueeze(2).expand({batch, kv_heads_, repeat, seq, head_dim_}).reshape({batch, heads_, seq, head_dim_});
+      k = k.unsqueeze(2).expand({batch, kv_heads_, repeat, keys, head_dim_}).reshape({batch, heads_, keys, head_dim_});
+      v = v.unsqueeze(2).expand({batch, kv_heads_, repeat, keys, head_dim_}).reshape({batch, heads_, keys, head_dim_});
     }
-    const at::Tensor out = compat::ScaledDotProductAttention(q, k, v, /*is_causal=*/true);
+    const at::Tensor out = compat::ScaledDotProductAttention(q, k, v, causal);
     return LinearAs(o_, out.transpose(1, 2).reshape({batch, seq, heads_ * head_dim_}));
   }
 
@@ -93,10 +111,13 @@ class LlmBlock : public engine::BlockModule {
   }
 
   std::vector<at::Tensor> Run(const std::vector<at::Tensor>& inputs) override {
-    at::Tensor x = inputs[0];
-    x = x + attn_(attn_norm_(x), inputs[1], inputs[2]);
+    return {RunCached(inputs[0], inputs[1], inputs[2], nullptr)};
+  }
+
+  at::Tensor RunCached(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, KvCache::Layer* cache) {
+    x = x + attn_(attn_norm_(x), cos, sin, cache);
     x = x + mlp_(mlp_norm_(x));
-    return {x};
+    return x;
   }
 
  private:
@@ -112,8 +133,14 @@ void CheckConfig(const LlmConfig& c) {
                   c.max_seq_len > 0,
               "Llm: sizes must be positive (hidden ", c.hidden, ", layers ", c.layers, ", heads ", c.heads,
               ", kv_heads ", c.kv_heads, ", mlp_hidden ", c.mlp_hidden, ", max_seq_len ", c.max_seq_len, ")");
-  TORCH_CHECK(c.hidden % c.heads == 0 && (c.hidden / c.heads) % 2 == 0, "Llm: hidden ", c.hidden,
-              " must be a multiple of heads ", c.heads, " with an even head_dim");
+  if (c.head_dim > 0) {
+    TORCH_CHECK(c.head_dim % 2 == 0, "Llm: head_dim must be even, got ", c.head_dim);
+  } else {
+    TORCH_CHECK(c.hidden % c.heads == 0 && (c.hidden / c.heads) % 2 == 0, "Llm: hidden ", c.hidden,
+                " must be a multiple of heads ", c.heads, " with an even head_dim");
+  }
+  TORCH_CHECK(c.image_token_id < c.vocab_size, "Llm: image_token_id ", c.image_token_id,
+              " is outside the vocabulary of ", c.vocab_size);
   TORCH_CHECK(c.heads % c.kv_heads == 0, "Llm: heads ", c.heads, " must be a multiple of kv_heads ", c.kv_heads);
 }
 
@@ -135,37 +162,76 @@ LlmImpl::LlmImpl(const LlmConfig& config) : config_(config) {
     head_ = register_module("head", NoBias(c.hidden, c.vocab_size));
     InitLinear(head_, kInitStd);
   }
-  RotaryTables rope = MakeRotaryTables(c.hidden / c.heads, c.max_seq_len, c.rope_theta);
+  RopeScaling scaling;
+  scaling.type = c.rope_type;
+  scaling.factor = c.rope_factor;
+  scaling.low_freq_factor = c.rope_low_freq_factor;
+  scaling.high_freq_factor = c.rope_high_freq_factor;
+  scaling.original_max_positions = c.rope_original_max_positions;
+  RotaryTables rope = MakeRotaryTables(c.resolved_head_dim(), c.max_seq_len, c.rope_theta, scaling);
   rope_cos_ = register_buffer("rope_cos", rope.cos);
   rope_sin_ = register_buffer("rope_sin", rope.sin);
 }
 
 at::Tensor LlmImpl::forward(const at::Tensor& prefix, const at::Tensor& tokens) {
+  return Forward(prefix, tokens, nullptr);
+}
+
+at::Tensor LlmImpl::ForwardCached(const at::Tensor& prefix, const at::Tensor& tokens, KvCache& cache) {
+  if (cache.layers.empty()) cache.layers.resize(blocks_.size());
+  TORCH_CHECK(cache.layers.size() == blocks_.size(), "Llm: a KV cache of ", cache.layers.size(),
+              " layers for a model of ", blocks_.size());
+  return Forward(prefix, tokens, &cache);
+}
+
+at::Tensor LlmImpl::Forward(const at::Tensor& prefix, const at::Tensor& tokens, KvCache* cache) {
   const auto& c = config_;
   TORCH_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.size(1) >= 1,
               "Llm: tokens must be [batch, text_len >= 1], got ",
               tokens.defined() ? tokens.sizes() : at::IntArrayRef{});
   TORCH_CHECK(tokens.scalar_type() == at::kLong, "Llm: tokens must be int64, got ", tokens.scalar_type());
   const int64_t batch = tokens.size(0), text = tokens.size(1);
-  int64_t patches = 0;
-  if (prefix.defined()) {
+  const bool has_prefix = prefix.defined() && prefix.numel() > 0;
+  if (has_prefix && c.image_token_id < 0) {
     TORCH_CHECK(prefix.dim() == 3 && prefix.size(0) == batch && prefix.size(2) == c.hidden,
                 "Llm: prefix must be [", batch, ", patches, ", c.hidden, "] to match tokens ", tokens.sizes(),
                 ", got ", prefix.sizes());
-    patches = prefix.size(1);
+  } else if (has_prefix) {
+    TORCH_CHECK(prefix.dim() == 3 && prefix.size(2) == c.hidden, "Llm: image embeddings must be [images, positions, ",
+                c.hidden, "], got ", prefix.sizes());
   }
-  TORCH_CHECK(patches + text <= c.max_seq_len, "Llm: sequence of ", patches, " prefix positions + ", text,
-              " tokens = ", patches + text, " exceeds max_seq_len ", c.max_seq_len);
+  // LLaVA's layout puts the embeddings in place of the image tokens; otherwise they are a prefix.
+  const int64_t patches = has_prefix && c.image_token_id < 0 ? prefix.size(1) : 0;
+  const int64_t start = cache != nullptr ? cache->length : 0;
+  TORCH_CHECK(start + patches + text <= c.max_seq_len, "Llm: sequence of ", start, " cached + ", patches,
+              " prefix positions + ", text, " tokens = ", start + patches + text, " exceeds max_seq_len ",
+              c.max_seq_len);
 
   // The residual stream runs in the compute dtype (NOTE [Model dtypes]); an autocast prefix (bf16)
   // is cast to it, and its gradient flows back in the prefix's own dtype.
   const auto dtype = compute_dtype_.value_or(embed_->weight.scalar_type());
   at::Tensor x = embed_(tokens).to(dtype);
-  if (patches > 0) x = torch::cat({prefix.to(dtype), x}, 1);
+  if (c.image_token_id >= 0) {
+    const at::Tensor mask = tokens.eq(c.image_token_id);
+    const int64_t placeholders = mask.sum().item<int64_t>();
+    const int64_t rows = has_prefix ? prefix.size(0) * prefix.size(1) : 0;
+    TORCH_CHECK(placeholders == rows, "Llm: the text holds ", placeholders, " image tokens (id ", c.image_token_id,
+                ") for ", rows, " image embeddings", has_prefix ? "" : " (no image)");
+    if (rows > 0) x = x.masked_scatter(mask.unsqueeze(-1).expand_as(x), prefix.to(dtype));
+  } else if (patches > 0) {
+    x = torch::cat({prefix.to(dtype), x}, 1);
+  }
   const int64_t seq = patches + text;
-  const at::Tensor cos = rope_cos_.narrow(0, 0, seq);
-  const at::Tensor sin = rope_sin_.narrow(0, 0, seq);
-  for (const auto& block : blocks_) x = block->Forward({x, cos, sin})[0];
+  const at::Tensor cos = rope_cos_.narrow(0, start, seq);
+  const at::Tensor sin = rope_sin_.narrow(0, start, seq);
+  if (cache != nullptr) {
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      x = static_cast<LlmBlock&>(*blocks_[i]).RunCached(x, cos, sin, &cache->layers[i]);
+    }
+    cache->length = start + seq;
+  } else {
+    for (const auto& block : blocks_) x = block->Forward({x, cos, sin})[0];
+  }
   // RMSNorm is per position, so normalising only the text positions gives the same logits.
   x = norm_(x.narrow(1, patches, text));
   return c.tie_embeddings ? at::linear(x, embed_->weight.to(x.scalar_type())) : LinearAs(head_, x);
@@ -220,6 +286,28 @@ std::vector<std::vector<int32_t>> GenerateGreedy(Llm& llm, const at::Tensor& pre
       }
     }
     tokens = torch::cat({tokens, next.unsqueeze(1)}, 1);
+  }
+  return generated;
+}
+
+std::vector<int64_t> GenerateGreedyCached(Llm& llm, const at::Tensor& images, const std::vector<int64_t>& prompt,
+                                          const std::vector<int64_t>& stop_ids, int64_t max_new_tokens) {
+  torch::NoGradGuard no_grad;
+  TORCH_CHECK(!prompt.empty(), "GenerateGreedyCached: the prompt has no tokens");
+  const auto device = llm->parameters().front().device();
+  const auto long_options = torch::TensorOptions().dtype(torch::kLong);
+  KvCache cache;
+  at::Tensor tokens = torch::tensor(prompt, long_options).unsqueeze(0).to(device);
+  at::Tensor prefix = images.defined() ? images.to(device) : images;
+  std::vector<int64_t> generated;
+  for (int64_t step = 0; step < max_new_tokens; ++step) {
+    if (step > 0 && cache.length + 1 > llm->config().max_seq_len) break;
+    const at::Tensor logits = llm->ForwardCached(prefix, tokens, cache);
+    const int64_t next = logits.select(1, -1).argmax(-1).item<int64_t>();
+    generated.push_back(next);
+    if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) break;
+    tokens = torch::full({1, 1}, next, long_options.device(device));
+    prefix = at::Tensor();
   }
   return generated;
 }

@@ -36,6 +36,16 @@
 
 namespace tandem::models {
 
+// The keys and values of the positions a generation has seen, per decoder block (GenerateGreedyCached).
+struct KvCache {
+  struct Layer {
+    at::Tensor keys;    // [B, kv_heads, length, head_dim], after rotary
+    at::Tensor values;  // [B, kv_heads, length, head_dim]
+  };
+  std::vector<Layer> layers;
+  int64_t length = 0;  // positions cached
+};
+
 class LlmImpl : public torch::nn::Module {
  public:
   // Builds and initialises the model from the default generator (deterministic given
@@ -45,7 +55,15 @@ class LlmImpl : public torch::nn::Module {
 
   // prefix [B, P, hidden] (any float dtype; undefined or P = 0 for text only), tokens [B, T] int64,
   // T >= 1, P + T <= max_seq_len. Returns logits [B, T, vocab_size] for the text positions.
+  // With config.image_token_id >= 0 (LLaVA), `prefix` is instead [images, P, hidden], whose rows
+  // replace, in order, the tokens equal to image_token_id (there must be images * P of them), and
+  // the sequence is the T tokens.
   at::Tensor forward(const at::Tensor& prefix, const at::Tensor& tokens);
+
+  // forward for inference with a KV cache: the positions continue from cache.length, and after the
+  // first call tokens is one token [B, 1] (no prefix). Runs the blocks directly, so the model must
+  // not be partitioned by a ZeRO-3 engine. REQUIRES: no autograd is wanted (NoGradGuard).
+  at::Tensor ForwardCached(const at::Tensor& prefix, const at::Tensor& tokens, KvCache& cache);
 
   const LlmConfig& config() const { return config_; }
 
@@ -57,6 +75,8 @@ class LlmImpl : public torch::nn::Module {
   const std::vector<std::shared_ptr<engine::BlockModule>>& blocks() const { return blocks_; }
 
  private:
+  at::Tensor Forward(const at::Tensor& prefix, const at::Tensor& tokens, KvCache* cache);
+
   LlmConfig config_;
   torch::nn::Embedding embed_{nullptr};
   torch::nn::ModuleList block_list_{nullptr};
@@ -90,5 +110,12 @@ TokenLoss CaptionLoss(const at::Tensor& logits, const at::Tensor& tokens, int64_
 std::vector<std::vector<int32_t>> GenerateGreedy(Llm& llm, const at::Tensor& prefix, int64_t bos_id,
                                                  int64_t eos_id, int64_t max_new_tokens,
                                                  bool stop_when_done = true);
+
+// Greedy decoding of one sequence with a KV cache (transformers' generate with do_sample=False):
+// `prompt` token ids, with `images` [N, P, hidden] as LLaVA places them (or as a prefix; undefined
+// for text only). Returns the new ids, ending with the first of `stop_ids` if one was produced;
+// stops after max_new_tokens or at max_seq_len. Runs under NoGradGuard and the caller's autocast.
+std::vector<int64_t> GenerateGreedyCached(Llm& llm, const at::Tensor& images, const std::vector<int64_t>& prompt,
+                                          const std::vector<int64_t>& stop_ids, int64_t max_new_tokens);
 
 }  // namespace tandem::models

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tandem::models {
 
@@ -24,8 +25,33 @@ struct VisionConfig {
   double norm_eps = 1e-6;        // LayerNorm epsilon
   int64_t output_dim = 64;       // projector output: the LLM's hidden size
 
+  // The rest describes the pretrained towers of Hugging Face checkpoints (hf/, NOTE [Vision towers]
+  // in models/vision_encoder.h). The defaults are Tandem's own ViT.
+  // forward normalises [0, 1] pixels: (x - mean) / std per channel; empty: 0.5 for every channel.
+  std::vector<double> image_mean;
+  std::vector<double> image_std;
+  bool class_token = false;      // CLIP: a learned class embedding ahead of the patches
+  bool patch_bias = true;        // CLIP's patch embedding has no bias
+  bool pre_norm = false;         // CLIP's LayerNorm on the embeddings, before the first block
+  std::string activation = "gelu";  // MLP: "gelu" (erf), "quick_gelu" (CLIP), "gelu_tanh" (SigLIP)
+  int64_t feature_layer = -1;    // the residual stream that feeds the projector: 0 is the embeddings,
+                                 // i the output of block i, negative counts from the end (-1: last)
+  bool drop_first_feature = false;  // LLaVA's "default" feature strategy: drop position 0 (CLS)
+  bool final_norm = true;        // LayerNorm on the features before the projector (Tandem's ViT)
+  bool post_norm = false;        // a pretrained tower's final LayerNorm, which LLaVA does not use: kept
+                                 // frozen so that an export carries it
+  bool pooling_head = false;     // SigLIP's attention-pooling head: likewise kept, frozen, unused
+  std::string projector = "linear";  // "linear", or "mlp2x": linear_1 -> projector_activation -> linear_2
+  std::string projector_activation = "gelu";
+
   int64_t grid() const { return image_size / patch_size; }
   int64_t num_patches() const { return grid() * grid(); }
+  // Positions in the residual stream: the patches and the class token.
+  int64_t num_positions() const { return num_patches() + (class_token ? 1 : 0); }
+  // The index of feature_layer counted from the start, in [0, layers].
+  int64_t feature_index() const { return feature_layer < 0 ? layers + 1 + feature_layer : feature_layer; }
+  // Embeddings per image handed to the LLM.
+  int64_t num_features() const { return num_positions() - (drop_first_feature ? 1 : 0); }
 };
 
 // Llama-style decoder: RMSNorm, rotary positions, SwiGLU, causal attention.
@@ -41,6 +67,23 @@ struct LlmConfig {
   double norm_eps = 1e-5;        // RMSNorm epsilon
   bool tie_embeddings = true;    // output head shares the token embedding
   int64_t vocab_size = 0;        // 0 in a spec: taken from the tokenizer when the job starts
+
+  // The rest describes the pretrained LLMs of Hugging Face checkpoints (hf/); the defaults are
+  // Tandem's own decoder.
+  int64_t head_dim = 0;          // 0: hidden / heads
+  bool attention_bias = false;   // q, k and v projections with biases (Qwen2)
+  // Rotary scaling as transformers' rope_parameters: "default", "linear" (positions / factor) or
+  // "llama3" (Llama 3.1's frequency bands).
+  std::string rope_type = "default";
+  double rope_factor = 1.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int64_t rope_original_max_positions = 0;
+  // >= 0: LLaVA's layout. The image embeddings replace the tokens with this id wherever the text
+  // has them, and logits cover every position. -1: the embeddings are a prefix before the text.
+  int64_t image_token_id = -1;
+
+  int64_t resolved_head_dim() const { return head_dim > 0 ? head_dim : hidden / heads; }
 };
 
 }  // namespace tandem::models

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "engine/compat.h"
 #include "models/layers.h"
@@ -42,11 +43,12 @@ TORCH_MODULE(VisionAttention);
 
 class VisionMlpImpl : public torch::nn::Module {
  public:
-  VisionMlpImpl(int64_t hidden, int64_t mlp_hidden)
-      : fc1_(register_module("fc1", torch::nn::Linear(hidden, mlp_hidden))),
+  VisionMlpImpl(int64_t hidden, int64_t mlp_hidden, std::string activation)
+      : activation_(std::move(activation)),
+        fc1_(register_module("fc1", torch::nn::Linear(hidden, mlp_hidden))),
         fc2_(register_module("fc2", torch::nn::Linear(mlp_hidden, hidden))) {}
 
-  at::Tensor forward(const at::Tensor& x) { return LinearAs(fc2_, torch::gelu(LinearAs(fc1_, x))); }
+  at::Tensor forward(const at::Tensor& x) { return LinearAs(fc2_, Activate(activation_, LinearAs(fc1_, x))); }
 
   void Init(double std, double residual_std) {
     InitLinear(fc1_, std);
@@ -54,6 +56,7 @@ class VisionMlpImpl : public torch::nn::Module {
   }
 
  private:
+  std::string activation_;
   torch::nn::Linear fc1_, fc2_;
 };
 TORCH_MODULE(VisionMlp);
@@ -66,7 +69,7 @@ class VisionBlock : public engine::BlockModule {
         norm1_(register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)))),
         attn_(register_module("attn", VisionAttention(c.hidden, c.heads))),
         norm2_(register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)))),
-        mlp_(register_module("mlp", VisionMlp(c.hidden, c.mlp_hidden))) {
+        mlp_(register_module("mlp", VisionMlp(c.hidden, c.mlp_hidden, c.activation))) {
     const double residual_std = kInitStd / std::sqrt(2.0 * static_cast<double>(c.layers));
     attn_->Init(kInitStd, residual_std);
     mlp_->Init(kInitStd, residual_std);
@@ -100,9 +103,51 @@ void CheckConfig(const VisionConfig& c) {
               c.heads);
   TORCH_CHECK(c.positions == "learned" || c.positions == "sincos", "VisionEncoder: positions must be \"learned\" ",
               "or \"sincos\", got \"", c.positions, "\"");
-  TORCH_CHECK(c.positions != "sincos" || c.hidden % 4 == 0, "VisionEncoder: sincos positions need hidden ",
-              c.hidden, " to be a multiple of 4");
+  TORCH_CHECK(c.positions != "sincos" || (c.hidden % 4 == 0 && !c.class_token), "VisionEncoder: sincos positions ",
+              "need hidden ", c.hidden, " to be a multiple of 4 and no class token");
+  const auto per_channel = [&](const std::vector<double>& v) {
+    return v.empty() || static_cast<int64_t>(v.size()) == c.channels;
+  };
+  TORCH_CHECK(per_channel(c.image_mean) && per_channel(c.image_std), "VisionEncoder: image_mean and image_std ",
+              "need one value per channel (", c.channels, ") or none, got ", c.image_mean.size(), " and ",
+              c.image_std.size());
+  for (double s : c.image_std) TORCH_CHECK(s > 0, "VisionEncoder: image_std values must be positive, got ", s);
+  TORCH_CHECK(IsKnownActivation(c.activation), "VisionEncoder: unknown activation \"", c.activation, "\"");
+  TORCH_CHECK(c.projector == "linear" || c.projector == "mlp2x", "VisionEncoder: projector must be \"linear\" or ",
+              "\"mlp2x\", got \"", c.projector, "\"");
+  TORCH_CHECK(IsKnownActivation(c.projector_activation), "VisionEncoder: unknown projector activation \"",
+              c.projector_activation, "\"");
+  TORCH_CHECK(c.feature_index() >= 0 && c.feature_index() <= c.layers, "VisionEncoder: feature_layer ",
+              c.feature_layer, " is outside the ", c.layers + 1, " hidden states of ", c.layers, " layers");
+  TORCH_CHECK(c.num_features() > 0, "VisionEncoder: no features are left after dropping the first position");
 }
+
+void CheckImages(const VisionConfig& c, const at::Tensor& x, const char* what) {
+  TORCH_CHECK(x.defined() && x.dim() == 4 && x.size(1) == c.channels && x.size(2) == c.image_size &&
+                  x.size(3) == c.image_size,
+              "VisionEncoder: expected ", what, " [batch, ", c.channels, ", ", c.image_size, ", ", c.image_size,
+              "], got ", x.defined() ? x.sizes() : at::IntArrayRef{});
+}
+
+void Freeze(torch::nn::Module& module) {
+  for (auto& p : module.parameters(/*recurse=*/true)) p.set_requires_grad(false);
+}
+
+// SigLIP's attention-pooling head under transformers' names (probe, attention.in_proj_*,
+// attention.out_proj, layernorm, mlp.fc1/fc2): kept so that an export carries it, never run.
+class PoolingHeadImpl : public torch::nn::Module {
+ public:
+  PoolingHeadImpl(int64_t hidden, int64_t mlp_hidden) {
+    register_parameter("probe", torch::zeros({1, 1, hidden}));
+    auto attention = register_module("attention", std::make_shared<torch::nn::Module>());
+    attention->register_parameter("in_proj_weight", torch::zeros({3 * hidden, hidden}));
+    attention->register_parameter("in_proj_bias", torch::zeros({3 * hidden}));
+    attention->register_module("out_proj", torch::nn::Linear(hidden, hidden));
+    register_module("layernorm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden})));
+    register_module("mlp", VisionMlp(hidden, mlp_hidden, "gelu"));
+  }
+};
+TORCH_MODULE(PoolingHead);
 
 }  // namespace
 
@@ -122,43 +167,80 @@ at::Tensor SinCosPositions2d(int64_t grid, int64_t dim) {
 VisionEncoderImpl::VisionEncoderImpl(const VisionConfig& config) : config_(config) {
   CheckConfig(config_);
   const auto& c = config_;
-  const int64_t patches = c.num_patches();
   if (c.positions == "learned") {
-    positions_ = register_parameter("positions", torch::empty({1, patches, c.hidden}));
+    positions_ = register_parameter("positions", torch::empty({1, c.num_positions(), c.hidden}));
     InitNormal(positions_, kInitStd);
   } else {
     positions_ = register_buffer("positions", SinCosPositions2d(c.grid(), c.hidden).unsqueeze(0));
   }
+  if (c.class_token) {
+    class_token_ = register_parameter("class_token", torch::empty({1, 1, c.hidden}));
+    InitNormal(class_token_, kInitStd);
+  }
   patch_embed_ = register_module(
-      "patch_embed", torch::nn::Conv2d(torch::nn::Conv2dOptions(c.channels, c.hidden, c.patch_size).stride(c.patch_size)));
+      "patch_embed", torch::nn::Conv2d(torch::nn::Conv2dOptions(c.channels, c.hidden, c.patch_size)
+                                           .stride(c.patch_size)
+                                           .bias(c.patch_bias)));
   {
     torch::NoGradGuard no_grad;
     patch_embed_->weight.normal_(0.0, kInitStd);
-    patch_embed_->bias.zero_();
+    if (c.patch_bias) patch_embed_->bias.zero_();
   }
+  const auto layer_norm = [&] { return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)); };
+  if (c.pre_norm) pre_norm_ = register_module("pre_norm", layer_norm());
   block_list_ = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.layers; ++i) {
     auto block = std::make_shared<VisionBlock>(c);
+    // Blocks after the feature layer never run (LLaVA's -2 skips the last): frozen, as PyTorch would
+    // leave a parameter without gradient untouched.
+    if (i >= c.feature_index()) Freeze(*block);
     block_list_->push_back(block);
     blocks_.push_back(block);
   }
-  norm_ = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)));
-  projector_ = register_module("projector", torch::nn::Linear(c.hidden, c.output_dim));
-  InitLinear(projector_, kInitStd);
+  if (c.final_norm) norm_ = register_module("norm", layer_norm());
+  if (c.post_norm) Freeze(*register_module("post_norm", layer_norm()));
+  if (c.pooling_head) Freeze(*register_module("head", PoolingHead(c.hidden, c.mlp_hidden)));
+  if (c.projector == "linear") {
+    projector_ = register_module("projector", torch::nn::Linear(c.hidden, c.output_dim));
+    InitLinear(projector_, kInitStd);
+  } else {
+    auto mlp = register_module("projector", std::make_shared<torch::nn::Module>());
+    projector_ = mlp->register_module("linear_1", torch::nn::Linear(c.hidden, c.output_dim));
+    projector_2_ = mlp->register_module("linear_2", torch::nn::Linear(c.output_dim, c.output_dim));
+    InitLinear(projector_, kInitStd);
+    InitLinear(projector_2_, kInitStd);
+  }
+  // Plain tensors, not buffers: the model's buffers stay the fixed tables (NOTE [Model dtypes]).
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  const auto per_channel = [&](const std::vector<double>& v) {
+    return (v.empty() ? torch::full({c.channels}, 0.5, f64) : torch::tensor(v, f64)).to(torch::kFloat).view({1, -1, 1, 1});
+  };
+  pixel_mean_ = per_channel(c.image_mean);
+  pixel_std_ = per_channel(c.image_std);
 }
 
 at::Tensor VisionEncoderImpl::forward(const at::Tensor& images) {
   const auto& c = config_;
-  TORCH_CHECK(images.defined() && images.dim() == 4 && images.size(1) == c.channels &&
-                  images.size(2) == c.image_size && images.size(3) == c.image_size,
-              "VisionEncoder: expected images [batch, ", c.channels, ", ", c.image_size, ", ", c.image_size,
-              "], got ", images.defined() ? images.sizes() : at::IntArrayRef{});
+  CheckImages(c, images, "images");
   const auto dtype = compute_dtype_.value_or(patch_embed_->weight.scalar_type());
-  at::Tensor x = (images.to(dtype) - 0.5) / 0.5;
-  x = Conv2dAs(patch_embed_, x).flatten(2).transpose(1, 2).to(dtype);  // [B, P, hidden]
+  const auto to = torch::TensorOptions().dtype(dtype).device(images.device());
+  return ForwardNormalized((images.to(dtype) - pixel_mean_.to(to)) / pixel_std_.to(to));
+}
+
+at::Tensor VisionEncoderImpl::ForwardNormalized(const at::Tensor& pixels) {
+  const auto& c = config_;
+  CheckImages(c, pixels, "pixels");
+  const auto dtype = compute_dtype_.value_or(patch_embed_->weight.scalar_type());
+  at::Tensor x = Conv2dAs(patch_embed_, pixels.to(dtype)).flatten(2).transpose(1, 2).to(dtype);  // [B, P, hidden]
+  if (c.class_token) x = torch::cat({class_token_.to(dtype).expand({x.size(0), 1, c.hidden}), x}, 1);
   x = x + positions_.to(dtype);
-  for (const auto& block : blocks_) x = block->Forward(x);
-  return LinearAs(projector_, LayerNormFp32(x, norm_->weight, norm_->bias, c.norm_eps));
+  if (c.pre_norm) x = LayerNormFp32(x, pre_norm_->weight, pre_norm_->bias, c.norm_eps);
+  for (int64_t i = 0; i < c.feature_index(); ++i) x = blocks_[i]->Forward(x);
+  if (c.drop_first_feature) x = x.narrow(1, 1, x.size(1) - 1);
+  if (c.final_norm) x = LayerNormFp32(x, norm_->weight, norm_->bias, c.norm_eps);
+  x = LinearAs(projector_, x);
+  if (projector_2_) x = LinearAs(projector_2_, Activate(c.projector_activation, x));
+  return x;
 }
 
 void VisionEncoderImpl::set_compute_dtype(c10::optional<at::ScalarType> dtype) {

@@ -7,6 +7,23 @@
 //   -> layers x pre-norm block: x += proj(MHSA(LN(x))); x += fc2(GELU(fc1(LN(x))))
 //   -> final LayerNorm -> projector Linear(hidden, output_dim)  ->  [B, P, output_dim]
 //
+// NOTE [Vision towers]
+// The same class holds the pretrained towers of Hugging Face checkpoints (hf/), set by the
+// VisionConfig fields after output_dim:
+//   - CLIP: a class embedding ahead of the patches (class_token), no patch bias, a LayerNorm on
+//     the embeddings (pre_norm), QuickGELU; SigLIP: tanh GELU. Both have separate q, k, v
+//     projections with biases, stacked into qkv on load.
+//   - LLaVA's features: the residual stream after block feature_index() (blocks after it are
+//     not run), without position 0 for the "default" strategy, with no norm (final_norm false).
+//     The tower's post-layernorm (post_norm) and SigLIP's pooling head (pooling_head) are kept
+//     for a faithful export but never run. Parameters that never run are created with
+//     requires_grad false, so an engine holds them frozen: as in PyTorch, where a parameter
+//     without a gradient is left alone by the optimizer.
+//   - projector "mlp2x": LLaVA's multi_modal_projector, linear_1 -> act -> linear_2.
+//   - forward normalises [0, 1] pixels with image_mean and image_std (the preprocessor's values);
+//     ForwardNormalized takes transformers' pixel_values as they are.
+// Tandem's own ViT is the defaults: no class token, final norm, a linear projector, mean and std 0.5.
+//
 // Each transformer block is an engine::BlockModule called through Forward, so an engine can gather
 // its parameters just in time (ZeRO-3) and recompute it in backward (set_recompute). Dtypes: NOTE
 // [Model dtypes] in models/layers.h; under autocast the output has the autocast dtype.
@@ -40,11 +57,16 @@ class VisionEncoderImpl : public torch::nn::Module {
   // heads, positions "learned" or "sincos" (then hidden a multiple of 4); sizes positive.
   explicit VisionEncoderImpl(const VisionConfig& config);
 
-  // images [B, channels, image_size, image_size], values in [0, 1] -> [B, num_patches, output_dim].
+  // images [B, channels, image_size, image_size], values in [0, 1] -> [B, num_features, output_dim].
+  // Normalises with image_mean and image_std, then ForwardNormalized.
   at::Tensor forward(const at::Tensor& images);
+  // pixels already normalised (transformers' pixel_values) -> [B, num_features, output_dim].
+  at::Tensor ForwardNormalized(const at::Tensor& pixels);
 
   const VisionConfig& config() const { return config_; }
   int64_t num_patches() const { return config_.num_patches(); }
+  // Embeddings per image: the patches, plus the class token unless it is dropped.
+  int64_t num_features() const { return config_.num_features(); }
 
   // The dtype the residual stream runs in (NOTE [Model dtypes]); nullopt (the default) is the
   // parameter dtype. Set it to Engine::compute().activation_dtype after the engine takes the model.
@@ -57,11 +79,15 @@ class VisionEncoderImpl : public torch::nn::Module {
  private:
   VisionConfig config_;
   torch::nn::Conv2d patch_embed_{nullptr};
-  at::Tensor positions_;  // [1, P, hidden]: parameter ("learned") or buffer ("sincos")
+  at::Tensor positions_;    // [1, positions, hidden]: parameter ("learned") or buffer ("sincos")
+  at::Tensor class_token_;  // [1, 1, hidden] when config.class_token
+  torch::nn::LayerNorm pre_norm_{nullptr};
   torch::nn::ModuleList block_list_{nullptr};
   std::vector<std::shared_ptr<engine::BlockModule>> blocks_;
-  torch::nn::LayerNorm norm_{nullptr};
-  torch::nn::Linear projector_{nullptr};
+  torch::nn::LayerNorm norm_{nullptr};         // when config.final_norm
+  torch::nn::Linear projector_{nullptr};       // "linear", or linear_1 of "mlp2x"
+  torch::nn::Linear projector_2_{nullptr};     // linear_2 of "mlp2x"
+  at::Tensor pixel_mean_, pixel_std_;          // fp32 [1, channels, 1, 1] on the CPU
   c10::optional<at::ScalarType> compute_dtype_;
 };
 TORCH_MODULE(VisionEncoder);

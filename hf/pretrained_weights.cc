@@ -1,0 +1,126 @@
+#include "hf/pretrained_weights.h"
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "hf/weight_names.h"
+
+namespace tandem::hf {
+namespace {
+
+using NamesOf = std::function<absl::StatusOr<std::vector<LocalName>>(const std::string&)>;
+
+std::string ShapeText(at::IntArrayRef shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+
+std::string DtypeName(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return "float32";
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    default: return c10::toString(dtype);
+  }
+}
+
+// The shape transformers stores `ours` in, one of `count` stacked tensors.
+std::vector<int64_t> TheirShape(const std::string& ours, at::IntArrayRef shape, size_t count) {
+  std::vector<int64_t> theirs(shape.begin(), shape.end());
+  if (ours == "class_token") return {shape.back()};             // [1, 1, h] -> [h]
+  if (ours == "positions") return {shape[1], shape[2]};         // [1, N, h] -> [N, h]
+  if (count > 1) theirs[0] /= static_cast<int64_t>(count);       // qkv rows
+  return theirs;
+}
+
+absl::Status Load(const PretrainedConfig& config, const CheckpointFiles& files, torch::nn::Module& model,
+                  const std::set<Part>& parts, const NamesOf& names_of, bool tied_head) {
+  const std::string& dir = config.directory;
+  std::map<std::pair<Part, std::string>, std::string> available;  // (part, local name) -> full name
+  for (const std::string& full : files.Names()) {
+    ASSIGN_OR_RETURN(const auto local, ClassifyCheckpointName(config.kind, full));
+    if (!local || !parts.count(local->part)) continue;
+    available[{local->part, local->name}] = full;
+  }
+  std::set<std::string> used;
+  torch::NoGradGuard no_grad;
+  for (auto& item : model.named_parameters(/*recurse=*/true)) {
+    const std::string& ours = item.key();
+    at::Tensor& parameter = item.value();
+    auto theirs = names_of(ours);
+    if (!theirs.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(dir, ": ", theirs.status().message()));
+    }
+    if (theirs->empty()) continue;  // left as initialised
+    const std::vector<int64_t> expected = TheirShape(ours, parameter.sizes(), theirs->size());
+    std::vector<at::Tensor> tensors;
+    for (const LocalName& local : *theirs) {
+      const auto it = available.find({local.part, local.name});
+      if (it == available.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(dir, ": missing tensor '", FullName(config.kind, local),
+                                                       "' ", ShapeText(expected), " that config.json implies"));
+      }
+      const engine::SafetensorsEntry* entry = files.Find(it->second);
+      if (!at::isFloatingType(entry->dtype) ||
+          (!config.dtype.empty() && DtypeName(entry->dtype) != config.dtype)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            dir, ": tensor '", it->second, "' is ", DtypeName(entry->dtype), ", config.json says ",
+            config.dtype.empty() ? "a floating-point dtype" : config.dtype));
+      }
+      if (entry->shape != expected) {
+        return absl::InvalidArgumentError(absl::StrCat(dir, ": tensor '", it->second, "' has shape ",
+                                                       ShapeText(entry->shape), ", config.json makes it ",
+                                                       ShapeText(expected)));
+      }
+      ASSIGN_OR_RETURN(at::Tensor tensor, files.Read(it->second));
+      tensors.push_back(std::move(tensor));
+      used.insert(it->second);
+    }
+    const at::Tensor value = tensors.size() == 1 ? tensors[0] : torch::cat(tensors, 0);
+    parameter.copy_(value.reshape(parameter.sizes()).to(parameter.dtype()));
+  }
+  for (const auto& [local, full] : available) {
+    if (used.count(full)) continue;
+    if (local.first == Part::kLmHead && tied_head) continue;  // a tied checkpoint may still store it
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": unexpected tensor '", full,
+                                                   "': the model config.json describes has no place for it"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LoadVisionWeights(const PretrainedConfig& config, const CheckpointFiles& files,
+                               models::VisionEncoderImpl& vision) {
+  if (config.kind == PretrainedKind::kLlm) {
+    return absl::InvalidArgumentError(absl::StrCat(config.directory, ": a ", config.model_type,
+                                                   " checkpoint has no vision tower"));
+  }
+  std::set<Part> parts{Part::kVision};
+  NamesOf names = TheirVisionNames;
+  if (config.kind == PretrainedKind::kLlava) {
+    parts.insert(Part::kProjector);
+  } else {
+    // A tower alone: the projector is new, so its parameters are left as initialised.
+    names = [](const std::string& ours) -> absl::StatusOr<std::vector<LocalName>> {
+      if (ours.rfind("projector.", 0) == 0) return std::vector<LocalName>{};
+      return TheirVisionNames(ours);
+    };
+  }
+  return Load(config, files, vision, parts, names, /*tied_head=*/false);
+}
+
+absl::Status LoadLlmWeights(const PretrainedConfig& config, const CheckpointFiles& files, models::LlmImpl& llm) {
+  if (config.kind == PretrainedKind::kVisionTower) {
+    return absl::InvalidArgumentError(absl::StrCat(config.directory, ": a ", config.model_type,
+                                                   " checkpoint has no language model"));
+  }
+  return Load(config, files, llm, {Part::kLlm, Part::kLmHead}, TheirLlmNames, llm.config().tie_embeddings);
+}
+
+}  // namespace tandem::hf

@@ -1,0 +1,118 @@
+// Tandem's LLaVA models against transformers': the fixtures of tests/fixtures/hf/ hold tiny random
+// LLaVA checkpoints (CLIP + Llama with llama3 rotary scaling and fp32 weights, SigLIP + Qwen2 with
+// tied embeddings and bf16 weights) and the image features, logits and greedy tokens transformers
+// computed from them in fp32.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/safetensors.h"
+#include "hf/checkpoint_files.h"
+#include "hf/pretrained_config.h"
+#include "hf/pretrained_weights.h"
+#include "models/llm.h"
+#include "models/vision_encoder.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::hf {
+namespace {
+
+const std::string kFixtures = TANDEM_HF_FIXTURES;
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return nlohmann::json::parse(text.str());
+}
+
+std::map<std::string, at::Tensor> ReadTensors(const std::string& path) {
+  auto tensors = engine::ReadSafetensors(path);
+  EXPECT_TRUE(tensors.ok()) << tensors.status();
+  std::map<std::string, at::Tensor> out;
+  if (tensors.ok()) {
+    for (auto& [name, tensor] : *tensors) out[name] = tensor;
+  }
+  return out;
+}
+
+// |ours - theirs| <= 1e-4 * max|theirs| everywhere: fp32 to 1e-4 relative.
+void ExpectClose(const at::Tensor& ours, const at::Tensor& theirs, const std::string& what) {
+  ASSERT_EQ(ours.sizes(), theirs.sizes()) << what;
+  const double scale = theirs.abs().max().item<double>();
+  const double error = (ours.to(at::kFloat) - theirs).abs().max().item<double>();
+  EXPECT_LE(error, 1e-4 * scale) << what << ": max error " << error << " for values up to " << scale;
+}
+
+struct Loaded {
+  PretrainedConfig config;
+  models::VisionEncoder vision{nullptr};
+  models::Llm llm{nullptr};
+};
+
+Loaded Load(const std::string& name) {
+  Loaded loaded;
+  auto config = ReadPretrainedConfig(kFixtures + "/" + name);
+  EXPECT_TRUE(config.ok()) << config.status();
+  loaded.config = *config;
+  auto files = CheckpointFiles::Open(config->directory);
+  EXPECT_TRUE(files.ok()) << files.status();
+  torch::manual_seed(0);
+  loaded.vision = models::VisionEncoder(*config->vision);
+  loaded.llm = models::Llm(*config->llm);
+  EXPECT_TRUE(LoadVisionWeights(*config, *files, *loaded.vision).ok());
+  EXPECT_TRUE(LoadLlmWeights(*config, *files, *loaded.llm).ok());
+  return loaded;
+}
+
+class LlavaReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LlavaReference, ImageFeaturesLogitsAndGreedyTokensEqualTransformers) {
+  const std::string name = GetParam();
+  Loaded model = Load(name);
+  ASSERT_TRUE(model.vision && model.llm);
+  auto reference = ReadTensors(kFixtures + "/reference/" + name + ".safetensors");
+  const nlohmann::json expected = ReadJson(kFixtures + "/reference/" + name + ".json");
+  torch::NoGradGuard no_grad;
+
+  const at::Tensor features = model.vision->ForwardNormalized(reference.at("pixel_values"));
+  EXPECT_EQ(features.size(1), expected["image_tokens"].get<int64_t>());
+  ExpectClose(features, reference.at("image_features"), name + " image features");
+
+  const auto& samples = expected["samples"];
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const auto ids = samples[i]["input_ids"].get<std::vector<int64_t>>();
+    const at::Tensor tokens = torch::tensor(ids, torch::kLong).unsqueeze(0);
+    const at::Tensor image = features.narrow(0, static_cast<int64_t>(i), 1);
+    ExpectClose(model.llm->forward(image, tokens)[0], reference.at("logits_" + std::to_string(i)),
+                name + " logits of sample " + std::to_string(i));
+    const auto generated = models::GenerateGreedyCached(model.llm, image, ids, model.config.eos_token_ids, 12);
+    EXPECT_EQ(generated, samples[i]["generated"].get<std::vector<int64_t>>()) << name << " sample " << i;
+  }
+  const auto text = expected["text_input_ids"].get<std::vector<int64_t>>();
+  ExpectClose(model.llm->forward(at::Tensor(), torch::tensor(text, torch::kLong).unsqueeze(0))[0],
+              reference.at("text_logits"), name + " text-only logits");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, LlavaReference, ::testing::Values("clip_llama", "siglip_qwen2"));
+
+TEST(LlavaReference, CachedDecodingEqualsRecomputingTheWholeSequence) {
+  Loaded model = Load("clip_llama");
+  ASSERT_TRUE(model.llm);
+  torch::NoGradGuard no_grad;
+  const std::vector<int64_t> prompt{model.config.bos_token_id, 5, 17, 42};
+  const auto cached = models::GenerateGreedyCached(model.llm, at::Tensor(), prompt, {}, 10);
+  std::vector<int64_t> sequence = prompt;
+  for (int i = 0; i < 10; ++i) {
+    const at::Tensor logits = model.llm->forward(at::Tensor(), torch::tensor(sequence, torch::kLong).unsqueeze(0));
+    sequence.push_back(logits[0][-1].argmax().item<int64_t>());
+  }
+  EXPECT_EQ(cached, std::vector<int64_t>(sequence.begin() + 4, sequence.end()));
+}
+
+}  // namespace
+}  // namespace tandem::hf

@@ -1,0 +1,135 @@
+#include "hf/pretrained_config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace tandem::hf {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kFixtures = TANDEM_HF_FIXTURES;
+
+TEST(PretrainedConfig, ReadsAClipLlamaLlavaCheckpoint) {
+  auto config = ReadPretrainedConfig(kFixtures + "/clip_llama");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->kind, PretrainedKind::kLlava);
+  EXPECT_EQ(config->vision_model_type, "clip_vision_model");
+  EXPECT_EQ(config->llm_model_type, "llama");
+  EXPECT_EQ(config->dtype, "float32");
+  const auto& v = *config->vision;
+  EXPECT_EQ(v.hidden, 32);
+  EXPECT_EQ(v.layers, 3);
+  EXPECT_EQ(v.image_size, 30);
+  EXPECT_EQ(v.patch_size, 6);
+  EXPECT_TRUE(v.class_token);
+  EXPECT_FALSE(v.patch_bias);
+  EXPECT_TRUE(v.pre_norm);
+  EXPECT_EQ(v.activation, "quick_gelu");
+  EXPECT_EQ(v.feature_layer, -2);
+  EXPECT_EQ(v.feature_index(), 2);
+  EXPECT_TRUE(v.drop_first_feature);
+  EXPECT_EQ(v.num_features(), 25);
+  EXPECT_EQ(v.projector, "mlp2x");
+  EXPECT_EQ(v.output_dim, 32);
+  const auto& m = *config->llm;
+  EXPECT_EQ(m.heads, 4);
+  EXPECT_EQ(m.kv_heads, 2);
+  EXPECT_EQ(m.mlp_hidden, 80);
+  EXPECT_FALSE(m.tie_embeddings);
+  EXPECT_FALSE(m.attention_bias);
+  EXPECT_EQ(m.rope_type, "llama3");
+  EXPECT_DOUBLE_EQ(m.rope_theta, 500000.0);
+  EXPECT_DOUBLE_EQ(m.rope_factor, 8.0);
+  EXPECT_EQ(m.rope_original_max_positions, 16);
+  EXPECT_EQ(m.max_seq_len, 128);
+  EXPECT_EQ(m.image_token_id, 408);
+  EXPECT_EQ(config->eos_token_ids, std::vector<int64_t>{407});
+}
+
+TEST(PretrainedConfig, ReadsASiglipQwen2LlavaCheckpoint) {
+  auto config = ReadPretrainedConfig(kFixtures + "/siglip_qwen2");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->dtype, "bfloat16");
+  EXPECT_FALSE(config->vision->class_token);
+  EXPECT_TRUE(config->vision->pooling_head);
+  EXPECT_EQ(config->vision->activation, "gelu_tanh");
+  EXPECT_FALSE(config->vision->drop_first_feature);
+  EXPECT_EQ(config->vision->num_features(), 16);
+  EXPECT_TRUE(config->llm->attention_bias);
+  EXPECT_TRUE(config->llm->tie_embeddings);
+  EXPECT_DOUBLE_EQ(config->llm->rope_theta, 1e6);
+  EXPECT_EQ(config->llm->rope_type, "default");
+}
+
+TEST(PretrainedConfig, ReadsATowerAndAnLlmAlone) {
+  auto tower = ReadPretrainedConfig(kFixtures + "/clip_vision");
+  ASSERT_TRUE(tower.ok()) << tower.status();
+  EXPECT_EQ(tower->kind, PretrainedKind::kVisionTower);
+  EXPECT_FALSE(tower->llm.has_value());
+  EXPECT_EQ(tower->vision->output_dim, 0);  // the caller names the LLM's width
+  auto llm = ReadPretrainedConfig(kFixtures + "/llama");
+  ASSERT_TRUE(llm.ok()) << llm.status();
+  EXPECT_EQ(llm->kind, PretrainedKind::kLlm);
+  EXPECT_FALSE(llm->vision.has_value());
+  EXPECT_EQ(llm->llm->image_token_id, -1);
+}
+
+class PretrainedConfigErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("hf_config_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  absl::Status Read(const std::string& json) {
+    std::ofstream(dir_ / "config.json") << json;
+    return ReadPretrainedConfig(dir_.string()).status();
+  }
+  fs::path dir_;
+};
+
+TEST_F(PretrainedConfigErrors, NameTheFileAndTheKey) {
+  EXPECT_EQ(ReadPretrainedConfig((dir_ / "absent").string()).status().code(), absl::StatusCode::kNotFound);
+  absl::Status status = Read(R"({"model_type": "mistral"})");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("config.json: model_type \"mistral\" is not supported"), std::string::npos) << status;
+  status = Read(R"({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4}})");
+  EXPECT_NE(status.message().find("rope_scaling.rope_type \"yarn\" is not supported"), std::string::npos) << status;
+  status = Read(R"({"model_type": "llava", "text_config": {"model_type": "llama", "hidden_size": "big"}})");
+  EXPECT_NE(status.message().find("text_config.hidden_size must be an integer, got string \"big\""),
+            std::string::npos) << status;
+  status = Read(R"({"model_type": "llava", "text_config": {"vocab_size": 32064}, "vision_feature_layer": [-2, -5]})");
+  EXPECT_NE(status.message().find("vision_feature_layer as a list of layers is not supported"), std::string::npos)
+      << status;
+  status = Read(R"({"model_type": "qwen2", "use_sliding_window": true})");
+  EXPECT_NE(status.message().find("use_sliding_window true is not supported"), std::string::npos) << status;
+  status = Read(R"({"model_type": "llama", "dtype": "int8"})");
+  EXPECT_NE(status.message().find("dtype \"int8\" is not supported"), std::string::npos) << status;
+  status = Read(R"({"model_type": "llama", "x": 1, "x": 2})");
+  EXPECT_NE(status.message().find("duplicate key"), std::string::npos) << status;
+}
+
+TEST_F(PretrainedConfigErrors, OlderConfigsTakeTransformersDefaults) {
+  // llava-1.5's config.json writes only what differs from the defaults, and rope_theta beside rope_scaling.
+  ASSERT_TRUE(Read(R"({"model_type": "llava", "vision_config": {"model_type": "clip_vision_model",
+      "hidden_size": 1024, "image_size": 336, "intermediate_size": 4096, "num_attention_heads": 16,
+      "num_hidden_layers": 24, "patch_size": 14}, "text_config": {"model_type": "llama", "vocab_size": 32064,
+      "rope_theta": 500000.0, "rope_scaling": {"type": "linear", "factor": 2.0}}})").ok());
+  auto config = ReadPretrainedConfig(dir_.string());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->vision->activation, "quick_gelu");
+  EXPECT_DOUBLE_EQ(config->vision->norm_eps, 1e-5);
+  EXPECT_EQ(config->vision->num_features(), 576);
+  EXPECT_EQ(config->llm->hidden, 4096);
+  EXPECT_EQ(config->llm->vocab_size, 32064);
+  EXPECT_EQ(config->llm->image_token_id, 32000);
+  EXPECT_EQ(config->llm->rope_type, "linear");
+  EXPECT_DOUBLE_EQ(config->llm->rope_factor, 2.0);
+  EXPECT_DOUBLE_EQ(config->llm->rope_theta, 500000.0);
+}
+
+}  // namespace
+}  // namespace tandem::hf
