@@ -1,0 +1,41 @@
+// Chat templates rendered without a Jinja engine: the two formats Tandem knows, picked by name or
+// recognised in a tokenizer's chat_template text, rendered to exactly what transformers'
+// apply_chat_template renders from those templates (tests/tokenizer/ compares them).
+//
+//   "chatml" (Qwen2): <|im_start|>{role}\n{content}<|im_end|>\n per message, after a default
+//       system message when the first is not one; generation prompt <|im_start|>assistant\n.
+//       The default system text is the template's own (Qwen2: "You are a helpful assistant.");
+//       a template without one renders none.
+//   "llama3" (Llama 3 Instruct): {bos}<|start_header_id|>{role}<|end_header_id|>\n\n{content,
+//       whitespace trimmed}<|eot_id|> per message (bos before the first only); generation prompt
+//       <|start_header_id|>assistant<|end_header_id|>\n\n.
+// Llama 3.1's template (a "Cutting Knowledge Date" system header, tools) is a different format and
+// is refused, as is any template that is neither. Stateless and thread-safe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tandem::tokenizer {
+
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant"
+  std::string content;
+};
+
+struct ChatFormat {
+  std::string name;            // "chatml" or "llama3"
+  std::string default_system;  // chatml: the system message used when the first is not one
+};
+
+// InvalidArgument naming the format when it is not "chatml" or "llama3".
+absl::StatusOr<ChatFormat> ChatFormatByName(const std::string& name);
+// Recognises a chat_template text; InvalidArgument saying what it found otherwise.
+absl::StatusOr<ChatFormat> DetectChatFormat(const std::string& chat_template);
+
+std::string RenderChat(const ChatFormat& format, const std::vector<ChatMessage>& messages,
+                       const std::string& bos_token, bool add_generation_prompt);
+
+}  // namespace tandem::tokenizer
