@@ -1,11 +1,12 @@
 // tandem: one binary, one subcommand per verb (DESIGN §1): run, coordinator, actor, submit, status,
-// jobs, actors, logs, cancel, doctor.
+// jobs, actors, logs, cancel, doctor, generate.
 #include <CLI/CLI.hpp>
 
 #include <string>
 
 #include "cli/client_commands.h"
 #include "cli/doctor_command.h"
+#include "cli/generate_command.h"
 #include "cli/run_command.h"
 #include "cli/service_commands.h"
 #include "common/blas_info.h"
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   tandem::cli::AddServiceCommands(app, &exit_code);
   tandem::cli::AddClientCommands(app, &exit_code);
   tandem::cli::AddDoctorCommand(app, &exit_code);
+  tandem::cli::AddGenerateCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

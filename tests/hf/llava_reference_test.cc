@@ -17,18 +17,12 @@
 #include "models/llm.h"
 #include "models/vision_encoder.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/json_file.h"
 
 namespace tandem::hf {
 namespace {
 
 const std::string kFixtures = TANDEM_HF_FIXTURES;
-
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return nlohmann::json::parse(text.str());
-}
 
 std::map<std::string, at::Tensor> ReadTensors(const std::string& path) {
   auto tensors = engine::ReadSafetensors(path);
@@ -76,7 +70,7 @@ TEST_P(LlavaReference, ImageFeaturesLogitsAndGreedyTokensEqualTransformers) {
   Loaded model = Load(name);
   ASSERT_TRUE(model.vision && model.llm);
   auto reference = ReadTensors(kFixtures + "/reference/" + name + ".safetensors");
-  const nlohmann::json expected = ReadJson(kFixtures + "/reference/" + name + ".json");
+  const nlohmann::json expected = testing::ReadJsonFile(kFixtures + "/reference/" + name + ".json");
   torch::NoGradGuard no_grad;
 
   const at::Tensor features = model.vision->ForwardNormalized(reference.at("pixel_values"));

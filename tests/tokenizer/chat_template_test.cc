@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "nlohmann/json.hpp"
+#include "tests/testing/json_file.h"
 #include "tokenizer/hf_tokenizer.h"
 
 namespace tandem::tokenizer {
@@ -19,10 +20,7 @@ const std::string kFixtures = TANDEM_HF_FIXTURES;
 class ChatTemplateReference : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ChatTemplateReference, RendersWhatApplyChatTemplateRenders) {
-  std::ifstream in(kFixtures + "/reference/tokenizers.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  const auto reference = nlohmann::json::parse(text.str())["tokenizers"][GetParam()]["chat"];
+  const auto reference = testing::ReadJsonFile(kFixtures + "/reference/tokenizers.json")["tokenizers"][GetParam()]["chat"];
   auto tokenizer = HfTokenizer::Load(kFixtures + "/" + GetParam());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   auto format = DetectChatFormat(tokenizer->chat_template());

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "nlohmann/json.hpp"
+#include "tests/testing/json_file.h"
 
 namespace tandem::tokenizer {
 namespace {
@@ -16,12 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 const std::string kFixtures = TANDEM_HF_FIXTURES;
 
-nlohmann::json Reference() {
-  std::ifstream in(kFixtures + "/reference/tokenizers.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  return nlohmann::json::parse(text.str());
-}
+nlohmann::json Reference() { return testing::ReadJsonFile(kFixtures + "/reference/tokenizers.json"); }
 
 // Llama 3 style (clip_llama), Qwen2 style with NFC (siglip_qwen2), Llama 2 style with byte
 // fallback (llama2_tokenizer): every encoding and decoding of the corpus equals the library's.

@@ -1,0 +1,16 @@
+// `tandem generate --model DIR --image IMG --prompt TEXT [--max-new-tokens N] [--chat]
+// [--chat-template NAME] [--output text|json] [--threads N]`: greedy decoding with a KV cache
+// from a Hugging Face LLaVA directory (hf/generate.h says what it does to the prompt and the
+// image). Prints the generated text, or with --output json one object
+// {"text", "token_ids", "prompt_tokens"}. Exit code 0 when it generated, 1 with the error on
+// stderr (a missing file, an undecodable image, an unsupported model, a prompt without "<image>"),
+// 2 for bad flags (cli/main.cc).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tandem::cli {
+
+void AddGenerateCommand(CLI::App& app, int* exit_code);
+
+}  // namespace tandem::cli

@@ -1,0 +1,165 @@
+#include "data/image_preprocessor.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/strict_json.h"
+
+namespace tandem::data {
+namespace {
+
+using nlohmann::json;
+
+absl::Status KeyError(const std::string& path, const std::string& key, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " ", what));
+}
+
+absl::StatusOr<int64_t> SizeValue(const std::string& path, const json& object, const std::string& key,
+                                  const std::string& name) {
+  const auto value = ReadJsonInteger(object[name]).ToInt64();
+  if (!value || *value <= 0) {
+    return KeyError(path, absl::StrCat(key, ".", name), absl::StrCat("must be a positive integer, got ",
+                                                                      DescribeJsonValue(object[name])));
+  }
+  return *value;
+}
+
+absl::StatusOr<std::vector<double>> Triple(const std::string& path, const json& root, const char* key) {
+  const json& v = root[key];
+  if (v.is_number()) return std::vector<double>(3, v.get<double>());
+  if (!v.is_array() || v.size() != 3) return KeyError(path, key, "must be a number or a list of three");
+  std::vector<double> out;
+  for (const auto& x : v) {
+    if (!x.is_number()) return KeyError(path, key, "must hold numbers");
+    out.push_back(x.get<double>());
+  }
+  return out;
+}
+
+Image Crop(const Image& image, int64_t top, int64_t left, int64_t height, int64_t width) {
+  Image out;
+  out.channels = image.channels;
+  out.height = height;
+  out.width = width;
+  out.pixels.resize(static_cast<size_t>(out.channels * height * width));
+  for (int64_t c = 0; c < out.channels; ++c) {
+    for (int64_t y = 0; y < height; ++y) {
+      for (int64_t x = 0; x < width; ++x) out.at(c, y, x) = image.at(c, y + top, x + left);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int64_t ImagePreprocessor::output_size() const {
+  if (do_center_crop) return crop_height;
+  return shortest_edge > 0 ? shortest_edge : resize_height;
+}
+
+absl::StatusOr<ImagePreprocessor> ReadImagePreprocessor(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  std::stringstream text;
+  text << in.rdbuf();
+  auto parsed = ParseJsonStrict(text.str());
+  if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
+  if (!parsed->is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": must hold a JSON object"));
+  const json& root = *parsed;
+  ImagePreprocessor p;
+  p.do_resize = root.value("do_resize", true);
+  if (p.do_resize) {
+    if (!root.contains("size") || !root["size"].is_object()) return KeyError(path, "size", "must be an object");
+    const json& size = root["size"];
+    if (size.contains("shortest_edge")) {
+      ASSIGN_OR_RETURN(p.shortest_edge, SizeValue(path, size, "size", "shortest_edge"));
+    } else if (size.contains("height") && size.contains("width")) {
+      ASSIGN_OR_RETURN(p.resize_height, SizeValue(path, size, "size", "height"));
+      ASSIGN_OR_RETURN(p.resize_width, SizeValue(path, size, "size", "width"));
+    } else {
+      return KeyError(path, "size", "must hold shortest_edge, or height and width");
+    }
+    const int64_t resample = root.contains("resample") ? ReadJsonInteger(root["resample"]).ToInt64().value_or(-1) : 3;
+    if (resample == 2) {
+      p.filter = PilFilter::kBilinear;
+    } else if (resample == 3) {
+      p.filter = PilFilter::kBicubic;
+    } else {
+      return KeyError(path, "resample", absl::StrCat(DescribeJsonValue(root["resample"]),
+                                                     " is not supported (2 bilinear, 3 bicubic)"));
+    }
+  }
+  p.do_center_crop = root.value("do_center_crop", false);
+  if (p.do_center_crop) {
+    if (!root.contains("crop_size") || !root["crop_size"].is_object()) {
+      return KeyError(path, "crop_size", "must be an object with height and width");
+    }
+    ASSIGN_OR_RETURN(p.crop_height, SizeValue(path, root["crop_size"], "crop_size", "height"));
+    ASSIGN_OR_RETURN(p.crop_width, SizeValue(path, root["crop_size"], "crop_size", "width"));
+  }
+  if (root.value("do_rescale", true)) {
+    const double factor = root.contains("rescale_factor") && root["rescale_factor"].is_number()
+                              ? root["rescale_factor"].get<double>()
+                              : 1.0 / 255.0;
+    if (std::abs(factor * 255.0 - 1.0) > 1e-9) {
+      return KeyError(path, "rescale_factor", absl::StrCat(factor, " is not supported (1/255)"));
+    }
+  } else {
+    return KeyError(path, "do_rescale", "false is not supported: images are read as 8-bit values");
+  }
+  if (root.value("do_normalize", true)) {
+    if (root.contains("image_mean")) {
+      ASSIGN_OR_RETURN(p.image_mean, Triple(path, root, "image_mean"));
+    }
+    if (root.contains("image_std")) {
+      ASSIGN_OR_RETURN(p.image_std, Triple(path, root, "image_std"));
+    }
+    for (double s : p.image_std) {
+      if (s <= 0) return KeyError(path, "image_std", "values must be positive");
+    }
+  } else {
+    p.image_mean = {0, 0, 0};
+    p.image_std = {1, 1, 1};
+  }
+  const int64_t side = p.output_size();
+  if (p.do_center_crop ? p.crop_height != p.crop_width
+                       : (p.shortest_edge == 0 && p.resize_height != p.resize_width)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the processed image must be square (", side, ")"));
+  }
+  if (!p.do_resize && !p.do_center_crop) {
+    return KeyError(path, "do_resize", "false without a center crop leaves the image size open");
+  }
+  return p;
+}
+
+absl::StatusOr<Image> Preprocess(const ImagePreprocessor& p, const Image& image) {
+  Image out = image;
+  if (p.do_resize) {
+    int64_t height = p.resize_height, width = p.resize_width;
+    if (p.shortest_edge > 0) {  // transformers' get_resize_output_image_size(default_to_square=False)
+      const bool wide = image.width > image.height;
+      const int64_t short_side = wide ? image.height : image.width, long_side = wide ? image.width : image.height;
+      const auto long_new = static_cast<int64_t>(static_cast<double>(p.shortest_edge) * long_side / short_side);
+      height = wide ? p.shortest_edge : long_new;
+      width = wide ? long_new : p.shortest_edge;
+    }
+    if (height != image.height || width != image.width) out = ResizePil(image, height, width, p.filter);
+  }
+  if (p.do_center_crop) {
+    if (p.crop_height > out.height || p.crop_width > out.width) {
+      return absl::InvalidArgumentError(absl::StrCat("preprocessing: a crop of ", p.crop_height, "x", p.crop_width,
+                                                     " does not fit the resized ", out.height, "x", out.width));
+    }
+    out = Crop(out, (out.height - p.crop_height) / 2, (out.width - p.crop_width) / 2, p.crop_height, p.crop_width);
+  }
+  if (out.height != out.width) {
+    return absl::InvalidArgumentError(absl::StrCat("preprocessing: the image is ", out.height, "x", out.width,
+                                                   ", not square"));
+  }
+  return out;
+}
+
+}  // namespace tandem::data

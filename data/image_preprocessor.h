@@ -1,0 +1,45 @@
+// A Hugging Face checkpoint's preprocessor_config.json (CLIPImageProcessor, SiglipImageProcessor and
+// their PIL variants), and the geometry it describes: resize (the shortest edge to a length, or to
+// a height and width), center crop, then rescale and normalise. Resizing is Pillow's
+// (data/pil_resize.h), as transformers' PIL processors do it; transformers 5's torchvision
+// processors resize in floating point and may differ by a step of 1/255 in places.
+//
+// Preprocess does the geometry and returns values in [0, 1]; rescale_factor must be 1/255 and the
+// normalisation (image_mean, image_std) is the vision model's (models::VisionConfig), so that the
+// job's images stay in one form everywhere.
+//
+// Errors: NotFound for a missing file, InvalidArgument naming the file and key for a value it
+// cannot use (a resample filter other than bilinear or bicubic, a rescale factor other than
+// 1/255, a crop larger than the resized image). Stateless and thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "data/image.h"
+#include "data/pil_resize.h"
+
+namespace tandem::data {
+
+struct ImagePreprocessor {
+  bool do_resize = true;
+  int64_t shortest_edge = 0;             // > 0: the shorter side becomes this, the aspect kept
+  int64_t resize_height = 0, resize_width = 0;  // otherwise: exactly this size
+  PilFilter filter = PilFilter::kBicubic;
+  bool do_center_crop = false;
+  int64_t crop_height = 0, crop_width = 0;
+  std::vector<double> image_mean{0.5, 0.5, 0.5};  // as (x - mean) / std after rescaling to [0, 1]
+  std::vector<double> image_std{0.5, 0.5, 0.5};
+
+  // The square side the model receives: the crop, or the resized size.
+  int64_t output_size() const;
+};
+
+absl::StatusOr<ImagePreprocessor> ReadImagePreprocessor(const std::string& path);
+
+// Resize then crop. InvalidArgument when the result is not square or the crop does not fit.
+absl::StatusOr<Image> Preprocess(const ImagePreprocessor& preprocessor, const Image& image);
+
+}  // namespace tandem::data

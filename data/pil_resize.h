@@ -1,0 +1,24 @@
+// Image resizing as Pillow's Image.resize does it for 8-bit RGB images (libImaging/Resample.c):
+// a separable convolution, horizontal pass first, whose kernel widens by the downscaling factor
+// (antialiasing), with coefficients in 22-bit fixed point and each pass rounded and clipped to 8
+// bits. transformers' PIL image processors (CLIPImageProcessorPil, SiglipImageProcessorPil, and
+// every slow processor before transformers 5) resize this way, so the pixels match theirs exactly.
+// Thread-safe: no shared state.
+#pragma once
+
+#include <cstdint>
+
+#include "data/image.h"
+
+namespace tandem::data {
+
+enum class PilFilter {
+  kBilinear,  // PIL.Image.BILINEAR (2): triangle, support 1
+  kBicubic,   // PIL.Image.BICUBIC (3): Keys cubic with a = -0.5, support 2
+};
+
+// The image's values are read as 8-bit samples (round(v * 255)), resized, and returned as v / 255.
+// REQUIRES: height > 0, width > 0, image non-empty.
+Image ResizePil(const Image& image, int64_t height, int64_t width, PilFilter filter);
+
+}  // namespace tandem::data

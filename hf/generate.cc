@@ -1,0 +1,101 @@
+#include "hf/generate.h"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "data/image.h"
+#include "hf/llava_model.h"
+#include "tokenizer/chat_template.h"
+
+namespace tandem::hf {
+namespace {
+
+constexpr char kImageMarker[] = "<image>";
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t count = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++count;
+  return count;
+}
+
+absl::StatusOr<at::Tensor> ImageTensor(const LlavaModel& model, const std::string& path) {
+  ASSIGN_OR_RETURN(const data::Image decoded, data::DecodeImageFile(path));
+  ASSIGN_OR_RETURN(const data::Image image, data::Preprocess(model.preprocessor, decoded));
+  return torch::from_blob(const_cast<float*>(image.pixels.data()), {1, image.channels, image.height, image.width},
+                          torch::kFloat)
+      .clone();
+}
+
+}  // namespace
+
+absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request) {
+  if (request.threads > 0) at::set_num_threads(request.threads);
+  if (request.max_new_tokens <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens must be positive, got ", request.max_new_tokens));
+  }
+  const size_t markers = Count(request.prompt, kImageMarker);
+  if (!request.image_path.empty() && markers != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("the prompt must mark the image with one \"<image>\", it has ",
+                                                   markers));
+  }
+  if (request.image_path.empty() && markers > 0) {
+    return absl::InvalidArgumentError("the prompt has \"<image>\" but no --image was given");
+  }
+  std::error_code ec;
+  if (!request.image_path.empty() && !std::filesystem::is_regular_file(request.image_path, ec)) {
+    return absl::NotFoundError(absl::StrCat(request.image_path, ": no such image file"));
+  }
+  ASSIGN_OR_RETURN(LlavaModel model, LoadLlava(request.model_dir));
+  const int64_t image_token = model.config.llm->image_token_id;
+  if (model.tokenizer.TokenToId(kImageMarker) != image_token) {
+    return absl::InvalidArgumentError(absl::StrCat(request.model_dir, ": the tokenizer's \"<image>\" is not ",
+                                                   "config.json's image_token_index ", image_token));
+  }
+
+  std::string text = request.prompt;
+  bool add_special_tokens = true;
+  if (request.chat) {
+    absl::StatusOr<tokenizer::ChatFormat> format =
+        request.chat_template.empty() ? tokenizer::DetectChatFormat(model.tokenizer.chat_template())
+                                      : tokenizer::ChatFormatByName(request.chat_template);
+    if (!format.ok()) return absl::InvalidArgumentError(absl::StrCat(request.model_dir, ": ", format.status().message()));
+    text = tokenizer::RenderChat(*format, {{"user", request.prompt}}, model.tokenizer.bos_token(),
+                                 /*add_generation_prompt=*/true);
+    add_special_tokens = false;  // the template wrote them, as apply_chat_template tokenizes
+  }
+  ASSIGN_OR_RETURN(const std::vector<int64_t> ids, model.tokenizer.Encode(text, add_special_tokens));
+
+  torch::NoGradGuard no_grad;
+  at::Tensor features;
+  std::vector<int64_t> prompt;
+  for (int64_t id : ids) {
+    if (id == image_token) {
+      prompt.insert(prompt.end(), static_cast<size_t>(model.vision->num_features()), image_token);
+    } else {
+      prompt.push_back(id);
+    }
+  }
+  if (!request.image_path.empty()) {
+    ASSIGN_OR_RETURN(const at::Tensor image, ImageTensor(model, request.image_path));
+    features = model.vision->forward(image);
+  }
+  if (static_cast<int64_t>(prompt.size()) >= model.config.llm->max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat("the prompt's ", prompt.size(), " tokens leave no room in the ",
+                                                   "model's ", model.config.llm->max_seq_len, " positions"));
+  }
+  GenerateResult result;
+  result.prompt_tokens = static_cast<int64_t>(prompt.size());
+  try {
+    result.token_ids =
+        models::GenerateGreedyCached(model.llm, features, prompt, model.stop_ids, request.max_new_tokens);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("generation failed: ", e.what_without_backtrace()));
+  }
+  result.text = model.tokenizer.Decode(result.token_ids, /*skip_special_tokens=*/true);
+  return result;
+}
+
+}  // namespace tandem::hf

@@ -1,0 +1,44 @@
+// `tandem generate`: greedy decoding from a Hugging Face LLaVA directory, with a KV cache.
+//
+// The prompt is raw text in which "<image>" marks where the image goes. It is tokenized with the
+// model's tokenizer, with the special tokens its post-processor adds (a BOS); with `chat` the
+// chat template (tokenizer/chat_template.h: "chatml" or "llama3", detected from the tokenizer or
+// named) first makes it one user turn with a generation prompt, and the result is tokenized as
+// transformers' apply_chat_template does, without adding special tokens again. Each image token
+// becomes one token per image feature, and the image, decoded, resized and cropped as
+// preprocessor_config.json says, feeds them. Decoding is greedy and stops at an end-of-sequence
+// token (kept in token_ids, dropped from the text) or after max_new_tokens.
+//
+// Errors name what is wrong: the model's files (hf/llava_model.h), an image that cannot be read
+// or decoded, a prompt without "<image>" when an image is given (or with it and no image), more
+// than one "<image>", a tokenizer without the image token, an unknown chat template.
+// This header is torch-free (the CLI includes it). Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tandem::hf {
+
+struct GenerateRequest {
+  std::string model_dir;
+  std::string image_path;     // "" for a text-only prompt
+  std::string prompt;
+  int64_t max_new_tokens = 64;
+  bool chat = false;
+  std::string chat_template;  // "chatml" or "llama3"; "" detects it from the tokenizer
+  int threads = 0;            // intra-op threads; 0 leaves LibTorch's default
+};
+
+struct GenerateResult {
+  std::string text;                // the new tokens decoded, special tokens skipped
+  std::vector<int64_t> token_ids;  // the new tokens
+  int64_t prompt_tokens = 0;       // the prompt's length with the image tokens expanded
+};
+
+absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request);
+
+}  // namespace tandem::hf

@@ -1,0 +1,79 @@
+#include "hf/llava_model.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/strict_json.h"
+#include "hf/checkpoint_files.h"
+#include "hf/pretrained_weights.h"
+
+namespace tandem::hf {
+namespace {
+
+namespace fs = std::filesystem;
+
+void AddStop(std::vector<int64_t>& ids, int64_t id) {
+  if (id >= 0 && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+}
+
+// generation_config.json's eos_token_id (one or a list), when the file is there.
+absl::Status ReadGenerationStops(const fs::path& file, std::vector<int64_t>& ids) {
+  std::ifstream in(file);
+  if (!in) return absl::OkStatus();
+  std::stringstream text;
+  text << in.rdbuf();
+  auto parsed = ParseJsonStrict(text.str());
+  if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(file.string(), ": ", parsed.status().message()));
+  const auto it = parsed->find("eos_token_id");
+  if (it == parsed->end()) return absl::OkStatus();
+  for (const auto& id : it->is_array() ? *it : nlohmann::json::array({*it})) {
+    if (auto value = ReadJsonInteger(id).ToInt64()) AddStop(ids, *value);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<LlavaModel> LoadLlava(const std::string& directory) {
+  LlavaModel model;
+  ASSIGN_OR_RETURN(model.config, ReadPretrainedConfig(directory));
+  if (model.config.kind != PretrainedKind::kLlava) {
+    return absl::InvalidArgumentError(absl::StrCat(directory, ": a ", model.config.model_type,
+                                                   " model, not a LLaVA one (model_type \"llava\")"));
+  }
+  const fs::path dir(directory);
+  ASSIGN_OR_RETURN(model.preprocessor, data::ReadImagePreprocessor((dir / "preprocessor_config.json").string()));
+  models::VisionConfig vision = *model.config.vision;
+  if (model.preprocessor.output_size() != vision.image_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        directory, ": preprocessor_config.json makes images of ", model.preprocessor.output_size(),
+        " pixels, config.json's vision tower takes ", vision.image_size));
+  }
+  vision.image_mean = model.preprocessor.image_mean;
+  vision.image_std = model.preprocessor.image_std;
+  ASSIGN_OR_RETURN(model.tokenizer, tokenizer::HfTokenizer::Load(directory));
+  const models::LlmConfig& llm = *model.config.llm;
+  if (model.tokenizer.vocab_size() > llm.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(directory, ": the tokenizer has ", model.tokenizer.vocab_size(),
+                                                   " tokens, the LLM's vocab_size is ", llm.vocab_size));
+  }
+  ASSIGN_OR_RETURN(const auto files, CheckpointFiles::Open(directory));
+  model.vision = models::VisionEncoder(vision);
+  model.llm = models::Llm(llm);
+  RETURN_IF_ERROR(LoadVisionWeights(model.config, files, *model.vision));
+  RETURN_IF_ERROR(LoadLlmWeights(model.config, files, *model.llm));
+  model.vision->eval();
+  model.llm->eval();
+  for (int64_t id : model.config.eos_token_ids) AddStop(model.stop_ids, id);
+  RETURN_IF_ERROR(ReadGenerationStops(dir / "generation_config.json", model.stop_ids));
+  if (auto eos = model.tokenizer.eos_id()) AddStop(model.stop_ids, *eos);
+  return model;
+}
+
+}  // namespace tandem::hf

@@ -1,0 +1,82 @@
+// hf::Generate (`tandem generate`) against transformers: the image of tests/fixtures/hf/reference/
+// through the checkpoint's preprocessor, a raw prompt and a chat prompt, 10 greedy tokens; the
+// tokens, the prompt length and the decoded text must equal what transformers' processor and
+// generate() gave.
+#include "hf/generate.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+#include "nlohmann/json.hpp"
+#include "tests/testing/json_file.h"
+
+namespace tandem::hf {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kFixtures = TANDEM_HF_FIXTURES;
+
+class GenerateReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GenerateReference, TokensAndTextEqualTransformers) {
+  const auto runs = testing::ReadJsonFile(kFixtures + "/reference/generate.json")[GetParam()];
+  ASSERT_EQ(runs.size(), 2u);
+  for (const auto& run : runs) {
+    GenerateRequest request;
+    request.model_dir = kFixtures + "/" + GetParam();
+    request.image_path = kFixtures + "/reference/image.png";
+    request.prompt = run["prompt"].get<std::string>();
+    request.chat = run["chat"].get<bool>();
+    request.max_new_tokens = 10;
+    auto result = Generate(request);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->token_ids, run["token_ids"].get<std::vector<int64_t>>()) << request.prompt;
+    EXPECT_EQ(result->prompt_tokens, run["prompt_tokens"].get<int64_t>()) << request.prompt;
+    EXPECT_EQ(result->text, run["text"].get<std::string>()) << request.prompt;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateReference, ::testing::Values("clip_llama", "siglip_qwen2"));
+
+TEST(Generate, BadInputIsNamed) {
+  GenerateRequest request;
+  request.model_dir = kFixtures + "/clip_llama";
+  request.image_path = kFixtures + "/reference/image.png";
+  request.prompt = "no marker";
+  EXPECT_NE(Generate(request).status().message().find("one \"<image>\", it has 0"), std::string::npos);
+
+  request.prompt = "<image> what?";
+  request.image_path = kFixtures + "/reference/absent.png";
+  auto status = Generate(request).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(status.message().find("absent.png"), std::string::npos) << status;
+
+  const fs::path bad = fs::path(::testing::TempDir()) / ("not_an_image_" + std::to_string(::getpid()) + ".png");
+  std::ofstream(bad) << "plain text";
+  request.image_path = bad.string();
+  status = Generate(request).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find(bad.filename().string()), std::string::npos) << status;
+  fs::remove(bad);
+
+  request.image_path = "";
+  EXPECT_NE(Generate(request).status().message().find("\"<image>\" but no --image"), std::string::npos);
+
+  request.model_dir = kFixtures + "/llama";
+  request.prompt = "hello";
+  EXPECT_NE(Generate(request).status().message().find("a llama model, not a LLaVA one"), std::string::npos);
+  request.model_dir = kFixtures + "/absent";
+  EXPECT_EQ(Generate(request).status().code(), absl::StatusCode::kNotFound);
+
+  request.model_dir = kFixtures + "/clip_llama";
+  request.chat = true;
+  request.chat_template = "vicuna";
+  EXPECT_NE(Generate(request).status().message().find("\"vicuna\" is not known"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem::hf
