@@ -37,11 +37,11 @@ struct VisionConfig {
   int64_t feature_layer = -1;    // the residual stream that feeds the projector: 0 is the embeddings,
                                  // i the output of block i, negative counts from the end (-1: last)
   bool drop_first_feature = false;  // LLaVA's "default" feature strategy: drop position 0 (CLS)
-  bool final_norm = true;        // LayerNorm on the features before the projector (Tandem's ViT)
+  bool final_norm = false;       // a LayerNorm on the features before the projector
   bool post_norm = false;        // a pretrained tower's final LayerNorm, which LLaVA does not use: kept
                                  // frozen so that an export carries it
   bool pooling_head = false;     // SigLIP's attention-pooling head: likewise kept, frozen, unused
-  std::string projector = "linear";  // "linear", or "mlp2x": linear_1 -> projector_activation -> linear_2
+  std::string projector = "mlp2x";  // LLaVA's: linear_1 -> projector_activation -> linear_2; or "linear"
   std::string projector_activation = "gelu";
 
   int64_t grid() const { return image_size / patch_size; }

@@ -207,8 +207,8 @@ VisionEncoderImpl::VisionEncoderImpl(const VisionConfig& config) : config_(confi
     auto mlp = register_module("projector", std::make_shared<torch::nn::Module>());
     projector_ = mlp->register_module("linear_1", torch::nn::Linear(c.hidden, c.output_dim));
     projector_2_ = mlp->register_module("linear_2", torch::nn::Linear(c.output_dim, c.output_dim));
-    InitLinear(projector_, kInitStd);
-    InitLinear(projector_2_, kInitStd);
+    // PyTorch's default Linear initialisation, as LLaVA's projector has: with no norm before it,
+    // small weights (0.02) would hand the LLM near-zero embeddings at first.
   }
   // Plain tensors, not buffers: the model's buffers stay the fixed tables (NOTE [Model dtypes]).
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);

@@ -5,7 +5,7 @@
 //   -> patch_embed Conv2d(C, hidden, kernel = stride = patch) -> [B, P, hidden] (P = (H/patch)^2,
 //      row-major over the patch grid) + positions (learned parameter, or fixed 2D sine-cosine buffer)
 //   -> layers x pre-norm block: x += proj(MHSA(LN(x))); x += fc2(GELU(fc1(LN(x))))
-//   -> final LayerNorm -> projector Linear(hidden, output_dim)  ->  [B, P, output_dim]
+//   -> projector: Linear(hidden, output_dim) -> GELU -> Linear(output_dim, output_dim)  ->  [B, P, output_dim]
 //
 // NOTE [Vision towers]
 // The same class holds the pretrained towers of Hugging Face checkpoints (hf/), set by the
@@ -22,7 +22,8 @@
 //   - projector "mlp2x": LLaVA's multi_modal_projector, linear_1 -> act -> linear_2.
 //   - forward normalises [0, 1] pixels with image_mean and image_std (the preprocessor's values);
 //     ForwardNormalized takes transformers' pixel_values as they are.
-// Tandem's own ViT is the defaults: no class token, final norm, a linear projector, mean and std 0.5.
+// Tandem's own ViT is the defaults, a LLaVA model too: no class token, the last block's features,
+// the mlp2x projector, mean and std 0.5, which export as a SigLIP tower (hf/export.h).
 //
 // Each transformer block is an engine::BlockModule called through Forward, so an engine can gather
 // its parameters just in time (ZeRO-3) and recompute it in backward (set_recompute). Dtypes: NOTE

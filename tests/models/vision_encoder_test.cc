@@ -68,8 +68,8 @@ TEST_F(VisionEncoderTest, ParameterNamesOfOneLayerModel) {
                           "blocks.0.norm1.bias", "blocks.0.attn.qkv.weight", "blocks.0.attn.qkv.bias",
                           "blocks.0.attn.proj.weight", "blocks.0.attn.proj.bias", "blocks.0.norm2.weight",
                           "blocks.0.norm2.bias", "blocks.0.mlp.fc1.weight", "blocks.0.mlp.fc1.bias",
-                          "blocks.0.mlp.fc2.weight", "blocks.0.mlp.fc2.bias", "norm.weight", "norm.bias",
-                          "projector.weight", "projector.bias"));
+                          "blocks.0.mlp.fc2.weight", "blocks.0.mlp.fc2.bias", "projector.linear_1.weight",
+                          "projector.linear_1.bias", "projector.linear_2.weight", "projector.linear_2.bias"));
   EXPECT_EQ(learned->named_parameters()["positions"].sizes(), (std::vector<int64_t>{1, 16, 32}));
   EXPECT_EQ(learned->named_parameters()["patch_embed.weight"].sizes(), (std::vector<int64_t>{32, 3, 4, 4}));
 
@@ -89,7 +89,7 @@ int64_t ExpectedVisionParameters(const VisionConfig& c) {
   const int64_t h = c.hidden, m = c.mlp_hidden, p = c.patch_size;
   const int64_t block = 4 * h * h + 2 * h * m + 9 * h + m;
   return c.channels * p * p * h + h + (c.positions == "learned" ? c.num_patches() * h : 0) + c.layers * block +
-         2 * h + h * c.output_dim + c.output_dim;
+         h * c.output_dim + c.output_dim + c.output_dim * c.output_dim + c.output_dim;
 }
 
 TEST_F(VisionEncoderTest, ParameterCountMatchesFormula) {
@@ -142,7 +142,13 @@ TEST_F(VisionEncoderTest, InitialisationIsDeterministicAndScaled) {
     const std::string& name = item.key();
     const at::Tensor& value = item.value();
     EXPECT_TRUE(torch::equal(value, pb[name])) << name;
-    if (name.find("norm") != std::string::npos) {
+    if (name.rfind("projector.", 0) == 0) {
+      // PyTorch's default Linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias.
+      const int64_t fan_in = name.rfind("projector.linear_1", 0) == 0 ? config.hidden : config.output_dim;
+      const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+      EXPECT_LE(value.abs().max().item<double>(), bound) << name;
+      EXPECT_GT(value.abs().max().item<double>(), 0.5 * bound) << name;
+    } else if (name.find("norm") != std::string::npos) {
       const double fill = name.find("weight") != std::string::npos ? 1.0 : 0.0;
       EXPECT_TRUE(torch::equal(value, torch::full_like(value, fill))) << name;
     } else if (name.find("bias") != std::string::npos) {
