@@ -1,11 +1,12 @@
 // tandem: one binary, one subcommand per verb (DESIGN §1): run, coordinator, actor, submit, status,
-// jobs, actors, logs, cancel, doctor, generate.
+// jobs, actors, logs, cancel, doctor, export, generate.
 #include <CLI/CLI.hpp>
 
 #include <string>
 
 #include "cli/client_commands.h"
 #include "cli/doctor_command.h"
+#include "cli/export_command.h"
 #include "cli/generate_command.h"
 #include "cli/run_command.h"
 #include "cli/service_commands.h"
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   tandem::cli::AddServiceCommands(app, &exit_code);
   tandem::cli::AddClientCommands(app, &exit_code);
   tandem::cli::AddDoctorCommand(app, &exit_code);
+  tandem::cli::AddExportCommand(app, &exit_code);
   tandem::cli::AddGenerateCommand(app, &exit_code);
   try {
     app.parse(argc, argv);

@@ -10,7 +10,8 @@ set(TANDEM_LAYERS
   "platform engine_config tokenizer data rundir rpc"
   "engine transport"
   "models"
-  "jobspec hf"
+  "jobspec"
+  "hf"
   "step"
   "coordinator trainer actors"
   "cli")

@@ -2,11 +2,15 @@
 
 #include <torch/torch.h>
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "data/image.h"
+#include "hf/export.h"
 #include "hf/llava_model.h"
 #include "tokenizer/chat_template.h"
 
@@ -48,7 +52,22 @@ absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request) {
   if (!request.image_path.empty() && !std::filesystem::is_regular_file(request.image_path, ec)) {
     return absl::NotFoundError(absl::StrCat(request.image_path, ": no such image file"));
   }
-  ASSIGN_OR_RETURN(LlavaModel model, LoadLlava(request.model_dir));
+  // A run directory is exported to a temporary LLaVA directory first, so that both generate alike.
+  std::string model_dir = request.model_dir;
+  std::filesystem::path exported;
+  if (IsRunDirectory(request.model_dir)) {
+    exported = std::filesystem::temp_directory_path() /
+               absl::StrCat("tandem-generate-", ::getpid(), "-", std::random_device{}());
+    ExportOptions options;
+    options.run_dir = request.model_dir;
+    options.out_dir = exported.string();
+    RETURN_IF_ERROR(ExportRunAsLlava(options));
+    model_dir = exported.string();
+  }
+  absl::StatusOr<LlavaModel> loaded = LoadLlava(model_dir);
+  if (!exported.empty()) std::filesystem::remove_all(exported, ec);
+  if (!loaded.ok()) return loaded.status();
+  LlavaModel& model = *loaded;
   const int64_t image_token = model.config.llm->image_token_id;
   if (model.tokenizer.TokenToId(kImageMarker) != image_token) {
     return absl::InvalidArgumentError(absl::StrCat(request.model_dir, ": the tokenizer's \"<image>\" is not ",

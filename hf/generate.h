@@ -1,4 +1,6 @@
-// `tandem generate`: greedy decoding from a Hugging Face LLaVA directory, with a KV cache.
+// `tandem generate`: greedy decoding from a Hugging Face LLaVA directory, with a KV cache. A Tandem
+// run directory is exported first (hf/export.h) to a temporary directory, so it generates exactly
+// what its export does.
 //
 // The prompt is raw text in which "<image>" marks where the image goes. It is tokenized with the
 // model's tokenizer, with the special tokens its post-processor adds (a BOS); with `chat` the
@@ -24,7 +26,7 @@
 namespace tandem::hf {
 
 struct GenerateRequest {
-  std::string model_dir;
+  std::string model_dir;      // a Hugging Face LLaVA directory or a Tandem run directory
   std::string image_path;     // "" for a text-only prompt
   std::string prompt;
   int64_t max_new_tokens = 64;

@@ -8,6 +8,32 @@
 
 namespace tandem::tokenizer {
 
+absl::StatusOr<Vocabulary> Vocabulary::FromJson(const nlohmann::json& vocab) {
+  if (!vocab.is_object()) return absl::InvalidArgumentError("model.vocab must be an object");
+  Vocabulary v;
+  int64_t max_id = -1;
+  for (const auto& [token, id] : vocab.items()) {
+    const auto value = ReadJsonInteger(id).ToInt64();
+    if (!value || *value < 0) return absl::InvalidArgumentError(absl::StrCat("model.vocab.", token, " must be an id >= 0"));
+    v.ids_[token] = *value;
+    max_id = std::max(max_id, *value);
+  }
+  v.tokens_.assign(static_cast<size_t>(max_id + 1), std::string());
+  for (const auto& [token, id] : v.ids_) v.tokens_[static_cast<size_t>(id)] = token;
+  return v;
+}
+
+std::optional<int64_t> Vocabulary::TokenToId(const std::string& token) const {
+  const auto it = ids_.find(token);
+  if (it == ids_.end()) return std::nullopt;
+  return it->second;
+}
+
+const std::string* Vocabulary::IdToToken(int64_t id) const {
+  if (id < 0 || id >= size() || tokens_[static_cast<size_t>(id)].empty()) return nullptr;
+  return &tokens_[static_cast<size_t>(id)];
+}
+
 absl::StatusOr<BpeModel> BpeModel::FromJson(const nlohmann::json& model) {
   const auto error = [](const std::string& what) { return absl::InvalidArgumentError(absl::StrCat("model.", what)); };
   BpeModel bpe;
@@ -16,17 +42,9 @@ absl::StatusOr<BpeModel> BpeModel::FromJson(const nlohmann::json& model) {
       return error(absl::StrCat(key, " ", DescribeJsonValue(model[key]), " is not supported"));
     }
   }
-  const auto vocab = model.find("vocab");
-  if (vocab == model.end() || !vocab->is_object()) return error("vocab must be an object");
-  int64_t max_id = -1;
-  for (const auto& [token, id] : vocab->items()) {
-    const auto value = ReadJsonInteger(id).ToInt64();
-    if (!value || *value < 0) return error(absl::StrCat("vocab.", token, " must be an id >= 0"));
-    bpe.vocab_[token] = *value;
-    max_id = std::max(max_id, *value);
-  }
-  bpe.tokens_.assign(static_cast<size_t>(max_id + 1), std::string());
-  for (const auto& [token, id] : bpe.vocab_) bpe.tokens_[static_cast<size_t>(id)] = token;
+  auto vocab = Vocabulary::FromJson(model.contains("vocab") ? model["vocab"] : nlohmann::json());
+  if (!vocab.ok()) return vocab.status();
+  bpe.vocab_ = *std::move(vocab);
 
   const auto merges = model.find("merges");
   if (merges == model.end() || !merges->is_array()) return error("merges must be an array");
@@ -45,17 +63,16 @@ absl::StatusOr<BpeModel> BpeModel::FromJson(const nlohmann::json& model) {
     } else {
       return error(absl::StrCat("merges[", rank, "] must be \"a b\" or [\"a\", \"b\"]"));
     }
-    const auto ia = bpe.vocab_.find(a), ib = bpe.vocab_.find(b), im = bpe.vocab_.find(a + b);
-    if (ia == bpe.vocab_.end() || ib == bpe.vocab_.end() || im == bpe.vocab_.end()) {
+    const auto ia = bpe.vocab_.TokenToId(a), ib = bpe.vocab_.TokenToId(b), im = bpe.vocab_.TokenToId(a + b);
+    if (!ia || !ib || !im) {
       return error(absl::StrCat("merges[", rank, "] (\"", a, "\", \"", b, "\") merges tokens outside the vocabulary"));
     }
-    bpe.merges_.emplace(std::make_pair(ia->second, ib->second), Merge{rank, im->second});
+    bpe.merges_.emplace(std::make_pair(*ia, *ib), Merge{rank, *im});
     ++rank;
   }
   if (model.contains("unk_token") && model["unk_token"].is_string()) {
-    const auto it = bpe.vocab_.find(model["unk_token"].get<std::string>());
-    if (it == bpe.vocab_.end()) return error("unk_token is not in the vocabulary");
-    bpe.unk_ = it->second;
+    bpe.unk_ = bpe.vocab_.TokenToId(model["unk_token"].get<std::string>());
+    if (!bpe.unk_) return error("unk_token is not in the vocabulary");
   }
   bpe.byte_fallback_ = model.value("byte_fallback", false);
   bpe.fuse_unk_ = model.value("fuse_unk", false);
@@ -64,9 +81,9 @@ absl::StatusOr<BpeModel> BpeModel::FromJson(const nlohmann::json& model) {
   for (int byte = 0; byte < 256; ++byte) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", byte);
-    const auto it = bpe.vocab_.find(name);
-    bpe.byte_ids_[byte] = it == bpe.vocab_.end() ? -1 : it->second;
-    if (it == bpe.vocab_.end()) bpe.have_byte_ids_ = false;
+    const auto id = bpe.vocab_.TokenToId(name);
+    bpe.byte_ids_[byte] = id.value_or(-1);
+    if (!id) bpe.have_byte_ids_ = false;
   }
   return bpe;
 }
@@ -74,18 +91,16 @@ absl::StatusOr<BpeModel> BpeModel::FromJson(const nlohmann::json& model) {
 absl::Status BpeModel::Tokenize(std::string_view piece, std::vector<int64_t>& ids) const {
   if (piece.empty()) return absl::OkStatus();
   if (ignore_merges_) {
-    const auto it = vocab_.find(std::string(piece));
-    if (it != vocab_.end()) {
-      ids.push_back(it->second);
+    if (const auto id = vocab_.TokenToId(std::string(piece))) {
+      ids.push_back(*id);
       return absl::OkStatus();
     }
   }
   std::vector<int64_t> symbols;
   bool last_was_unk = false;
   for (const std::string& character : Utf8Characters(piece)) {
-    const auto it = vocab_.find(character);
-    if (it != vocab_.end()) {
-      symbols.push_back(it->second);
+    if (const auto id = vocab_.TokenToId(character)) {
+      symbols.push_back(*id);
       last_was_unk = false;
     } else if (byte_fallback_ && have_byte_ids_) {
       for (unsigned char byte : character) symbols.push_back(byte_ids_[byte]);
@@ -116,15 +131,28 @@ absl::Status BpeModel::Tokenize(std::string_view piece, std::vector<int64_t>& id
   return absl::OkStatus();
 }
 
-std::optional<int64_t> BpeModel::TokenToId(const std::string& token) const {
-  const auto it = vocab_.find(token);
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
+absl::StatusOr<WordLevelModel> WordLevelModel::FromJson(const nlohmann::json& model) {
+  WordLevelModel m;
+  auto vocab = Vocabulary::FromJson(model.contains("vocab") ? model["vocab"] : nlohmann::json());
+  if (!vocab.ok()) return vocab.status();
+  m.vocab_ = *std::move(vocab);
+  if (model.contains("unk_token") && model["unk_token"].is_string()) {
+    m.unk_ = m.vocab_.TokenToId(model["unk_token"].get<std::string>());
+    if (!m.unk_) return absl::InvalidArgumentError("model.unk_token is not in the vocabulary");
+  }
+  return m;
 }
 
-const std::string* BpeModel::IdToToken(int64_t id) const {
-  if (id < 0 || id >= size() || tokens_[static_cast<size_t>(id)].empty()) return nullptr;
-  return &tokens_[static_cast<size_t>(id)];
+absl::Status WordLevelModel::Tokenize(std::string_view piece, std::vector<int64_t>& ids) const {
+  if (piece.empty()) return absl::OkStatus();
+  if (const auto id = vocab_.TokenToId(std::string(piece))) {
+    ids.push_back(*id);
+  } else if (unk_) {
+    ids.push_back(*unk_);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("word \"", std::string(piece), "\" is not in the vocabulary, which has no unknown token"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace tandem::tokenizer

@@ -20,6 +20,20 @@
 
 namespace tandem::tokenizer {
 
+// A model's "vocab": token -> id, and back. Ids are dense in the files this reads.
+class Vocabulary {
+ public:
+  // InvalidArgument naming the token whose id is not an integer >= 0.
+  static absl::StatusOr<Vocabulary> FromJson(const nlohmann::json& vocab);
+  std::optional<int64_t> TokenToId(const std::string& token) const;
+  const std::string* IdToToken(int64_t id) const;
+  int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
+
+ private:
+  std::unordered_map<std::string, int64_t> ids_;
+  std::vector<std::string> tokens_;  // by id
+};
+
 class BpeModel {
  public:
   // From the "model" object of tokenizer.json; merges as "a b" strings or ["a", "b"] pairs.
@@ -31,17 +45,16 @@ class BpeModel {
   // InvalidArgument naming the character.
   absl::Status Tokenize(std::string_view piece, std::vector<int64_t>& ids) const;
 
-  std::optional<int64_t> TokenToId(const std::string& token) const;
-  const std::string* IdToToken(int64_t id) const;
-  int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
+  std::optional<int64_t> TokenToId(const std::string& token) const { return vocab_.TokenToId(token); }
+  const std::string* IdToToken(int64_t id) const { return vocab_.IdToToken(id); }
+  int64_t size() const { return vocab_.size(); }
 
  private:
   struct Merge {
     int64_t rank;
     int64_t merged;
   };
-  std::unordered_map<std::string, int64_t> vocab_;
-  std::vector<std::string> tokens_;  // by id (ids are dense in the files this reads)
+  Vocabulary vocab_;
   std::map<std::pair<int64_t, int64_t>, Merge> merges_;
   std::optional<int64_t> unk_;
   bool byte_fallback_ = false;
@@ -49,6 +62,21 @@ class BpeModel {
   bool ignore_merges_ = false;
   int64_t byte_ids_[256];
   bool have_byte_ids_ = false;
+};
+
+// The WordLevel model of a tokenizer.json ("model": {"type": "WordLevel", "vocab", "unk_token"}):
+// each pre-tokenized piece is one token, or the unknown token. Thread-safe once built.
+class WordLevelModel {
+ public:
+  static absl::StatusOr<WordLevelModel> FromJson(const nlohmann::json& model);
+  absl::Status Tokenize(std::string_view piece, std::vector<int64_t>& ids) const;
+  std::optional<int64_t> TokenToId(const std::string& token) const { return vocab_.TokenToId(token); }
+  const std::string* IdToToken(int64_t id) const { return vocab_.IdToToken(id); }
+  int64_t size() const { return vocab_.size(); }
+
+ private:
+  Vocabulary vocab_;
+  std::optional<int64_t> unk_;
 };
 
 }  // namespace tandem::tokenizer

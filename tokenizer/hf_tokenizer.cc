@@ -48,13 +48,20 @@ absl::StatusOr<HfTokenizer> HfTokenizer::Load(const std::string& directory) {
   };
   HfTokenizer t;
   const json& model = root->contains("model") ? (*root)["model"] : json();
-  if (!model.is_object() || model.value("type", std::string("BPE")) != "BPE") {
-    return absl::InvalidArgumentError(absl::StrCat(file, ": model.type \"", model.value("type", std::string("?")),
-                                                   "\" is not supported (BPE)"));
+  const std::string type = model.is_object() ? model.value("type", std::string("BPE")) : "?";
+  t.model_.emplace();
+  if (type == "BPE") {
+    auto bpe = BpeModel::FromJson(model);
+    if (!bpe.ok()) return error(bpe.status());
+    t.model_->bpe = *std::move(bpe);
+  } else if (type == "WordLevel") {
+    auto word_level = WordLevelModel::FromJson(model);
+    if (!word_level.ok()) return error(word_level.status());
+    t.model_->word_level = *std::move(word_level);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": model.type \"", type,
+                                                   "\" is not supported (BPE, WordLevel)"));
   }
-  auto bpe = BpeModel::FromJson(model);
-  if (!bpe.ok()) return error(bpe.status());
-  t.model_ = *std::move(bpe);
   auto normalizer = Normalizer::FromJson(root->value("normalizer", json()), "normalizer");
   if (!normalizer.ok()) return error(normalizer.status());
   t.normalizer_ = *std::move(normalizer);

@@ -1,5 +1,6 @@
 // A Hugging Face tokenizer read from a model directory: tokenizer.json (a BPE model, byte-level as
-// in Llama 3 and Qwen2 or SentencePiece-style with byte fallback as in Llama 2), with the special
+// in Llama 3 and Qwen2 or SentencePiece-style with byte fallback as in Llama 2; or a WordLevel
+// model, as Tandem exports its own word-level tokenizer), with the special
 // tokens of tokenizer_config.json and special_tokens_map.json. Encode and Decode give what the
 // tokenizers library gives for the same files (tests/tokenizer/ compares them on a corpus).
 //
@@ -62,7 +63,20 @@ class HfTokenizer {
     bool lstrip, rstrip;
   };
 
-  std::optional<BpeModel> model_;
+  // The model: BPE or WordLevel, whichever tokenizer.json names.
+  struct Model {
+    std::optional<BpeModel> bpe;
+    std::optional<WordLevelModel> word_level;
+    absl::Status Tokenize(std::string_view piece, std::vector<int64_t>& ids) const {
+      return bpe ? bpe->Tokenize(piece, ids) : word_level->Tokenize(piece, ids);
+    }
+    const std::string* IdToToken(int64_t id) const { return bpe ? bpe->IdToToken(id) : word_level->IdToToken(id); }
+    std::optional<int64_t> TokenToId(const std::string& t) const {
+      return bpe ? bpe->TokenToId(t) : word_level->TokenToId(t);
+    }
+    int64_t size() const { return bpe ? bpe->size() : word_level->size(); }
+  };
+  std::optional<Model> model_;
   Normalizer normalizer_;
   PreTokenizer pre_tokenizer_;
   Decoder decoder_;

@@ -2,6 +2,7 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <unicode/locid.h>
 #include <unicode/normalizer2.h>
 #include <unicode/unistr.h>
 
@@ -9,6 +10,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "tokenizer/utf8.h"
 
@@ -78,7 +80,7 @@ absl::StatusOr<Normalizer> Normalizer::FromJson(const json& j, const std::string
   Normalizer n;
   for (const auto& [step, at] : Flatten(j, path, "normalizers")) {
     const std::string type = step->value("type", std::string());
-    if (type == "NFC" || type == "NFKC") {
+    if (type == "NFC" || type == "NFKC" || type == "Lowercase") {
       n.steps_.push_back({type, "", ""});
     } else if (type == "Prepend") {
       n.steps_.push_back({type, step->value("prepend", std::string()), ""});
@@ -101,6 +103,11 @@ absl::StatusOr<std::string> Normalizer::Apply(std::string text) const {
       if (!text.empty()) text = step.a + text;
     } else if (step.type == "Replace") {
       text = absl::StrReplaceAll(text, {{step.a, step.b}});
+    } else if (step.type == "Lowercase") {
+      icu::UnicodeString unicode = icu::UnicodeString::fromUTF8(text);
+      unicode.toLower(icu::Locale::getRoot());
+      text.clear();
+      unicode.toUTF8String(text);
     } else {
       UErrorCode status = U_ZERO_ERROR;
       const icu::Normalizer2* normalizer = step.type == "NFC" ? icu::Normalizer2::getNFCInstance(status)
@@ -216,6 +223,12 @@ absl::StatusOr<PreTokenizer> PreTokenizer::FromJson(const json& j, const std::st
         if (!regex.ok()) return regex.status();
         s.regex = *regex;
       }
+    } else if (type == "WhitespaceSplit") {
+      auto regex = Compile(R"(\s+)", at);
+      if (!regex.ok()) return regex.status();
+      s.regex = *regex;
+      s.behavior = "Removed";
+      s.type = "Split";
     } else if (type == "Metaspace") {
       s.replacement = step->value("replacement", std::string("\u2581"));
       s.prepend_scheme = step->value("prepend_scheme", std::string(step->value("add_prefix_space", true) ? "always" : "never"));
@@ -357,6 +370,8 @@ std::string Decoder::Decode(std::vector<std::string> tokens) const {
       }
     }
   }
+  // Without a decoder the tokenizers library joins the tokens with spaces.
+  if (steps_.empty()) return absl::StrJoin(tokens, " ");
   std::string text;
   for (const std::string& token : tokens) text += token;
   return text;

@@ -1,9 +1,10 @@
 // The text stages around a tokenizer.json's model, as the tokenizers library runs them:
-//   Normalizer    "normalizer": NFC, NFKC, Prepend, Replace, Sequence (or null)
+//   Normalizer    "normalizer": NFC, NFKC, Lowercase, Prepend, Replace, Sequence (or null)
 //   PreTokenizer  "pre_tokenizer": Split (a regex with Unicode classes and lookahead, PCRE2),
 //                 ByteLevel (GPT-2's byte-to-character table, optionally its own regex first),
-//                 Metaspace, Sequence (or null)
-//   Decoder       "decoder": ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence
+//                 Metaspace, WhitespaceSplit, Sequence (or null)
+//   Decoder       "decoder": ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence, or
+//                 null, which joins the tokens with spaces
 // Each FromJson is InvalidArgument naming the JSON path and type of a stage it does not implement.
 // Thread-safe once built.
 #pragma once
@@ -25,7 +26,7 @@ class Normalizer {
 
  private:
   struct Step {
-    std::string type;  // "NFC", "NFKC", "Prepend", "Replace"
+    std::string type;  // "NFC", "NFKC", "Lowercase", "Prepend", "Replace"
     std::string a, b;  // Prepend: a; Replace: a -> b
   };
   std::vector<Step> steps_;

@@ -1,0 +1,294 @@
+#include "hf/export.h"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <map>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
+#include "common/status_macros.h"
+#include "data/tokenizer.h"
+#include "engine/safetensors.h"
+#include "hf/weight_names.h"
+#include "jobspec/job_spec.h"
+#include "models/llm.h"
+#include "models/vision_encoder.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::hf {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+using Tensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+constexpr char kImageToken[] = "<image>";
+// Tandem's word tokenizer splits off each ASCII punctuation character (data/tokenizer.h).
+constexpr char kPunctuation[] = R"([!-/:-@\[-`{-~])";
+
+// Copies the run's weights (Tandem's names) into `module`'s parameters, checking every shape.
+absl::Status LoadRunWeights(torch::nn::Module& module, const std::string& file) {
+  ASSIGN_OR_RETURN(const auto tensors, engine::ReadSafetensors(file));
+  std::map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
+  torch::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters(/*recurse=*/true)) {
+    const auto it = by_name.find(item.key());
+    if (it == by_name.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": no weight '", item.key(), "' for the job's model"));
+    }
+    if (it->second.sizes() != item.value().sizes()) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": weight '", item.key(), "' has shape ",
+                                                     c10::str(it->second.sizes()), ", the job's model needs ",
+                                                     c10::str(item.value().sizes())));
+    }
+    item.value().copy_(it->second);
+  }
+  return absl::OkStatus();
+}
+
+// transformers' tensors of the vision tower and the projector.
+absl::Status AddVisionTensors(const models::VisionEncoderImpl& vision, Tensors& out) {
+  const auto& c = vision.config();
+  std::vector<std::pair<std::string, at::Tensor>> ours;
+  for (const auto& item : vision.named_parameters(/*recurse=*/true)) ours.emplace_back(item.key(), item.value());
+  if (c.positions == "sincos") ours.emplace_back("positions", vision.named_buffers()["positions"]);
+  for (const auto& [name, value] : ours) {
+    ASSIGN_OR_RETURN(const auto theirs, TheirVisionNames(name));
+    at::Tensor tensor = value.detach().to(at::kFloat).contiguous();
+    if (name == "class_token") tensor = tensor.reshape({c.hidden});
+    if (name == "positions") tensor = tensor.reshape({-1, c.hidden});
+    const auto pieces = tensor.chunk(static_cast<int64_t>(theirs.size()), 0);
+    for (size_t i = 0; i < theirs.size(); ++i) {
+      out.emplace_back(FullName(PretrainedKind::kLlava, theirs[i]), pieces[i].contiguous());
+    }
+  }
+  if (!c.post_norm) {  // a SigLIP tower always has one; LLaVA never runs it
+    out.emplace_back("vision_tower.post_layernorm.weight", torch::ones({c.hidden}));
+    out.emplace_back("vision_tower.post_layernorm.bias", torch::zeros({c.hidden}));
+  }
+  return absl::OkStatus();
+}
+
+// transformers' tensors of the LLM, with one more vocabulary row (zeros) for the image token.
+absl::Status AddLlmTensors(const models::LlmImpl& llm, Tensors& out) {
+  for (const auto& item : llm.named_parameters(/*recurse=*/true)) {
+    ASSIGN_OR_RETURN(const auto theirs, TheirLlmNames(item.key()));
+    at::Tensor tensor = item.value().detach().to(at::kFloat).contiguous();
+    if (item.key() == "embed.weight" || item.key() == "head.weight") {
+      tensor = torch::cat({tensor, torch::zeros({1, tensor.size(1)})}, 0);
+    }
+    out.emplace_back(FullName(PretrainedKind::kLlava, theirs[0]), tensor);
+  }
+  return absl::OkStatus();
+}
+
+Json LlavaConfig(const models::VisionConfig& v, const models::LlmConfig& m, int64_t image_token) {
+  Json vision = {{"model_type", "siglip_vision_model"},
+                 {"hidden_size", v.hidden},
+                 {"intermediate_size", v.mlp_hidden},
+                 {"num_hidden_layers", v.layers},
+                 {"num_attention_heads", v.heads},
+                 {"num_channels", v.channels},
+                 {"image_size", v.image_size},
+                 {"patch_size", v.patch_size},
+                 {"hidden_act", v.activation == "gelu_tanh" ? "gelu_pytorch_tanh" : v.activation},
+                 {"layer_norm_eps", v.norm_eps},
+                 {"attention_dropout", 0.0},
+                 {"vision_use_head", false}};
+  Json text = {{"model_type", "llama"},
+               {"vocab_size", m.vocab_size + 1},
+               {"hidden_size", m.hidden},
+               {"intermediate_size", m.mlp_hidden},
+               {"num_hidden_layers", m.layers},
+               {"num_attention_heads", m.heads},
+               {"num_key_value_heads", m.kv_heads},
+               {"head_dim", m.resolved_head_dim()},
+               {"max_position_embeddings", m.max_seq_len},
+               {"rms_norm_eps", m.norm_eps},
+               {"rope_theta", m.rope_theta},
+               {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", m.rope_theta}}},
+               {"hidden_act", "silu"},
+               {"attention_bias", false},
+               {"mlp_bias", false},
+               {"tie_word_embeddings", m.tie_embeddings},
+               {"bos_token_id", data::Tokenizer::kBos},
+               {"eos_token_id", data::Tokenizer::kEos},
+               {"pad_token_id", data::Tokenizer::kPad}};
+  return {{"architectures", {"LlavaForConditionalGeneration"}},
+          {"model_type", "llava"},
+          {"dtype", "float32"},
+          {"image_token_index", image_token},
+          {"image_seq_length", v.num_features()},
+          {"vision_feature_layer", -1},
+          {"vision_feature_select_strategy", "full"},
+          {"projector_hidden_act", v.projector_activation == "gelu_tanh" ? "gelu_pytorch_tanh" : v.projector_activation},
+          {"multimodal_projector_bias", true},
+          {"tie_word_embeddings", m.tie_embeddings},
+          {"vision_config", vision},
+          {"text_config", text}};
+}
+
+Json AddedToken(int64_t id, const std::string& content) {
+  return {{"id", id},          {"content", content}, {"single_word", false}, {"lstrip", false},
+          {"rstrip", false},   {"normalized", false}, {"special", true}};
+}
+
+// Tandem's word tokenizer as a tokenizers WordLevel model, with <image> after its words.
+Json TokenizerJson(const data::Tokenizer& t, int64_t image_token) {
+  Json vocab = Json::object();
+  for (size_t i = 0; i < t.words().size(); ++i) vocab[t.words()[i]] = static_cast<int64_t>(i);
+  vocab[kImageToken] = image_token;
+  Json added = Json::array();
+  for (int32_t id = 0; id < data::Tokenizer::kNumSpecial; ++id) added.push_back(AddedToken(id, t.Word(id)));
+  added.push_back(AddedToken(image_token, kImageToken));
+  const std::string bos = t.Word(data::Tokenizer::kBos);
+  return {{"version", "1.0"},
+          {"truncation", nullptr},
+          {"padding", nullptr},
+          {"added_tokens", added},
+          {"normalizer", {{"type", "Lowercase"}}},
+          {"pre_tokenizer",
+           {{"type", "Sequence"},
+            {"pretokenizers",
+             {{{"type", "WhitespaceSplit"}},
+              {{"type", "Split"}, {"pattern", {{"Regex", kPunctuation}}}, {"behavior", "Isolated"}, {"invert", false}}}}}},
+          {"post_processor",
+           {{"type", "TemplateProcessing"},
+            {"single", {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"SpecialToken", {{"id", bos}, {"type_id", 0}}}}}},
+            {"pair",
+             {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+              {{"Sequence", {{"id", "B"}, {"type_id", 1}}}},
+              {{"SpecialToken", {{"id", bos}, {"type_id", 1}}}}}},
+            {"special_tokens", {{bos, {{"id", bos}, {"ids", {data::Tokenizer::kBos}}, {"tokens", {bos}}}}}}}},
+          {"decoder", nullptr},
+          {"model", {{"type", "WordLevel"}, {"vocab", vocab}, {"unk_token", t.Word(data::Tokenizer::kUnk)}}}};
+}
+
+absl::Status WriteJson(const fs::path& path, const Json& json) {
+  return WriteFileAtomically(path.string(), json.dump(2) + "\n");
+}
+
+// model.safetensors, or shards of at most max_bytes each with their index.
+absl::Status WriteShards(const fs::path& dir, const Tensors& tensors, int64_t max_bytes) {
+  std::vector<Tensors> shards(1);
+  int64_t bytes = 0, total = 0;
+  for (const auto& item : tensors) {
+    const int64_t size = item.second.numel() * static_cast<int64_t>(item.second.element_size());
+    if (bytes > 0 && bytes + size > max_bytes) {
+      shards.emplace_back();
+      bytes = 0;
+    }
+    shards.back().push_back(item);
+    bytes += size;
+    total += size;
+  }
+  const std::map<std::string, std::string> metadata{{"format", "pt"}};
+  if (shards.size() == 1) return engine::WriteSafetensors((dir / "model.safetensors").string(), shards[0], metadata);
+  Json weight_map = Json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    RETURN_IF_ERROR(engine::WriteSafetensors((dir / name).string(), shards[i], metadata));
+    for (const auto& item : shards[i]) weight_map[item.first] = name;
+  }
+  return WriteJson(dir / "model.safetensors.index.json", {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
+}
+
+absl::Status Export(const ExportOptions& options, const fs::path& dir) {
+  const fs::path run(options.run_dir);
+  ASSIGN_OR_RETURN(const jobspec::JobConfig job, jobspec::LoadJobSpecFile((run / "job.json").string()));
+  ASSIGN_OR_RETURN(const data::Tokenizer words, data::Tokenizer::Load((run / "tokenizer.json").string()));
+  models::VisionConfig v = job.vision.model;
+  models::LlmConfig m = job.llm.model;
+  v.output_dim = m.hidden;
+  m.vocab_size = words.size();
+  if (v.final_norm || v.projector != "mlp2x" || m.image_token_id >= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        options.run_dir, ": the run's vision model has ",
+        v.final_norm ? "a LayerNorm before its projector" : "a linear projector",
+        ", a layout Hugging Face's LLaVA cannot express (models/README.md)"));
+  }
+  for (const char* file : {"vision.safetensors", "llm.safetensors"}) {
+    std::error_code ec;
+    if (!fs::exists(run / file, ec)) {
+      return absl::FailedPreconditionError(absl::StrCat(options.run_dir, ": no ", file,
+                                                        ": the run has not finished (its final weights are written "
+                                                        "at the end)"));
+    }
+  }
+  torch::manual_seed(0);
+  models::VisionEncoder vision(v);
+  models::Llm llm(m);
+  RETURN_IF_ERROR(LoadRunWeights(*vision, (run / "vision.safetensors").string()));
+  RETURN_IF_ERROR(LoadRunWeights(*llm, (run / "llm.safetensors").string()));
+
+  const int64_t image_token = words.size();
+  Tensors tensors;
+  RETURN_IF_ERROR(AddVisionTensors(*vision, tensors));
+  RETURN_IF_ERROR(AddLlmTensors(*llm, tensors));
+  RETURN_IF_ERROR(WriteShards(dir, tensors, options.max_shard_bytes));
+  RETURN_IF_ERROR(WriteJson(dir / "config.json", LlavaConfig(v, m, image_token)));
+  RETURN_IF_ERROR(WriteJson(dir / "generation_config.json", {{"bos_token_id", data::Tokenizer::kBos},
+                                                              {"eos_token_id", data::Tokenizer::kEos},
+                                                              {"pad_token_id", data::Tokenizer::kPad}}));
+  RETURN_IF_ERROR(WriteJson(dir / "tokenizer.json", TokenizerJson(words, image_token)));
+  RETURN_IF_ERROR(WriteJson(dir / "tokenizer_config.json",
+                            {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                             {"bos_token", words.Word(data::Tokenizer::kBos)},
+                             {"eos_token", words.Word(data::Tokenizer::kEos)},
+                             {"pad_token", words.Word(data::Tokenizer::kPad)},
+                             {"unk_token", words.Word(data::Tokenizer::kUnk)},
+                             {"model_max_length", m.max_seq_len}}));
+  const double mean = 0.5, std = 0.5;
+  return WriteJson(dir / "preprocessor_config.json",
+                   {{"image_processor_type", "SiglipImageProcessor"},
+                    {"do_resize", true},
+                    {"size", {{"height", v.image_size}, {"width", v.image_size}}},
+                    {"resample", 3},
+                    {"do_rescale", true},
+                    {"rescale_factor", 1.0 / 255.0},
+                    {"do_normalize", true},
+                    {"image_mean", {mean, mean, mean}},
+                    {"image_std", {std, std, std}},
+                    {"do_convert_rgb", true}});
+}
+
+}  // namespace
+
+bool IsRunDirectory(const std::string& directory) {
+  std::error_code ec;
+  return fs::exists(fs::path(directory) / "job.json", ec);
+}
+
+absl::Status ExportRunAsLlava(const ExportOptions& options) {
+  if (!IsRunDirectory(options.run_dir)) {
+    return absl::NotFoundError(absl::StrCat(options.run_dir, ": not a run directory (no job.json)"));
+  }
+  if (options.max_shard_bytes <= 0) return absl::InvalidArgumentError("the shard size must be positive");
+  const fs::path out(options.out_dir);
+  std::error_code ec;
+  if (fs::exists(out, ec)) {
+    return absl::AlreadyExistsError(absl::StrCat(options.out_dir, ": exists; name a new directory"));
+  }
+  const fs::path temp = out.parent_path() / absl::StrCat(".", out.filename().string(), ".tmp-", std::random_device{}());
+  fs::create_directories(temp, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat(temp.string(), ": ", ec.message()));
+  absl::Status status;
+  try {
+    status = Export(options, temp);
+  } catch (const c10::Error& e) {
+    status = absl::InternalError(absl::StrCat("export: ", e.what_without_backtrace()));
+  }
+  if (status.ok()) {
+    fs::rename(temp, out, ec);
+    if (ec) status = absl::InternalError(absl::StrCat(options.out_dir, ": ", ec.message()));
+  }
+  if (!status.ok()) fs::remove_all(temp, ec);
+  return status;
+}
+
+}  // namespace tandem::hf

@@ -1,0 +1,47 @@
+// `tandem export RUN_DIR --format hf OUT_DIR`: a run of Tandem's own models written as a Hugging
+// Face LLaVA directory that transformers loads with LlavaForConditionalGeneration.from_pretrained.
+//
+// The run's job.json gives the models and its tokenizer.json the vocabulary; the weights are the
+// run's final ones (vision.safetensors, llm.safetensors). What is written:
+//   config.json            "llava": a "siglip_vision_model" tower (no class token, no pooling
+//                          head; its post-layernorm, which LLaVA does not run, as the identity),
+//                          vision_feature_layer -1 with the "full" strategy, the mlp2x projector,
+//                          and a "llama" LLM; image_token_index is one new token after the vocabulary
+//   model*.safetensors     fp32, sharded at max_shard_bytes with model.safetensors.index.json,
+//                          under transformers 5's names (NOTE [Hugging Face names])
+//   tokenizer.json,        the word-level tokenizer as a WordLevel model (lowercase, split on
+//   tokenizer_config.json  whitespace and ASCII punctuation) plus the "<image>" token; its template
+//                          appends <bos>, because Tandem's captioner reads the image, then <bos>,
+//                          then the caption: the prompt "<image>" gives the model what it was
+//                          trained on
+//   preprocessor_config.json  SiglipImageProcessor at the model's image size, mean and std 0.5
+//   generation_config.json    bos, eos and pad ids
+// The new image token's rows of the embedding (and untied head) are zero: the embedding row is
+// replaced by image features wherever the token is, and its logit is always 0.
+//
+// The directory appears whole or not at all: it is written under a temporary name beside OUT_DIR
+// and renamed, and an OUT_DIR that exists is refused. Errors name what is wrong: a run directory
+// without job.json, tokenizer.json or the final weights (a run that has not finished), a model
+// in a layout LLaVA cannot express (final_norm, a linear projector), a weight missing from the run.
+// This header is torch-free (the CLI includes it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace tandem::hf {
+
+struct ExportOptions {
+  std::string run_dir;
+  std::string out_dir;
+  int64_t max_shard_bytes = int64_t{5} * 1000 * 1000 * 1000;  // transformers' default "5GB"
+};
+
+absl::Status ExportRunAsLlava(const ExportOptions& options);
+
+// Whether `directory` is a Tandem run directory (it holds job.json), as `tandem generate` asks.
+bool IsRunDirectory(const std::string& directory);
+
+}  // namespace tandem::hf
