@@ -52,25 +52,41 @@ absl::StatusOr<ChatFormat> DetectChatFormat(const std::string& chat_template) {
   return absl::InvalidArgumentError("the chat template is neither ChatML nor Llama 3's: name one in the job spec");
 }
 
-std::string RenderChat(const ChatFormat& format, const std::vector<ChatMessage>& messages,
-                       const std::string& bos_token, bool add_generation_prompt) {
-  std::string out;
+std::vector<ChatPiece> RenderChatPieces(const ChatFormat& format, const std::vector<ChatMessage>& messages,
+                                        const std::string& bos_token, bool add_generation_prompt) {
+  std::vector<ChatPiece> out;
+  const auto add = [&](std::string text, bool trained) {
+    if (!text.empty()) out.push_back({std::move(text), trained});
+  };
   if (format.name == "llama3") {
     for (size_t i = 0; i < messages.size(); ++i) {
-      if (i == 0) out += bos_token;
-      absl::StrAppend(&out, "<|start_header_id|>", messages[i].role, "<|end_header_id|>\n\n",
-                      Trim(messages[i].content), "<|eot_id|>");
+      const bool answer = messages[i].role == "assistant";
+      if (i == 0) add(bos_token, false);
+      add(absl::StrCat("<|start_header_id|>", messages[i].role, "<|end_header_id|>\n\n"), false);
+      add(Trim(messages[i].content), answer);
+      add("<|eot_id|>", answer);
     }
-    if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    if (add_generation_prompt) add("<|start_header_id|>assistant<|end_header_id|>\n\n", false);
     return out;
   }
   for (size_t i = 0; i < messages.size(); ++i) {
+    const bool answer = messages[i].role == "assistant";
     if (i == 0 && messages[0].role != "system" && !format.default_system.empty()) {
-      absl::StrAppend(&out, kImStart, "system\n", format.default_system, kImEnd, "\n");
+      add(absl::StrCat(kImStart, "system\n", format.default_system, kImEnd, "\n"), false);
     }
-    absl::StrAppend(&out, kImStart, messages[i].role, "\n", messages[i].content, kImEnd, "\n");
+    add(absl::StrCat(kImStart, messages[i].role, "\n"), false);
+    add(messages[i].content, answer);
+    add(kImEnd, answer);
+    add("\n", false);
   }
-  if (add_generation_prompt) absl::StrAppend(&out, kImStart, "assistant\n");
+  if (add_generation_prompt) add(absl::StrCat(kImStart, "assistant\n"), false);
+  return out;
+}
+
+std::string RenderChat(const ChatFormat& format, const std::vector<ChatMessage>& messages,
+                       const std::string& bos_token, bool add_generation_prompt) {
+  std::string out;
+  for (const ChatPiece& piece : RenderChatPieces(format, messages, bos_token, add_generation_prompt)) out += piece.text;
   return out;
 }
 

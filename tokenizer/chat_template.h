@@ -38,4 +38,15 @@ absl::StatusOr<ChatFormat> DetectChatFormat(const std::string& chat_template);
 std::string RenderChat(const ChatFormat& format, const std::vector<ChatMessage>& messages,
                        const std::string& bos_token, bool add_generation_prompt);
 
+// RenderChat's text in pieces, in order: each assistant message's content and its end-of-turn
+// token ("<|im_end|>", "<|eot_id|>") are pieces with `trained` set, the loss's targets when a
+// model learns to answer; everything else (system and user turns, role headers, the default
+// system message, BOS) is not. The pieces joined equal RenderChat's text.
+struct ChatPiece {
+  std::string text;
+  bool trained = false;
+};
+std::vector<ChatPiece> RenderChatPieces(const ChatFormat& format, const std::vector<ChatMessage>& messages,
+                                        const std::string& bos_token, bool add_generation_prompt);
+
 }  // namespace tandem::tokenizer
