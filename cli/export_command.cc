@@ -39,7 +39,8 @@ void AddExportCommand(CLI::App& app, int* exit_code) {
   CLI::App* command = app.add_subcommand(
       "export", "Write a finished run as a Hugging Face LLaVA directory (config, sharded safetensors, tokenizer, "
                 "preprocessor config)");
-  command->add_option("run_dir", options->run_dir, "The run directory (it holds job.json and the final weights)")
+  command->add_option("run_dir", options->run_dir, "The run directory (it holds job.json and the final weights), or one of its checkpoints "
+                                                  "(RUN_DIR/checkpoints/step-N)")
       ->required();
   command->add_option("out_dir", options->out_dir, "The directory to write; it must not exist")->required();
   command->add_option("--format", *format, "hf: Hugging Face transformers' LLaVA layout")

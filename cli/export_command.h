@@ -1,5 +1,5 @@
 // `tandem export RUN_DIR --format hf OUT_DIR [--max-shard-size 5GB]`: a finished run of Tandem's
-// own models written as a Hugging Face LLaVA directory (hf/export.h says what it holds) that
+// own models, or one of its checkpoints, written as a Hugging Face LLaVA directory (hf/export.h says what it holds) that
 // transformers loads with LlavaForConditionalGeneration.from_pretrained and `tandem generate` reads.
 // OUT_DIR must not exist; it appears whole or not at all. Exit code 0 when written, 1 with the
 // error on stderr, 2 for bad flags.

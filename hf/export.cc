@@ -12,7 +12,11 @@
 #include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "data/tokenizer.h"
+#include "engine/communicator.h"
+#include "engine/engine.h"
 #include "engine/safetensors.h"
+#include "engine_config/config.h"
+#include "engine_config/param_groups.h"
 #include "hf/weight_names.h"
 #include "jobspec/job_spec.h"
 #include "models/llm.h"
@@ -46,6 +50,38 @@ absl::Status LoadRunWeights(torch::nn::Module& module, const std::string& file) 
                                                      c10::str(item.value().sizes())));
     }
     item.value().copy_(it->second);
+  }
+  return absl::OkStatus();
+}
+
+// A checkpoint of one group (<checkpoint>/vision or /llm, ZeRO shards of any world size) read into
+// `module`: an engine of one rank takes the module over as training did (the group's engine
+// config and freeze list), loads the shards, and the gathered fp32 values fill a fresh copy.
+absl::Status LoadCheckpointWeights(std::shared_ptr<torch::nn::Module> training, torch::nn::Module& module,
+                                   const std::string& engine_json, const std::vector<std::string>& freeze,
+                                   const std::string& directory, const std::string& group) {
+  auto json = nlohmann::json::parse(engine_json, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(group, ".engine: not valid JSON"));
+  ASSIGN_OR_RETURN(engine::Config config, engine::ParseConfigJson(json, absl::StrCat(group, ".engine")));
+  config.gradient_reduction = engine::GradientReduction::kSum;
+  for (auto& item : training->named_parameters(/*recurse=*/true)) {
+    for (const std::string& pattern : freeze) {
+      if (engine::MatchesNamePattern(pattern, item.key())) item.value().set_requires_grad(false);
+    }
+  }
+  ASSIGN_OR_RETURN(auto engine, engine::Engine::Create(training, engine::CreateSingleRankCommunicator(group), config));
+  RETURN_IF_ERROR(engine->LoadCheckpoint(directory).status());
+  ASSIGN_OR_RETURN(auto trainable, engine->GatherParameters());
+  ASSIGN_OR_RETURN(auto frozen, engine->GatherFrozenParameters());
+  std::map<std::string, at::Tensor> values(trainable.begin(), trainable.end());
+  values.insert(frozen.begin(), frozen.end());
+  torch::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters(/*recurse=*/true)) {
+    const auto it = values.find(item.key());
+    if (it == values.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(directory, ": no weight '", item.key(), "'"));
+    }
+    item.value().copy_(it->second.reshape(item.value().sizes()));
   }
   return absl::OkStatus();
 }
@@ -198,10 +234,34 @@ absl::Status WriteShards(const fs::path& dir, const Tensors& tensors, int64_t ma
   return WriteJson(dir / "model.safetensors.index.json", {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
 }
 
+// Where a run's or a checkpoint's files are: job.json is the run's; a checkpoint
+// (<run>/checkpoints/step-N, with its "complete" marker) has its own tokenizer.json and shards.
+struct Source {
+  fs::path run;
+  fs::path checkpoint;  // empty for the run's final weights
+};
+
+absl::StatusOr<Source> FindSource(const std::string& directory) {
+  const fs::path dir(directory);
+  std::error_code ec;
+  if (fs::exists(dir / "job.json", ec)) return Source{dir, {}};
+  const fs::path run = dir.parent_path().parent_path();
+  if (fs::exists(dir / "vision", ec) && fs::exists(dir / "llm", ec) && fs::exists(run / "job.json", ec)) {
+    if (!fs::exists(dir / "complete", ec)) {
+      return absl::FailedPreconditionError(absl::StrCat(directory, ": an incomplete checkpoint (no complete marker)"));
+    }
+    return Source{run, dir};
+  }
+  return absl::NotFoundError(absl::StrCat(directory, ": neither a run directory (job.json) nor one of its "
+                                                     "checkpoints (checkpoints/step-N)"));
+}
+
 absl::Status Export(const ExportOptions& options, const fs::path& dir) {
-  const fs::path run(options.run_dir);
+  ASSIGN_OR_RETURN(const Source source, FindSource(options.run_dir));
+  const fs::path& run = source.run;
+  const fs::path weights = source.checkpoint.empty() ? run : source.checkpoint;
   ASSIGN_OR_RETURN(const jobspec::JobConfig job, jobspec::LoadJobSpecFile((run / "job.json").string()));
-  ASSIGN_OR_RETURN(const data::Tokenizer words, data::Tokenizer::Load((run / "tokenizer.json").string()));
+  ASSIGN_OR_RETURN(const data::Tokenizer words, data::Tokenizer::Load((weights / "tokenizer.json").string()));
   models::VisionConfig v = job.vision.model;
   models::LlmConfig m = job.llm.model;
   v.output_dim = m.hidden;
@@ -212,19 +272,26 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
         v.final_norm ? "a LayerNorm before its projector" : "a linear projector",
         ", a layout Hugging Face's LLaVA cannot express (models/README.md)"));
   }
-  for (const char* file : {"vision.safetensors", "llm.safetensors"}) {
-    std::error_code ec;
-    if (!fs::exists(run / file, ec)) {
-      return absl::FailedPreconditionError(absl::StrCat(options.run_dir, ": no ", file,
-                                                        ": the run has not finished (its final weights are written "
-                                                        "at the end)"));
-    }
-  }
   torch::manual_seed(0);
   models::VisionEncoder vision(v);
   models::Llm llm(m);
-  RETURN_IF_ERROR(LoadRunWeights(*vision, (run / "vision.safetensors").string()));
-  RETURN_IF_ERROR(LoadRunWeights(*llm, (run / "llm.safetensors").string()));
+  if (source.checkpoint.empty()) {
+    for (const char* file : {"vision.safetensors", "llm.safetensors"}) {
+      std::error_code ec;
+      if (!fs::exists(run / file, ec)) {
+        return absl::FailedPreconditionError(absl::StrCat(options.run_dir, ": no ", file,
+                                                          ": the run has not finished (its final weights are "
+                                                          "written at the end; export one of its checkpoints)"));
+      }
+    }
+    RETURN_IF_ERROR(LoadRunWeights(*vision, (run / "vision.safetensors").string()));
+    RETURN_IF_ERROR(LoadRunWeights(*llm, (run / "llm.safetensors").string()));
+  } else {
+    RETURN_IF_ERROR(LoadCheckpointWeights(models::VisionEncoder(v).ptr(), *vision, job.vision.engine_json,
+                                          job.vision.freeze, (source.checkpoint / "vision").string(), "vision"));
+    RETURN_IF_ERROR(LoadCheckpointWeights(models::Llm(m).ptr(), *llm, job.llm.engine_json, job.llm.freeze,
+                                          (source.checkpoint / "llm").string(), "llm"));
+  }
 
   const int64_t image_token = words.size();
   Tensors tensors;
@@ -259,15 +326,10 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
 
 }  // namespace
 
-bool IsRunDirectory(const std::string& directory) {
-  std::error_code ec;
-  return fs::exists(fs::path(directory) / "job.json", ec);
-}
+bool IsRunDirectory(const std::string& directory) { return FindSource(directory).ok(); }
 
 absl::Status ExportRunAsLlava(const ExportOptions& options) {
-  if (!IsRunDirectory(options.run_dir)) {
-    return absl::NotFoundError(absl::StrCat(options.run_dir, ": not a run directory (no job.json)"));
-  }
+  RETURN_IF_ERROR(FindSource(options.run_dir).status());
   if (options.max_shard_bytes <= 0) return absl::InvalidArgumentError("the shard size must be positive");
   const fs::path out(options.out_dir);
   std::error_code ec;

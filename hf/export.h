@@ -2,7 +2,9 @@
 // Face LLaVA directory that transformers loads with LlavaForConditionalGeneration.from_pretrained.
 //
 // The run's job.json gives the models and its tokenizer.json the vocabulary; the weights are the
-// run's final ones (vision.safetensors, llm.safetensors). What is written:
+// run's final ones (vision.safetensors, llm.safetensors), or, given one of its checkpoints
+// (RUN_DIR/checkpoints/step-N), that checkpoint's: its ZeRO shards of any world size are read by
+// an engine of one rank with the group's engine config and freeze list, and gathered. What is written:
 //   config.json            "llava": a "siglip_vision_model" tower (no class token, no pooling
 //                          head; its post-layernorm, which LLaVA does not run, as the identity),
 //                          vision_feature_layer -1 with the "full" strategy, the mlp2x projector,
@@ -34,14 +36,15 @@
 namespace tandem::hf {
 
 struct ExportOptions {
-  std::string run_dir;
+  std::string run_dir;  // a run directory or one of its checkpoints
   std::string out_dir;
   int64_t max_shard_bytes = int64_t{5} * 1000 * 1000 * 1000;  // transformers' default "5GB"
 };
 
 absl::Status ExportRunAsLlava(const ExportOptions& options);
 
-// Whether `directory` is a Tandem run directory (it holds job.json), as `tandem generate` asks.
+// Whether `directory` is a Tandem run directory (it holds job.json) or a complete checkpoint of
+// one, as `tandem generate` asks.
 bool IsRunDirectory(const std::string& directory);
 
 }  // namespace tandem::hf

@@ -4,7 +4,7 @@
 Trains a short shapes run with `tandem run --colocated`, exports it with `tandem export --format hf`
 (in small shards), loads it with LlavaForConditionalGeneration.from_pretrained (nothing missing,
 nothing unexpected), and for each held-out image of examples/jsonl/ compares transformers' greedy
-tokens with `tandem generate`'s, from the export and from the run directory.
+tokens with `tandem generate`'s, from the export, from the run directory and from its last checkpoint.
 
 Needs transformers, torch and Pillow (tests/fixtures/hf/requirements.txt, installed into .venv/ by
 scripts/venv); exits 77, which ctest reports as skipped, when they cannot be imported.
@@ -82,7 +82,7 @@ def main():
             with torch.no_grad():
                 theirs = model.generate(input_ids=torch.tensor([expanded]), pixel_values=pixels, max_new_tokens=12,
                                         do_sample=False)[0, len(expanded):].tolist()
-            for source in (out, run_dir):
+            for source in (out, run_dir, os.path.join(run_dir, "checkpoints", "step-000600")):
                 ours = json.loads(run(args.tandem, "generate", "--model", source, "--image", image_path,
                                       "--prompt", "<image>", "--max-new-tokens", "12", "--output", "json"))
                 assert ours["token_ids"] == theirs, (

@@ -14,12 +14,16 @@
 
 #include "data/image.h"
 #include "data/tokenizer.h"
+#include "engine/communicator.h"
+#include "engine/engine.h"
 #include "engine/safetensors.h"
+#include "engine_config/config.h"
 #include "hf/generate.h"
 #include "hf/llava_model.h"
 #include "jobspec/job_spec.h"
 #include "models/llm.h"
 #include "models/vision_encoder.h"
+#include "nlohmann/json.hpp"
 
 namespace tandem::hf {
 namespace {
@@ -141,6 +145,64 @@ TEST_F(ExportTest, GenerateGivesTheSameTokensFromTheRunAndFromItsExport) {
   EXPECT_EQ(from_run->token_ids, ours);
 }
 
+// A checkpoint of bf16 ZeRO-1 engines of two ranks... of one rank here: the shards are read back by
+// the export's own engine and gathered; the weights must be the checkpointed ones.
+TEST_F(ExportTest, ACheckpointExportsItsOwnWeights) {
+  const std::string engine_json = R"({"bf16": {"enabled": true, "bf16_master_weights_and_grads": true,
+      "bf16_optimizer_states": true}, "zero_optimization": {"stage": 1},
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}})";
+  jobspec::JobConfig job;
+  job.name = "tiny";
+  job.vision.model.preset = "vit-tiny";
+  job.vision.model.positions = "sincos";
+  job.llm.model.preset = "llm-tiny";
+  job.vision.engine_json = engine_json;
+  job.llm.engine_json = engine_json;
+  ASSERT_TRUE(WriteText(run_ / "job.json", jobspec::JobConfigToJson(job)));
+  const fs::path checkpoint = run_ / "checkpoints" / "step-000001";
+  fs::create_directories(checkpoint);
+  fs::copy_file(run_ / "tokenizer.json", checkpoint / "tokenizer.json");
+  auto config = engine::ParseConfigJson(nlohmann::json::parse(engine_json));
+  ASSERT_TRUE(config.ok()) << config.status();
+  std::map<std::string, at::Tensor> saved;
+  for (const auto& [group, module] : std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>{
+           {"vision", vision_.ptr()}, {"llm", llm_.ptr()}}) {
+    auto engine = engine::Engine::Create(module, engine::CreateSingleRankCommunicator(group), *config);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    ASSERT_TRUE((*engine)->SaveCheckpoint((checkpoint / group).string()).ok());
+    auto gathered = (*engine)->GatherParameters();
+    ASSERT_TRUE(gathered.ok());
+    for (auto& [name, value] : *gathered) saved[group + "/" + name] = value;
+  }
+  std::ofstream(checkpoint / "complete") << "";
+  const fs::path out = root_ / "hf";
+  ASSERT_TRUE(ExportRunAsLlava({checkpoint.string(), out.string()}).ok());
+  auto llava = LoadLlava(out.string());
+  ASSERT_TRUE(llava.ok()) << llava.status();
+  for (const auto& item : llava->llm->named_parameters()) {
+    ASSERT_TRUE(saved.count("llm/" + item.key())) << item.key();
+    at::Tensor expected = saved.at("llm/" + item.key());
+    if (item.key() == "embed.weight") {
+      EXPECT_TRUE(torch::equal(item.value().narrow(0, 0, expected.size(0)), expected)) << item.key();
+    } else {
+      EXPECT_TRUE(torch::equal(item.value(), expected)) << item.key();
+    }
+  }
+  for (const auto& item : llava->vision->named_parameters()) {
+    if (item.key().rfind("post_norm.", 0) == 0) continue;  // the identity the export adds
+    if (item.key() == "positions") {  // the run's fixed sine-cosine table, a learned table in SigLIP
+      EXPECT_TRUE(torch::equal(item.value(), vision_->named_buffers()["positions"]));
+      continue;
+    }
+    ASSERT_TRUE(saved.count("vision/" + item.key())) << item.key();
+    EXPECT_TRUE(torch::equal(item.value(), saved.at("vision/" + item.key()))) << item.key();
+  }
+  fs::remove(checkpoint / "complete");
+  fs::remove_all(out);
+  EXPECT_NE(ExportRunAsLlava({checkpoint.string(), out.string()}).message().find("an incomplete checkpoint"),
+            std::string::npos);
+}
+
 TEST_F(ExportTest, RefusesWhatItCannotWriteAndLeavesNothingBehind) {
   const fs::path out = root_ / "hf";
   fs::create_directories(out);
@@ -151,6 +213,7 @@ TEST_F(ExportTest, RefusesWhatItCannotWriteAndLeavesNothingBehind) {
   const absl::Status unfinished = ExportRunAsLlava({run_.string(), out.string()});
   EXPECT_EQ(unfinished.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(unfinished.message().find("no llm.safetensors: the run has not finished"), std::string::npos) << unfinished;
+  EXPECT_EQ(ExportRunAsLlava({(run_ / "checkpoints").string(), out.string()}).code(), absl::StatusCode::kNotFound);
   EXPECT_FALSE(fs::exists(out));
   for (const auto& entry : fs::directory_iterator(root_)) {
     EXPECT_EQ(entry.path().filename().string().find(".hf.tmp"), std::string::npos) << entry.path();
