@@ -11,7 +11,7 @@
 
 namespace tandem::models {
 
-// ViT encoder plus a linear projector to the LLM width. Output: [batch, num_patches(), output_dim].
+// ViT encoder plus LLaVA's projector to the LLM width. Output: [batch, num_features(), output_dim].
 struct VisionConfig {
   std::string preset;            // the preset these values started from ("" if none)
   int64_t image_size = 32;       // square input, pixels
