@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "engine/communicator.h"
 #include "engine/cuda_ops.h"
+#include "hf/pretrained_job.h"
 #include "step/stage.h"
 
 namespace tandem::actors {
@@ -105,7 +106,10 @@ absl::Status StageWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
   placement.timeout = a.timeout;
   placement.run_dir = a.run_dir;
 
-  ASSIGN_OR_RETURN(std::shared_ptr<const step::JobData> data, step::OpenJobData(a.job));
+  // A pretrained tower's shape comes from its config.json, read here as on every rank.
+  jobspec::JobConfig job = a.job;
+  RETURN_IF_ERROR(hf::ResolvePretrainedModels(job));
+  ASSIGN_OR_RETURN(std::shared_ptr<const step::JobData> data, step::OpenJobData(job));
   engine::GroupOptions group_options;
   group_options.group_name = group;
   group_options.hostname = options_.collective_host;
@@ -114,7 +118,7 @@ absl::Status StageWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
                    engine::CreateGroupCommunicator(std::move(store), a.rank, a.group_size,
                                                    placement.device, group_options));
   auto create = a.role == Role::kVision ? step::CreateVisionStage : step::CreateLlmStage;
-  ASSIGN_OR_RETURN(stage_, create(a.job, std::move(data), std::move(placement),
+  ASSIGN_OR_RETURN(stage_, create(job, std::move(data), std::move(placement),
                                   std::move(communicator), std::move(transport), &progress_));
   if (!a.resume_from.empty()) {
     ASSIGN_OR_RETURN(step::ResumePoint resume, stage_->Resume(a.resume_from));

@@ -17,6 +17,7 @@
 #include "engine/safetensors.h"
 #include "engine_config/config.h"
 #include "engine_config/param_groups.h"
+#include "hf/pretrained_job.h"
 #include "hf/weight_names.h"
 #include "jobspec/job_spec.h"
 #include "models/llm.h"
@@ -122,8 +123,14 @@ absl::Status AddLlmTensors(const models::LlmImpl& llm, Tensors& out) {
   return absl::OkStatus();
 }
 
+std::string HfActivation(const std::string& activation) {
+  return activation == "gelu_tanh" ? "gelu_pytorch_tanh" : activation;
+}
+
+// A tower with a class token and a pre-norm is CLIP's; Tandem's own and SigLIP's are SigLIP's.
 Json LlavaConfig(const models::VisionConfig& v, const models::LlmConfig& m, int64_t image_token) {
-  Json vision = {{"model_type", "siglip_vision_model"},
+  const bool clip = v.class_token;
+  Json vision = {{"model_type", clip ? "clip_vision_model" : "siglip_vision_model"},
                  {"hidden_size", v.hidden},
                  {"intermediate_size", v.mlp_hidden},
                  {"num_hidden_layers", v.layers},
@@ -131,10 +138,10 @@ Json LlavaConfig(const models::VisionConfig& v, const models::LlmConfig& m, int6
                  {"num_channels", v.channels},
                  {"image_size", v.image_size},
                  {"patch_size", v.patch_size},
-                 {"hidden_act", v.activation == "gelu_tanh" ? "gelu_pytorch_tanh" : v.activation},
+                 {"hidden_act", HfActivation(v.activation)},
                  {"layer_norm_eps", v.norm_eps},
-                 {"attention_dropout", 0.0},
-                 {"vision_use_head", false}};
+                 {"attention_dropout", 0.0}};
+  if (!clip) vision["vision_use_head"] = v.pooling_head;
   Json text = {{"model_type", "llama"},
                {"vocab_size", m.vocab_size + 1},
                {"hidden_size", m.hidden},
@@ -159,9 +166,9 @@ Json LlavaConfig(const models::VisionConfig& v, const models::LlmConfig& m, int6
           {"dtype", "float32"},
           {"image_token_index", image_token},
           {"image_seq_length", v.num_features()},
-          {"vision_feature_layer", -1},
-          {"vision_feature_select_strategy", "full"},
-          {"projector_hidden_act", v.projector_activation == "gelu_tanh" ? "gelu_pytorch_tanh" : v.projector_activation},
+          {"vision_feature_layer", v.feature_layer},
+          {"vision_feature_select_strategy", v.drop_first_feature ? "default" : "full"},
+          {"projector_hidden_act", HfActivation(v.projector_activation)},
           {"multimodal_projector_bias", true},
           {"tie_word_embeddings", m.tie_embeddings},
           {"vision_config", vision},
@@ -260,7 +267,8 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
   ASSIGN_OR_RETURN(const Source source, FindSource(options.run_dir));
   const fs::path& run = source.run;
   const fs::path weights = source.checkpoint.empty() ? run : source.checkpoint;
-  ASSIGN_OR_RETURN(const jobspec::JobConfig job, jobspec::LoadJobSpecFile((run / "job.json").string()));
+  ASSIGN_OR_RETURN(jobspec::JobConfig job, jobspec::LoadJobSpecFile((run / "job.json").string()));
+  RETURN_IF_ERROR(ResolvePretrainedModels(job));
   ASSIGN_OR_RETURN(const data::Tokenizer words, data::Tokenizer::Load((weights / "tokenizer.json").string()));
   models::VisionConfig v = job.vision.model;
   models::LlmConfig m = job.llm.model;
@@ -310,6 +318,12 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
                              {"pad_token", words.Word(data::Tokenizer::kPad)},
                              {"unk_token", words.Word(data::Tokenizer::kUnk)},
                              {"model_max_length", m.max_seq_len}}));
+  if (!job.vision.pretrained.empty()) {  // the tower's own preprocessing
+    std::error_code ec;
+    fs::copy_file(fs::path(job.vision.pretrained) / "preprocessor_config.json", dir / "preprocessor_config.json", ec);
+    if (ec) return absl::InternalError(absl::StrCat(job.vision.pretrained, "/preprocessor_config.json: ", ec.message()));
+    return absl::OkStatus();
+  }
   const double mean = 0.5, std = 0.5;
   return WriteJson(dir / "preprocessor_config.json",
                    {{"image_processor_type", "SiglipImageProcessor"},

@@ -123,4 +123,10 @@ absl::Status LoadLlmWeights(const PretrainedConfig& config, const CheckpointFile
   return Load(config, files, llm, {Part::kLlm, Part::kLmHead}, TheirLlmNames, llm.config().tie_embeddings);
 }
 
+absl::Status LoadPretrainedVision(const std::string& directory, models::VisionEncoderImpl& vision) {
+  ASSIGN_OR_RETURN(const PretrainedConfig config, ReadPretrainedConfig(directory));
+  ASSIGN_OR_RETURN(const CheckpointFiles files, CheckpointFiles::Open(directory));
+  return LoadVisionWeights(config, files, vision);
+}
+
 }  // namespace tandem::hf

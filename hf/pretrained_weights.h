@@ -28,4 +28,8 @@ absl::Status LoadVisionWeights(const PretrainedConfig& config, const CheckpointF
                                models::VisionEncoderImpl& vision);
 absl::Status LoadLlmWeights(const PretrainedConfig& config, const CheckpointFiles& files, models::LlmImpl& llm);
 
+// ReadPretrainedConfig, CheckpointFiles::Open and LoadVisionWeights for `directory` (a job's
+// vision.pretrained, hf/pretrained_job.h).
+absl::Status LoadPretrainedVision(const std::string& directory, models::VisionEncoderImpl& vision);
+
 }  // namespace tandem::hf

@@ -22,6 +22,9 @@ struct VisionGroupConfig {
   models::VisionConfig model;
   std::string engine_json = "{}";  // the group's DeepSpeed-style engine config, as a JSON object
   std::vector<std::string> freeze;  // name patterns of parameters that do not train
+  // A Hugging Face tower or LLaVA directory (relative to spec_dir) whose sizes replace `model`
+  // (hf::ResolvePretrainedModels) and whose weights the vision stage loads; "" = from scratch.
+  std::string pretrained;
 };
 
 struct LlmGroupConfig {

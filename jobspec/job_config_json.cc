@@ -72,9 +72,14 @@ std::string JobConfigToJson(const JobConfig& config) {
   out["data"] = Data(config.data, config.spec_dir);
   out["vision"] = {{"pool", config.vision.pool},
                    {"actors", config.vision.actors},
-                   {"model", VisionModel(config.vision.model)},
                    {"engine", Engine(config.vision.engine_json)},
                    {"freeze", config.vision.freeze}};
+  // A pretrained tower's shape is its config.json's, read again wherever the job runs.
+  if (config.vision.pretrained.empty()) {
+    out["vision"]["model"] = VisionModel(config.vision.model);
+  } else {
+    out["vision"]["pretrained"] = SpecPath(config.vision.pretrained, config.spec_dir);
+  }
   out["llm"] = {{"pool", config.llm.pool},
                 {"actors", config.llm.actors},
                 {"model", LlmModel(config.llm.model)},

@@ -150,6 +150,11 @@ absl::StatusOr<JobConfig> Resolve(const tandem::v1::JobSpec& spec) {
   ASSIGN_OR_RETURN(config.vision.model, ResolveVisionModel(vision.model()));
   if (vision.has_engine()) config.vision.engine_json = ToJson(vision.engine()).dump();
   config.vision.freeze.assign(vision.freeze().begin(), vision.freeze().end());
+  config.vision.pretrained = vision.pretrained();
+  if (!config.vision.pretrained.empty() && vision.has_model()) {
+    return PathError("vision.model", "must be left out with vision.pretrained: the shape comes from its "
+                                     "config.json");
+  }
 
   const tandem::v1::LlmGroupSpec& llm = spec.llm();
   if (llm.has_pool()) config.llm.pool = llm.pool();

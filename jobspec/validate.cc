@@ -227,13 +227,18 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
   RETURN_IF_ERROR(CheckName(config.name));
   RETURN_IF_ERROR(CheckData(config.data));
   RETURN_IF_ERROR(CheckGroup("vision", config.vision.pool, config.vision.actors));
-  RETURN_IF_ERROR(CheckVisionModel(config.vision.model, config.llm.model));
+  // A pretrained tower's shape is known where its config.json is read (hf::ResolvePretrainedModels
+  // checks it and the sequence budget there).
+  const bool pretrained = !config.vision.pretrained.empty();
+  if (!pretrained) {
+    RETURN_IF_ERROR(CheckVisionModel(config.vision.model, config.llm.model));
+  }
   RETURN_IF_ERROR(CheckGroup("llm", config.llm.pool, config.llm.actors));
   RETURN_IF_ERROR(CheckLlmModel(config.llm.model));
   // The LLM's sequence is the image patches followed by the caption tokens.
   const int64_t patches = config.vision.model.num_patches();
   const int64_t needed = patches + config.data.max_text_tokens;
-  if (config.llm.model.max_seq_len < needed) {
+  if (!pretrained && config.llm.model.max_seq_len < needed) {
     return PathError("llm.model.max_seq_len", "must be >= vision patches (", patches,
                      ") + data.max_text_tokens (", config.data.max_text_tokens, ") = ", needed,
                      ", got ", config.llm.model.max_seq_len);

@@ -155,7 +155,7 @@ class Stage {
   // and the LLM group sends it no gradients.
   bool vision_frozen() const { return jobspec::FreezesWholeGroup(job_.vision.freeze); }
   at::ScalarType embedding_dtype() const { return embedding_dtype_; }
-  int64_t patches() const { return job_.vision.model.num_patches(); }
+  int64_t patches() const { return job_.vision.model.num_features(); }  // embeddings per image
   int64_t width() const { return job_.llm.model.hidden; }
   data::Sampler& sampler() { return sampler_; }
 

@@ -19,6 +19,7 @@
 #include "data/batch.h"
 #include "engine/engine.h"
 #include "models/vision_encoder.h"
+#include "hf/pretrained_weights.h"
 #include "step/stage.h"
 
 namespace tandem::step {
@@ -42,6 +43,9 @@ class VisionStage : public Stage {
       torch::manual_seed(VisionModelSeed(job().schedule.seed));
       model_ = models::VisionEncoder(job().vision.model);
     }
+    // hf::ResolvePretrainedModels gave the shape; the weights are the checkpoint's (the projector
+    // stays as initialised for a tower alone).
+    if (!job().vision.pretrained.empty()) RETURN_IF_ERROR(hf::LoadPretrainedVision(job().vision.pretrained, *model_));
     RETURN_IF_ERROR(Build(model_.ptr(), std::move(communicator)));
     model_->set_compute_dtype(engine().compute().activation_dtype);
     return absl::OkStatus();

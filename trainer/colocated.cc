@@ -22,6 +22,7 @@
 #include "rundir/progress.h"
 #include "rundir/run_log.h"
 #include "rundir/run_loop.h"
+#include "hf/pretrained_job.h"
 #include "step/stage.h"
 #include "trainer/fiber.h"
 #include "transport/in_process.h"
@@ -66,7 +67,7 @@ class ColocatedRun {
     return (fs::path(run_dir_) / name).string();
   }
 
-  const jobspec::JobConfig& job_;
+  jobspec::JobConfig job_;  // a copy: Start resolves a pretrained tower's shape into it
   RunOptions options_;
   std::string run_dir_;
   std::unique_ptr<transport::InProcessFabric> fabric_;
@@ -91,6 +92,7 @@ absl::Status ColocatedRun::Setup() {
   RETURN_IF_ERROR(WriteFileAtomically(RunPath("job.json"), jobspec::JobConfigToJson(job_) + "\n"));
   if (options_.threads > 0) at::set_num_threads(options_.threads);
 
+  RETURN_IF_ERROR(hf::ResolvePretrainedModels(job_));  // a pretrained tower's shape
   ASSIGN_OR_RETURN(std::shared_ptr<const step::JobData> data, step::OpenJobData(job_));
   fabric_ = std::make_unique<transport::InProcessFabric>("colocated", 1, 1, kTimeout,
                                                         [this] { running_->Yield(); });

@@ -77,6 +77,21 @@ TEST(JobConfigToJson, RelativeResumeFromIsJoinedWithSpecDir) {
   EXPECT_EQ(SpecPath("", "/specs"), "");
 }
 
+TEST(JobConfigToJson, APretrainedTowerIsWrittenInsteadOfTheModel) {
+  json spec = BaseSpec();
+  spec["vision"].erase("model");
+  spec["vision"]["pretrained"] = "towers/clip";
+  absl::StatusOr<JobConfig> config = ParseJobSpecJson(spec.dump(), "job.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  config->spec_dir = "/specs";
+  const json written = json::parse(JobConfigToJson(*config));
+  EXPECT_FALSE(written["vision"].contains("model"));
+  EXPECT_EQ(written["vision"]["pretrained"], "/specs/towers/clip");
+  absl::StatusOr<JobConfig> again = ParseJobSpecJson(written.dump(), "run/job.json");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->vision.pretrained, "/specs/towers/clip");
+}
+
 TEST(JobConfigToJson, JsonlPathsAreJoinedWithSpecDir) {
   absl::StatusOr<JobConfig> loaded = LoadJobSpecFile(kExamples + "/jsonl_vlm.json");
   ASSERT_TRUE(loaded.ok()) << loaded.status();

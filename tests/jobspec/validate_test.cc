@@ -51,6 +51,16 @@ TEST(ValidateJobConfig, Freeze) {
   EXPECT_THAT(Error(spec), StartsWith("job.json: vision.freeze: "));
 }
 
+TEST(ValidateJobConfig, PretrainedVisionReplacesTheModel) {
+  json spec = BaseSpec();
+  spec["vision"]["pretrained"] = "towers/clip";
+  EXPECT_EQ(Error(spec), "job.json: vision.model: must be left out with vision.pretrained: the shape comes "
+                         "from its config.json");
+  spec["vision"].erase("model");
+  const JobConfig config = ExpectValid(spec.dump());
+  EXPECT_EQ(config.vision.pretrained, "towers/clip");
+}
+
 TEST(ValidateJobConfig, CountsMustBePositive) {
   json spec = BaseSpec();
   spec["schedule"]["steps"] = 0;
