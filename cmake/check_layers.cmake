@@ -7,8 +7,8 @@
 # README's "Layers" section says the same):
 set(TANDEM_LAYERS
   "common kernels proto"
-  "platform engine_config tokenizer data rundir rpc"
-  "engine transport"
+  "platform engine_config tokenizer rundir rpc"
+  "engine transport data"
   "models"
   "jobspec"
   "hf"
