@@ -19,10 +19,12 @@ absl::Status KeyError(const std::string& path, const std::string& key, const std
 
 absl::StatusOr<int64_t> SizeValue(const std::string& path, const json& object, const std::string& key,
                                   const std::string& name) {
-  const auto value = ReadJsonInteger(object[name]).ToInt64();
+  const auto it = object.find(name);
+  if (it == object.end()) return KeyError(path, absl::StrCat(key, ".", name), "is required");
+  const auto value = ReadJsonInteger(*it).ToInt64();
   if (!value || *value <= 0) {
     return KeyError(path, absl::StrCat(key, ".", name), absl::StrCat("must be a positive integer, got ",
-                                                                      DescribeJsonValue(object[name])));
+                                                                      DescribeJsonValue(*it)));
   }
   return *value;
 }
@@ -53,6 +55,8 @@ Image Crop(const Image& image, int64_t top, int64_t left, int64_t height, int64_
   return out;
 }
 
+absl::StatusOr<ImagePreprocessor> ReadImagePreprocessorOrThrow(const std::string& path);
+
 }  // namespace
 
 int64_t ImagePreprocessor::output_size() const {
@@ -60,7 +64,18 @@ int64_t ImagePreprocessor::output_size() const {
   return shortest_edge > 0 ? shortest_edge : resize_height;
 }
 
+
 absl::StatusOr<ImagePreprocessor> ReadImagePreprocessor(const std::string& path) {
+  try {  // a value of the wrong JSON type (a null flag, say) is an error naming the file
+    return ReadImagePreprocessorOrThrow(path);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": a value of the wrong type: ", e.what()));
+  }
+}
+
+namespace {
+
+absl::StatusOr<ImagePreprocessor> ReadImagePreprocessorOrThrow(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
   std::stringstream text;
@@ -134,6 +149,8 @@ absl::StatusOr<ImagePreprocessor> ReadImagePreprocessor(const std::string& path)
   }
   return p;
 }
+
+}  // namespace
 
 absl::StatusOr<Image> Preprocess(const ImagePreprocessor& p, const Image& image) {
   Image out = image;

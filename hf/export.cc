@@ -345,7 +345,8 @@ bool IsRunDirectory(const std::string& directory) { return FindSource(directory)
 absl::Status ExportRunAsLlava(const ExportOptions& options) {
   RETURN_IF_ERROR(FindSource(options.run_dir).status());
   if (options.max_shard_bytes <= 0) return absl::InvalidArgumentError("the shard size must be positive");
-  const fs::path out(options.out_dir);
+  fs::path out = fs::path(options.out_dir).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();  // "dir/" names "dir"
   std::error_code ec;
   if (fs::exists(out, ec)) {
     return absl::AlreadyExistsError(absl::StrCat(options.out_dir, ": exists; name a new directory"));
@@ -358,6 +359,8 @@ absl::Status ExportRunAsLlava(const ExportOptions& options) {
     status = Export(options, temp);
   } catch (const c10::Error& e) {
     status = absl::InternalError(absl::StrCat("export: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    status = absl::InternalError(absl::StrCat("export: ", e.what()));
   }
   if (status.ok()) {
     fs::rename(temp, out, ec);

@@ -33,9 +33,33 @@ absl::StatusOr<at::Tensor> ImageTensor(const LlavaModel& model, const std::strin
       .clone();
 }
 
+// Removes a temporary export however Generate leaves.
+struct RemoveOnExit {
+  std::filesystem::path path;
+  ~RemoveOnExit() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+};
+
+absl::StatusOr<GenerateResult> GenerateOrThrow(const GenerateRequest& request);
+
 }  // namespace
 
+
 absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request) {
+  try {
+    return GenerateOrThrow(request);
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("generate: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("generate: ", e.what()));
+  }
+}
+
+namespace {
+
+absl::StatusOr<GenerateResult> GenerateOrThrow(const GenerateRequest& request) {
   if (request.threads > 0) at::set_num_threads(request.threads);
   if (request.max_new_tokens <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens must be positive, got ", request.max_new_tokens));
@@ -54,18 +78,17 @@ absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request) {
   }
   // A run directory is exported to a temporary LLaVA directory first, so that both generate alike.
   std::string model_dir = request.model_dir;
-  std::filesystem::path exported;
+  RemoveOnExit exported;
   if (IsRunDirectory(request.model_dir)) {
-    exported = std::filesystem::temp_directory_path() /
-               absl::StrCat("tandem-generate-", ::getpid(), "-", std::random_device{}());
+    exported.path = std::filesystem::temp_directory_path() /
+                    absl::StrCat("tandem-generate-", ::getpid(), "-", std::random_device{}());
     ExportOptions options;
     options.run_dir = request.model_dir;
-    options.out_dir = exported.string();
+    options.out_dir = exported.path.string();
     RETURN_IF_ERROR(ExportRunAsLlava(options));
-    model_dir = exported.string();
+    model_dir = exported.path.string();
   }
   absl::StatusOr<LlavaModel> loaded = LoadLlava(model_dir);
-  if (!exported.empty()) std::filesystem::remove_all(exported, ec);
   if (!loaded.ok()) return loaded.status();
   LlavaModel& model = *loaded;
   const int64_t image_token = model.config.llm->image_token_id;
@@ -107,14 +130,10 @@ absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request) {
   }
   GenerateResult result;
   result.prompt_tokens = static_cast<int64_t>(prompt.size());
-  try {
-    result.token_ids =
-        models::GenerateGreedyCached(model.llm, features, prompt, model.stop_ids, request.max_new_tokens);
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("generation failed: ", e.what_without_backtrace()));
-  }
+  result.token_ids = models::GenerateGreedyCached(model.llm, features, prompt, model.stop_ids, request.max_new_tokens);
   result.text = model.tokenizer.Decode(result.token_ids, /*skip_special_tokens=*/true);
   return result;
 }
 
+}  // namespace
 }  // namespace tandem::hf

@@ -38,9 +38,24 @@ absl::Status ReadGenerationStops(const fs::path& file, std::vector<int64_t>& ids
   return absl::OkStatus();
 }
 
+absl::StatusOr<LlavaModel> LoadLlavaOrThrow(const std::string& directory);
+
 }  // namespace
 
+
 absl::StatusOr<LlavaModel> LoadLlava(const std::string& directory) {
+  try {
+    return LoadLlavaOrThrow(directory);
+  } catch (const c10::Error& e) {  // a config the models refuse (TORCH_CHECK), named by the model
+    return absl::InvalidArgumentError(absl::StrCat(directory, ": ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(directory, ": ", e.what()));
+  }
+}
+
+namespace {
+
+absl::StatusOr<LlavaModel> LoadLlavaOrThrow(const std::string& directory) {
   LlavaModel model;
   ASSIGN_OR_RETURN(model.config, ReadPretrainedConfig(directory));
   if (model.config.kind != PretrainedKind::kLlava) {
@@ -76,4 +91,5 @@ absl::StatusOr<LlavaModel> LoadLlava(const std::string& directory) {
   return model;
 }
 
+}  // namespace
 }  // namespace tandem::hf

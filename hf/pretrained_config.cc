@@ -98,6 +98,11 @@ absl::StatusOr<models::VisionConfig> ReadVision(const Reader& r, const std::stri
   ASSIGN_OR_RETURN(v.patch_size, r.Int("patch_size", clip ? 32 : 16));
   ASSIGN_OR_RETURN(v.activation, r.String("hidden_act", clip ? "quick_gelu" : "gelu_pytorch_tanh"));
   ASSIGN_OR_RETURN(v.norm_eps, r.Number("layer_norm_eps", clip ? 1e-5 : 1e-6));
+  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"intermediate_size", v.mlp_hidden},
+                                   {"num_hidden_layers", v.layers}, {"image_size", v.image_size}}) {
+    if (value <= 0) return r.Error(key, absl::StrCat("must be positive, got ", value));
+  }
+  if (v.channels != 3) return r.Error("num_channels", absl::StrCat("must be 3 (RGB images), got ", v.channels));
   if (v.hidden <= 0 || v.heads <= 0 || v.hidden % v.heads != 0) {
     return r.Error("hidden_size", absl::StrCat(v.hidden, " must be a positive multiple of num_attention_heads ", v.heads));
   }
@@ -151,6 +156,18 @@ absl::StatusOr<models::LlmConfig> ReadLlm(const Reader& r, const std::string& mo
   } else {
     ASSIGN_OR_RETURN(const bool bias, r.Bool("attention_bias", false));
     if (bias) return Refuse(r, "attention_bias", "true (biases on q, k, v and o) is not supported for llama");
+  }
+  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"vocab_size", m.vocab_size},
+                                   {"hidden_size", m.hidden}, {"intermediate_size", m.mlp_hidden},
+                                   {"num_hidden_layers", m.layers}, {"max_position_embeddings", m.max_seq_len}}) {
+    if (value <= 0) return r.Error(key, absl::StrCat("must be positive, got ", value));
+  }
+  if (m.head_dim < 0 || m.head_dim % 2 != 0) {
+    return r.Error("head_dim", absl::StrCat("must be even and positive for rotary positions, got ", m.head_dim));
+  }
+  if (m.head_dim == 0 && (m.heads <= 0 || m.hidden % m.heads != 0 || (m.hidden / m.heads) % 2 != 0)) {
+    return r.Error("hidden_size", absl::StrCat(m.hidden, " must be a multiple of num_attention_heads ", m.heads,
+                                               " with an even head size"));
   }
   if (m.heads <= 0 || m.kv_heads <= 0 || m.heads % m.kv_heads != 0) {
     return r.Error("num_key_value_heads", absl::StrCat(m.kv_heads, " must divide num_attention_heads ", m.heads));

@@ -40,6 +40,8 @@ absl::Status NoName(absl::string_view ours) {
 absl::StatusOr<std::optional<LocalName>> ClassifyCheckpointName(PretrainedKind kind, const std::string& full) {
   absl::string_view name = full;
   const auto local = [](Part part, absl::string_view rest) { return std::optional<LocalName>(LocalName{part, std::string(rest)}); };
+  // Older checkpoints store the position ids buffer; transformers ignores it on load too.
+  if (absl::EndsWith(name, "position_ids")) return std::optional<LocalName>();
   switch (kind) {
     case PretrainedKind::kLlava: {
       if (absl::StartsWith(name, "model.vision_tower.") || absl::StartsWith(name, "model.multi_modal_projector.") ||

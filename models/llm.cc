@@ -211,7 +211,9 @@ at::Tensor LlmImpl::Forward(const at::Tensor& prefix, const at::Tensor& tokens, 
   // is cast to it, and its gradient flows back in the prefix's own dtype.
   const auto dtype = compute_dtype_.value_or(embed_->weight.scalar_type());
   at::Tensor x = embed_(tokens).to(dtype);
-  if (c.image_token_id >= 0) {
+  // While decoding (a cache and no image) a generated image token is embedded as any token, as
+  // transformers does; otherwise the image tokens must match the embeddings given.
+  if (c.image_token_id >= 0 && (has_prefix || cache == nullptr || cache->length == 0)) {
     const at::Tensor mask = tokens.eq(c.image_token_id);
     const int64_t placeholders = mask.sum().item<int64_t>();
     const int64_t rows = has_prefix ? prefix.size(0) * prefix.size(1) : 0;

@@ -14,7 +14,11 @@ absl::StatusOr<Vocabulary> Vocabulary::FromJson(const nlohmann::json& vocab) {
   int64_t max_id = -1;
   for (const auto& [token, id] : vocab.items()) {
     const auto value = ReadJsonInteger(id).ToInt64();
-    if (!value || *value < 0) return absl::InvalidArgumentError(absl::StrCat("model.vocab.", token, " must be an id >= 0"));
+    // Ids are dense: none beyond a few times the vocabulary's size (a typo'd id would allocate).
+    const int64_t limit = 4 * static_cast<int64_t>(vocab.size()) + 1024;
+    if (!value || *value < 0 || *value >= limit) {
+      return absl::InvalidArgumentError(absl::StrCat("model.vocab.", token, " must be an id in [0, ", limit, ")"));
+    }
     v.ids_[token] = *value;
     max_id = std::max(max_id, *value);
   }

@@ -2,6 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 
 namespace tandem::tokenizer {
 namespace {
@@ -37,15 +38,19 @@ absl::StatusOr<ChatFormat> DetectChatFormat(const std::string& chat_template) {
   }
   if (absl::StrContains(chat_template, kImStart) && absl::StrContains(chat_template, kImEnd)) {
     ChatFormat format{"chatml", ""};
-    const std::string open = absl::StrCat(kImStart, "system\n");
-    const size_t at = chat_template.find(open);
-    if (at != std::string::npos) {
+    // The default system message as a literal: "...system\n<text><|im_end|>", the newline written
+    // as is or escaped inside a Jinja string ("\\n", as Qwen2.5's template has it).
+    for (const std::string newline : {std::string("\n"), std::string("\\n")}) {
+      const std::string open = absl::StrCat(kImStart, "system", newline);
+      const size_t at = chat_template.find(open);
+      if (at == std::string::npos) continue;
       const size_t begin = at + open.size();
       const size_t end = chat_template.find(kImEnd, begin);
-      // A literal default ("...system\nYou are ...<|im_end|>"), not the message's own content.
-      if (end != std::string::npos && chat_template.substr(begin, end - begin).find('\'') == std::string::npos) {
-        format.default_system = chat_template.substr(begin, end - begin);
-      }
+      if (end == std::string::npos) continue;
+      std::string text = chat_template.substr(begin, end - begin);
+      if (text.find('\'') != std::string::npos || text.find("{{") != std::string::npos) continue;  // not a literal
+      format.default_system = absl::StrReplaceAll(text, {{"\\n", "\n"}});
+      break;
     }
     return format;
   }

@@ -39,10 +39,21 @@ bool IsWhitespace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\
 }  // namespace
 
 absl::StatusOr<HfTokenizer> HfTokenizer::Load(const std::string& directory) {
+  // A value of the wrong JSON type anywhere in the files is an error naming the directory.
+  try {
+    return LoadOrThrow(directory);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(directory, ": a tokenizer file has a value of the wrong type: ",
+                                                   e.what()));
+  }
+}
+
+absl::StatusOr<HfTokenizer> HfTokenizer::LoadOrThrow(const std::string& directory) {
   const fs::path dir(directory);
   const std::string file = (dir / "tokenizer.json").string();
   ASSIGN_OR_RETURN(const auto root, ReadJsonFile(dir / "tokenizer.json"));
   if (!root) return absl::NotFoundError(absl::StrCat(file, ": not found (the tokenizer's files are needed)"));
+  if (!root->is_object()) return absl::InvalidArgumentError(absl::StrCat(file, ": must hold a JSON object"));
   const auto error = [&](const absl::Status& status) {
     return absl::Status(status.code(), absl::StrCat(file, ": ", status.message()));
   };
@@ -77,7 +88,11 @@ absl::StatusOr<HfTokenizer> HfTokenizer::Load(const std::string& directory) {
       return absl::InvalidArgumentError(absl::StrCat(file, ": added token \"", added.value("content", std::string()),
                                                      "\" has single_word, which is not supported"));
     }
-    t.added_.push_back({added.value("content", std::string()), added.value("id", int64_t{-1}),
+    if (!added.contains("id") || !added["id"].is_number_integer() || added["id"].get<int64_t>() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": added token \"", added.value("content", std::string()),
+                                                     "\" needs an id >= 0"));
+    }
+    t.added_.push_back({added.value("content", std::string()), added["id"].get<int64_t>(),
                         added.value("special", false), added.value("lstrip", false), added.value("rstrip", false)});
   }
   std::stable_sort(t.added_.begin(), t.added_.end(),
@@ -95,8 +110,13 @@ absl::StatusOr<HfTokenizer> HfTokenizer::Load(const std::string& directory) {
           after = true;
         } else if (item.contains("SpecialToken")) {
           const std::string id = item["SpecialToken"].value("id", std::string());
-          const auto& ids = processor["special_tokens"][id]["ids"];
-          for (const auto& v : ids) (after ? t.suffix_ : t.prefix_).push_back(v.get<int64_t>());
+          const auto specials = processor.find("special_tokens");
+          if (specials == processor.end() || !specials->is_object() || !specials->contains(id) ||
+              !(*specials)[id].contains("ids")) {
+            return absl::InvalidArgumentError(absl::StrCat(file, ": post_processor names special token \"", id,
+                                                           "\", which its special_tokens do not hold"));
+          }
+          for (const auto& v : (*specials)[id]["ids"]) (after ? t.suffix_ : t.prefix_).push_back(v.get<int64_t>());
         }
       }
     } else if (type != "ByteLevel" && !type.empty()) {

@@ -56,6 +56,8 @@ class HfTokenizer {
   const std::string& chat_template() const { return chat_template_; }
 
  private:
+  static absl::StatusOr<HfTokenizer> LoadOrThrow(const std::string& directory);
+
   struct Added {
     std::string content;
     int64_t id;

@@ -68,6 +68,11 @@ TEST(ImagePreprocessor, RefusesWhatItCannotDoNamingTheKey) {
             std::string::npos);
   EXPECT_NE(read(R"({"size": {"shortest_edge": 8}, "rescale_factor": 0.5})").message().find("rescale_factor 0.5"),
             std::string::npos);
+  EXPECT_NE(read(R"({"size": {"shortest_edge": 8}, "do_center_crop": true, "crop_size": {"height": 8}})")
+                .message().find("crop_size.width is required"),
+            std::string::npos);
+  EXPECT_NE(read(R"({"size": {"shortest_edge": 8}, "do_normalize": null})").message().find("of the wrong type"),
+            std::string::npos);
   EXPECT_EQ(ReadImagePreprocessor("/nonexistent/preprocessor_config.json").status().code(),
             absl::StatusCode::kNotFound);
   fs::remove(file);

@@ -208,6 +208,9 @@ TEST_F(ExportTest, RefusesWhatItCannotWriteAndLeavesNothingBehind) {
   fs::create_directories(out);
   EXPECT_EQ(ExportRunAsLlava({run_.string(), out.string()}).code(), absl::StatusCode::kAlreadyExists);
   fs::remove_all(out);
+  ASSERT_TRUE(ExportRunAsLlava({run_.string(), out.string() + "/"}).ok());  // "dir/" names dir
+  EXPECT_TRUE(fs::exists(out / "config.json"));
+  fs::remove_all(out);
   EXPECT_EQ(ExportRunAsLlava({(root_ / "nothing").string(), out.string()}).code(), absl::StatusCode::kNotFound);
   fs::remove(run_ / "llm.safetensors");
   const absl::Status unfinished = ExportRunAsLlava({run_.string(), out.string()});

@@ -94,6 +94,19 @@ TEST_P(LlavaReference, ImageFeaturesLogitsAndGreedyTokensEqualTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LlavaReference, ::testing::Values("clip_llama", "siglip_qwen2"));
 
+TEST(LlavaReference, AGeneratedImageTokenIsEmbeddedLikeAnyToken) {
+  Loaded model = Load("clip_llama");
+  ASSERT_TRUE(model.llm);
+  torch::NoGradGuard no_grad;
+  models::KvCache cache;
+  const int64_t image = model.config.llm->image_token_id;
+  model.llm->ForwardCached(at::Tensor(), torch::tensor({model.config.bos_token_id, int64_t{5}}).unsqueeze(0), cache);
+  // transformers embeds it too when there are no pixel values; Tandem used to refuse.
+  const at::Tensor logits = model.llm->ForwardCached(at::Tensor(), torch::full({1, 1}, image, torch::kLong), cache);
+  EXPECT_EQ(logits.size(1), 1);
+  EXPECT_EQ(cache.length, 3);
+}
+
 TEST(LlavaReference, CachedDecodingEqualsRecomputingTheWholeSequence) {
   Loaded model = Load("clip_llama");
   ASSERT_TRUE(model.llm);

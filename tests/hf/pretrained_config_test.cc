@@ -108,6 +108,13 @@ TEST_F(PretrainedConfigErrors, NameTheFileAndTheKey) {
   EXPECT_NE(status.message().find("use_sliding_window true is not supported"), std::string::npos) << status;
   status = Read(R"({"model_type": "llama", "dtype": "int8"})");
   EXPECT_NE(status.message().find("dtype \"int8\" is not supported"), std::string::npos) << status;
+  status = Read(R"({"model_type": "llama", "intermediate_size": 0})");
+  EXPECT_NE(status.message().find("config.json: intermediate_size must be positive, got 0"), std::string::npos)
+      << status;
+  status = Read(R"({"model_type": "llama", "head_dim": 63})");
+  EXPECT_NE(status.message().find("head_dim must be even"), std::string::npos) << status;
+  status = Read(R"({"model_type": "clip_vision_model", "num_channels": 1})");
+  EXPECT_NE(status.message().find("num_channels must be 3"), std::string::npos) << status;
   status = Read(R"({"model_type": "llama", "x": 1, "x": 2})");
   EXPECT_NE(status.message().find("duplicate key"), std::string::npos) << status;
 }

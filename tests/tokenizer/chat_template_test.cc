@@ -48,6 +48,14 @@ TEST(ChatTemplate, DetectsTheFormatAndItsDefaultSystemMessage) {
   EXPECT_EQ(RenderChat(*plain, {{"user", "hi"}}, "", false), "<|im_start|>user\nhi<|im_end|>\n");
 }
 
+TEST(ChatTemplate, ReadsADefaultSystemMessageWrittenWithAnEscapedNewline) {
+  // Qwen2.5 writes it inside a Jinja string: '<|im_start|>system\nYou are Qwen...<|im_end|>\n'.
+  auto qwen25 = DetectChatFormat(R"({{- '<|im_start|>system\nYou are Qwen.\nBe kind.<|im_end|>\n' }})"
+                                 R"({{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' }})");
+  ASSERT_TRUE(qwen25.ok());
+  EXPECT_EQ(qwen25->default_system, "You are Qwen.\nBe kind.");
+}
+
 TEST(ChatTemplate, RefusesWhatItCannotRender) {
   EXPECT_NE(DetectChatFormat("Cutting Knowledge Date: December 2023 <|start_header_id|><|eot_id|>")
                 .status().message().find("Llama 3.1"), std::string::npos);

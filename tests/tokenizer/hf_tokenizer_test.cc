@@ -80,6 +80,19 @@ TEST(HfTokenizer, BadInputIsNamed) {
   status = HfTokenizer::Load(dir.string()).status();
   EXPECT_NE(status.message().find("pre_tokenizer.pretokenizers[0]: type \"Digits\" is not supported"),
             std::string::npos) << status;
+  std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+      "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "[CLS]"}}],
+                         "special_tokens": {}}})";
+  status = HfTokenizer::Load(dir.string()).status();
+  EXPECT_NE(status.message().find("names special token \"[CLS]\""), std::string::npos) << status;
+  std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [],
+      "byte_fallback": null}})";
+  EXPECT_EQ(HfTokenizer::Load(dir.string()).status().code(), absl::StatusCode::kInvalidArgument);
+  std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": 9223372036854775807}, "merges": []}})";
+  EXPECT_NE(HfTokenizer::Load(dir.string()).status().message().find("model.vocab.a must be an id in [0, "),
+            std::string::npos);
+  std::ofstream(dir / "tokenizer.json") << "[1, 2]";
+  EXPECT_NE(HfTokenizer::Load(dir.string()).status().message().find("must hold a JSON object"), std::string::npos);
   fs::remove_all(dir);
 }
 
