@@ -274,11 +274,15 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
   models::LlmConfig m = job.llm.model;
   v.output_dim = m.hidden;
   m.vocab_size = words.size();
-  if (v.final_norm || v.projector != "mlp2x" || m.image_token_id >= 0) {
+  if (v.final_norm || v.projector != "mlp2x") {
     return absl::FailedPreconditionError(absl::StrCat(
         options.run_dir, ": the run's vision model has ",
         v.final_norm ? "a LayerNorm before its projector" : "a linear projector",
         ", a layout Hugging Face's LLaVA cannot express (models/README.md)"));
+  }
+  if (m.image_token_id >= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(options.run_dir, ": the run's LLM already has an image "
+                                                      "token; only runs of the project's own LLM export"));
   }
   torch::manual_seed(0);
   models::VisionEncoder vision(v);

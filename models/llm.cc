@@ -234,8 +234,9 @@ at::Tensor LlmImpl::Forward(const at::Tensor& prefix, const at::Tensor& tokens, 
   } else {
     for (const auto& block : blocks_) x = block->Forward({x, cos, sin})[0];
   }
-  // RMSNorm is per position, so normalising only the text positions gives the same logits.
-  x = norm_(x.narrow(1, patches, text));
+  // RMSNorm is per position, so normalising only the text positions gives the same logits. A
+  // cached forward (decoding) needs the last position's only.
+  x = cache != nullptr ? norm_(x.narrow(1, seq - 1, 1)) : norm_(x.narrow(1, patches, text));
   return c.tie_embeddings ? at::linear(x, embed_->weight.to(x.scalar_type())) : LinearAs(head_, x);
 }
 

@@ -61,8 +61,9 @@ class LlmImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& prefix, const at::Tensor& tokens);
 
   // forward for inference with a KV cache: the positions continue from cache.length, and after the
-  // first call tokens is one token [B, 1] (no prefix). Runs the blocks directly, so the model must
-  // not be partitioned by a ZeRO-3 engine. REQUIRES: no autograd is wanted (NoGradGuard).
+  // first call tokens is one token [B, 1] (no prefix). Returns the logits of the last position only,
+  // [B, 1, vocab_size]. Runs the blocks directly, so the model must not be partitioned by a ZeRO-3
+  // engine. REQUIRES: no autograd is wanted (NoGradGuard).
   at::Tensor ForwardCached(const at::Tensor& prefix, const at::Tensor& tokens, KvCache& cache);
 
   const LlmConfig& config() const { return config_; }
