@@ -35,24 +35,30 @@ constexpr char kImageToken[] = "<image>";
 // Tandem's word tokenizer splits off each ASCII punctuation character (data/tokenizer.h).
 constexpr char kPunctuation[] = R"([!-/:-@\[-`{-~])";
 
-// Copies the run's weights (Tandem's names) into `module`'s parameters, checking every shape.
-absl::Status LoadRunWeights(torch::nn::Module& module, const std::string& file) {
-  ASSIGN_OR_RETURN(const auto tensors, engine::ReadSafetensors(file));
-  std::map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
+// Copies tensors under Tandem's names into `module`'s parameters, checking every shape; `source`
+// (a file or a checkpoint directory) names them in errors.
+absl::Status CopyWeights(const std::map<std::string, at::Tensor>& by_name, torch::nn::Module& module,
+                         const std::string& source) {
   torch::NoGradGuard no_grad;
   for (auto& item : module.named_parameters(/*recurse=*/true)) {
     const auto it = by_name.find(item.key());
     if (it == by_name.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(file, ": no weight '", item.key(), "' for the job's model"));
+      return absl::InvalidArgumentError(absl::StrCat(source, ": no weight '", item.key(), "' for the job's model"));
     }
     if (it->second.sizes() != item.value().sizes()) {
-      return absl::InvalidArgumentError(absl::StrCat(file, ": weight '", item.key(), "' has shape ",
+      return absl::InvalidArgumentError(absl::StrCat(source, ": weight '", item.key(), "' has shape ",
                                                      c10::str(it->second.sizes()), ", the job's model needs ",
                                                      c10::str(item.value().sizes())));
     }
     item.value().copy_(it->second);
   }
   return absl::OkStatus();
+}
+
+// The run's final weights (vision.safetensors, llm.safetensors).
+absl::Status LoadRunWeights(torch::nn::Module& module, const std::string& file) {
+  ASSIGN_OR_RETURN(const auto tensors, engine::ReadSafetensors(file));
+  return CopyWeights(std::map<std::string, at::Tensor>(tensors.begin(), tensors.end()), module, file);
 }
 
 // A checkpoint of one group (<checkpoint>/vision or /llm, ZeRO shards of any world size) read into
@@ -76,15 +82,7 @@ absl::Status LoadCheckpointWeights(std::shared_ptr<torch::nn::Module> training, 
   ASSIGN_OR_RETURN(auto frozen, engine->GatherFrozenParameters());
   std::map<std::string, at::Tensor> values(trainable.begin(), trainable.end());
   values.insert(frozen.begin(), frozen.end());
-  torch::NoGradGuard no_grad;
-  for (auto& item : module.named_parameters(/*recurse=*/true)) {
-    const auto it = values.find(item.key());
-    if (it == values.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(directory, ": no weight '", item.key(), "'"));
-    }
-    item.value().copy_(it->second.reshape(item.value().sizes()));
-  }
-  return absl::OkStatus();
+  return CopyWeights(values, module, directory);
 }
 
 // transformers' tensors of the vision tower and the projector.

@@ -83,8 +83,6 @@ class Reader {
   std::string path_;
 };
 
-absl::Status Refuse(const Reader& r, absl::string_view key, absl::string_view what) { return r.Error(key, what); }
-
 // CLIPVisionConfig and SiglipVisionConfig, with their defaults.
 absl::StatusOr<models::VisionConfig> ReadVision(const Reader& r, const std::string& model_type) {
   const bool clip = model_type == "clip_vision_model";
@@ -146,16 +144,16 @@ absl::StatusOr<models::LlmConfig> ReadLlm(const Reader& r, const std::string& mo
     m.head_dim = 0;
   }
   ASSIGN_OR_RETURN(const std::string act, r.String("hidden_act", "silu"));
-  if (act != "silu") return Refuse(r, "hidden_act", absl::StrCat("\"", act, "\" is not supported (silu)"));
+  if (act != "silu") return r.Error("hidden_act", absl::StrCat("\"", act, "\" is not supported (silu)"));
   ASSIGN_OR_RETURN(const bool mlp_bias, r.Bool("mlp_bias", false));
-  if (mlp_bias) return Refuse(r, "mlp_bias", "true is not supported");
+  if (mlp_bias) return r.Error("mlp_bias", "true is not supported");
   if (qwen2) {
     m.attention_bias = true;  // Qwen2's q, k and v always have biases, o never
     ASSIGN_OR_RETURN(const bool sliding, r.Bool("use_sliding_window", false));
-    if (sliding) return Refuse(r, "use_sliding_window", "true is not supported");
+    if (sliding) return r.Error("use_sliding_window", "true is not supported");
   } else {
     ASSIGN_OR_RETURN(const bool bias, r.Bool("attention_bias", false));
-    if (bias) return Refuse(r, "attention_bias", "true (biases on q, k, v and o) is not supported for llama");
+    if (bias) return r.Error("attention_bias", "true (biases on q, k, v and o) is not supported for llama");
   }
   for (const auto& [key, value] : {std::pair<const char*, int64_t>{"vocab_size", m.vocab_size},
                                    {"hidden_size", m.hidden}, {"intermediate_size", m.mlp_hidden},
@@ -184,11 +182,12 @@ absl::StatusOr<models::LlmConfig> ReadLlm(const Reader& r, const std::string& mo
   if (type != "default" && type != "linear" && type != "llama3") {
     return scaling.Error("rope_type", absl::StrCat("\"", type, "\" is not supported (default, linear, llama3)"));
   }
-  m.rope_type = type;
-  ASSIGN_OR_RETURN(m.rope_factor, scaling.Number("factor", 1.0));
-  ASSIGN_OR_RETURN(m.rope_low_freq_factor, scaling.Number("low_freq_factor", 1.0));
-  ASSIGN_OR_RETURN(m.rope_high_freq_factor, scaling.Number("high_freq_factor", 4.0));
-  ASSIGN_OR_RETURN(m.rope_original_max_positions, scaling.Int("original_max_position_embeddings", m.max_seq_len));
+  m.rope_scaling.type = type;
+  ASSIGN_OR_RETURN(m.rope_scaling.factor, scaling.Number("factor", 1.0));
+  ASSIGN_OR_RETURN(m.rope_scaling.low_freq_factor, scaling.Number("low_freq_factor", 1.0));
+  ASSIGN_OR_RETURN(m.rope_scaling.high_freq_factor, scaling.Number("high_freq_factor", 4.0));
+  ASSIGN_OR_RETURN(m.rope_scaling.original_max_positions,
+                   scaling.Int("original_max_position_embeddings", m.max_seq_len));
   return m;
 }
 

@@ -27,6 +27,8 @@
 #include <string>
 #include <string_view>
 
+#include "models/model_config.h"
+
 namespace tandem::models {
 
 // Number of elements of all parameters of `module` and its children (trainable or not; buffers are not
@@ -72,16 +74,6 @@ at::Tensor LayerNormFp32(const at::Tensor& x, const at::Tensor& weight, const at
 struct RotaryTables {
   at::Tensor cos;
   at::Tensor sin;
-};
-// transformers' rope_parameters beyond rope_theta. "default": none. "linear": every frequency divided
-// by factor. "llama3" (Llama 3.1): wavelengths longer than original_max / low_freq_factor divided by
-// factor, shorter than original_max / high_freq_factor kept, the band between interpolated.
-struct RopeScaling {
-  std::string type = "default";
-  double factor = 1.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
-  int64_t original_max_positions = 0;
 };
 // REQUIRES: head_dim even and > 0, max_seq_len >= 0, theta > 0; for "linear" and "llama3" factor > 0,
 // for "llama3" original_max_positions > 0 and high_freq_factor > low_freq_factor.

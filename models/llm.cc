@@ -162,13 +162,7 @@ LlmImpl::LlmImpl(const LlmConfig& config) : config_(config) {
     head_ = register_module("head", NoBias(c.hidden, c.vocab_size));
     InitLinear(head_, kInitStd);
   }
-  RopeScaling scaling;
-  scaling.type = c.rope_type;
-  scaling.factor = c.rope_factor;
-  scaling.low_freq_factor = c.rope_low_freq_factor;
-  scaling.high_freq_factor = c.rope_high_freq_factor;
-  scaling.original_max_positions = c.rope_original_max_positions;
-  RotaryTables rope = MakeRotaryTables(c.resolved_head_dim(), c.max_seq_len, c.rope_theta, scaling);
+  RotaryTables rope = MakeRotaryTables(c.resolved_head_dim(), c.max_seq_len, c.rope_theta, c.rope_scaling);
   rope_cos_ = register_buffer("rope_cos", rope.cos);
   rope_sin_ = register_buffer("rope_sin", rope.sin);
 }

@@ -54,6 +54,17 @@ struct VisionConfig {
   int64_t num_features() const { return num_positions() - (drop_first_feature ? 1 : 0); }
 };
 
+// transformers' rope_parameters beyond rope_theta. "default": none. "linear": every frequency divided
+// by factor. "llama3" (Llama 3.1): wavelengths longer than original_max / low_freq_factor divided by
+// factor, shorter than original_max / high_freq_factor kept, the band between interpolated.
+struct RopeScaling {
+  std::string type = "default";
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_positions = 0;
+};
+
 // Llama-style decoder: RMSNorm, rotary positions, SwiGLU, causal attention.
 struct LlmConfig {
   std::string preset;
@@ -72,13 +83,7 @@ struct LlmConfig {
   // Tandem's own decoder.
   int64_t head_dim = 0;          // 0: hidden / heads
   bool attention_bias = false;   // q, k and v projections with biases (Qwen2)
-  // Rotary scaling as transformers' rope_parameters: "default", "linear" (positions / factor) or
-  // "llama3" (Llama 3.1's frequency bands).
-  std::string rope_type = "default";
-  double rope_factor = 1.0;
-  double rope_low_freq_factor = 1.0;
-  double rope_high_freq_factor = 4.0;
-  int64_t rope_original_max_positions = 0;
+  RopeScaling rope_scaling;      // rotary scaling, as transformers' rope_parameters
   // >= 0: LLaVA's layout. The image embeddings replace the tokens with this id wherever the text
   // has them, and logits cover every position. -1: the embeddings are a prefix before the text.
   int64_t image_token_id = -1;

@@ -210,21 +210,20 @@ VisionEncoderImpl::VisionEncoderImpl(const VisionConfig& config) : config_(confi
     // PyTorch's default Linear initialisation, as LLaVA's projector has: with no norm before it,
     // small weights (0.02) would hand the LLM near-zero embeddings at first.
   }
-  // Plain tensors, not buffers: the model's buffers stay the fixed tables (NOTE [Model dtypes]).
+  // Buffers, so that they move with the model (NOTE [Model dtypes]: engines ignore buffers).
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   const auto per_channel = [&](const std::vector<double>& v) {
     return (v.empty() ? torch::full({c.channels}, 0.5, f64) : torch::tensor(v, f64)).to(torch::kFloat).view({1, -1, 1, 1});
   };
-  pixel_mean_ = per_channel(c.image_mean);
-  pixel_std_ = per_channel(c.image_std);
+  pixel_mean_ = register_buffer("pixel_mean", per_channel(c.image_mean));
+  pixel_std_ = register_buffer("pixel_std", per_channel(c.image_std));
 }
 
 at::Tensor VisionEncoderImpl::forward(const at::Tensor& images) {
   const auto& c = config_;
   CheckImages(c, images, "images");
   const auto dtype = compute_dtype_.value_or(patch_embed_->weight.scalar_type());
-  const auto to = torch::TensorOptions().dtype(dtype).device(images.device());
-  return ForwardNormalized((images.to(dtype) - pixel_mean_.to(to)) / pixel_std_.to(to));
+  return ForwardNormalized((images.to(dtype) - pixel_mean_.to(dtype)) / pixel_std_.to(dtype));
 }
 
 at::Tensor VisionEncoderImpl::ForwardNormalized(const at::Tensor& pixels) {

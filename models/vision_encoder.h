@@ -88,7 +88,7 @@ class VisionEncoderImpl : public torch::nn::Module {
   torch::nn::LayerNorm norm_{nullptr};         // when config.final_norm
   torch::nn::Linear projector_{nullptr};       // "linear", or linear_1 of "mlp2x"
   torch::nn::Linear projector_2_{nullptr};     // linear_2 of "mlp2x"
-  at::Tensor pixel_mean_, pixel_std_;          // fp32 [1, channels, 1, 1] on the CPU
+  at::Tensor pixel_mean_, pixel_std_;          // fp32 buffers [1, channels, 1, 1]
   c10::optional<at::ScalarType> compute_dtype_;
 };
 TORCH_MODULE(VisionEncoder);

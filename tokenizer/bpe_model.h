@@ -45,9 +45,7 @@ class BpeModel {
   // InvalidArgument naming the character.
   absl::Status Tokenize(std::string_view piece, std::vector<int64_t>& ids) const;
 
-  std::optional<int64_t> TokenToId(const std::string& token) const { return vocab_.TokenToId(token); }
-  const std::string* IdToToken(int64_t id) const { return vocab_.IdToToken(id); }
-  int64_t size() const { return vocab_.size(); }
+  const Vocabulary& vocabulary() const { return vocab_; }
 
  private:
   struct Merge {
@@ -70,9 +68,7 @@ class WordLevelModel {
  public:
   static absl::StatusOr<WordLevelModel> FromJson(const nlohmann::json& model);
   absl::Status Tokenize(std::string_view piece, std::vector<int64_t>& ids) const;
-  std::optional<int64_t> TokenToId(const std::string& token) const { return vocab_.TokenToId(token); }
-  const std::string* IdToToken(int64_t id) const { return vocab_.IdToToken(id); }
-  int64_t size() const { return vocab_.size(); }
+  const Vocabulary& vocabulary() const { return vocab_; }
 
  private:
   Vocabulary vocab_;

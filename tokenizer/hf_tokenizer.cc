@@ -219,7 +219,7 @@ std::string HfTokenizer::Decode(const std::vector<int64_t>& ids, bool skip_speci
     }
     if (added != nullptr) {
       if (!(skip_special_tokens && added->special)) tokens.push_back(added->content);
-    } else if (const std::string* token = model_->IdToToken(id)) {
+    } else if (const std::string* token = model_->vocabulary().IdToToken(id)) {
       tokens.push_back(*token);
     }
   }
@@ -231,11 +231,11 @@ std::optional<int64_t> HfTokenizer::TokenToId(const std::string& token) const {
   for (const Added& a : added_) {
     if (a.content == token) return a.id;
   }
-  return model_->TokenToId(token);
+  return model_->vocabulary().TokenToId(token);
 }
 
 int64_t HfTokenizer::vocab_size() const {
-  int64_t size = model_->size();
+  int64_t size = model_->vocabulary().size();
   for (const Added& a : added_) size = std::max(size, a.id + 1);
   return size;
 }

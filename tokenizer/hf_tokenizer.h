@@ -72,11 +72,7 @@ class HfTokenizer {
     absl::Status Tokenize(std::string_view piece, std::vector<int64_t>& ids) const {
       return bpe ? bpe->Tokenize(piece, ids) : word_level->Tokenize(piece, ids);
     }
-    const std::string* IdToToken(int64_t id) const { return bpe ? bpe->IdToToken(id) : word_level->IdToToken(id); }
-    std::optional<int64_t> TokenToId(const std::string& t) const {
-      return bpe ? bpe->TokenToId(t) : word_level->TokenToId(t);
-    }
-    int64_t size() const { return bpe ? bpe->size() : word_level->size(); }
+    const Vocabulary& vocabulary() const { return bpe ? bpe->vocabulary() : word_level->vocabulary(); }
   };
   std::optional<Model> model_;
   Normalizer normalizer_;

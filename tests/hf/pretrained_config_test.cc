@@ -40,10 +40,10 @@ TEST(PretrainedConfig, ReadsAClipLlamaLlavaCheckpoint) {
   EXPECT_EQ(m.mlp_hidden, 80);
   EXPECT_FALSE(m.tie_embeddings);
   EXPECT_FALSE(m.attention_bias);
-  EXPECT_EQ(m.rope_type, "llama3");
+  EXPECT_EQ(m.rope_scaling.type, "llama3");
   EXPECT_DOUBLE_EQ(m.rope_theta, 500000.0);
-  EXPECT_DOUBLE_EQ(m.rope_factor, 8.0);
-  EXPECT_EQ(m.rope_original_max_positions, 16);
+  EXPECT_DOUBLE_EQ(m.rope_scaling.factor, 8.0);
+  EXPECT_EQ(m.rope_scaling.original_max_positions, 16);
   EXPECT_EQ(m.max_seq_len, 128);
   EXPECT_EQ(m.image_token_id, 408);
   EXPECT_EQ(config->eos_token_ids, std::vector<int64_t>{407});
@@ -61,7 +61,7 @@ TEST(PretrainedConfig, ReadsASiglipQwen2LlavaCheckpoint) {
   EXPECT_TRUE(config->llm->attention_bias);
   EXPECT_TRUE(config->llm->tie_embeddings);
   EXPECT_DOUBLE_EQ(config->llm->rope_theta, 1e6);
-  EXPECT_EQ(config->llm->rope_type, "default");
+  EXPECT_EQ(config->llm->rope_scaling.type, "default");
 }
 
 TEST(PretrainedConfig, ReadsATowerAndAnLlmAlone) {
@@ -133,8 +133,8 @@ TEST_F(PretrainedConfigErrors, OlderConfigsTakeTransformersDefaults) {
   EXPECT_EQ(config->llm->hidden, 4096);
   EXPECT_EQ(config->llm->vocab_size, 32064);
   EXPECT_EQ(config->llm->image_token_id, 32000);
-  EXPECT_EQ(config->llm->rope_type, "linear");
-  EXPECT_DOUBLE_EQ(config->llm->rope_factor, 2.0);
+  EXPECT_EQ(config->llm->rope_scaling.type, "linear");
+  EXPECT_DOUBLE_EQ(config->llm->rope_scaling.factor, 2.0);
   EXPECT_DOUBLE_EQ(config->llm->rope_theta, 500000.0);
 }
 
