@@ -86,7 +86,7 @@ absl::StatusOr<AssignResult> StageWorker::Assign(const Assignment& assignment,
   }
   AssignResult result;
   result.parameters = stage_->parameters();
-  result.vocab_size = stage_->data().tokenizer.size();
+  result.vocab_size = stage_->data().text->vocab_size();
   result.train_samples = stage_->data().train_samples();
   result.eval_samples = stage_->data().eval_samples();
   result.step = step_.load();

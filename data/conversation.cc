@@ -102,13 +102,21 @@ absl::StatusOr<std::vector<Conversation>> ReadConversations(const std::string& p
 absl::StatusOr<EncodedConversation> EncodeConversation(const Conversation& conversation,
                                                        const tokenizer::HfTokenizer& tokenizer,
                                                        const tokenizer::ChatFormat& format, int64_t image_tokens) {
+  return EncodeMessages(conversation.messages, conversation.source, tokenizer, format, image_tokens,
+                        /*add_generation_prompt=*/false);
+}
+
+absl::StatusOr<EncodedConversation> EncodeMessages(const std::vector<tokenizer::ChatMessage>& messages,
+                                                   const std::string& source, const tokenizer::HfTokenizer& tokenizer,
+                                                   const tokenizer::ChatFormat& format, int64_t image_tokens,
+                                                   bool add_generation_prompt) {
   const auto image_id = tokenizer.TokenToId(kImage);
   if (!image_id) return absl::InvalidArgumentError("the tokenizer has no \"<image>\" token");
   EncodedConversation out;
-  for (const auto& piece : tokenizer::RenderChatPieces(format, conversation.messages, tokenizer.bos_token(),
-                                                       /*add_generation_prompt=*/false)) {
+  for (const auto& piece :
+       tokenizer::RenderChatPieces(format, messages, tokenizer.bos_token(), add_generation_prompt)) {
     auto ids = tokenizer.Encode(piece.text, /*add_special_tokens=*/false);
-    if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat(conversation.source, ": ", ids.status().message()));
+    if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", ids.status().message()));
     for (int64_t id : *ids) {
       const int64_t copies = id == *image_id ? image_tokens : 1;
       for (int64_t k = 0; k < copies; ++k) {

@@ -44,5 +44,10 @@ struct EncodedConversation {
 absl::StatusOr<EncodedConversation> EncodeConversation(const Conversation& conversation,
                                                        const tokenizer::HfTokenizer& tokenizer,
                                                        const tokenizer::ChatFormat& format, int64_t image_tokens);
+// EncodeConversation of bare messages, optionally with the format's generation prompt after them.
+absl::StatusOr<EncodedConversation> EncodeMessages(const std::vector<tokenizer::ChatMessage>& messages,
+                                                   const std::string& source, const tokenizer::HfTokenizer& tokenizer,
+                                                   const tokenizer::ChatFormat& format, int64_t image_tokens,
+                                                   bool add_generation_prompt);
 
 }  // namespace tandem::data

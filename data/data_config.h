@@ -14,6 +14,7 @@ struct ShapesConfig {
   uint64_t seed = 0;             // same seed, same images and captions
   int64_t train_samples = 4096;
   int64_t eval_samples = 256;    // held out: disjoint from the training samples
+  bool conversations = false;    // questions and answers about each image instead of its caption
 };
 
 // One {"image": "path", "text": "caption"} object per line; image paths relative to the jsonl file.
@@ -22,12 +23,21 @@ struct JsonlConfig {
   std::string eval_path;         // optional ("" = no held-out set unless eval_fraction > 0)
 };
 
+// LLaVA's conversation files (data/conversation.h): a JSON list or JSONL of {"image", "conversations"}.
+struct ConversationsConfig {
+  std::string train_path;        // absolute, or relative to the job spec file
+  std::string eval_path;         // optional
+};
+
 struct DataConfig {
-  enum class Kind { kShapes, kJsonl };
+  enum class Kind { kShapes, kJsonl, kConversations };
   Kind kind = Kind::kShapes;
   ShapesConfig shapes;
   JsonlConfig jsonl;
-  int64_t max_text_tokens = 16;  // caption tokens incl. <bos>/<eos>; longer captions are an error
+  ConversationsConfig conversations;
+  // Text tokens of a sample with its special tokens, image tokens not counted; longer samples are
+  // an error.
+  int64_t max_text_tokens = 16;
 };
 
 }  // namespace tandem::data

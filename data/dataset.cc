@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "data/conversation_dataset.h"
 #include "data/jsonl_dataset.h"
 #include "data/shapes.h"
 
@@ -18,6 +19,7 @@ std::string Resolve(const std::string& path, const std::string& spec_dir) {
 }
 
 absl::StatusOr<Datasets> OpenShapes(const ShapesConfig& config, int64_t image_size) {
+  const auto text = config.conversations ? ShapesText::kConversations : ShapesText::kCaptions;
   if (config.train_samples <= 0 || config.eval_samples < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "shapes data: train_samples must be positive and eval_samples non-negative, got ",
@@ -25,25 +27,24 @@ absl::StatusOr<Datasets> OpenShapes(const ShapesConfig& config, int64_t image_si
   }
   Datasets datasets;
   datasets.train =
-      std::make_unique<ShapesDataset>(config.seed, image_size, Split::kTrain, config.train_samples);
+      std::make_unique<ShapesDataset>(config.seed, image_size, Split::kTrain, config.train_samples, text);
   if (config.eval_samples > 0) {
     datasets.eval =
-        std::make_unique<ShapesDataset>(config.seed, image_size, Split::kEval, config.eval_samples);
+        std::make_unique<ShapesDataset>(config.seed, image_size, Split::kEval, config.eval_samples, text);
   }
   return datasets;
 }
 
-absl::StatusOr<Datasets> OpenJsonl(const JsonlConfig& config, int64_t image_size,
-                                   const std::string& spec_dir) {
-  if (config.train_path.empty()) {
-    return absl::InvalidArgumentError("jsonl data: train_path is empty");
-  }
+// A jsonl or conversations dataset: DatasetType::Open for the train and eval files.
+template <typename DatasetType>
+absl::StatusOr<Datasets> OpenFiles(const std::string& kind, const std::string& train_path,
+                                   const std::string& eval_path, int64_t image_size, const std::string& spec_dir,
+                                   const std::shared_ptr<const ImagePreprocessor>& preprocessor) {
+  if (train_path.empty()) return absl::InvalidArgumentError(absl::StrCat(kind, " data: train_path is empty"));
   Datasets datasets;
-  ASSIGN_OR_RETURN(datasets.train,
-                   JsonlDataset::Open(Resolve(config.train_path, spec_dir), image_size));
-  if (!config.eval_path.empty()) {
-    ASSIGN_OR_RETURN(datasets.eval,
-                     JsonlDataset::Open(Resolve(config.eval_path, spec_dir), image_size));
+  ASSIGN_OR_RETURN(datasets.train, DatasetType::Open(Resolve(train_path, spec_dir), image_size, preprocessor));
+  if (!eval_path.empty()) {
+    ASSIGN_OR_RETURN(datasets.eval, DatasetType::Open(Resolve(eval_path, spec_dir), image_size, preprocessor));
   }
   return datasets;
 }
@@ -51,6 +52,23 @@ absl::StatusOr<Datasets> OpenJsonl(const JsonlConfig& config, int64_t image_size
 }  // namespace
 
 Dataset::~Dataset() = default;
+
+std::vector<tokenizer::ChatMessage> Dataset::Messages(int64_t index) const {
+  return {{"user", "<image>"}, {"assistant", Text(index)}};
+}
+
+std::vector<std::string> Dataset::VocabularyTexts() const { return AllTexts(*this); }
+
+absl::StatusOr<Image> LoadSampleImage(const std::string& path, int64_t image_size,
+                                      const ImagePreprocessor* preprocessor) {
+  ASSIGN_OR_RETURN(Image image, DecodeImageFile(path));
+  if (preprocessor == nullptr) return ResizeBilinear(image, image_size, image_size);
+  auto processed = Preprocess(*preprocessor, image);
+  if (!processed.ok()) {
+    return absl::Status(processed.status().code(), absl::StrCat(path, ": ", processed.status().message()));
+  }
+  return processed;
+}
 
 std::vector<std::string> AllTexts(const Dataset& dataset) {
   std::vector<std::string> texts;
@@ -60,7 +78,8 @@ std::vector<std::string> AllTexts(const Dataset& dataset) {
 }
 
 absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_size,
-                                      const std::string& spec_dir) {
+                                      const std::string& spec_dir,
+                                      std::shared_ptr<const ImagePreprocessor> preprocessor) {
   if (image_size <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("image_size must be positive, got ", image_size));
@@ -69,7 +88,11 @@ absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_si
     case DataConfig::Kind::kShapes:
       return OpenShapes(config.shapes, image_size);
     case DataConfig::Kind::kJsonl:
-      return OpenJsonl(config.jsonl, image_size, spec_dir);
+      return OpenFiles<JsonlDataset>("jsonl", config.jsonl.train_path, config.jsonl.eval_path, image_size, spec_dir,
+                                     preprocessor);
+    case DataConfig::Kind::kConversations:
+      return OpenFiles<ConversationDataset>("conversations", config.conversations.train_path,
+                                            config.conversations.eval_path, image_size, spec_dir, preprocessor);
   }
   return absl::InvalidArgumentError("unknown data kind");
 }

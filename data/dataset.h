@@ -1,5 +1,5 @@
-// Datasets of (image, caption) pairs, and the factory that opens them from a DataConfig
-// (data/data_config.h).
+// Datasets of (image, caption) pairs or of conversations about an image, and the factory that opens
+// them from a DataConfig (data/data_config.h).
 //
 // A Dataset is an immutable, indexable collection: sample i is the same on every call and in every
 // process that opened the same data, so data order is entirely the Sampler's business
@@ -17,6 +17,8 @@
 #include "absl/status/statusor.h"
 #include "data/data_config.h"
 #include "data/image.h"
+#include "data/image_preprocessor.h"
+#include "tokenizer/chat_template.h"
 
 namespace tandem::data {
 
@@ -35,9 +37,19 @@ class Dataset {
   // [0, size()); other errors (an undecodable file) name the sample as Describe does.
   virtual absl::StatusOr<Example> Get(int64_t index) const = 0;
 
-  // The caption alone, without touching the image: cheap, for building the tokenizer.
+  // The caption alone, without touching the image: cheap, for building the tokenizer. A
+  // conversation's text is ConversationWords of its messages (data/text_codec.h).
   // REQUIRES: 0 <= index < size().
   virtual std::string Text(int64_t index) const = 0;
+
+  // The sample as the conversation the LLM trains on (data/text_codec.h). A caption is the answer to
+  // a user turn holding only the image: {user: "<image>"}, {assistant: caption}.
+  // REQUIRES: 0 <= index < size().
+  virtual std::vector<tokenizer::ChatMessage> Messages(int64_t index) const;
+
+  // The texts a word tokenizer built for this dataset covers: AllTexts. The shapes dataset adds the
+  // words of its conversations, so one vocabulary serves its captions and its conversations.
+  virtual std::vector<std::string> VocabularyTexts() const;
 
   // Where the sample comes from, for error messages: "train.jsonl:12 (images/cat.png)",
   // "shapes train #12 (seed 0)".
@@ -52,15 +64,23 @@ struct Datasets {
   std::unique_ptr<Dataset> eval;  // null when there is no held-out set
 };
 
-// Opens the job's datasets with images of image_size x image_size.
+// Opens the job's datasets with images of image_size x image_size: files are resized by
+// `preprocessor` when given (a pretrained tower's, data/image_preprocessor.h), else stretched by
+// ResizeBilinear.
 //   shapes: train = ShapesDataset(seed, image_size, kTrain, train_samples), eval likewise with
 //   kEval
 //           and eval_samples (null when eval_samples is 0).
-//   jsonl:  train_path and, when set, eval_path, each resolved against spec_dir when relative
-//           (spec_dir "" = the working directory); eval is null without eval_path.
+//   jsonl, conversations: train_path and, when set, eval_path, each resolved against spec_dir when
+//           relative (spec_dir "" = the working directory); eval is null without eval_path.
 // InvalidArgument for a non-positive image_size or sample count, or an empty train_path; otherwise
 // the errors of JsonlDataset::Open.
 absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_size,
-                                      const std::string& spec_dir);
+                                      const std::string& spec_dir,
+                                      std::shared_ptr<const ImagePreprocessor> preprocessor = nullptr);
+
+// An image file as a dataset sample: decoded, then preprocessed (when given) or stretched to
+// image_size. Errors name the file.
+absl::StatusOr<Image> LoadSampleImage(const std::string& path, int64_t image_size,
+                                      const ImagePreprocessor* preprocessor);
 
 }  // namespace tandem::data

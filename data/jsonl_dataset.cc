@@ -46,8 +46,8 @@ absl::StatusOr<std::string> StringField(const nlohmann::json& object, const char
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<JsonlDataset>> JsonlDataset::Open(const std::string& jsonl_path,
-                                                                 int64_t image_size) {
+absl::StatusOr<std::unique_ptr<JsonlDataset>> JsonlDataset::Open(
+    const std::string& jsonl_path, int64_t image_size, std::shared_ptr<const ImagePreprocessor> preprocessor) {
   ASSIGN_OR_RETURN(const std::string contents, ReadFile(jsonl_path));
   const fs::path directory = fs::path(jsonl_path).parent_path();
   std::vector<Sample> samples;
@@ -104,7 +104,7 @@ absl::StatusOr<std::unique_ptr<JsonlDataset>> JsonlDataset::Open(const std::stri
         absl::StrCat(jsonl_path, ": no samples (the file is empty or has only blank lines)"));
   }
   return std::unique_ptr<JsonlDataset>(
-      new JsonlDataset(jsonl_path, image_size, std::move(samples)));
+      new JsonlDataset(jsonl_path, image_size, std::move(samples), std::move(preprocessor)));
 }
 
 absl::StatusOr<Example> JsonlDataset::Get(int64_t index) const {
@@ -113,12 +113,12 @@ absl::StatusOr<Example> JsonlDataset::Get(int64_t index) const {
         absl::StrCat(jsonl_path_, ": index ", index, " outside [0, ", size(), ")"));
   }
   const Sample& sample = samples_[index];
-  absl::StatusOr<Image> image = DecodeImageFile(sample.image_path);
+  absl::StatusOr<Image> image = LoadSampleImage(sample.image_path, image_size_, preprocessor_.get());
   if (!image.ok()) {
     return absl::Status(image.status().code(), absl::StrCat(jsonl_path_, ":", sample.line, ": ",
                                                             image.status().message()));
   }
-  return Example{ResizeBilinear(*image, image_size_, image_size_), sample.text};
+  return Example{*std::move(image), sample.text};
 }
 
 std::string JsonlDataset::Describe(int64_t index) const {

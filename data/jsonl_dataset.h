@@ -12,7 +12,7 @@
 //     directory), and must exist as a regular file at Open: NotFound otherwise, naming both;
 //   * at least one sample.
 // Images are decoded in Get (PNG or JPEG, data/image.h) and resized to image_size x image_size by
-// ResizeBilinear, without keeping the aspect ratio. A decoding error keeps its code and is prefixed
+// LoadSampleImage (data/dataset.h). A decoding error keeps its code and is prefixed
 // with the jsonl line: "train.jsonl:12: images/cat.png: corrupt PNG: ...".
 //
 // Thread-safety: immutable after Open; Get may be called concurrently.
@@ -31,8 +31,10 @@ namespace tandem::data {
 class JsonlDataset final : public Dataset {
  public:
   // REQUIRES: image_size > 0.
-  static absl::StatusOr<std::unique_ptr<JsonlDataset>> Open(const std::string& jsonl_path,
-                                                            int64_t image_size);
+  // `preprocessor` (may be null): as OpenDatasets.
+  static absl::StatusOr<std::unique_ptr<JsonlDataset>> Open(
+      const std::string& jsonl_path, int64_t image_size,
+      std::shared_ptr<const ImagePreprocessor> preprocessor = nullptr);
 
   int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
   absl::StatusOr<Example> Get(int64_t index) const override;
@@ -51,12 +53,17 @@ class JsonlDataset final : public Dataset {
     std::string text;
   };
 
-  JsonlDataset(std::string jsonl_path, int64_t image_size, std::vector<Sample> samples)
-      : jsonl_path_(std::move(jsonl_path)), image_size_(image_size), samples_(std::move(samples)) {}
+  JsonlDataset(std::string jsonl_path, int64_t image_size, std::vector<Sample> samples,
+               std::shared_ptr<const ImagePreprocessor> preprocessor)
+      : jsonl_path_(std::move(jsonl_path)),
+        image_size_(image_size),
+        samples_(std::move(samples)),
+        preprocessor_(std::move(preprocessor)) {}
 
   std::string jsonl_path_;
   int64_t image_size_;
   std::vector<Sample> samples_;
+  std::shared_ptr<const ImagePreprocessor> preprocessor_;
 };
 
 }  // namespace tandem::data

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "data/random.h"
 #include "data/shape_render.h"
+#include "data/text_codec.h"
 
 namespace tandem::data {
 namespace {
@@ -15,6 +16,7 @@ namespace {
 // Stream tags, hashed with the seed and split so that no two purposes share random numbers.
 constexpr uint64_t kBlockStream = 1;   // the order of combinations inside a block of 432
 constexpr uint64_t kJitterStream = 2;  // one sample's jitter
+constexpr uint64_t kConversationStream = 3;  // one sample's questions
 
 // Grid cell centres in image units. 0.2 rather than 1/6 from the edge keeps the largest shape
 // (extent 1.126 * 0.155 = 0.175, plus 0.02 position jitter) inside the image.
@@ -86,8 +88,38 @@ std::string Caption(const ShapeAttributes& attributes) {
   return caption;
 }
 
-ShapesDataset::ShapesDataset(uint64_t seed, int64_t image_size, Split split, int64_t size)
-    : seed_(seed), image_size_(image_size), split_(split), size_(size) {}
+ShapesDataset::ShapesDataset(uint64_t seed, int64_t image_size, Split split, int64_t size, ShapesText text)
+    : seed_(seed), image_size_(image_size), split_(split), size_(size), text_(text) {}
+
+namespace {
+
+// The questions of ShapesConversation, one per attribute and one for the whole caption.
+constexpr std::array<std::string_view, 5> kQuestions = {
+    "What colour is the shape?", "What shape is it?", "Where is the shape?", "Is the shape small or large?",
+    "Describe the image."};
+
+std::string Answer(const ShapeAttributes& a, size_t question) {
+  std::string answer;
+  switch (question) {
+    case 0: answer.append("It is ").append(ColourName(a.colour)); break;
+    case 1: answer.append("It is a ").append(ShapeName(a.shape)); break;
+    case 2: answer.append("At the ").append(PlaceName(a.place)); break;
+    case 3: answer.append("It is ").append(SizeName(a.size)); break;
+    default: answer = Caption(a); answer[0] = 'A'; break;
+  }
+  return answer + ".";
+}
+
+}  // namespace
+
+std::vector<tokenizer::ChatMessage> ShapesConversation(const ShapeAttributes& attributes, uint64_t draw) {
+  const size_t first = draw % kQuestions.size();
+  const size_t second = (first + 1 + draw / kQuestions.size() % (kQuestions.size() - 1)) % kQuestions.size();
+  return {{"user", "<image>\n" + std::string(kQuestions[first])},
+          {"assistant", Answer(attributes, first)},
+          {"user", std::string(kQuestions[second])},
+          {"assistant", Answer(attributes, second)}};
+}
 
 ShapeAttributes ShapesDataset::Attributes(int64_t index) const {
   // Fisher-Yates over the block's 432 combinations, stopping once position `offset` is final:
@@ -123,7 +155,7 @@ Example ShapesDataset::Render(int64_t index) const {
   for (int c = 1; c < 3; ++c)
     scene.background[c] = kBackgroundLow + kBackgroundRange * rng.Uniform();
 
-  return Example{RenderScene(scene, image_size_), Caption(attributes)};
+  return Example{RenderScene(scene, image_size_), Text(index)};
 }
 
 absl::StatusOr<Example> ShapesDataset::Get(int64_t index) const {
@@ -134,7 +166,22 @@ absl::StatusOr<Example> ShapesDataset::Get(int64_t index) const {
   return Render(index);
 }
 
-std::string ShapesDataset::Text(int64_t index) const { return Caption(Attributes(index)); }
+std::string ShapesDataset::Text(int64_t index) const {
+  if (text_ == ShapesText::kCaptions) return Caption(Attributes(index));
+  return ConversationWords(Messages(index));
+}
+
+std::vector<tokenizer::ChatMessage> ShapesDataset::Messages(int64_t index) const {
+  if (text_ == ShapesText::kCaptions) return Dataset::Messages(index);
+  return ShapesConversation(Attributes(index),
+                            HashKey({seed_, SplitTag(split_), kConversationStream, static_cast<uint64_t>(index)}));
+}
+
+std::vector<std::string> ShapesDataset::VocabularyTexts() const {
+  std::vector<std::string> texts = AllTexts(*this);
+  for (size_t q = 0; q < kQuestions.size(); ++q) texts.push_back(std::string(kQuestions[q]) + " It is a.");
+  return texts;
+}
 
 std::string ShapesDataset::Describe(int64_t index) const {
   return absl::StrCat("shapes ", split_ == Split::kTrain ? "train" : "eval", " #", index, " (seed ",

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "data/dataset.h"
@@ -74,15 +75,29 @@ std::string_view SizeName(ShapeSize size);  // "small", "large"
 // "a small red circle at the top left", "a large blue cross at the center".
 std::string Caption(const ShapeAttributes& attributes);
 
+// A conversation of two questions about the shape, each with its answer: two of "What colour is the
+// shape?" ("It is red."), "What shape is it?" ("It is a circle."), "Where is the shape?" ("At the
+// top left."), "Is the shape small or large?" ("It is small.") and "Describe the image." (the
+// caption as a sentence), picked by `draw`. The first question carries the image mark.
+std::vector<tokenizer::ChatMessage> ShapesConversation(const ShapeAttributes& attributes, uint64_t draw);
+
+// What a sample's text is: its caption, or a conversation about it (ShapesConversation, questions
+// drawn from (seed, split, index)).
+enum class ShapesText { kCaptions, kConversations };
+
 class ShapesDataset final : public Dataset {
  public:
   // REQUIRES: image_size > 0 (the shapes are designed for 32 to 224), size >= 0.
-  ShapesDataset(uint64_t seed, int64_t image_size, Split split, int64_t size);
+  ShapesDataset(uint64_t seed, int64_t image_size, Split split, int64_t size,
+                ShapesText text = ShapesText::kCaptions);
 
   int64_t size() const override { return size_; }
   // Never fails inside [0, size()); OutOfRange outside.
   absl::StatusOr<Example> Get(int64_t index) const override;
   std::string Text(int64_t index) const override;
+  std::vector<tokenizer::ChatMessage> Messages(int64_t index) const override;
+  // The captions or conversations, and every question's words.
+  std::vector<std::string> VocabularyTexts() const override;
   std::string Describe(int64_t index) const override;  // "shapes train #12 (seed 0)"
 
   // The sample itself, for any index >= 0 (size() only bounds Get): Get without the Status.
@@ -94,6 +109,7 @@ class ShapesDataset final : public Dataset {
   int64_t image_size_;
   Split split_;
   int64_t size_;
+  ShapesText text_;
 };
 
 }  // namespace tandem::data

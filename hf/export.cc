@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 #include <utility>
 #include <vector>
@@ -23,6 +24,8 @@
 #include "models/llm.h"
 #include "models/vision_encoder.h"
 #include "nlohmann/json.hpp"
+#include "tokenizer/chat_template.h"
+#include "hf/pretrained_config.h"
 
 namespace tandem::hf {
 namespace {
@@ -108,12 +111,13 @@ absl::Status AddVisionTensors(const models::VisionEncoderImpl& vision, Tensors& 
   return absl::OkStatus();
 }
 
-// transformers' tensors of the LLM, with one more vocabulary row (zeros) for the image token.
-absl::Status AddLlmTensors(const models::LlmImpl& llm, Tensors& out) {
+// transformers' tensors of the LLM; Tandem's own gets one more vocabulary row (zeros) for the
+// image token.
+absl::Status AddLlmTensors(const models::LlmImpl& llm, bool add_image_row, Tensors& out) {
   for (const auto& item : llm.named_parameters(/*recurse=*/true)) {
     ASSIGN_OR_RETURN(const auto theirs, TheirLlmNames(item.key()));
     at::Tensor tensor = item.value().detach().to(at::kFloat).contiguous();
-    if (item.key() == "embed.weight" || item.key() == "head.weight") {
+    if (add_image_row && (item.key() == "embed.weight" || item.key() == "head.weight")) {
       tensor = torch::cat({tensor, torch::zeros({1, tensor.size(1)})}, 0);
     }
     out.emplace_back(FullName(PretrainedKind::kLlava, theirs[0]), tensor);
@@ -126,7 +130,27 @@ std::string HfActivation(const std::string& activation) {
 }
 
 // A tower with a class token and a pre-norm is CLIP's; Tandem's own and SigLIP's are SigLIP's.
-Json LlavaConfig(const models::VisionConfig& v, const models::LlmConfig& m, int64_t image_token) {
+// The LLM's special token ids, as config.json carries them.
+struct TokenIds {
+  int64_t bos = data::Tokenizer::kBos;
+  Json eos = data::Tokenizer::kEos;  // a number or a list
+  Json pad = data::Tokenizer::kPad;  // a number or null
+};
+
+Json RopeParameters(const models::LlmConfig& m) {
+  Json rope = {{"rope_type", m.rope_scaling.type}, {"rope_theta", m.rope_theta}};
+  if (m.rope_scaling.type != "default") rope["factor"] = m.rope_scaling.factor;
+  if (m.rope_scaling.type == "llama3") {
+    rope["low_freq_factor"] = m.rope_scaling.low_freq_factor;
+    rope["high_freq_factor"] = m.rope_scaling.high_freq_factor;
+    rope["original_max_position_embeddings"] = m.rope_scaling.original_max_positions;
+  }
+  return rope;
+}
+
+// `m.vocab_size` counts every row the exported LLM has; Qwen2 is the Llama with q/k/v biases.
+Json LlavaConfig(const models::VisionConfig& v, const models::LlmConfig& m, int64_t image_token,
+                 const TokenIds& ids) {
   const bool clip = v.class_token;
   Json vision = {{"model_type", clip ? "clip_vision_model" : "siglip_vision_model"},
                  {"hidden_size", v.hidden},
@@ -140,8 +164,8 @@ Json LlavaConfig(const models::VisionConfig& v, const models::LlmConfig& m, int6
                  {"layer_norm_eps", v.norm_eps},
                  {"attention_dropout", 0.0}};
   if (!clip) vision["vision_use_head"] = v.pooling_head;
-  Json text = {{"model_type", "llama"},
-               {"vocab_size", m.vocab_size + 1},
+  Json text = {{"model_type", m.attention_bias ? "qwen2" : "llama"},
+               {"vocab_size", m.vocab_size},
                {"hidden_size", m.hidden},
                {"intermediate_size", m.mlp_hidden},
                {"num_hidden_layers", m.layers},
@@ -151,14 +175,18 @@ Json LlavaConfig(const models::VisionConfig& v, const models::LlmConfig& m, int6
                {"max_position_embeddings", m.max_seq_len},
                {"rms_norm_eps", m.norm_eps},
                {"rope_theta", m.rope_theta},
-               {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", m.rope_theta}}},
+               {"rope_parameters", RopeParameters(m)},
                {"hidden_act", "silu"},
-               {"attention_bias", false},
-               {"mlp_bias", false},
                {"tie_word_embeddings", m.tie_embeddings},
-               {"bos_token_id", data::Tokenizer::kBos},
-               {"eos_token_id", data::Tokenizer::kEos},
-               {"pad_token_id", data::Tokenizer::kPad}};
+               {"bos_token_id", ids.bos},
+               {"eos_token_id", ids.eos},
+               {"pad_token_id", ids.pad}};
+  if (!m.attention_bias) {
+    text["attention_bias"] = false;
+    text["mlp_bias"] = false;
+  } else {
+    text["use_sliding_window"] = false;
+  }
   return {{"architectures", {"LlavaForConditionalGeneration"}},
           {"model_type", "llava"},
           {"dtype", "float32"},
@@ -267,20 +295,20 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
   const fs::path weights = source.checkpoint.empty() ? run : source.checkpoint;
   ASSIGN_OR_RETURN(jobspec::JobConfig job, jobspec::LoadJobSpecFile((run / "job.json").string()));
   RETURN_IF_ERROR(ResolvePretrainedModels(job));
-  ASSIGN_OR_RETURN(const data::Tokenizer words, data::Tokenizer::Load((weights / "tokenizer.json").string()));
+  const bool own_llm = job.llm.pretrained.empty();
+  std::optional<data::Tokenizer> words;
+  if (own_llm) {
+    ASSIGN_OR_RETURN(words, data::Tokenizer::Load((weights / "tokenizer.json").string()));
+  }
   models::VisionConfig v = job.vision.model;
   models::LlmConfig m = job.llm.model;
   v.output_dim = m.hidden;
-  m.vocab_size = words.size();
+  if (own_llm) m.vocab_size = words->size();
   if (v.final_norm || v.projector != "mlp2x") {
     return absl::FailedPreconditionError(absl::StrCat(
         options.run_dir, ": the run's vision model has ",
         v.final_norm ? "a LayerNorm before its projector" : "a linear projector",
         ", a layout Hugging Face's LLaVA cannot express (models/README.md)"));
-  }
-  if (m.image_token_id >= 0) {
-    return absl::FailedPreconditionError(absl::StrCat(options.run_dir, ": the run's LLM already has an image "
-                                                      "token; only runs of the project's own LLM export"));
   }
   torch::manual_seed(0);
   models::VisionEncoder vision(v);
@@ -303,23 +331,43 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
                                           (source.checkpoint / "llm").string(), "llm"));
   }
 
-  const int64_t image_token = words.size();
   Tensors tensors;
   RETURN_IF_ERROR(AddVisionTensors(*vision, tensors));
-  RETURN_IF_ERROR(AddLlmTensors(*llm, tensors));
+  RETURN_IF_ERROR(AddLlmTensors(*llm, /*add_image_row=*/own_llm, tensors));
   RETURN_IF_ERROR(WriteShards(dir, tensors, options.max_shard_bytes));
-  RETURN_IF_ERROR(WriteJson(dir / "config.json", LlavaConfig(v, m, image_token)));
-  RETURN_IF_ERROR(WriteJson(dir / "generation_config.json", {{"bos_token_id", data::Tokenizer::kBos},
-                                                              {"eos_token_id", data::Tokenizer::kEos},
-                                                              {"pad_token_id", data::Tokenizer::kPad}}));
-  RETURN_IF_ERROR(WriteJson(dir / "tokenizer.json", TokenizerJson(words, image_token)));
-  RETURN_IF_ERROR(WriteJson(dir / "tokenizer_config.json",
-                            {{"tokenizer_class", "PreTrainedTokenizerFast"},
-                             {"bos_token", words.Word(data::Tokenizer::kBos)},
-                             {"eos_token", words.Word(data::Tokenizer::kEos)},
-                             {"pad_token", words.Word(data::Tokenizer::kPad)},
-                             {"unk_token", words.Word(data::Tokenizer::kUnk)},
-                             {"model_max_length", m.max_seq_len}}));
+  if (own_llm) {
+    const int64_t image_token = words->size();
+    m.vocab_size += 1;
+    RETURN_IF_ERROR(WriteJson(dir / "config.json", LlavaConfig(v, m, image_token, TokenIds{})));
+    RETURN_IF_ERROR(WriteJson(dir / "generation_config.json", {{"bos_token_id", data::Tokenizer::kBos},
+                                                                {"eos_token_id", data::Tokenizer::kEos},
+                                                                {"pad_token_id", data::Tokenizer::kPad}}));
+    RETURN_IF_ERROR(WriteJson(dir / "tokenizer.json", TokenizerJson(*words, image_token)));
+    RETURN_IF_ERROR(WriteJson(dir / "tokenizer_config.json",
+                              {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                               {"bos_token", words->Word(data::Tokenizer::kBos)},
+                               {"eos_token", words->Word(data::Tokenizer::kEos)},
+                               {"pad_token", words->Word(data::Tokenizer::kPad)},
+                               {"unk_token", words->Word(data::Tokenizer::kUnk)},
+                               {"model_max_length", m.max_seq_len},
+                               {"chat_template", tokenizer::kTandemChatTemplate}}));
+  } else {
+    // The pretrained LLM's ids, and its tokenizer files as they are.
+    ASSIGN_OR_RETURN(const PretrainedConfig pretrained, ReadPretrainedConfig(job.llm.pretrained));
+    TokenIds ids;
+    ids.bos = pretrained.bos_token_id;
+    ids.eos = pretrained.eos_token_ids.size() == 1 ? Json(pretrained.eos_token_ids[0]) : Json(pretrained.eos_token_ids);
+    ids.pad = pretrained.pad_token_id >= 0 ? Json(pretrained.pad_token_id) : Json(nullptr);
+    RETURN_IF_ERROR(WriteJson(dir / "config.json", LlavaConfig(v, m, m.image_token_id, ids)));
+    for (const char* file : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                             "chat_template.jinja", "generation_config.json"}) {
+      std::error_code ec;
+      const fs::path from = fs::path(job.llm.pretrained) / file;
+      if (!fs::exists(from, ec)) continue;
+      fs::copy_file(from, dir / file, ec);
+      if (ec) return absl::InternalError(absl::StrCat(from.string(), ": ", ec.message()));
+    }
+  }
   if (!job.vision.pretrained.empty()) {  // the tower's own preprocessing
     std::error_code ec;
     fs::copy_file(fs::path(job.vision.pretrained) / "preprocessor_config.json", dir / "preprocessor_config.json", ec);

@@ -5,51 +5,94 @@
 #include "absl/strings/str_cat.h"
 #include "data/image_preprocessor.h"
 #include "hf/pretrained_config.h"
+#include "common/status_macros.h"
 #include "jobspec/job_spec.h"
+#include "tokenizer/hf_tokenizer.h"
 
 namespace tandem::hf {
 namespace {
 
-absl::Status Prefixed(const absl::Status& status) {
-  return absl::Status(status.code(), absl::StrCat("vision.pretrained: ", status.message()));
+absl::Status Prefixed(const char* key, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(key, ": ", status.message()));
+}
+
+constexpr char kVision[] = "vision.pretrained";
+constexpr char kLlm[] = "llm.pretrained";
+
+absl::Status ResolveLlm(jobspec::JobConfig& job) {
+  const std::string dir = jobspec::SpecPath(job.llm.pretrained, job.spec_dir);
+  auto config = ReadPretrainedConfig(dir);
+  if (!config.ok()) return Prefixed(kLlm, config.status());
+  if (config->kind == PretrainedKind::kVisionTower) {
+    return Prefixed(kLlm, absl::InvalidArgumentError(absl::StrCat(dir, ": a ", config->model_type,
+                                                                  " model has no language model")));
+  }
+  models::LlmConfig llm = *config->llm;
+  if (llm.image_token_id < 0) {  // an LLM alone: its tokenizer must have LLaVA's image token
+    auto tokenizer = tokenizer::HfTokenizer::Load(dir);
+    if (!tokenizer.ok()) return Prefixed(kLlm, tokenizer.status());
+    const auto image = tokenizer->TokenToId("<image>");
+    if (!image || *image >= llm.vocab_size) {
+      return Prefixed(kLlm, absl::InvalidArgumentError(absl::StrCat(
+                                dir, ": the tokenizer has no \"<image>\" token inside the model's vocabulary of ",
+                                llm.vocab_size, ": add one, with its embedding row, as LLaVA does")));
+    }
+    llm.image_token_id = *image;
+  }
+  job.llm.model = llm;
+  job.llm.pretrained = dir;
+  job.vision.model.output_dim = llm.hidden;
+  return absl::OkStatus();
+}
+
+absl::Status ResolveVision(jobspec::JobConfig& job) {
+  const std::string dir = jobspec::SpecPath(job.vision.pretrained, job.spec_dir);
+  auto config = ReadPretrainedConfig(dir);
+  if (!config.ok()) return Prefixed(kVision, config.status());
+  if (config->kind == PretrainedKind::kLlm) {
+    return Prefixed(kVision, absl::InvalidArgumentError(
+                                 absl::StrCat(dir, ": a ", config->model_type, " model has no vision tower")));
+  }
+  if (job.vision.new_projector && config->kind != PretrainedKind::kLlava) {
+    return absl::InvalidArgumentError(absl::StrCat("vision.new_projector: ", dir, " is a vision tower alone, whose "
+                                                   "projector is always new"));
+  }
+  models::VisionConfig vision = *config->vision;
+  const int64_t hidden = job.llm.model.hidden;
+  if (config->kind == PretrainedKind::kLlava && !job.vision.new_projector && vision.output_dim != hidden) {
+    return Prefixed(kVision, absl::InvalidArgumentError(absl::StrCat(
+                                 dir, ": its projector outputs ", vision.output_dim, " wide, the LLM is ", hidden)));
+  }
+  vision.output_dim = hidden;
+  const std::string file = (std::filesystem::path(dir) / "preprocessor_config.json").string();
+  auto preprocessor = data::ReadImagePreprocessor(file);
+  if (!preprocessor.ok()) return Prefixed(kVision, preprocessor.status());
+  if (preprocessor->output_size() != vision.image_size) {
+    return Prefixed(kVision, absl::InvalidArgumentError(absl::StrCat(
+                                 file, ": makes images of ", preprocessor->output_size(), " pixels, the tower takes ",
+                                 vision.image_size)));
+  }
+  vision.image_mean = preprocessor->image_mean;
+  vision.image_std = preprocessor->image_std;
+  job.vision.model = vision;
+  job.vision.pretrained = dir;
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::Status ResolvePretrainedModels(jobspec::JobConfig& job) {
-  if (job.vision.pretrained.empty()) return absl::OkStatus();
-  const std::string dir = jobspec::SpecPath(job.vision.pretrained, job.spec_dir);
-  auto config = ReadPretrainedConfig(dir);
-  if (!config.ok()) return Prefixed(config.status());
-  if (config->kind == PretrainedKind::kLlm) {
-    return Prefixed(absl::InvalidArgumentError(
-        absl::StrCat(dir, ": a ", config->model_type, " model has no vision tower")));
-  }
-  models::VisionConfig vision = *config->vision;
-  const int64_t hidden = job.llm.model.hidden;
-  if (config->kind == PretrainedKind::kLlava && vision.output_dim != hidden) {
-    return Prefixed(absl::InvalidArgumentError(absl::StrCat(
-        dir, ": its projector outputs ", vision.output_dim, " wide, llm.model.hidden is ", hidden)));
-  }
-  vision.output_dim = hidden;
-  const std::string file = (std::filesystem::path(dir) / "preprocessor_config.json").string();
-  auto preprocessor = data::ReadImagePreprocessor(file);
-  if (!preprocessor.ok()) return Prefixed(preprocessor.status());
-  if (preprocessor->output_size() != vision.image_size) {
-    return Prefixed(absl::InvalidArgumentError(absl::StrCat(file, ": makes images of ", preprocessor->output_size(),
-                                                            " pixels, the tower takes ", vision.image_size)));
-  }
-  vision.image_mean = preprocessor->image_mean;
-  vision.image_std = preprocessor->image_std;
-  const int64_t needed = vision.num_features() + job.data.max_text_tokens;
+  if (!job.llm.pretrained.empty()) RETURN_IF_ERROR(ResolveLlm(job));
+  if (!job.vision.pretrained.empty()) RETURN_IF_ERROR(ResolveVision(job));
+  if (job.llm.pretrained.empty() && job.vision.pretrained.empty()) return absl::OkStatus();
+  const int64_t needed = job.vision.model.num_features() + job.data.max_text_tokens;
   if (job.llm.model.max_seq_len < needed) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "llm.model.max_seq_len: must be >= the pretrained tower's image features (", vision.num_features(),
-        ") + data.max_text_tokens (", job.data.max_text_tokens, ") = ", needed, ", got ",
+        job.llm.pretrained.empty() ? "llm.model.max_seq_len" : "llm.pretrained",
+        ": the LLM's positions must hold the image features (", job.vision.model.num_features(),
+        ") + data.max_text_tokens (", job.data.max_text_tokens, ") = ", needed, ", it has ",
         job.llm.model.max_seq_len));
   }
-  job.vision.model = vision;
-  job.vision.pretrained = dir;
   return absl::OkStatus();
 }
 

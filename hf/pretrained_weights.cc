@@ -96,17 +96,17 @@ absl::Status Load(const PretrainedConfig& config, const CheckpointFiles& files, 
 }  // namespace
 
 absl::Status LoadVisionWeights(const PretrainedConfig& config, const CheckpointFiles& files,
-                               models::VisionEncoderImpl& vision) {
+                               models::VisionEncoderImpl& vision, bool new_projector) {
   if (config.kind == PretrainedKind::kLlm) {
     return absl::InvalidArgumentError(absl::StrCat(config.directory, ": a ", config.model_type,
                                                    " checkpoint has no vision tower"));
   }
   std::set<Part> parts{Part::kVision};
   NamesOf names = TheirVisionNames;
-  if (config.kind == PretrainedKind::kLlava) {
+  if (config.kind == PretrainedKind::kLlava && !new_projector) {
     parts.insert(Part::kProjector);
   } else {
-    // A tower alone: the projector is new, so its parameters are left as initialised.
+    // A tower alone, or a new projector: its parameters are left as initialised.
     names = [](const std::string& ours) -> absl::StatusOr<std::vector<LocalName>> {
       if (ours.rfind("projector.", 0) == 0) return std::vector<LocalName>{};
       return TheirVisionNames(ours);
@@ -123,10 +123,17 @@ absl::Status LoadLlmWeights(const PretrainedConfig& config, const CheckpointFile
   return Load(config, files, llm, {Part::kLlm, Part::kLmHead}, TheirLlmNames, llm.config().tie_embeddings);
 }
 
-absl::Status LoadPretrainedVision(const std::string& directory, models::VisionEncoderImpl& vision) {
+absl::Status LoadPretrainedVision(const std::string& directory, models::VisionEncoderImpl& vision,
+                                  bool new_projector) {
   ASSIGN_OR_RETURN(const PretrainedConfig config, ReadPretrainedConfig(directory));
   ASSIGN_OR_RETURN(const CheckpointFiles files, CheckpointFiles::Open(directory));
-  return LoadVisionWeights(config, files, vision);
+  return LoadVisionWeights(config, files, vision, new_projector);
+}
+
+absl::Status LoadPretrainedLlm(const std::string& directory, models::LlmImpl& llm) {
+  ASSIGN_OR_RETURN(const PretrainedConfig config, ReadPretrainedConfig(directory));
+  ASSIGN_OR_RETURN(const CheckpointFiles files, CheckpointFiles::Open(directory));
+  return LoadLlmWeights(config, files, llm);
 }
 
 }  // namespace tandem::hf

@@ -24,12 +24,15 @@
 
 namespace tandem::hf {
 
+// `new_projector`: a LLaVA checkpoint's projector is not loaded either.
 absl::Status LoadVisionWeights(const PretrainedConfig& config, const CheckpointFiles& files,
-                               models::VisionEncoderImpl& vision);
+                               models::VisionEncoderImpl& vision, bool new_projector = false);
 absl::Status LoadLlmWeights(const PretrainedConfig& config, const CheckpointFiles& files, models::LlmImpl& llm);
 
-// ReadPretrainedConfig, CheckpointFiles::Open and LoadVisionWeights for `directory` (a job's
-// vision.pretrained, hf/pretrained_job.h).
-absl::Status LoadPretrainedVision(const std::string& directory, models::VisionEncoderImpl& vision);
+// ReadPretrainedConfig, CheckpointFiles::Open and LoadVisionWeights (LoadLlmWeights) for
+// `directory` (a job's vision.pretrained and llm.pretrained, hf/pretrained_job.h).
+absl::Status LoadPretrainedVision(const std::string& directory, models::VisionEncoderImpl& vision,
+                                  bool new_projector);
+absl::Status LoadPretrainedLlm(const std::string& directory, models::LlmImpl& llm);
 
 }  // namespace tandem::hf

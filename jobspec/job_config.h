@@ -25,6 +25,7 @@ struct VisionGroupConfig {
   // A Hugging Face tower or LLaVA directory (relative to spec_dir) whose sizes replace `model`
   // (hf::ResolvePretrainedModels) and whose weights the vision stage loads; "" = from scratch.
   std::string pretrained;
+  bool new_projector = false;  // a LLaVA directory's tower, with a new projector
 };
 
 struct LlmGroupConfig {
@@ -33,6 +34,11 @@ struct LlmGroupConfig {
   models::LlmConfig model;
   std::string engine_json = "{}";
   std::vector<std::string> freeze;
+  // A Hugging Face Llama, Qwen2 or LLaVA directory (relative to spec_dir) whose sizes replace
+  // `model` (hf::ResolvePretrainedModels), whose weights the LLM stage loads and whose tokenizer
+  // the job uses; "" = from scratch with the word tokenizer.
+  std::string pretrained;
+  std::string chat_template;  // with `pretrained`: "chatml", "llama3", "tandem"; "" = detected
 };
 
 // Whether a group's freeze list freezes the whole group: it holds "*" (or "**", ...).

@@ -22,7 +22,12 @@ Json Data(const data::DataConfig& data, const std::string& spec_dir) {
     case data::DataConfig::Kind::kShapes:
       out["shapes"] = {{"seed", data.shapes.seed},
                        {"train_samples", data.shapes.train_samples},
-                       {"eval_samples", data.shapes.eval_samples}};
+                       {"eval_samples", data.shapes.eval_samples},
+                       {"conversations", data.shapes.conversations}};
+      break;
+    case data::DataConfig::Kind::kConversations:
+      out["conversations"] = {{"train", SpecPath(data.conversations.train_path, spec_dir)},
+                              {"eval", SpecPath(data.conversations.eval_path, spec_dir)}};
       break;
     case data::DataConfig::Kind::kJsonl:
       out["jsonl"] = {{"train", SpecPath(data.jsonl.train_path, spec_dir)},
@@ -79,12 +84,18 @@ std::string JobConfigToJson(const JobConfig& config) {
     out["vision"]["model"] = VisionModel(config.vision.model);
   } else {
     out["vision"]["pretrained"] = SpecPath(config.vision.pretrained, config.spec_dir);
+    out["vision"]["new_projector"] = config.vision.new_projector;
   }
   out["llm"] = {{"pool", config.llm.pool},
                 {"actors", config.llm.actors},
-                {"model", LlmModel(config.llm.model)},
                 {"engine", Engine(config.llm.engine_json)},
                 {"freeze", config.llm.freeze}};
+  if (config.llm.pretrained.empty()) {
+    out["llm"]["model"] = LlmModel(config.llm.model);
+  } else {
+    out["llm"]["pretrained"] = SpecPath(config.llm.pretrained, config.spec_dir);
+    out["llm"]["chat_template"] = config.llm.chat_template;
+  }
   out["schedule"] = Schedule(config.schedule);
   out["failure"] = {{"max_restarts", config.max_restarts}};
   out["resume_from"] = SpecPath(config.resume_from, config.spec_dir);

@@ -113,6 +113,12 @@ absl::StatusOr<data::DataConfig> ResolveData(const tandem::v1::DataSpec& spec) {
       if (spec.shapes().has_train_samples())
         data.shapes.train_samples = spec.shapes().train_samples();
       if (spec.shapes().has_eval_samples()) data.shapes.eval_samples = spec.shapes().eval_samples();
+      data.shapes.conversations = spec.shapes().conversations();
+      break;
+    case tandem::v1::DataSpec::kConversations:
+      data.kind = data::DataConfig::Kind::kConversations;
+      data.conversations.train_path = spec.conversations().train();
+      data.conversations.eval_path = spec.conversations().eval();
       break;
     case tandem::v1::DataSpec::kJsonl:
       data.kind = data::DataConfig::Kind::kJsonl;
@@ -120,7 +126,7 @@ absl::StatusOr<data::DataConfig> ResolveData(const tandem::v1::DataSpec& spec) {
       data.jsonl.eval_path = spec.jsonl().eval();
       break;
     case tandem::v1::DataSpec::SOURCE_NOT_SET:
-      return PathError("data", "a data source is required: give \"shapes\" or \"jsonl\"");
+      return PathError("data", "a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
   }
   if (spec.has_max_text_tokens()) data.max_text_tokens = spec.max_text_tokens();
   return data;
@@ -151,9 +157,20 @@ absl::StatusOr<JobConfig> Resolve(const tandem::v1::JobSpec& spec) {
   if (vision.has_engine()) config.vision.engine_json = ToJson(vision.engine()).dump();
   config.vision.freeze.assign(vision.freeze().begin(), vision.freeze().end());
   config.vision.pretrained = vision.pretrained();
+  config.vision.new_projector = vision.new_projector();
+  if (!spec.pretrained().empty()) {
+    if (!vision.pretrained().empty() || !spec.llm().pretrained().empty()) {
+      return PathError(vision.pretrained().empty() ? "llm.pretrained" : "vision.pretrained",
+                       "must be left out with pretrained, which names both groups' checkpoint");
+    }
+    config.vision.pretrained = spec.pretrained();
+  }
   if (!config.vision.pretrained.empty() && vision.has_model()) {
-    return PathError("vision.model", "must be left out with vision.pretrained: the shape comes from its "
+    return PathError("vision.model", "must be left out with a pretrained vision tower: the shape comes from its "
                                      "config.json");
+  }
+  if (config.vision.new_projector && config.vision.pretrained.empty()) {
+    return PathError("vision.new_projector", "needs a pretrained vision tower (vision.pretrained or pretrained)");
   }
 
   const tandem::v1::LlmGroupSpec& llm = spec.llm();
@@ -162,6 +179,15 @@ absl::StatusOr<JobConfig> Resolve(const tandem::v1::JobSpec& spec) {
   ASSIGN_OR_RETURN(config.llm.model, ResolveLlmModel(llm.model()));
   if (llm.has_engine()) config.llm.engine_json = ToJson(llm.engine()).dump();
   config.llm.freeze.assign(llm.freeze().begin(), llm.freeze().end());
+  config.llm.pretrained = spec.pretrained().empty() ? llm.pretrained() : spec.pretrained();
+  config.llm.chat_template = llm.chat_template();
+  if (!config.llm.pretrained.empty() && llm.has_model()) {
+    return PathError("llm.model", "must be left out with a pretrained LLM: the shape comes from its config.json");
+  }
+  if (!config.llm.chat_template.empty() && config.llm.pretrained.empty()) {
+    return PathError("llm.chat_template", "needs a pretrained LLM (llm.pretrained or pretrained): Tandem's own "
+                                          "LLM reads the \"tandem\" format");
+  }
 
   // The projector maps patches into the LLM's embedding space.
   config.vision.model.output_dim = config.llm.model.hidden;

@@ -56,6 +56,9 @@ absl::Status CheckData(const data::DataConfig& data) {
     case data::DataConfig::Kind::kJsonl:
       if (data.jsonl.train_path.empty()) return PathError("data.jsonl.train", "is required");
       break;
+    case data::DataConfig::Kind::kConversations:
+      if (data.conversations.train_path.empty()) return PathError("data.conversations.train", "is required");
+      break;
   }
   if (data.max_text_tokens < 2) {
     return PathError("data.max_text_tokens", "must be >= 2 (<bos> and <eos> count), got ",
@@ -229,12 +232,12 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
   RETURN_IF_ERROR(CheckGroup("vision", config.vision.pool, config.vision.actors));
   // A pretrained tower's shape is known where its config.json is read (hf::ResolvePretrainedModels
   // checks it and the sequence budget there).
-  const bool pretrained = !config.vision.pretrained.empty();
-  if (!pretrained) {
+  const bool pretrained = !config.vision.pretrained.empty() || !config.llm.pretrained.empty();
+  if (config.vision.pretrained.empty()) {
     RETURN_IF_ERROR(CheckVisionModel(config.vision.model, config.llm.model));
   }
   RETURN_IF_ERROR(CheckGroup("llm", config.llm.pool, config.llm.actors));
-  RETURN_IF_ERROR(CheckLlmModel(config.llm.model));
+  if (config.llm.pretrained.empty()) RETURN_IF_ERROR(CheckLlmModel(config.llm.model));
   // The LLM's sequence is the image patches followed by the caption tokens.
   const int64_t patches = config.vision.model.num_patches();
   const int64_t needed = patches + config.data.max_text_tokens;

@@ -240,50 +240,93 @@ void LlmImpl::set_recompute(bool recompute) {
   for (const auto& block : blocks_) block->set_recompute(recompute);
 }
 
-TokenLoss CaptionLoss(const at::Tensor& logits, const at::Tensor& tokens, int64_t pad_id) {
-  TORCH_CHECK(logits.defined() && tokens.defined() && logits.dim() == 3 && tokens.dim() == 2 &&
-                  logits.size(0) == tokens.size(0) && logits.size(1) == tokens.size(1),
-              "CaptionLoss: logits [batch, T, vocab] and tokens [batch, T] must agree, got logits ",
-              logits.defined() ? logits.sizes() : at::IntArrayRef{}, " and tokens ",
-              tokens.defined() ? tokens.sizes() : at::IntArrayRef{});
-  const int64_t text = tokens.size(1), vocab = logits.size(2);
-  if (text < 2) return {logits.to(at::kFloat).sum() * 0.0, 0};  // nothing to predict; keeps the graph
-  const at::Tensor predictions = logits.narrow(1, 0, text - 1).reshape({-1, vocab}).to(at::kFloat);
-  const at::Tensor targets = tokens.narrow(1, 1, text - 1).reshape({-1});
+TokenLoss LabelLoss(const at::Tensor& logits, const at::Tensor& labels) {
+  TORCH_CHECK(logits.defined() && labels.defined() && logits.dim() == 3 && labels.dim() == 2 &&
+                  logits.size(0) == labels.size(0) && logits.size(1) == labels.size(1),
+              "LabelLoss: logits [batch, T, vocab] and labels [batch, T] must agree, got logits ",
+              logits.defined() ? logits.sizes() : at::IntArrayRef{}, " and labels ",
+              labels.defined() ? labels.sizes() : at::IntArrayRef{});
+  const int64_t length = labels.size(1), vocab = logits.size(2);
+  if (length < 2) return {logits.to(at::kFloat).sum() * 0.0, 0};  // nothing to predict; keeps the graph
+  const at::Tensor predictions = logits.narrow(1, 0, length - 1).reshape({-1, vocab}).to(at::kFloat);
+  const at::Tensor targets = labels.narrow(1, 1, length - 1).reshape({-1});
   TokenLoss loss;
   loss.sum = F::cross_entropy(predictions, targets,
-                              F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(pad_id));
-  loss.count = targets.ne(pad_id).sum().item<int64_t>();
+                              F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreLabel));
+  loss.count = targets.ne(kIgnoreLabel).sum().item<int64_t>();
   return loss;
+}
+
+TokenLoss CaptionLoss(const at::Tensor& logits, const at::Tensor& tokens, int64_t pad_id) {
+  TORCH_CHECK(tokens.defined(), "CaptionLoss: tokens are undefined");
+  return LabelLoss(logits, tokens.masked_fill(tokens.eq(pad_id), kIgnoreLabel));
+}
+
+std::vector<std::vector<int64_t>> GenerateGreedyBatch(Llm& llm, const at::Tensor& images,
+                                                      const std::vector<std::vector<int64_t>>& prompts,
+                                                      int64_t pad_id, const std::vector<int64_t>& stop_ids,
+                                                      int64_t max_new_tokens, bool stop_when_done) {
+  torch::NoGradGuard no_grad;
+  const int64_t batch = static_cast<int64_t>(prompts.size());
+  TORCH_CHECK(batch > 0, "GenerateGreedyBatch: no prompts");
+  for (const auto& prompt : prompts) TORCH_CHECK(!prompt.empty(), "GenerateGreedyBatch: a prompt has no tokens");
+  TORCH_CHECK(!images.defined() || images.size(0) == batch || llm->config().image_token_id >= 0,
+              "GenerateGreedyBatch: ", images.size(0), " prefix rows for ", batch, " prompts");
+  // A prefix adds its positions ahead of the tokens; LLaVA's image rows stand in for tokens.
+  const int64_t prefix = images.defined() && llm->config().image_token_id < 0 ? images.size(1) : 0;
+  const auto device = images.defined() ? images.device() : llm->parameters().front().device();
+  const auto long_options = torch::TensorOptions().dtype(torch::kLong);
+
+  // A row stops at a stop id or when it fills the positions; a stopped row no longer grows.
+  const size_t capacity = static_cast<size_t>(std::max<int64_t>(llm->config().max_seq_len - prefix, 0));
+  std::vector<std::vector<int64_t>> sequences = prompts;
+  std::vector<std::vector<int64_t>> generated(static_cast<size_t>(batch));
+  std::vector<bool> done(static_cast<size_t>(batch), false);
+  int64_t remaining = batch;
+  const auto finish = [&](int64_t b) {
+    done[b] = true;
+    --remaining;
+  };
+  for (int64_t b = 0; b < batch; ++b) {
+    if (sequences[b].size() > capacity) finish(b);  // the prompt alone overflows
+  }
+  for (int64_t step = 0; step < max_new_tokens && (remaining > 0 || !stop_when_done); ++step) {
+    size_t longest = 0;
+    for (const auto& sequence : sequences) longest = std::max(longest, sequence.size());
+    longest = std::min(longest, capacity);
+    // Right-padded: a causal model's logits at a row's last token do not see the padding after it.
+    at::Tensor tokens = torch::full({batch, static_cast<int64_t>(longest)}, pad_id, long_options);
+    at::Tensor last = torch::empty({batch}, long_options);
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t length = static_cast<int64_t>(std::min(sequences[b].size(), longest));
+      tokens[b].narrow(0, 0, length).copy_(torch::tensor(sequences[b], long_options).narrow(0, 0, length));
+      last[b] = length - 1;
+    }
+    const at::Tensor logits = llm->forward(images, tokens.to(device));  // [B, T, vocab]
+    const at::Tensor rows = torch::arange(batch, long_options.device(device));
+    const at::Tensor next = logits.index({rows, last.to(device)}).argmax(-1).to(torch::kCPU);
+    const auto ids = next.accessor<int64_t, 1>();
+    for (int64_t b = 0; b < batch; ++b) {
+      if (done[b]) continue;
+      if (std::find(stop_ids.begin(), stop_ids.end(), ids[b]) != stop_ids.end()) {
+        finish(b);
+        continue;
+      }
+      generated[b].push_back(ids[b]);
+      sequences[b].push_back(ids[b]);
+      if (sequences[b].size() > capacity) finish(b);  // cannot be read again
+    }
+  }
+  return generated;
 }
 
 std::vector<std::vector<int32_t>> GenerateGreedy(Llm& llm, const at::Tensor& prefix, int64_t bos_id,
                                                  int64_t eos_id, int64_t max_new_tokens, bool stop_when_done) {
-  torch::NoGradGuard no_grad;
   const int64_t batch = prefix.defined() ? prefix.size(0) : 1;
-  const int64_t patches = prefix.defined() ? prefix.size(1) : 0;
-  const auto device = prefix.defined() ? prefix.device() : llm->parameters().front().device();
-  const int64_t steps = std::min(max_new_tokens, llm->config().max_seq_len - patches);
-
-  std::vector<std::vector<int32_t>> generated(static_cast<size_t>(batch));
-  std::vector<bool> done(static_cast<size_t>(batch), false);
-  int64_t remaining = batch;
-  at::Tensor tokens = torch::full({batch, 1}, bos_id, torch::TensorOptions().dtype(torch::kLong).device(device));
-  for (int64_t step = 0; step < steps && (remaining > 0 || !stop_when_done); ++step) {
-    const at::Tensor next = llm->forward(prefix, tokens).select(1, -1).argmax(-1);  // [B]
-    const at::Tensor host = next.to(torch::kCPU);
-    const auto ids = host.accessor<int64_t, 1>();
-    for (int64_t b = 0; b < batch; ++b) {
-      if (done[b]) continue;
-      if (ids[b] == eos_id) {
-        done[b] = true;
-        --remaining;
-      } else {
-        generated[b].push_back(static_cast<int32_t>(ids[b]));
-      }
-    }
-    tokens = torch::cat({tokens, next.unsqueeze(1)}, 1);
-  }
+  const auto rows = GenerateGreedyBatch(llm, prefix, std::vector<std::vector<int64_t>>(batch, {bos_id}),
+                                        /*pad_id=*/bos_id, {eos_id}, max_new_tokens, stop_when_done);
+  std::vector<std::vector<int32_t>> generated;
+  for (const auto& row : rows) generated.emplace_back(row.begin(), row.end());
   return generated;
 }
 

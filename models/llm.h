@@ -92,22 +92,38 @@ TORCH_MODULE(Llm);
 // Summed token cross-entropy of a batch, and the number of tokens it sums over.
 struct TokenLoss {
   at::Tensor sum;     // fp32 scalar, differentiable w.r.t. the logits
-  int64_t count = 0;  // non-pad targets
+  int64_t count = 0;  // targets that are not kIgnoreLabel
 };
 
-// logits [B, T, V] from Llm::forward, tokens [B, T] = <bos> w1 .. wn <eos> <pad> ...: logits[:, t]
-// predicts tokens[:, t + 1]; targets equal to pad_id are ignored (and the last position predicts
-// nothing). Computed in fp32. The caller normalises (DESIGN §2: divide by the global batch's count).
-// Synchronises with the device to read `count`.
+// A label that is no target (PyTorch's cross_entropy ignore_index default, and transformers').
+inline constexpr int64_t kIgnoreLabel = -100;
+
+// logits [B, T, V] from Llm::forward, labels [B, T]: logits[:, t] predicts labels[:, t + 1], and
+// positions labelled kIgnoreLabel predict nothing (nor does the last). Computed in fp32. The caller
+// normalises (DESIGN §2: divide by the global batch's count). Synchronises with the device to read
+// `count`.
+TokenLoss LabelLoss(const at::Tensor& logits, const at::Tensor& labels);
+
+// LabelLoss with tokens [B, T] = <bos> w1 .. wn <eos> <pad> ... as their own labels, the pad_id
+// targets ignored.
 TokenLoss CaptionLoss(const at::Tensor& logits, const at::Tensor& tokens, int64_t pad_id);
 
-// Greedy decoding under NoGradGuard: starts every row from <bos> after `prefix` [B, P, hidden] (an
-// undefined prefix decodes one text-only row) and appends the argmax token. Each step recomputes the
-// whole sequence (no KV cache: captions are tiny, and it keeps one code path with training). Stops when
-// every row has produced eos_id, after max_new_tokens steps, or when the sequence would exceed
-// max_seq_len (at most max_seq_len - P new tokens). Row b holds its generated ids without <bos>, up to
-// and excluding its first eos_id. Runs under the caller's autocast state. With `stop_when_done` false it
-// always runs every step (same output): ranks of a ZeRO-3 group must call forward equally often.
+// Greedy decoding of a batch under NoGradGuard, one full forward per new token (no KV cache, so
+// the ranks of a ZeRO-3 group, which must call forward equally often, can run it): row b continues
+// prompts[b], with `images` as forward takes them (a prefix [B, P, hidden], or LLaVA's rows for the
+// prompts' image tokens; undefined for text only). Rows are right-padded with pad_id, which a causal
+// model's last-token logits never see. Row b's result is its new ids up to and excluding the first
+// of `stop_ids`; a row also stops when it fills max_seq_len (less a prefix), and a stopped row no
+// longer grows. Runs max_new_tokens steps, fewer once every row has stopped when `stop_when_done`
+// (without it, exactly max_new_tokens forwards on every rank, same output). Runs under the
+// caller's autocast state.
+std::vector<std::vector<int64_t>> GenerateGreedyBatch(Llm& llm, const at::Tensor& images,
+                                                      const std::vector<std::vector<int64_t>>& prompts,
+                                                      int64_t pad_id, const std::vector<int64_t>& stop_ids,
+                                                      int64_t max_new_tokens, bool stop_when_done = true);
+
+// GenerateGreedyBatch of captions: every row starts from <bos> after `prefix` [B, P, hidden] (an
+// undefined prefix decodes one text-only row) and stops at eos_id.
 std::vector<std::vector<int32_t>> GenerateGreedy(Llm& llm, const at::Tensor& prefix, int64_t bos_id,
                                                  int64_t eos_id, int64_t max_new_tokens,
                                                  bool stop_when_done = true);

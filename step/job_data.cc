@@ -1,16 +1,73 @@
 #include "step/job_data.h"
 
+#include <filesystem>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "data/image_preprocessor.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/hf_tokenizer.h"
 
 namespace tandem::step {
+namespace {
+
+absl::Status Prefixed(const char* key, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(key, ": ", status.message()));
+}
+
+absl::StatusOr<data::TextCodec> OpenPretrainedText(const jobspec::JobConfig& job) {
+  auto tokenizer = tokenizer::HfTokenizer::Load(job.llm.pretrained);
+  if (!tokenizer.ok()) return Prefixed("llm.pretrained", tokenizer.status());
+  absl::StatusOr<tokenizer::ChatFormat> format =
+      job.llm.chat_template.empty() ? tokenizer::DetectChatFormat(tokenizer->chat_template())
+                                    : tokenizer::ChatFormatByName(job.llm.chat_template);
+  if (!format.ok()) {
+    return Prefixed("llm.chat_template",
+                    job.llm.chat_template.empty()
+                        ? absl::InvalidArgumentError(absl::StrCat(job.llm.pretrained, ": ", format.status().message()))
+                        : format.status());
+  }
+  auto codec = data::TextCodec::Hf(*std::move(tokenizer), *format, job.vision.model.num_features());
+  if (!codec.ok()) {
+    return Prefixed("llm.pretrained",
+                    absl::InvalidArgumentError(absl::StrCat(job.llm.pretrained, ": ", codec.status().message())));
+  }
+  if (codec->image_token_id() != job.llm.model.image_token_id) {
+    return Prefixed("llm.pretrained",
+                    absl::InvalidArgumentError(absl::StrCat(job.llm.pretrained, ": the tokenizer's \"<image>\" is ",
+                                                            codec->image_token_id(), ", config.json's image token ",
+                                                            job.llm.model.image_token_id)));
+  }
+  if (codec->vocab_size() > job.llm.model.vocab_size) {
+    return Prefixed("llm.pretrained", absl::InvalidArgumentError(absl::StrCat(
+                                          job.llm.pretrained, ": the tokenizer has ", codec->vocab_size(),
+                                          " tokens, the model's vocabulary ", job.llm.model.vocab_size)));
+  }
+  return codec;
+}
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(const jobspec::JobConfig& job) {
+  std::shared_ptr<const data::ImagePreprocessor> preprocessor;
+  if (!job.vision.pretrained.empty()) {
+    const auto file = std::filesystem::path(job.vision.pretrained) / "preprocessor_config.json";
+    auto read = data::ReadImagePreprocessor(file.string());
+    if (!read.ok()) return Prefixed("vision.pretrained", read.status());
+    preprocessor = std::make_shared<const data::ImagePreprocessor>(*std::move(read));
+  }
   ASSIGN_OR_RETURN(data::Datasets datasets,
-                   data::OpenDatasets(job.data, job.vision.model.image_size, job.spec_dir));
-  data::Tokenizer tokenizer = data::Tokenizer::Build(data::AllTexts(*datasets.train));
-  return std::make_shared<const JobData>(JobData{std::move(datasets), std::move(tokenizer)});
+                   data::OpenDatasets(job.data, job.vision.model.image_size, job.spec_dir, preprocessor));
+  std::shared_ptr<const data::TextCodec> text;
+  if (job.llm.pretrained.empty()) {
+    text = std::make_shared<const data::TextCodec>(
+        data::TextCodec::Words(data::Tokenizer::Build(datasets.train->VocabularyTexts())));
+  } else {
+    ASSIGN_OR_RETURN(data::TextCodec codec, OpenPretrainedText(job));
+    text = std::make_shared<const data::TextCodec>(std::move(codec));
+  }
+  return std::make_shared<const JobData>(JobData{std::move(datasets), std::move(text)});
 }
 
 }  // namespace tandem::step

@@ -1,6 +1,8 @@
-// What every stage of a job reads: its datasets and the tokenizer built from the training captions
-// (DESIGN §4). Each rank of both groups opens the same data and so agrees on the vocabulary and on
-// every sample without being told; stages in one process share one JobData. LibTorch-free.
+// What every stage of a job reads: its datasets and how their text becomes tokens (DESIGN §4).
+// From scratch, the word tokenizer is built from the training texts; with llm.pretrained, the
+// checkpoint's tokenizer and chat template are read (data/text_codec.h). Each rank of both groups
+// opens the same data and so agrees on the vocabulary and on every sample without being told;
+// stages in one process share one JobData. LibTorch-free.
 #pragma once
 
 #include <memory>
@@ -8,21 +10,24 @@
 
 #include "absl/status/statusor.h"
 #include "data/dataset.h"
-#include "data/tokenizer.h"
+#include "data/text_codec.h"
 #include "jobspec/job_config.h"
 
 namespace tandem::step {
 
 struct JobData {
   data::Datasets datasets;
-  data::Tokenizer tokenizer;
+  std::shared_ptr<const data::TextCodec> text;  // never null
 
   int64_t train_samples() const { return datasets.train->size(); }
   int64_t eval_samples() const { return datasets.eval ? datasets.eval->size() : 0; }
 };
 
-// Opens the job's datasets (images at the vision model's size, relative paths against the spec's
-// directory) and builds the tokenizer. The errors of data::OpenDatasets.
+// Opens the job's datasets (images at the vision model's size, through a pretrained tower's
+// preprocessor_config.json when it has one; relative paths against the spec's directory) and
+// builds or reads the tokenizer. REQUIRES: hf::ResolvePretrainedModels has run on `job`. The errors
+// of data::OpenDatasets, and "llm.pretrained: ..." / "llm.chat_template: ..." for a tokenizer or
+// chat template that cannot be used.
 absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(const jobspec::JobConfig& job);
 
 }  // namespace tandem::step

@@ -1,7 +1,8 @@
 // The LLM group's half of the step (stage.h).
 //
 //   expect every embedding slice of the step up front -> for each micro-batch k: await its slices
-//   into one leaf -> loss = text-token cross-entropy sum / target tokens of the whole global batch
+//   into one leaf -> loss = cross-entropy sum over the labelled tokens (the caption, or the
+//   answers: data/text_codec.h) / labelled tokens of the whole global batch
 //   -> loss.backward() -> send leaf.grad() slices back to the vision ranks -> engine step
 //
 // The loss and the engines' sum reduction make the group sums equal one process's gradients.
@@ -15,6 +16,7 @@
 #include "data/batch.h"
 #include "data/caption_metrics.h"
 #include "engine/engine.h"
+#include "hf/pretrained_weights.h"
 #include "models/llm.h"
 #include "step/stage.h"
 
@@ -33,12 +35,14 @@ class LlmStage : public Stage {
 
   absl::Status Setup(std::shared_ptr<engine::Communicator> communicator) {
     auto config = job().llm.model;
-    config.vocab_size = data().tokenizer.size();
+    // From scratch the word tokenizer sizes the vocabulary; a pretrained LLM keeps its own.
+    if (job().llm.pretrained.empty()) config.vocab_size = data().text->vocab_size();
     {
       std::lock_guard<std::mutex> lock(ModelInitMutex());
       torch::manual_seed(LlmModelSeed(job().schedule.seed));
       model_ = models::Llm(config);
     }
+    if (!job().llm.pretrained.empty()) RETURN_IF_ERROR(hf::LoadPretrainedLlm(job().llm.pretrained, *model_));
     RETURN_IF_ERROR(Build(model_.ptr(), std::move(communicator)));
     model_->set_compute_dtype(engine().compute().activation_dtype);
     if (placement().rank == 0 && !placement().run_dir.empty()) {
@@ -52,10 +56,11 @@ class LlmStage : public Stage {
                                    const std::vector<std::vector<int64_t>>& batches) override;
   absl::StatusOr<EvalCounts> EvaluateBatch(int64_t step, int64_t batch_index,
                                            const std::vector<int64_t>& indices) override;
-  // The tokenizer goes beside the weights, from rank 0.
+  // The word tokenizer goes beside the weights, from rank 0 (a pretrained one stays in its
+  // directory, which job.json names).
   absl::Status SaveExtras(const std::string& directory) override {
-    if (placement().rank != 0) return absl::OkStatus();
-    return data().tokenizer.Save((fs::path(directory) / "tokenizer.json").string());
+    if (placement().rank != 0 || data().text->words() == nullptr) return absl::OkStatus();
+    return data().text->words()->Save((fs::path(directory) / "tokenizer.json").string());
   }
 
  private:
@@ -73,17 +78,17 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
   const int64_t b = MicroBatchSize();
   const SampleRange mine = Mine(b);
   // Tokens of the whole global batch (text only): the loss divides by all its target tokens.
-  std::vector<at::Tensor> tokens;
+  std::vector<at::Tensor> tokens, labels;
   int64_t global_targets = 0;
   std::vector<at::Tensor> leaves;
   std::vector<std::vector<TransferTag>> tags(batches.size());
   for (size_t k = 0; k < batches.size(); ++k) {
-    ASSIGN_OR_RETURN(data::Batch text,
-                     data::MakeTextBatch(*data().datasets.train, batches[k], data().tokenizer,
-                                         job().data.max_text_tokens));
-    MicroBatch mb = ToTensors(text);
+    ASSIGN_OR_RETURN(data::TokenBatch text, data::MakeTokenBatch(*data().datasets.train, batches[k],
+                                                                 *data().text, job().data.max_text_tokens));
+    TokenTensors mb = TokensOf(text);
     global_targets += mb.targets;
     tokens.push_back(Rows(mb.tokens, mine, 0).to(device()));
+    labels.push_back(Rows(mb.labels, mine, 0).to(device()));
     leaves.push_back(EmbeddingBuffer(mine.size()));
     for (const auto& [peer, overlap] : Overlaps(mine, b)) {
       TransferTag tag =
@@ -103,8 +108,7 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
     {
       auto autocast = engine().Autocast();
       at::Tensor logits = model_->forward(leaf, tokens[k]);
-      loss = models::CaptionLoss(logits, tokens[k], data::Tokenizer::kPad).sum /
-             static_cast<double>(global_targets);
+      loss = models::LabelLoss(logits, labels[k]).sum / static_cast<double>(std::max<int64_t>(global_targets, 1));
     }
     SetPhase("backward");
     loss.backward();
@@ -133,31 +137,42 @@ absl::StatusOr<EvalCounts> LlmStage::EvaluateBatch(int64_t step, int64_t batch_i
                                                    const std::vector<int64_t>& indices) {
   const int64_t n = static_cast<int64_t>(indices.size());
   const SampleRange mine = Mine(n);
-  const int64_t text_len = job().data.max_text_tokens;
   if (mine.empty() && !collective_generation()) return EvalCounts{};
-  at::Tensor prefix = EmbeddingBuffer(mine.size());
+  at::Tensor images = EmbeddingBuffer(mine.size());
   std::vector<TransferTag> tags;
   for (const auto& [peer, overlap] : Overlaps(mine, n)) {
     tags.push_back(Tag(TransferKind::kEvalEmbeddings, step, batch_index, overlap, peer));
-    RETURN_IF_ERROR(Expect(tags.back(), Rows(prefix, overlap, mine.begin)));
+    RETURN_IF_ERROR(Expect(tags.back(), Rows(images, overlap, mine.begin)));
   }
   for (const TransferTag& tag : tags) RETURN_IF_ERROR(Await(tag, nullptr));
-  std::vector<std::vector<int32_t>> generated;
+  // A rank without samples still steps the generation (ZeRO-3 gathers are collective): it decodes
+  // one placeholder row of its own.
+  data::PromptBatch prompts;
+  if (!mine.empty()) {
+    ASSIGN_OR_RETURN(prompts, data::MakePromptBatch(*data().datasets.eval, Sub(indices, mine), *data().text,
+                                                    job().data.max_text_tokens));
+  } else {
+    prompts.prompts = {{data().text->pad_id()}};
+  }
+  const data::TextCodec& text = *data().text;
+  const int64_t budget = text.image_tokens() + job().data.max_text_tokens;
+  std::vector<std::vector<int64_t>> generated;
   {
     auto autocast = engine().Autocast();
-    generated = models::GenerateGreedy(model_, prefix.to(device()), data::Tokenizer::kBos,
-                                       data::Tokenizer::kEos, text_len - 1,
-                                       /*stop_when_done=*/!collective_generation());
+    generated = models::GenerateGreedyBatch(model_, mine.empty() ? at::Tensor() : images.to(device()),
+                                            prompts.prompts, text.pad_id(), text.stop_ids(),
+                                            job().data.max_text_tokens,
+                                            /*stop_when_done=*/!collective_generation());
   }
   if (mine.empty()) return EvalCounts{};
-  ASSIGN_OR_RETURN(data::Batch text, data::MakeTextBatch(*data().datasets.eval, Sub(indices, mine),
-                                                         data().tokenizer, text_len));
   data::CaptionScore score;
-  for (int64_t row = 0; row < mine.size(); ++row) {
-    const int64_t length = text.text_lengths[row];
-    const int64_t* ids = text.tokens.data() + row * text.text_len;
-    std::vector<int32_t> reference(ids + 1, ids + length - 1);  // without <bos> and <eos>
-    data::Accumulate(generated[row], reference, &score);
+  for (size_t row = 0; row < prompts.answers.size(); ++row) {
+    // Within the sample's budget of text tokens, as in training.
+    const size_t room = static_cast<size_t>(budget) - prompts.prompts[row].size();
+    std::vector<int64_t> answer = generated[row];
+    if (answer.size() > room) answer.resize(room);
+    data::Accumulate(std::vector<int32_t>(answer.begin(), answer.end()),
+                     std::vector<int32_t>(prompts.answers[row].begin(), prompts.answers[row].end()), &score);
   }
   return EvalCounts{score.samples, score.exact, score.tokens_total, score.tokens_correct};
 }

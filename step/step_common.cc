@@ -78,17 +78,17 @@ at::ScalarType EmbeddingScalarType(const engine::Config& vision_config, const c1
   return engine::PlanCompute(vision_config, device).output_dtype;
 }
 
-MicroBatch ToTensors(data::Batch& batch) {
-  MicroBatch mb;
+at::Tensor ImagesOf(data::Batch& batch) {
   const int64_t s = batch.image_size;
-  if (!batch.images.empty()) {
-    mb.images = torch::from_blob(batch.images.data(), {batch.size, 3, s, s}, at::kFloat).clone();
-  }
-  mb.tokens =
-      torch::from_blob(batch.tokens.data(), {batch.size, batch.text_len}, at::kLong).clone();
-  for (int64_t length : batch.text_lengths)
-    mb.targets += TargetsOf(length);  // every token after <bos>
-  return mb;
+  return torch::from_blob(batch.images.data(), {batch.size, 3, s, s}, at::kFloat).clone();
+}
+
+TokenTensors TokensOf(data::TokenBatch& batch) {
+  TokenTensors out;
+  out.tokens = torch::from_blob(batch.tokens.data(), {batch.size, batch.length}, at::kLong).clone();
+  out.labels = torch::from_blob(batch.labels.data(), {batch.size, batch.length}, at::kLong).clone();
+  out.targets = batch.targets;
+  return out;
 }
 
 std::map<std::string, std::string> CheckpointClientState(int64_t step,

@@ -55,13 +55,16 @@ uint64_t LlmModelSeed(uint64_t job_seed);
 // dtypes, and naming the dtype in the spec resolves it.
 at::ScalarType EmbeddingScalarType(const engine::Config& vision_config, const c10::Device& device);
 
-// A micro-batch (or a rank's slice of one) as tensors.
-struct MicroBatch {
-  at::Tensor images;    // [b, 3, H, W] float; undefined for a text-only batch
-  at::Tensor tokens;    // [b, T] int64
-  int64_t targets = 0;  // non-pad next-token targets
+// A micro-batch's images [b, 3, H, W] (data::MakeImageBatch; REQUIRES: b >= 1).
+at::Tensor ImagesOf(data::Batch& batch);
+
+// A micro-batch's tokens and labels [b, T] int64 (data::MakeTokenBatch), and its targets.
+struct TokenTensors {
+  at::Tensor tokens;
+  at::Tensor labels;
+  int64_t targets = 0;
 };
-MicroBatch ToTensors(data::Batch& batch);
+TokenTensors TokensOf(data::TokenBatch& batch);
 
 // What every engine checkpoint of a job stores beside its shard: the step and the data position, so
 // a resumed run draws the samples an uninterrupted one would.
@@ -83,8 +86,5 @@ absl::StatusOr<ResumePoint> ParseCheckpointClientState(
 absl::StatusOr<ResumePoint> LoadGroupCheckpoint(engine::Engine& engine,
                                                 const std::string& checkpoint,
                                                 const std::string& group);
-
-// Next-token targets of a caption of `text_length` tokens (with <bos> and <eos>).
-inline int64_t TargetsOf(int64_t text_length) { return text_length - 1; }
 
 }  // namespace tandem::step

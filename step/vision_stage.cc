@@ -45,7 +45,7 @@ class VisionStage : public Stage {
     }
     // hf::ResolvePretrainedModels gave the shape; the weights are the checkpoint's (the projector
     // stays as initialised for a tower alone).
-    if (!job().vision.pretrained.empty()) RETURN_IF_ERROR(hf::LoadPretrainedVision(job().vision.pretrained, *model_));
+    if (!job().vision.pretrained.empty()) RETURN_IF_ERROR(hf::LoadPretrainedVision(job().vision.pretrained, *model_, job().vision.new_projector));
     RETURN_IF_ERROR(Build(model_.ptr(), std::move(communicator)));
     model_->set_compute_dtype(engine().compute().activation_dtype);
     return absl::OkStatus();
@@ -68,12 +68,12 @@ class VisionStage : public Stage {
   };
   struct Prefetched {
     std::vector<int64_t> indices;  // the whole micro-batch's, as the sampler draws them
-    MicroBatch batch;
+    at::Tensor images;
   };
 
   // The images of `indices` (one micro-batch; this rank reads the rows `mine`), taken from
   // prefetched_ when it holds the same indices.
-  absl::StatusOr<MicroBatch> Batch(const std::vector<int64_t>& indices, SampleRange mine);
+  absl::StatusOr<at::Tensor> Images(const std::vector<int64_t>& indices, SampleRange mine);
   // Reads the next step's first micro-batch into prefetched_ without advancing the sampler. A read
   // that fails is dropped: the step that needs the batch reads it again and reports the error.
   void Prefetch(SampleRange mine);
@@ -94,13 +94,13 @@ absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
   std::deque<InFlight> in_flight;
   for (int64_t k = 0; k <= last; ++k) {
     SetPhase("forward");
-    ASSIGN_OR_RETURN(MicroBatch mb, Batch(batches[k], mine));
+    ASSIGN_OR_RETURN(const at::Tensor images, Images(batches[k], mine));
     InFlight f;
     {
       // A frozen group keeps no graph: nothing of it trains, and no gradient comes back.
       torch::AutoGradMode grad_mode(!vision_frozen());
       auto autocast = engine().Autocast();
-      f.embeddings = model_->forward(mb.images.to(device()));
+      f.embeddings = model_->forward(images.to(device()));
     }
     if (f.embeddings.scalar_type() != embedding_dtype()) {
       return absl::InternalError(absl::StrCat("vision embeddings are ",
@@ -131,24 +131,20 @@ absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
   return result;
 }
 
-absl::StatusOr<MicroBatch> VisionStage::Batch(const std::vector<int64_t>& indices,
+absl::StatusOr<at::Tensor> VisionStage::Images(const std::vector<int64_t>& indices,
                                               SampleRange mine) {
   std::optional<Prefetched> prefetched = std::exchange(prefetched_, std::nullopt);
-  if (prefetched && prefetched->indices == indices) return std::move(prefetched->batch);
-  ASSIGN_OR_RETURN(data::Batch batch,
-                   data::MakeBatch(*data().datasets.train, Sub(indices, mine), data().tokenizer,
-                                   job().data.max_text_tokens));
-  return ToTensors(batch);
+  if (prefetched && prefetched->indices == indices) return std::move(prefetched->images);
+  ASSIGN_OR_RETURN(data::Batch batch, data::MakeImageBatch(*data().datasets.train, Sub(indices, mine)));
+  return ImagesOf(batch);
 }
 
 void VisionStage::Prefetch(SampleRange mine) {
   const data::Sampler::Position next = sampler().position();
   std::vector<int64_t> indices = sampler().Next(MicroBatchSize());
   sampler().Seek(next);
-  absl::StatusOr<data::Batch> batch =
-      data::MakeBatch(*data().datasets.train, Sub(indices, mine), data().tokenizer,
-                      job().data.max_text_tokens);
-  if (batch.ok()) prefetched_ = Prefetched{std::move(indices), ToTensors(*batch)};
+  absl::StatusOr<data::Batch> batch = data::MakeImageBatch(*data().datasets.train, Sub(indices, mine));
+  if (batch.ok()) prefetched_ = Prefetched{std::move(indices), ImagesOf(*batch)};
 }
 
 absl::Status VisionStage::Finish(InFlight& f, StepResult* result) {
@@ -170,10 +166,8 @@ absl::StatusOr<EvalCounts> VisionStage::EvaluateBatch(int64_t step, int64_t batc
   const int64_t image_size = job().vision.model.image_size;
   at::Tensor images = at::zeros({0, 3, image_size, image_size});
   if (!mine.empty()) {
-    ASSIGN_OR_RETURN(data::Batch batch,
-                     data::MakeBatch(*data().datasets.eval, Sub(indices, mine), data().tokenizer,
-                                     job().data.max_text_tokens));
-    images = ToTensors(batch).images;
+    ASSIGN_OR_RETURN(data::Batch batch, data::MakeImageBatch(*data().datasets.eval, Sub(indices, mine)));
+    images = ImagesOf(batch);
   }
   if (mine.empty() && !collective_generation()) return EvalCounts{};
   at::Tensor embeddings;

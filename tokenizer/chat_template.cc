@@ -21,13 +21,15 @@ std::string Trim(const std::string& s) {
 }  // namespace
 
 absl::StatusOr<ChatFormat> ChatFormatByName(const std::string& name) {
+  if (name == "tandem") return ChatFormat{"tandem", ""};
   if (name == "chatml") return ChatFormat{"chatml", "You are a helpful assistant."};
   if (name == "llama3") return ChatFormat{"llama3", ""};
-  return absl::InvalidArgumentError(absl::StrCat("chat template \"", name, "\" is not known (chatml, llama3)"));
+  return absl::InvalidArgumentError(absl::StrCat("chat template \"", name, "\" is not known (chatml, llama3, tandem)"));
 }
 
 absl::StatusOr<ChatFormat> DetectChatFormat(const std::string& chat_template) {
   if (chat_template.empty()) return absl::InvalidArgumentError("the tokenizer has no chat template");
+  if (chat_template == kTandemChatTemplate) return ChatFormat{"tandem", ""};
   if (absl::StrContains(chat_template, "Cutting Knowledge Date")) {
     return absl::InvalidArgumentError(
         "the chat template is Llama 3.1's (a dated system header, tools), which is not supported: name "
@@ -63,6 +65,14 @@ std::vector<ChatPiece> RenderChatPieces(const ChatFormat& format, const std::vec
   const auto add = [&](std::string text, bool trained) {
     if (!text.empty()) out.push_back({std::move(text), trained});
   };
+  if (format.name == "tandem") {
+    for (const ChatMessage& message : messages) {
+      const bool answer = message.role == "assistant";
+      add(message.content, answer);
+      add(answer ? "<eos>" : "<bos>", answer);
+    }
+    return out;
+  }
   if (format.name == "llama3") {
     for (size_t i = 0; i < messages.size(); ++i) {
       const bool answer = messages[i].role == "assistant";

@@ -119,7 +119,7 @@ absl::Status ColocatedRun::Setup() {
   TANDEM_LOG(kInfo, kComponent) << job_.name << ": colocated run in " << run_dir_ << ", vision "
                                 << vision_->parameters() << " and llm "
                                 << llm_->parameters() << " parameters, vocabulary "
-                                << data->tokenizer.size() << ", " << data->train_samples()
+                                << data->text->vocab_size() << ", " << data->train_samples()
                                 << " training samples";
   return absl::OkStatus();
 }
@@ -213,7 +213,7 @@ absl::Status ColocatedRun::Train() {
   summary.run_dir = run_dir_;
   summary.vision_parameters = vision_->parameters();
   summary.llm_parameters = llm_->parameters();
-  summary.vocab_size = llm_->data().tokenizer.size();
+  summary.vocab_size = llm_->data().text->vocab_size();
   rundir::ProgressPrinter printer(options_.progress, options_.interactive);
   const auto start = Clock::now();
   double smoothed_rate = 0;

@@ -161,7 +161,7 @@ TEST(JobSpec, ProtoFromTheWireResolves) {
 
   spec.clear_data();
   EXPECT_EQ(JobConfigFromProto(spec, "wire").status().message(),
-            "wire: data: a data source is required: give \"shapes\" or \"jsonl\"");
+            "wire: data: a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
 }
 
 TEST(JobSpecErrors, UnknownFieldAtDepthNamesItsPath) {
@@ -232,13 +232,13 @@ TEST(JobSpecErrors, DuplicateKeyIsAnError) {
 TEST(JobSpecErrors, DataSourceMissingOrTwo) {
   json spec = BaseSpec();
   spec.erase("data");
-  EXPECT_EQ(Error(spec), "job.json: data: a data source is required: give \"shapes\" or \"jsonl\"");
+  EXPECT_EQ(Error(spec), "job.json: data: a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
   spec["data"] = {{"max_text_tokens", 8}};
-  EXPECT_EQ(Error(spec), "job.json: data: a data source is required: give \"shapes\" or \"jsonl\"");
+  EXPECT_EQ(Error(spec), "job.json: data: a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
   spec = BaseSpec();
   spec["data"]["jsonl"] = {{"train", "a.jsonl"}};
   EXPECT_EQ(Error(spec),
-            "job.json: data: at most one of \"shapes\", \"jsonl\" may be given, got \"jsonl\" and "
+            "job.json: data: at most one of \"shapes\", \"jsonl\", \"conversations\" may be given, got \"jsonl\" and "
             "\"shapes\"");
 }
 

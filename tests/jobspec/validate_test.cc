@@ -54,11 +54,59 @@ TEST(ValidateJobConfig, Freeze) {
 TEST(ValidateJobConfig, PretrainedVisionReplacesTheModel) {
   json spec = BaseSpec();
   spec["vision"]["pretrained"] = "towers/clip";
-  EXPECT_EQ(Error(spec), "job.json: vision.model: must be left out with vision.pretrained: the shape comes "
-                         "from its config.json");
+  EXPECT_EQ(Error(spec), "job.json: vision.model: must be left out with a pretrained vision tower: the shape "
+                         "comes from its config.json");
   spec["vision"].erase("model");
   const JobConfig config = ExpectValid(spec.dump());
   EXPECT_EQ(config.vision.pretrained, "towers/clip");
+  EXPECT_FALSE(config.vision.new_projector);
+}
+
+TEST(ValidateJobConfig, PretrainedLlmAndWholeLlava) {
+  json spec = BaseSpec();
+  spec["llm"]["pretrained"] = "qwen2";
+  EXPECT_EQ(Error(spec), "job.json: llm.model: must be left out with a pretrained LLM: the shape comes from its "
+                         "config.json");
+  spec["llm"].erase("model");
+  spec["llm"]["chat_template"] = "chatml";
+  JobConfig config = ExpectValid(spec.dump());
+  EXPECT_EQ(config.llm.pretrained, "qwen2");
+  EXPECT_EQ(config.llm.chat_template, "chatml");
+  EXPECT_TRUE(config.vision.pretrained.empty());
+
+  spec = BaseSpec();
+  spec["llm"]["chat_template"] = "chatml";
+  EXPECT_EQ(Error(spec), "job.json: llm.chat_template: needs a pretrained LLM (llm.pretrained or pretrained): "
+                         "Tandem's own LLM reads the \"tandem\" format");
+  spec = BaseSpec();
+  spec["vision"]["new_projector"] = true;
+  EXPECT_EQ(Error(spec), "job.json: vision.new_projector: needs a pretrained vision tower (vision.pretrained or "
+                         "pretrained)");
+
+  // One LLaVA directory for both groups.
+  spec = BaseSpec();
+  spec["pretrained"] = "llava";
+  spec["vision"].erase("model");
+  spec["llm"].erase("model");
+  spec["vision"]["new_projector"] = true;
+  config = ExpectValid(spec.dump());
+  EXPECT_EQ(config.vision.pretrained, "llava");
+  EXPECT_EQ(config.llm.pretrained, "llava");
+  EXPECT_TRUE(config.vision.new_projector);
+  spec["llm"]["pretrained"] = "qwen2";
+  EXPECT_EQ(Error(spec), "job.json: llm.pretrained: must be left out with pretrained, which names both groups' "
+                         "checkpoint");
+}
+
+TEST(ValidateJobConfig, ConversationData) {
+  json spec = BaseSpec();
+  spec["data"] = {{"conversations", {{"eval", "eval.json"}}}};
+  EXPECT_EQ(Error(spec), "job.json: data.conversations.train: is required");
+  spec["data"]["conversations"]["train"] = "train.jsonl";
+  const JobConfig config = ExpectValid(spec.dump());
+  EXPECT_EQ(config.data.kind, data::DataConfig::Kind::kConversations);
+  EXPECT_EQ(config.data.conversations.train_path, "train.jsonl");
+  EXPECT_EQ(config.data.conversations.eval_path, "eval.json");
 }
 
 TEST(ValidateJobConfig, CountsMustBePositive) {

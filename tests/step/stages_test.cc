@@ -5,7 +5,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -17,6 +21,7 @@
 #include "engine/engine.h"
 #include "engine/fake_communicator.h"
 #include "jobspec/job_spec.h"
+#include "nlohmann/json.hpp"
 #include "engine/safetensors.h"
 #include "hf/pretrained_job.h"
 #include "step/stage.h"
@@ -237,6 +242,56 @@ TEST(StagesPretrainedTest, AFrozenClipTowerWithANewProjectorTrainsAsOneRankDoes)
   EXPECT_TRUE(at::equal(run.vision_weights.at("blocks.2.attn.qkv.weight").narrow(0, 0, 32),
                         theirs.at("encoder.layers.2.self_attn.q_proj.weight")));
 }
+
+// A whole LLaVA checkpoint trained on conversations (the fixture's two with an image, one batch):
+// the first step's loss is the one transformers' LlavaForConditionalGeneration computes in fp32 for
+// the same batch (tests/fixtures/hf/reference/training_loss.json), 2 x 2 ranks take the steps one
+// rank each does, and evaluation generates every held-out answer.
+class StagesLlavaTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StagesLlavaTest, FirstLossEqualsTransformersAndRanksAgree) {
+  const std::string fixtures = TANDEM_HF_FIXTURES;
+  const auto dir = std::filesystem::path(::testing::TempDir()) / absl::StrCat("llava_", GetParam(), "_", ::getpid());
+  std::filesystem::create_directories(dir);
+  {
+    nlohmann::json all = nlohmann::json::parse(std::ifstream(fixtures + "/reference/conversations.json"));
+    nlohmann::json with_images = nlohmann::json::array();
+    for (auto& c : all) {
+      if (!c.contains("image")) continue;
+      c["image"] = fixtures + "/reference/image.png";
+      with_images.push_back(c);
+    }
+    ASSERT_EQ(with_images.size(), 2u);
+    std::ofstream(dir / "train.json") << with_images.dump();
+  }
+  jobspec::JobConfig job = TinyJob(1);
+  job.data.kind = data::DataConfig::Kind::kConversations;
+  job.data.conversations.train_path = (dir / "train.json").string();
+  job.data.conversations.eval_path = (dir / "train.json").string();
+  job.data.max_text_tokens = 96;
+  job.vision.pretrained = job.llm.pretrained = fixtures + "/" + GetParam();
+  job.schedule.global_batch = 2;
+  job.schedule.micro_batches = 1;
+  job.schedule.steps = 2;
+  const absl::Status resolved = hf::ResolvePretrainedModels(job);
+  ASSERT_TRUE(resolved.ok()) << resolved;
+
+  const Outcome reference = RunStages(job, 1, 1);
+  ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+  const nlohmann::json expected =
+      nlohmann::json::parse(std::ifstream(fixtures + "/reference/training_loss.json"))[GetParam()];
+  EXPECT_NEAR(reference.losses[0], expected["loss"].get<double>(), 1e-4 * expected["loss"].get<double>());
+  EXPECT_LT(reference.losses[1], reference.losses[0]);
+  EXPECT_EQ(reference.eval.samples, 2);
+  const Outcome run = RunStages(job, 2, 2);
+  ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+  ExpectLossesMatch(run.losses, reference.losses);
+  EXPECT_EQ(run.eval.samples, 2);
+  EXPECT_EQ(run.eval.exact, reference.eval.exact);
+  EXPECT_EQ(run.eval.correct_tokens, reference.eval.correct_tokens);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, StagesLlavaTest, ::testing::Values("clip_llama", "siglip_qwen2"));
 
 TEST(StagesPretrainedTest, AMissingTowerIsNamed) {
   jobspec::JobConfig job = TinyJob(1);

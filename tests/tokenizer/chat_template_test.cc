@@ -61,7 +61,7 @@ TEST(ChatTemplate, RefusesWhatItCannotRender) {
                 .status().message().find("Llama 3.1"), std::string::npos);
   EXPECT_EQ(DetectChatFormat("{{ messages }}").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DetectChatFormat("").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(ChatFormatByName("vicuna").status().message().find("\"vicuna\" is not known (chatml, llama3)"),
+  EXPECT_NE(ChatFormatByName("vicuna").status().message().find("\"vicuna\" is not known (chatml, llama3, tandem)"),
             std::string::npos);
 }
 

@@ -1,0 +1,122 @@
+#include "data/text_codec.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/status_macros.h"
+
+namespace tandem::data {
+namespace {
+
+constexpr char kImage[] = "<image>";
+
+// The token that ends an assistant turn in `format`.
+std::string EndOfTurn(const tokenizer::ChatFormat& format) {
+  if (format.name == "chatml") return "<|im_end|>";
+  if (format.name == "llama3") return "<|eot_id|>";
+  return "<eos>";
+}
+
+}  // namespace
+
+std::string ConversationWords(const std::vector<tokenizer::ChatMessage>& messages) {
+  std::string out;
+  for (const auto& message : messages) {
+    absl::StrAppend(&out, out.empty() ? "" : " ", absl::StrReplaceAll(message.content, {{kImage, " "}}));
+  }
+  return out;
+}
+
+TextCodec TextCodec::Words(Tokenizer tokenizer) {
+  TextCodec codec;
+  codec.words_ = std::move(tokenizer);
+  codec.format_ = tokenizer::ChatFormat{"tandem", ""};
+  return codec;
+}
+
+absl::StatusOr<TextCodec> TextCodec::Hf(tokenizer::HfTokenizer tokenizer, tokenizer::ChatFormat format,
+                                        int64_t image_tokens) {
+  const auto image = tokenizer.TokenToId(kImage);
+  if (!image) return absl::InvalidArgumentError("the tokenizer has no \"<image>\" token");
+  const auto eos = tokenizer.eos_id();
+  const std::string turn_end = EndOfTurn(format);
+  const auto end = tokenizer.TokenToId(turn_end);
+  if (!end) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the tokenizer has no \"", turn_end, "\" token, which ends a turn in the ", format.name, " format"));
+  }
+  // transformers' LLaVA recipes pad with the pad token, else with eos; the padding is never a
+  // target and a causal model never attends to it from the positions before.
+  const auto pad = tokenizer.pad_id() ? tokenizer.pad_id() : eos;
+  if (!pad) return absl::InvalidArgumentError("the tokenizer has neither a pad nor an eos token");
+  TextCodec codec;
+  codec.stop_ids_ = {*end};
+  if (eos && *eos != *end) codec.stop_ids_.push_back(*eos);
+  codec.pad_id_ = *pad;
+  codec.image_token_id_ = *image;
+  codec.image_tokens_ = image_tokens;
+  codec.format_ = std::move(format);
+  codec.hf_ = std::move(tokenizer);
+  return codec;
+}
+
+int64_t TextCodec::vocab_size() const { return words_ ? words_->size() : hf_->vocab_size(); }
+
+std::string TextCodec::Decode(const std::vector<int64_t>& ids) const {
+  if (hf_) return hf_->Decode(ids, /*skip_special_tokens=*/true);
+  return words_->Decode(std::vector<int32_t>(ids.begin(), ids.end()));
+}
+
+absl::StatusOr<EncodedConversation> TextCodec::Encode(const std::vector<tokenizer::ChatMessage>& messages,
+                                                      const std::string& source) const {
+  if (hf_) return EncodeMessages(messages, source, *hf_, format_, image_tokens_, /*add_generation_prompt=*/false);
+  EncodedConversation out;
+  for (const auto& message : messages) {
+    const bool answer = message.role == "assistant";
+    for (int32_t id : words_->Encode(absl::StrReplaceAll(message.content, {{kImage, " "}}))) {
+      out.ids.push_back(id);
+      out.labels.push_back(answer ? id : EncodedConversation::kIgnore);
+    }
+    const int64_t end = answer ? Tokenizer::kEos : Tokenizer::kBos;
+    out.ids.push_back(end);
+    out.labels.push_back(answer ? end : EncodedConversation::kIgnore);
+  }
+  return out;
+}
+
+absl::StatusOr<TextCodec::Prompt> TextCodec::EncodePrompt(const std::vector<tokenizer::ChatMessage>& messages,
+                                                          const std::string& source) const {
+  if (messages.empty() || messages.back().role != "assistant") {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": the last message is not the assistant's, so there is "
+                                                           "no answer to evaluate"));
+  }
+  const std::vector<tokenizer::ChatMessage> asked(messages.begin(), messages.end() - 1);
+  Prompt prompt;
+  if (hf_) {
+    ASSIGN_OR_RETURN(auto encoded,
+                     EncodeMessages(asked, source, *hf_, format_, image_tokens_, /*add_generation_prompt=*/true));
+    prompt.ids = std::move(encoded.ids);
+  } else {
+    ASSIGN_OR_RETURN(auto encoded, Encode(asked, source));
+    prompt.ids = std::move(encoded.ids);
+  }
+  // The answer is the last run of labelled positions of the whole conversation, less its end of turn.
+  ASSIGN_OR_RETURN(const EncodedConversation whole, Encode(messages, source));
+  size_t end = whole.labels.size();
+  while (end > 0 && whole.labels[end - 1] == EncodedConversation::kIgnore) --end;
+  size_t begin = end;
+  while (begin > 0 && whole.labels[begin - 1] != EncodedConversation::kIgnore) --begin;
+  prompt.answer.assign(whole.labels.begin() + static_cast<std::ptrdiff_t>(begin),
+                       whole.labels.begin() + static_cast<std::ptrdiff_t>(end));
+  if (!prompt.answer.empty() && std::find(stop_ids_.begin(), stop_ids_.end(), prompt.answer.back()) != stop_ids_.end()) {
+    prompt.answer.pop_back();
+  }
+  if (prompt.ids.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": nothing comes before the answer to prompt with"));
+  }
+  return prompt;
+}
+
+}  // namespace tandem::data

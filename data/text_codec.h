@@ -1,0 +1,83 @@
+// How a sample's conversation becomes what the LLM trains on (token ids and their labels) and what
+// it is evaluated on (a prompt and the answer it should generate), in one of two layouts
+// (models::LlmConfig::image_token_id):
+//
+//   Words  Tandem's own LLM and its word tokenizer (data/tokenizer.h). The image is a prefix of
+//          embedding rows ahead of the tokens; the text is the "tandem" chat format without the
+//          image mark: (user words) <bos> (answer words) <eos> ... A caption is the answer to a user
+//          turn holding only the image, so it reads <bos> caption <eos>.
+//   Hf     A Hugging Face tokenizer and chat format (tokenizer/chat_template.h): LLaVA's layout, the
+//          rendered conversation with `image_tokens` copies of the "<image>" id, which the image's
+//          embedding rows replace.
+//
+// Labels are the ids of the assistant turns and their end-of-turn token, kIgnoreLabel elsewhere
+// (data/conversation.h). Stateless after construction; const methods are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "data/conversation.h"
+#include "data/tokenizer.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/hf_tokenizer.h"
+
+namespace tandem::data {
+
+class TextCodec {
+ public:
+  static TextCodec Words(Tokenizer tokenizer);
+  // InvalidArgument when the tokenizer lacks "<image>", a pad or eos token, or the format's
+  // end-of-turn token.
+  static absl::StatusOr<TextCodec> Hf(tokenizer::HfTokenizer tokenizer, tokenizer::ChatFormat format,
+                                      int64_t image_tokens);
+
+  // The whole conversation. `source` names the sample in errors.
+  absl::StatusOr<EncodedConversation> Encode(const std::vector<tokenizer::ChatMessage>& messages,
+                                             const std::string& source) const;
+
+  // The conversation up to its last assistant message, with the generation prompt, and that
+  // message's ids without its end-of-turn token. InvalidArgument when the last message is not the
+  // assistant's.
+  struct Prompt {
+    std::vector<int64_t> ids;
+    std::vector<int64_t> answer;
+  };
+  absl::StatusOr<Prompt> EncodePrompt(const std::vector<tokenizer::ChatMessage>& messages,
+                                      const std::string& source) const;
+
+  // Image token positions in an encoded sequence: 0 in the Words layout (the image is a prefix).
+  int64_t image_tokens() const { return image_tokens_; }
+  // -1 in the Words layout.
+  int64_t image_token_id() const { return image_token_id_; }
+  int64_t pad_id() const { return pad_id_; }
+  // Generation stops at any of these (the format's end-of-turn token and the tokenizer's eos).
+  const std::vector<int64_t>& stop_ids() const { return stop_ids_; }
+  int64_t vocab_size() const;
+  std::string Decode(const std::vector<int64_t>& ids) const;
+
+  // The word tokenizer in the Words layout, null otherwise.
+  const Tokenizer* words() const { return words_ ? &*words_ : nullptr; }
+  const tokenizer::HfTokenizer* hf() const { return hf_ ? &*hf_ : nullptr; }
+
+ private:
+  TextCodec() = default;
+
+  std::optional<Tokenizer> words_;
+  std::optional<tokenizer::HfTokenizer> hf_;
+  tokenizer::ChatFormat format_;
+  int64_t image_tokens_ = 0;
+  int64_t image_token_id_ = -1;
+  int64_t pad_id_ = Tokenizer::kPad;
+  std::vector<int64_t> stop_ids_{Tokenizer::kEos};
+};
+
+// The word tokenizer's vocabulary texts of a conversation: every message's content without the
+// image mark.
+std::string ConversationWords(const std::vector<tokenizer::ChatMessage>& messages);
+
+}  // namespace tandem::data
