@@ -264,7 +264,7 @@ absl::Status JobRunner::EvaluateAll(Attempt& a, int64_t step) {
   update.mutable_eval()->set_caption_exact_match(eval.caption_exact_match);
   update.mutable_eval()->set_token_accuracy(eval.token_accuracy);
   feeds_->Publish(job_.id, std::move(update));
-  Event(absl::StrFormat("step %d: held-out caption exact match %.3f, token accuracy %.3f", step,
+  Event(absl::StrFormat("step %d: held-out exact match %.3f, token accuracy %.3f", step,
                         eval.caption_exact_match, eval.token_accuracy));
   return absl::OkStatus();
 }

@@ -26,6 +26,7 @@
 #include "nlohmann/json.hpp"
 #include "tokenizer/chat_template.h"
 #include "hf/pretrained_config.h"
+#include "tokenizer/hf_tokenizer.h"
 
 namespace tandem::hf {
 namespace {
@@ -132,7 +133,7 @@ std::string HfActivation(const std::string& activation) {
 // A tower with a class token and a pre-norm is CLIP's; Tandem's own and SigLIP's are SigLIP's.
 // The LLM's special token ids, as config.json carries them.
 struct TokenIds {
-  int64_t bos = data::Tokenizer::kBos;
+  Json bos = data::Tokenizer::kBos;  // a number or null
   Json eos = data::Tokenizer::kEos;  // a number or a list
   Json pad = data::Tokenizer::kPad;  // a number or null
 };
@@ -239,6 +240,29 @@ Json TokenizerJson(const data::Tokenizer& t, int64_t image_token) {
 
 absl::Status WriteJson(const fs::path& path, const Json& json) {
   return WriteFileAtomically(path.string(), json.dump(2) + "\n");
+}
+
+// The copied tokenizer files gain the "<image>" token the job added after the vocabulary
+// (hf/pretrained_job.h), unless they have it.
+absl::Status AddImageToken(const fs::path& dir, int64_t id) {
+  ASSIGN_OR_RETURN(const tokenizer::HfTokenizer copied, tokenizer::HfTokenizer::Load(dir.string()));
+  if (copied.TokenToId(kImageToken)) return absl::OkStatus();
+  const auto patch = [&](const fs::path& path, const auto& change) -> absl::Status {
+    ASSIGN_OR_RETURN(const std::string text, ReadFile(path.string()));
+    Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!json.is_object()) return absl::InvalidArgumentError(absl::StrCat(path.string(), ": not a JSON object"));
+    change(json);
+    return WriteJson(path, json);
+  };
+  RETURN_IF_ERROR(patch(dir / "tokenizer.json", [&](Json& json) { json["added_tokens"].push_back(AddedToken(id, kImageToken)); }));
+  std::error_code ec;
+  if (!fs::exists(dir / "tokenizer_config.json", ec)) return absl::OkStatus();
+  return patch(dir / "tokenizer_config.json", [&](Json& json) {
+    if (!json.contains("added_tokens_decoder")) return;
+    Json token = AddedToken(id, kImageToken);
+    token.erase("id");
+    json["added_tokens_decoder"][std::to_string(id)] = token;
+  });
 }
 
 // model.safetensors, or shards of at most max_bytes each with their index.
@@ -355,8 +379,9 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
     // The pretrained LLM's ids, and its tokenizer files as they are.
     ASSIGN_OR_RETURN(const PretrainedConfig pretrained, ReadPretrainedConfig(job.llm.pretrained));
     TokenIds ids;
-    ids.bos = pretrained.bos_token_id;
-    ids.eos = pretrained.eos_token_ids.size() == 1 ? Json(pretrained.eos_token_ids[0]) : Json(pretrained.eos_token_ids);
+    ids.bos = pretrained.bos_token_id >= 0 ? Json(pretrained.bos_token_id) : Json(nullptr);
+    const auto& eos = pretrained.eos_token_ids;
+    ids.eos = eos.empty() ? Json(nullptr) : eos.size() == 1 ? Json(eos[0]) : Json(eos);
     ids.pad = pretrained.pad_token_id >= 0 ? Json(pretrained.pad_token_id) : Json(nullptr);
     RETURN_IF_ERROR(WriteJson(dir / "config.json", LlavaConfig(v, m, m.image_token_id, ids)));
     for (const char* file : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -367,6 +392,7 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
       fs::copy_file(from, dir / file, ec);
       if (ec) return absl::InternalError(absl::StrCat(from.string(), ": ", ec.message()));
     }
+    RETURN_IF_ERROR(AddImageToken(dir, m.image_token_id));
   }
   if (!job.vision.pretrained.empty()) {  // the tower's own preprocessing
     std::error_code ec;

@@ -1,5 +1,5 @@
-// `tandem export RUN_DIR --format hf OUT_DIR`: a run of Tandem's own models written as a Hugging
-// Face LLaVA directory that transformers loads with LlavaForConditionalGeneration.from_pretrained.
+// `tandem export RUN_DIR --format hf OUT_DIR`: a run written as a Hugging Face LLaVA directory that
+// transformers loads with LlavaForConditionalGeneration.from_pretrained.
 //
 // The run's job.json gives the models and its tokenizer.json the vocabulary; the weights are the
 // run's final ones (vision.safetensors, llm.safetensors), or, given one of its checkpoints
@@ -19,7 +19,13 @@
 //   preprocessor_config.json  SiglipImageProcessor at the model's image size, mean and std 0.5
 //   generation_config.json    bos, eos and pad ids
 // The new image token's rows of the embedding (and untied head) are zero: the embedding row is
-// replaced by image features wherever the token is, and its logit is always 0.
+// replaced by image features wherever the token is, and its logit is always 0. The tokenizer's
+// chat_template is the "tandem" format (tokenizer/chat_template.h), the same sequence in chat form.
+//
+// A run whose LLM started from a pretrained one (llm.pretrained) exports that LLM's model_type
+// ("llama", or "qwen2" for one with q/k/v biases), vocabulary, image token, rotary scaling and
+// special token ids, and copies its tokenizer files (tokenizer.json, tokenizer_config.json,
+// special_tokens_map.json, chat_template.jinja) and generation_config.json as they are.
 //
 // The directory appears whole or not at all: it is written under a temporary name beside OUT_DIR
 // and renamed, and an OUT_DIR that exists is refused. Errors name what is wrong: a run directory

@@ -4,7 +4,7 @@
 //
 // The prompt is raw text in which "<image>" marks where the image goes. It is tokenized with the
 // model's tokenizer, with the special tokens its post-processor adds (a BOS); with `chat` the
-// chat template (tokenizer/chat_template.h: "chatml" or "llama3", detected from the tokenizer or
+// chat template (tokenizer/chat_template.h: "chatml", "llama3" or "tandem", detected from the tokenizer or
 // named) first makes it one user turn with a generation prompt, and the result is tokenized as
 // transformers' apply_chat_template does, without adding special tokens again. Each image token
 // becomes one token per image feature, and the image, decoded, resized and cropped as
@@ -31,7 +31,7 @@ struct GenerateRequest {
   std::string prompt;
   int64_t max_new_tokens = 64;
   bool chat = false;
-  std::string chat_template;  // "chatml" or "llama3"; "" detects it from the tokenizer
+  std::string chat_template;  // "chatml", "llama3" or "tandem"; "" detects it from the tokenizer
   int threads = 0;            // intra-op threads; 0 leaves LibTorch's default
 };
 

@@ -1,5 +1,6 @@
 #include "hf/pretrained_job.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,7 @@ absl::Status Prefixed(const char* key, const absl::Status& status) {
 
 constexpr char kVision[] = "vision.pretrained";
 constexpr char kLlm[] = "llm.pretrained";
+constexpr char kImageToken[] = "<image>";
 
 absl::Status ResolveLlm(jobspec::JobConfig& job) {
   const std::string dir = jobspec::SpecPath(job.llm.pretrained, job.spec_dir);
@@ -28,16 +30,13 @@ absl::Status ResolveLlm(jobspec::JobConfig& job) {
                                                                   " model has no language model")));
   }
   models::LlmConfig llm = *config->llm;
-  if (llm.image_token_id < 0) {  // an LLM alone: its tokenizer must have LLaVA's image token
+  if (llm.image_token_id < 0) {
+    // An LLM alone: LLaVA's image token is its tokenizer's "<image>", or one added after its
+    // vocabulary, with a new embedding row when the model has no spare one (LoadLlmWeights).
     auto tokenizer = tokenizer::HfTokenizer::Load(dir);
     if (!tokenizer.ok()) return Prefixed(kLlm, tokenizer.status());
-    const auto image = tokenizer->TokenToId("<image>");
-    if (!image || *image >= llm.vocab_size) {
-      return Prefixed(kLlm, absl::InvalidArgumentError(absl::StrCat(
-                                dir, ": the tokenizer has no \"<image>\" token inside the model's vocabulary of ",
-                                llm.vocab_size, ": add one, with its embedding row, as LLaVA does")));
-    }
-    llm.image_token_id = *image;
+    llm.image_token_id = tokenizer->AddSpecialToken(kImageToken);
+    llm.vocab_size = std::max(llm.vocab_size, llm.image_token_id + 1);
   }
   job.llm.model = llm;
   job.llm.pretrained = dir;

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -38,8 +39,10 @@ std::vector<int64_t> TheirShape(const std::string& ours, at::IntArrayRef shape, 
   return theirs;
 }
 
+// `extra_vocab_rows`: the model's embedding (and head) has that many rows more than the checkpoint's,
+// for tokens added after its vocabulary; they are zero.
 absl::Status Load(const PretrainedConfig& config, const CheckpointFiles& files, torch::nn::Module& model,
-                  const std::set<Part>& parts, const NamesOf& names_of, bool tied_head) {
+                  const std::set<Part>& parts, const NamesOf& names_of, bool tied_head, int64_t extra_vocab_rows) {
   const std::string& dir = config.directory;
   std::map<std::pair<Part, std::string>, std::string> available;  // (part, local name) -> full name
   for (const std::string& full : files.Names()) {
@@ -57,7 +60,9 @@ absl::Status Load(const PretrainedConfig& config, const CheckpointFiles& files, 
       return absl::InvalidArgumentError(absl::StrCat(dir, ": ", theirs.status().message()));
     }
     if (theirs->empty()) continue;  // left as initialised
-    const std::vector<int64_t> expected = TheirShape(ours, parameter.sizes(), theirs->size());
+    std::vector<int64_t> expected = TheirShape(ours, parameter.sizes(), theirs->size());
+    const bool vocabulary = ours == "embed.weight" || ours == "head.weight";
+    if (vocabulary) expected[0] -= extra_vocab_rows;
     std::vector<at::Tensor> tensors;
     for (const LocalName& local : *theirs) {
       const auto it = available.find({local.part, local.name});
@@ -81,7 +86,10 @@ absl::Status Load(const PretrainedConfig& config, const CheckpointFiles& files, 
       tensors.push_back(std::move(tensor));
       used.insert(it->second);
     }
-    const at::Tensor value = tensors.size() == 1 ? tensors[0] : torch::cat(tensors, 0);
+    at::Tensor value = tensors.size() == 1 ? tensors[0] : torch::cat(tensors, 0);
+    if (vocabulary && extra_vocab_rows > 0) {
+      value = torch::cat({value, torch::zeros({extra_vocab_rows, value.size(1)}, value.options())}, 0);
+    }
     parameter.copy_(value.reshape(parameter.sizes()).to(parameter.dtype()));
   }
   for (const auto& [local, full] : available) {
@@ -112,7 +120,7 @@ absl::Status LoadVisionWeights(const PretrainedConfig& config, const CheckpointF
       return TheirVisionNames(ours);
     };
   }
-  return Load(config, files, vision, parts, names, /*tied_head=*/false);
+  return Load(config, files, vision, parts, names, /*tied_head=*/false, /*extra_vocab_rows=*/0);
 }
 
 absl::Status LoadLlmWeights(const PretrainedConfig& config, const CheckpointFiles& files, models::LlmImpl& llm) {
@@ -120,7 +128,9 @@ absl::Status LoadLlmWeights(const PretrainedConfig& config, const CheckpointFile
     return absl::InvalidArgumentError(absl::StrCat(config.directory, ": a ", config.model_type,
                                                    " checkpoint has no language model"));
   }
-  return Load(config, files, llm, {Part::kLlm, Part::kLmHead}, TheirLlmNames, llm.config().tie_embeddings);
+  // A token added after the checkpoint's vocabulary (LLaVA's <image>, hf/pretrained_job.h) adds rows.
+  const int64_t extra = std::max<int64_t>(llm.config().vocab_size - config.llm->vocab_size, 0);
+  return Load(config, files, llm, {Part::kLlm, Part::kLmHead}, TheirLlmNames, llm.config().tie_embeddings, extra);
 }
 
 absl::Status LoadPretrainedVision(const std::string& directory, models::VisionEncoderImpl& vision,

@@ -9,7 +9,8 @@
 //
 // LoadVisionWeights fills the vision tower, and from a LLaVA checkpoint the projector too (a tower
 // read alone leaves the projector as initialised). LoadLlmWeights fills the LLM; a tied model needs
-// no lm_head and ignores one that is there. A tensor the model needs and the checkpoint lacks, a
+// no lm_head and ignores one that is there. An LLM with more vocabulary rows than config.json's (a
+// token added after the vocabulary: LLaVA's <image>) gets zero rows after the checkpoint's. A tensor the model needs and the checkpoint lacks, a
 // tensor of a loaded part that the model has no place for, a shape that differs from the config's,
 // a dtype other than config.json's (or not floating point) are each InvalidArgument naming the
 // tensor and the directory; the model may then be partly filled and must not be used.

@@ -313,6 +313,12 @@ std::vector<std::vector<int64_t>> GenerateGreedyBatch(Llm& llm, const at::Tensor
         continue;
       }
       generated[b].push_back(ids[b]);
+      // An image token the model writes has no image behind it: the row ends there, the token
+      // kept in its output.
+      if (ids[b] == llm->config().image_token_id) {
+        finish(b);
+        continue;
+      }
       sequences[b].push_back(ids[b]);
       if (sequences[b].size() > capacity) finish(b);  // cannot be read again
     }

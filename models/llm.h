@@ -113,8 +113,9 @@ TokenLoss CaptionLoss(const at::Tensor& logits, const at::Tensor& tokens, int64_
 // prompts[b], with `images` as forward takes them (a prefix [B, P, hidden], or LLaVA's rows for the
 // prompts' image tokens; undefined for text only). Rows are right-padded with pad_id, which a causal
 // model's last-token logits never see. Row b's result is its new ids up to and excluding the first
-// of `stop_ids`; a row also stops when it fills max_seq_len (less a prefix), and a stopped row no
-// longer grows. Runs max_new_tokens steps, fewer once every row has stopped when `stop_when_done`
+// of `stop_ids`; a row also stops when it fills max_seq_len (less a prefix), or after writing
+// LLaVA's image token (kept in its result: no image stands behind it), and a stopped row no longer
+// grows. Runs max_new_tokens steps, fewer once every row has stopped when `stop_when_done`
 // (without it, exactly max_new_tokens forwards on every rank, same output). Runs under the
 // caller's autocast state.
 std::vector<std::vector<int64_t>> GenerateGreedyBatch(Llm& llm, const at::Tensor& images,

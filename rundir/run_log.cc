@@ -304,7 +304,7 @@ std::string RenderLossSvg(const std::string& title, const std::vector<StepRecord
   legend("#1f77b4", "none", "training loss (smoothed; faint: per step)");
   if (!evals.empty()) {
     legend("#d62728", "none",
-           absl::StrFormat("caption exact match (last %.3f)", evals.back().caption_exact_match));
+           absl::StrFormat("exact match (last %.3f)", evals.back().caption_exact_match));
     legend("#ff9896", "4 3", absl::StrFormat("token accuracy (last %.3f)", evals.back().token_accuracy));
   }
   svg += "</svg>\n";

@@ -75,7 +75,7 @@ absl::Status ReadMetrics(const std::string& path, std::vector<StepRecord>* steps
                          std::vector<EvalRecord>* evals);
 
 // An SVG chart: training loss (left axis, log scale when it spans more than a decade) against step,
-// and the evaluations' caption exact match and token accuracy (right axis, 0..1). Self-contained:
+// and the evaluations' exact match and token accuracy (right axis, 0..1). Self-contained:
 // opens in any browser.
 std::string RenderLossSvg(const std::string& title, const std::vector<StepRecord>& steps,
                           const std::vector<EvalRecord>& evals);

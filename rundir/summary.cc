@@ -62,7 +62,7 @@ std::string SummaryText(const RunSummary& s) {
       s.job_name, s.steps, s.samples, FormatDuration(s.elapsed_s), s.samples_per_s, s.final_loss);
   if (s.evaluated) {
     absl::StrAppendFormat(&text,
-                          "  caption exact match  %.1f%% (held-out)\n"
+                          "  exact match          %.1f%% (held-out)\n"
                           "  token accuracy       %.1f%%\n",
                           100 * s.caption_exact_match, 100 * s.token_accuracy);
   } else {

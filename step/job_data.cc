@@ -19,6 +19,7 @@ absl::Status Prefixed(const char* key, const absl::Status& status) {
 absl::StatusOr<data::TextCodec> OpenPretrainedText(const jobspec::JobConfig& job) {
   auto tokenizer = tokenizer::HfTokenizer::Load(job.llm.pretrained);
   if (!tokenizer.ok()) return Prefixed("llm.pretrained", tokenizer.status());
+  tokenizer->AddSpecialToken("<image>");  // as hf::ResolvePretrainedModels placed it
   absl::StatusOr<tokenizer::ChatFormat> format =
       job.llm.chat_template.empty() ? tokenizer::DetectChatFormat(tokenizer->chat_template())
                                     : tokenizer::ChatFormatByName(job.llm.chat_template);

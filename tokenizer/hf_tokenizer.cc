@@ -240,6 +240,15 @@ int64_t HfTokenizer::vocab_size() const {
   return size;
 }
 
+int64_t HfTokenizer::AddSpecialToken(const std::string& content) {
+  if (auto id = TokenToId(content)) return *id;
+  const int64_t id = vocab_size();
+  added_.push_back({content, id, /*special=*/true, /*lstrip=*/false, /*rstrip=*/false});
+  std::stable_sort(added_.begin(), added_.end(),
+                   [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
+  return id;
+}
+
 bool HfTokenizer::IsSpecial(int64_t id) const {
   for (const Added& a : added_) {
     if (a.id == id) return a.special;

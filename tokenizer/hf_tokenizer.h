@@ -43,6 +43,9 @@ class HfTokenizer {
   // Model tokens and added tokens; the size is one past the largest id.
   int64_t vocab_size() const;
   bool IsSpecial(int64_t id) const;
+  // Adds `content` as a special added token with the next id (vocab_size()), as transformers'
+  // add_special_tokens does, and returns its id; a token already there keeps its id.
+  int64_t AddSpecialToken(const std::string& content);
 
   // The special tokens tokenizer_config.json (or special_tokens_map.json) names, as text and id
   // (empty and nullopt when it names none).

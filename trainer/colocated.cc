@@ -243,7 +243,7 @@ absl::Status ColocatedRun::Train() {
       loop.RecordEval(eval);
       printer.Finish();
       TANDEM_LOG(kInfo, kComponent)
-          << job_.name << ": step " << step << " held-out caption exact match "
+          << job_.name << ": step " << step << " held-out exact match "
           << absl::StrFormat("%.3f", eval.caption_exact_match) << ", token accuracy "
           << absl::StrFormat("%.3f", eval.token_accuracy);
     }

@@ -272,8 +272,8 @@ TEST_F(JobRunnerTest, RunsEveryStepInOrderOnEveryMemberAndWritesTheRunDirectory)
   EXPECT_EQ(events[0], "submitted");
   EXPECT_EQ(events[1], "RUNNING");
   EXPECT_THAT(events[2], HasSubstr("assigned: vision 2 x llm 2 actors; setup took "));
-  EXPECT_EQ(events[3], "step 2: held-out caption exact match 0.250, token accuracy 0.750");
-  EXPECT_EQ(events[4], "step 4: held-out caption exact match 0.250, token accuracy 0.750");
+  EXPECT_EQ(events[3], "step 2: held-out exact match 0.250, token accuracy 0.750");
+  EXPECT_EQ(events[4], "step 4: held-out exact match 0.250, token accuracy 0.750");
   EXPECT_EQ(events[5], "checkpoint " + checkpoint);
   EXPECT_EQ(events[6], "SUCCEEDED");
 }

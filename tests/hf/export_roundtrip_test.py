@@ -6,7 +6,11 @@ Trains a short shapes run with `tandem run --colocated`, exports it with `tandem
 nothing unexpected), and for each held-out image of examples/jsonl/ compares transformers' greedy
 tokens with `tandem generate`'s, from the export, from the run directory and from its last checkpoint.
 Then the same for a short run on a pretrained CLIP tower (tests/fixtures/hf/clip_vision), which
-exports with a CLIP tower and CLIP's preprocessing.
+exports with a CLIP tower and CLIP's preprocessing; for LLaVA's second stage started from the first
+export (`pretrained`, shapes conversations), asked through its "tandem" chat template; and for a
+whole pretrained LLaVA of SigLIP and Qwen2 (tests/fixtures/hf/siglip_qwen2) fine-tuned on the
+captions, which exports as Qwen2 with its own tokenizer files and ChatML; and for LLaVA's first stage
+from two towers, a CLIP tower and a Llama without an "<image>" token, which the export carries.
 
 Needs transformers, torch and Pillow (tests/fixtures/hf/requirements.txt, installed into .venv/ by
 scripts/venv); exits 77, which ctest reports as skipped, when they cannot be imported.
@@ -16,6 +20,7 @@ scripts/venv); exits 77, which ctest reports as skipped, when they cannot be imp
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -56,6 +61,19 @@ CLIP_SPEC = {
 }
 
 
+# LLaVA's second stage from an export (PRETRAINED_DIR): the projector and the LLM on conversations.
+CHAT_SPEC = {
+    "name": "roundtrip-chat",
+    "data": {"shapes": {"seed": 2, "train_samples": 4096, "eval_samples": 16, "conversations": True},
+             "max_text_tokens": 40},
+    "pretrained": "PRETRAINED_DIR",
+    "vision": {"freeze": ["patch_embed.*", "positions", "blocks.*"], "engine": ENGINE},
+    "llm": {"engine": ENGINE},
+    "schedule": {"global_batch": 32, "steps": 60, "eval_every": 0, "eval_samples": 16, "seed": 1},
+}
+QUESTIONS = ["<image>\nWhat colour is the shape?", "<image>\nWhere is the shape?"]
+
+
 def run(*args):
     result = subprocess.run(args, capture_output=True, text=True)
     if result.returncode != 0:
@@ -70,7 +88,9 @@ def processor_for(directory):
     return kind(**{k: v for k, v in config.items() if k != "image_processor_type"})
 
 
-def compare(tandem, examples, out, sources, need_distinct):
+def compare(tandem, examples, out, sources, need_distinct, questions=None):
+    """Greedy tokens of transformers and of `tandem generate` (from each of `sources`) for every
+    held-out image, asked "<image>" raw, or each of `questions` through the chat template."""
     model, info = LlavaForConditionalGeneration.from_pretrained(out, output_loading_info=True)
     problems = {key: value for key, value in info.items() if value}
     assert not problems, f"transformers reports {problems}"
@@ -79,33 +99,52 @@ def compare(tandem, examples, out, sources, need_distinct):
     processor = processor_for(out)
     with open(os.path.join(examples, "jsonl", "eval.jsonl")) as f:
         samples = [json.loads(line) for line in f if line.strip()]
+    prompts = [("<image>", False)] if questions is None else [(q, True) for q in questions]
     compared, distinct = 0, set()
     for sample in samples:
         image_path = os.path.join(examples, "jsonl", sample["image"])
-        ids = tokenizer("<image>")["input_ids"]
-        expanded = []
-        for i in ids:
-            expanded += [model.config.image_token_index] * model.config.image_seq_length \
-                if i == model.config.image_token_index else [i]
         pixels = processor(images=Image.open(image_path).convert("RGB"), return_tensors="pt")["pixel_values"]
-        with torch.no_grad():
-            theirs = model.generate(input_ids=torch.tensor([expanded]), pixel_values=pixels, max_new_tokens=12,
-                                    do_sample=False)[0, len(expanded):].tolist()
-        for source in sources:
-            ours = json.loads(run(tandem, "generate", "--model", source, "--image", image_path,
-                                  "--prompt", "<image>", "--max-new-tokens", "12", "--output", "json"))
-            assert ours["token_ids"] == theirs, (
-                f"{sample['image']} from {source}: tandem {ours['token_ids']}, transformers {theirs}")
-            assert ours["text"] == tokenizer.decode(theirs, skip_special_tokens=True)
-            assert ours["prompt_tokens"] == len(expanded)
-        print(f"{out}: {sample['image']}: {tokenizer.decode(theirs, skip_special_tokens=True)!r} "
-              f"(caption: {sample['text']!r})")
-        compared += 1
-        distinct.add(tuple(theirs))
+        for prompt, chat in prompts:
+            if chat:
+                text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                                     add_generation_prompt=True)
+                ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            else:
+                ids = tokenizer(prompt)["input_ids"]
+            expanded = []
+            for i in ids:
+                expanded += [model.config.image_token_index] * model.config.image_seq_length \
+                    if i == model.config.image_token_index else [i]
+            with torch.no_grad():
+                theirs = model.generate(input_ids=torch.tensor([expanded]), pixel_values=pixels, max_new_tokens=12,
+                                        do_sample=False)[0, len(expanded):].tolist()
+            for source in sources:
+                ours = json.loads(run(tandem, "generate", "--model", source, "--image", image_path,
+                                      "--prompt", prompt, "--max-new-tokens", "12", "--output", "json",
+                                      *(["--chat"] if chat else [])))
+                # transformers runs to max_new_tokens past an end-of-turn token that is not the eos.
+                stop = len(ours["token_ids"])
+                assert ours["token_ids"] == theirs[:stop], (
+                    f"{sample['image']} {prompt!r} from {source}: tandem {ours['token_ids']}, transformers {theirs}")
+                assert ours["prompt_tokens"] == len(expanded)
+            print(f"{out}: {sample['image']} {prompt!r}: {tokenizer.decode(theirs, skip_special_tokens=True)!r} "
+                  f"(caption: {sample['text']!r})")
+            compared += 1
+            distinct.add(tuple(theirs))
     assert compared >= 4, f"only {compared} images"
     if need_distinct:
-        assert len(distinct) > 1, "every image got the same caption: the run did not learn to read images"
-    print(f"{out}: {compared} images, transformers and tandem generate agree")
+        assert len(distinct) > 1, "every image got the same answer: the run did not learn to read images"
+    print(f"{out}: {compared} prompts, transformers and tandem generate agree")
+
+
+def run_and_export(tandem, tmp, name, spec, **export_flags):
+    path = os.path.join(tmp, name + ".json")
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    run_dir, out = os.path.join(tmp, name + "-run"), os.path.join(tmp, name + "-hf")
+    run(tandem, "run", path, "--colocated", "--run-dir", run_dir, "--threads", "1")
+    run(tandem, "export", run_dir, out, "--format", "hf", *[a for k, v in export_flags.items() for a in (k, v)])
+    return run_dir, out
 
 
 def main():
@@ -114,26 +153,54 @@ def main():
     parser.add_argument("--examples", required=True)
     parser.add_argument("--fixtures", required=True)
     args = parser.parse_args()
+    fixtures = os.path.abspath(args.fixtures)
     with tempfile.TemporaryDirectory() as tmp:
-        spec = os.path.join(tmp, "spec.json")
-        with open(spec, "w") as f:
-            json.dump(SPEC, f)
-        run_dir, out = os.path.join(tmp, "run"), os.path.join(tmp, "hf")
-        run(args.tandem, "run", spec, "--colocated", "--run-dir", run_dir, "--threads", "1")
-        run(args.tandem, "export", run_dir, out, "--format", "hf", "--max-shard-size", "100KB")
+        run_dir, out = run_and_export(args.tandem, tmp, "shapes", SPEC, **{"--max-shard-size": "100KB"})
         assert os.path.exists(os.path.join(out, "model.safetensors.index.json")), "expected shards"
         compare(args.tandem, args.examples, out,
                 (out, run_dir, os.path.join(run_dir, "checkpoints", "step-000600")), need_distinct=True)
 
-        clip_spec = json.loads(json.dumps(CLIP_SPEC).replace("CLIP_DIR", os.path.join(os.path.abspath(args.fixtures), "clip_vision")))
-        with open(spec, "w") as f:
-            json.dump(clip_spec, f)
-        clip_run, clip_out = os.path.join(tmp, "clip-run"), os.path.join(tmp, "clip-hf")
-        run(args.tandem, "run", spec, "--colocated", "--run-dir", clip_run, "--threads", "1")
-        run(args.tandem, "export", clip_run, clip_out, "--format", "hf")
+        clip_spec = json.loads(json.dumps(CLIP_SPEC).replace("CLIP_DIR", os.path.join(fixtures, "clip_vision")))
+        clip_run, clip_out = run_and_export(args.tandem, tmp, "clip", clip_spec)
         with open(os.path.join(clip_out, "config.json")) as f:
             assert json.load(f)["vision_config"]["model_type"] == "clip_vision_model"
         compare(args.tandem, args.examples, clip_out, (clip_out, clip_run), need_distinct=False)
+
+        # The second stage of LLaVA's recipe, from the first export.
+        chat_spec = json.loads(json.dumps(CHAT_SPEC).replace("PRETRAINED_DIR", out))
+        chat_run, chat_out = run_and_export(args.tandem, tmp, "chat", chat_spec)
+        compare(args.tandem, args.examples, chat_out, (chat_out, chat_run), need_distinct=True, questions=QUESTIONS)
+
+        # A whole pretrained SigLIP + Qwen2 LLaVA, fine-tuned on captions with ChatML.
+        qwen_spec = json.loads(json.dumps(CHAT_SPEC).replace("PRETRAINED_DIR", os.path.join(fixtures, "siglip_qwen2")))
+        qwen_spec["vision"]["freeze"] = ["*"]
+        qwen_spec["data"]["shapes"]["conversations"] = False  # its tokenizer spends ~110 tokens on one
+        qwen_spec["data"]["max_text_tokens"] = 112
+        qwen_spec["schedule"]["steps"] = 4
+        qwen_run, qwen_out = run_and_export(args.tandem, tmp, "qwen", qwen_spec)
+        with open(os.path.join(qwen_out, "config.json")) as f:
+            assert json.load(f)["text_config"]["model_type"] == "qwen2"
+        compare(args.tandem, args.examples, qwen_out, (qwen_out,), need_distinct=False, questions=QUESTIONS)
+
+        # LLaVA's first stage from two towers: a CLIP tower and a Llama whose tokenizer has no "<image>"
+        # (the job adds one after the vocabulary), both frozen, a new projector training.
+        llama = os.path.join(tmp, "llama")
+        shutil.copytree(os.path.join(fixtures, "llama"), llama)
+        with open(os.path.join(llama, "tokenizer.json")) as f:
+            tokenizer = json.load(f)
+        for token in tokenizer["added_tokens"]:  # renamed, so that the ids stay contiguous
+            if token["content"] == "<image>":
+                token["content"] = "<mask>"
+        with open(os.path.join(llama, "tokenizer.json"), "w") as f:
+            json.dump(tokenizer, f)
+        towers_spec = json.loads(json.dumps(CLIP_SPEC).replace("CLIP_DIR", os.path.join(fixtures, "clip_vision")))
+        towers_spec["llm"] = {"pretrained": llama, "freeze": ["*"], "engine": ENGINE}
+        towers_spec["data"]["max_text_tokens"] = 64
+        towers_spec["schedule"]["steps"] = 4
+        towers_run, towers_out = run_and_export(args.tandem, tmp, "towers", towers_spec)
+        with open(os.path.join(towers_out, "config.json")) as f:
+            assert json.load(f)["image_token_index"] == 410
+        compare(args.tandem, args.examples, towers_out, (towers_out,), need_distinct=False, questions=QUESTIONS)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@
 #include "engine_config/config.h"
 #include "hf/generate.h"
 #include "hf/llava_model.h"
+#include "hf/pretrained_job.h"
+#include "hf/pretrained_weights.h"
 #include "jobspec/job_spec.h"
 #include "models/llm.h"
 #include "models/vision_encoder.h"
@@ -221,6 +223,66 @@ TEST_F(ExportTest, RefusesWhatItCannotWriteAndLeavesNothingBehind) {
   for (const auto& entry : fs::directory_iterator(root_)) {
     EXPECT_EQ(entry.path().filename().string().find(".hf.tmp"), std::string::npos) << entry.path();
   }
+}
+
+// A Llama without an "<image>" token (the llama fixture, its token renamed) as llm.pretrained: the job
+// adds the token after the vocabulary with a zero embedding row, as LLaVA does, and the export
+// carries the token in its tokenizer files, the row in its weights and the id in its config.
+TEST_F(ExportTest, APretrainedLlmGainsAnImageTokenThatTheExportCarries) {
+  const fs::path llama = root_ / "llama";
+  fs::copy(std::string(TANDEM_HF_FIXTURES) + "/llama", llama);
+  {
+    // Its ids stay contiguous, as the tokenizers library numbers added tokens in order.
+    nlohmann::json tokenizer = nlohmann::json::parse(std::ifstream(llama / "tokenizer.json"));
+    int renamed = 0;
+    for (auto& token : tokenizer["added_tokens"]) {
+      if (token["content"] == "<image>") token["content"] = "<mask>", ++renamed;
+    }
+    ASSERT_EQ(renamed, 1);
+    ASSERT_TRUE(WriteText(llama / "tokenizer.json", tokenizer.dump()));
+  }
+  jobspec::JobConfig job;
+  job.name = "tiny";
+  job.vision.model.preset = "vit-tiny";
+  job.vision.model.positions = "sincos";
+  job.llm.pretrained = llama.string();
+  fs::remove(run_ / "llm.safetensors");
+  fs::remove(run_ / "tokenizer.json");
+  ASSERT_TRUE(WriteText(run_ / "job.json", jobspec::JobConfigToJson(job)));
+  auto resolved = jobspec::LoadJobSpecFile((run_ / "job.json").string());
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  ASSERT_TRUE(ResolvePretrainedModels(*resolved).ok());
+  const models::LlmConfig m = resolved->llm.model;
+  EXPECT_EQ(m.image_token_id, 410);  // after the 410 tokens of config.json's vocabulary
+  EXPECT_EQ(m.vocab_size, 411);
+  EXPECT_EQ(resolved->vision.model.output_dim, m.hidden);
+
+  models::Llm llm(m);
+  ASSERT_TRUE(LoadPretrainedLlm(llama.string(), *llm).ok());
+  auto theirs = engine::ReadSafetensors((llama / "model.safetensors").string());
+  ASSERT_TRUE(theirs.ok()) << theirs.status();
+  const std::map<std::string, at::Tensor> by_name(theirs->begin(), theirs->end());
+  const at::Tensor embed = llm->named_parameters()["embed.weight"];
+  EXPECT_TRUE(at::equal(embed.narrow(0, 0, 410), by_name.at("model.embed_tokens.weight")));
+  EXPECT_EQ(embed[410].abs().sum().item<double>(), 0.0);
+  models::VisionConfig v = resolved->vision.model;
+  torch::manual_seed(2);
+  models::VisionEncoder vision(v);
+  ASSERT_TRUE(WriteWeights(*vision, run_ / "vision.safetensors"));
+  ASSERT_TRUE(WriteWeights(*llm, run_ / "llm.safetensors"));
+
+  const fs::path out = root_ / "hf";
+  const absl::Status exported = ExportRunAsLlava({run_.string(), out.string()});
+  ASSERT_TRUE(exported.ok()) << exported;
+  auto llava = LoadLlava(out.string());
+  ASSERT_TRUE(llava.ok()) << llava.status();
+  EXPECT_EQ(llava->tokenizer.TokenToId("<image>"), 410);
+  EXPECT_EQ(llava->config.llm->image_token_id, 410);
+  EXPECT_EQ(llava->config.llm_model_type, "llama");
+  EXPECT_TRUE(at::equal(llava->llm->named_parameters()["embed.weight"], embed));
+  EXPECT_EQ(llava->tokenizer.chat_template(), tokenizer::HfTokenizer::Load(llama.string())->chat_template());
+  const nlohmann::json config = nlohmann::json::parse(std::ifstream(out / "tokenizer_config.json"));
+  EXPECT_EQ(config["bos_token"], nlohmann::json::parse(std::ifstream(llama / "tokenizer_config.json"))["bos_token"]);
 }
 
 }  // namespace

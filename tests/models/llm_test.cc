@@ -327,6 +327,44 @@ TEST_F(LlmTest, GenerateGreedyReproducesTrainedCaptions) {
   EXPECT_TRUE(torch::GradMode::is_enabled());  // the no-grad guard is scoped to the call
 }
 
+// Prompts of different lengths, right-padded in one batch, continue as each does alone with a KV
+// cache: padding after a row's last token changes nothing; LLaVA's image rows go to each prompt's
+// image tokens; a row stops at a stop id, and at an image token it writes (kept in its output).
+TEST_F(LlmTest, GenerateGreedyBatchEqualsEachPromptAlone) {
+  auto config = TinyConfig();
+  config.vocab_size = 12;
+  config.image_token_id = 11;
+  Llm llm(config);
+  torch::NoGradGuard no_grad;
+  for (auto& p : llm->parameters()) p.mul_(6);  // sharper logits: distinct continuations
+  const at::Tensor images = torch::randn({3, 2, 32});
+  const std::vector<std::vector<int64_t>> prompts = {{1, 11, 11, 4}, {11, 11, 5, 6, 7, 3}, {2, 11, 11}};
+  const auto batch = GenerateGreedyBatch(llm, images, prompts, /*pad_id=*/0, /*stop_ids=*/{}, 6);
+  ASSERT_EQ(batch.size(), 3u);
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    auto alone = GenerateGreedyCached(llm, images.narrow(0, b, 1), prompts[b], {config.image_token_id}, 6);
+    EXPECT_EQ(batch[b], alone) << "row " << b;
+    // Stopping at the first token the row generated leaves it empty.
+    const auto stopped = GenerateGreedyBatch(llm, images.narrow(0, b, 1), {prompts[b]}, 0, {alone[0]}, 6);
+    EXPECT_TRUE(stopped[0].empty()) << "row " << b;
+  }
+}
+
+// The label loss is the caption loss when the labels are the tokens with the padding ignored.
+TEST_F(LlmTest, LabelLossIgnoresOnlyTheIgnoredLabels) {
+  const at::Tensor logits = torch::randn({2, 5, 7});
+  const at::Tensor tokens = torch::tensor(std::vector<int64_t>{1, 3, 5, 2, 0, 1, 4, 2, 0, 0}).view({2, 5});
+  const TokenLoss caption = CaptionLoss(logits, tokens, kPad);
+  const at::Tensor labels = torch::tensor(std::vector<int64_t>{-100, 3, -100, 2, -100, 1, 4, 2, -100, -100}).view({2, 5});
+  const TokenLoss loss = LabelLoss(logits, labels);
+  EXPECT_EQ(caption.count, 5);
+  EXPECT_EQ(loss.count, 4);  // position 0's label is never a target; 5 is ignored
+  const at::Tensor log_probs = torch::log_softmax(logits, -1);
+  const double expected = -(log_probs[0][2][2] + log_probs[1][0][4] + log_probs[1][1][2]).item<double>() -
+                          log_probs[0][0][3].item<double>();
+  EXPECT_NEAR(loss.sum.item<double>(), expected, 1e-5);
+}
+
 TEST_F(LlmTest, AutocastBf16IsCloseToFp32AndTrains) {
   Llm llm(TinyConfig());
   const at::Tensor prefix = torch::randn({2, 5, 32});

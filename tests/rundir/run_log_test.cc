@@ -84,7 +84,7 @@ TEST(RunLogTest, SvgDrawsLossAndEvaluations) {
   EXPECT_THAT(svg, HasSubstr("<svg xmlns=\"http://www.w3.org/2000/svg\""));
   EXPECT_THAT(svg, HasSubstr("job &lt;a&amp;b&gt;"));
   EXPECT_THAT(svg, HasSubstr("training loss (log)"));  // 5.0 .. 0.05 spans two decades
-  EXPECT_THAT(svg, HasSubstr("caption exact match (last 0.900)"));
+  EXPECT_THAT(svg, HasSubstr("exact match (last 0.900)"));
   EXPECT_THAT(svg, HasSubstr("token accuracy (last 0.950)"));
   EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
 }
