@@ -92,7 +92,7 @@ absl::Status ColocatedRun::Setup() {
   RETURN_IF_ERROR(WriteFileAtomically(RunPath("job.json"), jobspec::JobConfigToJson(job_) + "\n"));
   if (options_.threads > 0) at::set_num_threads(options_.threads);
 
-  RETURN_IF_ERROR(hf::ResolvePretrainedModels(job_));  // a pretrained tower's shape
+  RETURN_IF_ERROR(hf::ResolvePretrainedModels(job_));  // pretrained models' shapes
   ASSIGN_OR_RETURN(std::shared_ptr<const step::JobData> data, step::OpenJobData(job_));
   fabric_ = std::make_unique<transport::InProcessFabric>("colocated", 1, 1, kTimeout,
                                                         [this] { running_->Yield(); });

@@ -48,6 +48,29 @@ TEST(JobSpec, ShapesExampleLoads) {
   EXPECT_EQ(config->llm.engine_json, config->vision.engine_json);
 }
 
+// LLaVA's two stages (examples/llava_recipe.sh runs them): the first names the towers of the main
+// job's export and trains a new projector alone, the second names the first's export whole.
+TEST(JobSpec, LlavaStageExamplesLoad) {
+  absl::StatusOr<JobConfig> stage1 = LoadJobSpecFile(kExamples + "/llava_stage1.json");
+  ASSERT_TRUE(stage1.ok()) << stage1.status();
+  EXPECT_EQ(SpecPath(stage1->vision.pretrained, stage1->spec_dir),
+            (std::filesystem::path(kExamples) / "../runs/llava/stage0-hf").lexically_normal().string());
+  EXPECT_EQ(stage1->llm.pretrained, stage1->vision.pretrained);
+  EXPECT_TRUE(stage1->vision.new_projector);
+  EXPECT_THAT(stage1->vision.freeze, ::testing::ElementsAre("patch_embed.*", "positions", "blocks.*"));
+  EXPECT_THAT(stage1->llm.freeze, ::testing::ElementsAre("*"));
+  EXPECT_FALSE(stage1->data.shapes.conversations);
+
+  absl::StatusOr<JobConfig> stage2 = LoadJobSpecFile(kExamples + "/llava_stage2.json");
+  ASSERT_TRUE(stage2.ok()) << stage2.status();
+  EXPECT_EQ(stage2->vision.pretrained, "../runs/llava/stage1-hf");
+  EXPECT_EQ(stage2->llm.pretrained, "../runs/llava/stage1-hf");
+  EXPECT_FALSE(stage2->vision.new_projector);
+  EXPECT_TRUE(stage2->llm.freeze.empty());
+  EXPECT_TRUE(stage2->data.shapes.conversations);
+  EXPECT_EQ(stage2->data.max_text_tokens, 40);
+}
+
 TEST(JobSpec, JsonlExampleLoadsWithSpecDir) {
   absl::StatusOr<JobConfig> config = LoadJobSpecFile(kExamples + "/jsonl_vlm.json");
   ASSERT_TRUE(config.ok()) << config.status();
