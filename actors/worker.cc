@@ -106,10 +106,10 @@ absl::Status StageWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
   placement.timeout = a.timeout;
   placement.run_dir = a.run_dir;
 
-  // A pretrained tower's shape comes from its config.json, read here as on every rank.
+  // Pretrained models' shapes come from their config.json, read here as on every rank.
   jobspec::JobConfig job = a.job;
   RETURN_IF_ERROR(hf::ResolvePretrainedModels(job));
-  ASSIGN_OR_RETURN(std::shared_ptr<const step::JobData> data, step::OpenJobData(job));
+  ASSIGN_OR_RETURN(std::shared_ptr<const step::JobData> data, step::OpenJobData(job, a.resume_from));
   engine::GroupOptions group_options;
   group_options.group_name = group;
   group_options.hostname = options_.collective_host;

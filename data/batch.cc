@@ -71,9 +71,9 @@ absl::Status CheckLength(const Dataset& dataset, int64_t index, int64_t ids, con
 }
 
 absl::Status CheckBatchArguments(const std::vector<int64_t>& indices, int64_t max_text_tokens) {
-  if (indices.empty()) return absl::InvalidArgumentError("MakeTokenBatch: no indices");
+  if (indices.empty()) return absl::InvalidArgumentError("a text batch of no samples");
   if (max_text_tokens < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("MakeTokenBatch: max_text_tokens must be >= 2, got ", max_text_tokens));
+    return absl::InvalidArgumentError(absl::StrCat("data.max_text_tokens must be >= 2, got ", max_text_tokens));
   }
   return absl::OkStatus();
 }

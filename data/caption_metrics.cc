@@ -2,18 +2,8 @@
 
 #include <algorithm>
 
-#include "data/tokenizer.h"
 
 namespace tandem::data {
-namespace {
-
-// The ids before the first <eos> (all of them when there is none).
-std::vector<int32_t> UpToEos(const std::vector<int32_t>& ids) {
-  return {ids.begin(), std::find(ids.begin(), ids.end(), Tokenizer::kEos)};
-}
-
-}  // namespace
-
 double CaptionScore::exact_match() const {
   return samples == 0 ? 0.0 : static_cast<double>(exact) / static_cast<double>(samples);
 }
@@ -32,10 +22,7 @@ CaptionScore& CaptionScore::operator+=(const CaptionScore& other) {
   return *this;
 }
 
-void Accumulate(const std::vector<int32_t>& generated, const std::vector<int32_t>& reference,
-                CaptionScore* score) {
-  const std::vector<int32_t> g = UpToEos(generated);
-  const std::vector<int32_t> r = UpToEos(reference);
+void Accumulate(const std::vector<int64_t>& g, const std::vector<int64_t>& r, CaptionScore* score) {
   score->samples += 1;
   score->exact += g == r ? 1 : 0;
   score->tokens_total += static_cast<int64_t>(r.size()) + 1;

@@ -1,8 +1,9 @@
-// Scores greedy captions against their references (DESIGN §4: exact-match accuracy).
+// Scores greedy captions (or answers) against their references (DESIGN §4: exact-match accuracy).
 //
-// For one sample, let g be the generated ids without <bos>, cut before its first <eos> if it has
-// one (models::GenerateGreedy already stops there), and r the reference ids without <bos>, cut
-// before its first <eos>. The target is r followed by an end: n = |r| + 1 positions.
+// For one sample, let g be the generated ids up to and excluding the token that ended them (the
+// generator stops there: models::GenerateGreedyBatch) and r the reference ids, without an end
+// token; neither is cut here, since an end token's id is the tokenizer's. The target is r followed
+// by an end: n = |r| + 1 positions.
 //   exact          += (g == r)
 //   tokens_total   += |r| + 1
 //   tokens_correct += #{ i < |r| : i < |g| and g[i] == r[i] }     (the words, position by position)
@@ -33,7 +34,7 @@ struct CaptionScore {
 };
 
 // Adds one sample's counts to *score, as defined at the top of this file.
-void Accumulate(const std::vector<int32_t>& generated, const std::vector<int32_t>& reference,
+void Accumulate(const std::vector<int64_t>& generated, const std::vector<int64_t>& reference,
                 CaptionScore* score);
 
 }  // namespace tandem::data

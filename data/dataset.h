@@ -73,7 +73,7 @@ struct Datasets {
 //   jsonl, conversations: train_path and, when set, eval_path, each resolved against spec_dir when
 //           relative (spec_dir "" = the working directory); eval is null without eval_path.
 // InvalidArgument for a non-positive image_size or sample count, or an empty train_path; otherwise
-// the errors of JsonlDataset::Open.
+// the errors of JsonlDataset::Open or ConversationDataset::Open.
 absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_size,
                                       const std::string& spec_dir,
                                       std::shared_ptr<const ImagePreprocessor> preprocessor = nullptr);

@@ -3,9 +3,11 @@
 // (models::LlmConfig::image_token_id):
 //
 //   Words  Tandem's own LLM and its word tokenizer (data/tokenizer.h). The image is a prefix of
-//          embedding rows ahead of the tokens; the text is the "tandem" chat format without the
-//          image mark: (user words) <bos> (answer words) <eos> ... A caption is the answer to a user
-//          turn holding only the image, so it reads <bos> caption <eos>.
+//          embedding rows ahead of the tokens, wherever the text has its mark (the export puts it
+//          at the mark, so a conversation whose mark is not at the start of its first turn reads
+//          differently there); the text is the "tandem" chat format without the image mark:
+//          (user words) <bos> (answer words) <eos> ... A caption is the answer to a user turn
+//          holding only the image, so it reads <bos> caption <eos>.
 //   Hf     A Hugging Face tokenizer and chat format (tokenizer/chat_template.h): LLaVA's layout, the
 //          rendered conversation with `image_tokens` copies of the "<image>" id, which the image's
 //          embedding rows replace.

@@ -254,11 +254,15 @@ absl::Status AddImageToken(const fs::path& dir, int64_t id) {
     change(json);
     return WriteJson(path, json);
   };
-  RETURN_IF_ERROR(patch(dir / "tokenizer.json", [&](Json& json) { json["added_tokens"].push_back(AddedToken(id, kImageToken)); }));
+  const fs::path tokenizer = dir / "tokenizer.json";
+  RETURN_IF_ERROR(patch(tokenizer, [&](Json& json) {
+    if (!json.contains("added_tokens") || !json["added_tokens"].is_array()) json["added_tokens"] = Json::array();
+    json["added_tokens"].push_back(AddedToken(id, kImageToken));
+  }));
   std::error_code ec;
   if (!fs::exists(dir / "tokenizer_config.json", ec)) return absl::OkStatus();
   return patch(dir / "tokenizer_config.json", [&](Json& json) {
-    if (!json.contains("added_tokens_decoder")) return;
+    if (!json.contains("added_tokens_decoder") || !json["added_tokens_decoder"].is_object()) return;
     Json token = AddedToken(id, kImageToken);
     token.erase("id");
     json["added_tokens_decoder"][std::to_string(id)] = token;

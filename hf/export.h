@@ -25,7 +25,9 @@
 // A run whose LLM started from a pretrained one (llm.pretrained) exports that LLM's model_type
 // ("llama", or "qwen2" for one with q/k/v biases), vocabulary, image token, rotary scaling and
 // special token ids, and copies its tokenizer files (tokenizer.json, tokenizer_config.json,
-// special_tokens_map.json, chat_template.jinja) and generation_config.json as they are.
+// special_tokens_map.json, chat_template.jinja) and generation_config.json, adding the "<image>"
+// token the job added (hf/pretrained_job.h) to the first two. A job that named llm.chat_template
+// for a tokenizer without a template exports none: name it again to `tandem generate --chat`.
 //
 // The directory appears whole or not at all: it is written under a temporary name beside OUT_DIR
 // and renamed, and an OUT_DIR that exists is refused. Errors name what is wrong: a run directory

@@ -5,7 +5,7 @@
 // step::OpenJobData the tokenizer.
 //
 // An LLM keeps its config.json's shape, vocabulary and image token (a LLaVA directory's
-// image_token_index, or its tokenizer's "<image>", which a Llama or Qwen2 directory must have); a
+// image_token_index, or its tokenizer's "<image>", added after the vocabulary when it has none); a
 // from-scratch vision model then projects to its width. For a CLIP or SigLIP directory the tower
 // keeps LLaVA's choice of features (hf/pretrained_config.h) and gets a new projector to the LLM's
 // width; for a LLaVA directory its projector comes too (unless vision.new_projector), and must

@@ -168,17 +168,24 @@ LlmImpl::LlmImpl(const LlmConfig& config) : config_(config) {
 }
 
 at::Tensor LlmImpl::forward(const at::Tensor& prefix, const at::Tensor& tokens) {
-  return Forward(prefix, tokens, nullptr);
+  return Forward(prefix, tokens, nullptr, nullptr);
+}
+
+at::Tensor LlmImpl::ForwardLast(const at::Tensor& prefix, const at::Tensor& tokens, const at::Tensor& last) {
+  TORCH_CHECK(last.defined() && last.dim() == 1 && last.size(0) == tokens.size(0), "Llm: last must be [",
+              tokens.size(0), "], got ", last.defined() ? last.sizes() : at::IntArrayRef{});
+  return Forward(prefix, tokens, nullptr, &last);
 }
 
 at::Tensor LlmImpl::ForwardCached(const at::Tensor& prefix, const at::Tensor& tokens, KvCache& cache) {
   if (cache.layers.empty()) cache.layers.resize(blocks_.size());
   TORCH_CHECK(cache.layers.size() == blocks_.size(), "Llm: a KV cache of ", cache.layers.size(),
               " layers for a model of ", blocks_.size());
-  return Forward(prefix, tokens, &cache);
+  return Forward(prefix, tokens, &cache, nullptr);
 }
 
-at::Tensor LlmImpl::Forward(const at::Tensor& prefix, const at::Tensor& tokens, KvCache* cache) {
+at::Tensor LlmImpl::Forward(const at::Tensor& prefix, const at::Tensor& tokens, KvCache* cache,
+                            const at::Tensor* last) {
   const auto& c = config_;
   TORCH_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.size(1) >= 1,
               "Llm: tokens must be [batch, text_len >= 1], got ",
@@ -229,8 +236,15 @@ at::Tensor LlmImpl::Forward(const at::Tensor& prefix, const at::Tensor& tokens, 
     for (const auto& block : blocks_) x = block->Forward({x, cos, sin})[0];
   }
   // RMSNorm is per position, so normalising only the text positions gives the same logits. A
-  // cached forward (decoding) needs the last position's only.
-  x = cache != nullptr ? norm_(x.narrow(1, seq - 1, 1)) : norm_(x.narrow(1, patches, text));
+  // cached forward (decoding) needs the last position's only, ForwardLast one token's per row.
+  if (cache != nullptr) {
+    x = norm_(x.narrow(1, seq - 1, 1));
+  } else if (last != nullptr) {
+    const at::Tensor rows = torch::arange(batch, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
+    x = norm_(x.narrow(1, patches, text).index({rows, last->to(x.device())}).unsqueeze(1));
+  } else {
+    x = norm_(x.narrow(1, patches, text));
+  }
   return c.tie_embeddings ? at::linear(x, embed_->weight.to(x.scalar_type())) : LinearAs(head_, x);
 }
 
@@ -248,12 +262,15 @@ TokenLoss LabelLoss(const at::Tensor& logits, const at::Tensor& labels) {
               labels.defined() ? labels.sizes() : at::IntArrayRef{});
   const int64_t length = labels.size(1), vocab = logits.size(2);
   if (length < 2) return {logits.to(at::kFloat).sum() * 0.0, 0};  // nothing to predict; keeps the graph
-  const at::Tensor predictions = logits.narrow(1, 0, length - 1).reshape({-1, vocab}).to(at::kFloat);
+  // Only the labelled positions are converted to fp32: prompts, images and padding are most of a
+  // conversation, and a [B, T, vocab] fp32 copy is large with a real vocabulary.
   const at::Tensor targets = labels.narrow(1, 1, length - 1).reshape({-1});
+  const at::Tensor positions = targets.ne(kIgnoreLabel).nonzero().squeeze(1);
+  const at::Tensor predictions = logits.narrow(1, 0, length - 1).reshape({-1, vocab}).index_select(0, positions);
   TokenLoss loss;
-  loss.sum = F::cross_entropy(predictions, targets,
-                              F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreLabel));
-  loss.count = targets.ne(kIgnoreLabel).sum().item<int64_t>();
+  loss.sum = F::cross_entropy(predictions.to(at::kFloat), targets.index_select(0, positions),
+                              F::CrossEntropyFuncOptions().reduction(torch::kSum));
+  loss.count = positions.size(0);
   return loss;
 }
 
@@ -302,9 +319,8 @@ std::vector<std::vector<int64_t>> GenerateGreedyBatch(Llm& llm, const at::Tensor
       tokens[b].narrow(0, 0, length).copy_(torch::tensor(sequences[b], long_options).narrow(0, 0, length));
       last[b] = length - 1;
     }
-    const at::Tensor logits = llm->forward(images, tokens.to(device));  // [B, T, vocab]
-    const at::Tensor rows = torch::arange(batch, long_options.device(device));
-    const at::Tensor next = logits.index({rows, last.to(device)}).argmax(-1).to(torch::kCPU);
+    const at::Tensor logits = llm->ForwardLast(images, tokens.to(device), last);  // [B, 1, vocab]
+    const at::Tensor next = logits.select(1, 0).argmax(-1).to(torch::kCPU);
     const auto ids = next.accessor<int64_t, 1>();
     for (int64_t b = 0; b < batch; ++b) {
       if (done[b]) continue;

@@ -66,6 +66,10 @@ class LlmImpl : public torch::nn::Module {
   // engine. REQUIRES: no autograd is wanted (NoGradGuard).
   at::Tensor ForwardCached(const at::Tensor& prefix, const at::Tensor& tokens, KvCache& cache);
 
+  // forward's logits at one token per row only, tokens[b, last[b]]: [B, 1, vocab_size]. The other
+  // positions never reach the head (a [B, T, vocab] tensor is large with a real vocabulary).
+  at::Tensor ForwardLast(const at::Tensor& prefix, const at::Tensor& tokens, const at::Tensor& last);
+
   const LlmConfig& config() const { return config_; }
 
   // The dtype the residual stream runs in (NOTE [Model dtypes]); nullopt (the default) is the
@@ -76,7 +80,7 @@ class LlmImpl : public torch::nn::Module {
   const std::vector<std::shared_ptr<engine::BlockModule>>& blocks() const { return blocks_; }
 
  private:
-  at::Tensor Forward(const at::Tensor& prefix, const at::Tensor& tokens, KvCache* cache);
+  at::Tensor Forward(const at::Tensor& prefix, const at::Tensor& tokens, KvCache* cache, const at::Tensor* last);
 
   LlmConfig config_;
   torch::nn::Embedding embed_{nullptr};

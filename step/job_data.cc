@@ -50,7 +50,8 @@ absl::StatusOr<data::TextCodec> OpenPretrainedText(const jobspec::JobConfig& job
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(const jobspec::JobConfig& job) {
+absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(const jobspec::JobConfig& job,
+                                                           const std::string& resume_checkpoint) {
   std::shared_ptr<const data::ImagePreprocessor> preprocessor;
   if (!job.vision.pretrained.empty()) {
     const auto file = std::filesystem::path(job.vision.pretrained) / "preprocessor_config.json";
@@ -61,7 +62,12 @@ absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(const jobspec::JobCon
   ASSIGN_OR_RETURN(data::Datasets datasets,
                    data::OpenDatasets(job.data, job.vision.model.image_size, job.spec_dir, preprocessor));
   std::shared_ptr<const data::TextCodec> text;
-  if (job.llm.pretrained.empty()) {
+  const auto saved = std::filesystem::path(resume_checkpoint) / "tokenizer.json";
+  std::error_code ec;
+  if (job.llm.pretrained.empty() && !resume_checkpoint.empty() && std::filesystem::exists(saved, ec)) {
+    ASSIGN_OR_RETURN(data::Tokenizer words, data::Tokenizer::Load(saved.string()));
+    text = std::make_shared<const data::TextCodec>(data::TextCodec::Words(std::move(words)));
+  } else if (job.llm.pretrained.empty()) {
     text = std::make_shared<const data::TextCodec>(
         data::TextCodec::Words(data::Tokenizer::Build(datasets.train->VocabularyTexts())));
   } else {

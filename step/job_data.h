@@ -25,9 +25,13 @@ struct JobData {
 
 // Opens the job's datasets (images at the vision model's size, through a pretrained tower's
 // preprocessor_config.json when it has one; relative paths against the spec's directory) and
-// builds or reads the tokenizer. REQUIRES: hf::ResolvePretrainedModels has run on `job`. The errors
-// of data::OpenDatasets, and "llm.pretrained: ..." / "llm.chat_template: ..." for a tokenizer or
-// chat template that cannot be used.
-absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(const jobspec::JobConfig& job);
+// builds or reads the tokenizer. A job resuming from `resume_checkpoint` ("" for none) whose word
+// tokenizer is saved there takes that one, which its weights were trained with: a vocabulary built
+// from other texts (another dataset, or shapes conversations after captions) would number the
+// words differently. REQUIRES: hf::ResolvePretrainedModels has run on `job`. The errors of
+// data::OpenDatasets and of reading the saved tokenizer, and "llm.pretrained: ..." /
+// "llm.chat_template: ..." for a tokenizer or chat template that cannot be used.
+absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(const jobspec::JobConfig& job,
+                                                           const std::string& resume_checkpoint = "");
 
 }  // namespace tandem::step

@@ -145,23 +145,25 @@ absl::StatusOr<EvalCounts> LlmStage::EvaluateBatch(int64_t step, int64_t batch_i
     RETURN_IF_ERROR(Expect(tags.back(), Rows(images, overlap, mine.begin)));
   }
   for (const TransferTag& tag : tags) RETURN_IF_ERROR(Await(tag, nullptr));
-  // A rank without samples still steps the generation (ZeRO-3 gathers are collective): it decodes
-  // one placeholder row of its own.
-  data::PromptBatch prompts;
-  if (!mine.empty()) {
-    ASSIGN_OR_RETURN(prompts, data::MakePromptBatch(*data().datasets.eval, Sub(indices, mine), *data().text,
-                                                    job().data.max_text_tokens));
-  } else {
-    prompts.prompts = {{data().text->pad_id()}};
-  }
+  // Every rank reads the whole batch's prompts, so that a bad sample fails every rank alike and all
+  // agree on the number of tokens to generate: one past the longest answer. A rank without samples
+  // still steps the generation (ZeRO-3 gathers are collective) with one placeholder row.
   const data::TextCodec& text = *data().text;
+  ASSIGN_OR_RETURN(data::PromptBatch all,
+                   data::MakePromptBatch(*data().datasets.eval, indices, text, job().data.max_text_tokens));
+  int64_t longest = 0;
+  for (const auto& answer : all.answers) longest = std::max(longest, static_cast<int64_t>(answer.size()));
+  data::PromptBatch prompts;
+  prompts.prompts.assign(all.prompts.begin() + mine.begin, all.prompts.begin() + mine.end);
+  prompts.answers.assign(all.answers.begin() + mine.begin, all.answers.begin() + mine.end);
+  if (mine.empty()) prompts.prompts = {{text.pad_id()}};
   const int64_t budget = text.image_tokens() + job().data.max_text_tokens;
   std::vector<std::vector<int64_t>> generated;
   {
     auto autocast = engine().Autocast();
     generated = models::GenerateGreedyBatch(model_, mine.empty() ? at::Tensor() : images.to(device()),
                                             prompts.prompts, text.pad_id(), text.stop_ids(),
-                                            job().data.max_text_tokens,
+                                            std::min(longest + 1, job().data.max_text_tokens),
                                             /*stop_when_done=*/!collective_generation());
   }
   if (mine.empty()) return EvalCounts{};
@@ -171,8 +173,7 @@ absl::StatusOr<EvalCounts> LlmStage::EvaluateBatch(int64_t step, int64_t batch_i
     const size_t room = static_cast<size_t>(budget) - prompts.prompts[row].size();
     std::vector<int64_t> answer = generated[row];
     if (answer.size() > room) answer.resize(room);
-    data::Accumulate(std::vector<int32_t>(answer.begin(), answer.end()),
-                     std::vector<int32_t>(prompts.answers[row].begin(), prompts.answers[row].end()), &score);
+    data::Accumulate(answer, prompts.answers[row], &score);
   }
   return EvalCounts{score.samples, score.exact, score.tokens_total, score.tokens_correct};
 }

@@ -93,7 +93,8 @@ absl::Status ColocatedRun::Setup() {
   if (options_.threads > 0) at::set_num_threads(options_.threads);
 
   RETURN_IF_ERROR(hf::ResolvePretrainedModels(job_));  // pretrained models' shapes
-  ASSIGN_OR_RETURN(std::shared_ptr<const step::JobData> data, step::OpenJobData(job_));
+  ASSIGN_OR_RETURN(std::shared_ptr<const step::JobData> data,
+                   step::OpenJobData(job_, job_.resume_from.empty() ? "" : jobspec::SpecPath(job_.resume_from, job_.spec_dir)));
   fabric_ = std::make_unique<transport::InProcessFabric>("colocated", 1, 1, kTimeout,
                                                         [this] { running_->Yield(); });
   step::Placement placement;

@@ -293,6 +293,27 @@ TEST_P(StagesLlavaTest, FirstLossEqualsTransformersAndRanksAgree) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, StagesLlavaTest, ::testing::Values("clip_llama", "siglip_qwen2"));
 
+// A job resuming from a checkpoint keeps the word tokenizer saved there: the shapes conversations
+// count their words differently from the captions, so a vocabulary built again would number them
+// differently from the weights.
+TEST(JobDataTest, AResumedJobKeepsTheCheckpointsVocabulary) {
+  jobspec::JobConfig job = TinyJob(0);
+  job.data.shapes.conversations = true;
+  const auto checkpoint = std::filesystem::path(::testing::TempDir()) / absl::StrCat("resume_words_", ::getpid());
+  std::filesystem::create_directories(checkpoint);
+  jobspec::JobConfig captions = TinyJob(0);
+  auto trained = OpenJobData(captions);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  ASSERT_TRUE((*trained)->text->words()->Save((checkpoint / "tokenizer.json").string()).ok());
+
+  auto rebuilt = OpenJobData(job);
+  auto resumed = OpenJobData(job, checkpoint.string());
+  ASSERT_TRUE(rebuilt.ok() && resumed.ok());
+  EXPECT_EQ((*resumed)->text->words()->words(), (*trained)->text->words()->words());
+  EXPECT_NE((*rebuilt)->text->words()->words(), (*trained)->text->words()->words());
+  EXPECT_EQ((*rebuilt)->text->vocab_size(), (*trained)->text->vocab_size());  // same words, other ids
+}
+
 TEST(StagesPretrainedTest, AMissingTowerIsNamed) {
   jobspec::JobConfig job = TinyJob(1);
   job.vision.pretrained = "/nonexistent/tower";
