@@ -23,19 +23,7 @@ double UnixNow() {
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     const CoordinatorOptions& options, std::unique_ptr<ActorClientFactory> actors) {
   ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.state_dir));
-  // A job that was running when the coordinator stopped resumes from its last complete checkpoint
-  // once actors of its pools are free (they re-register when their heartbeats are not known here).
-  // This is not one of the job's restarts: the job did not fail.
-  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store->ListJobs());
-  for (JobRecord& job : jobs) {
-    if (job.state != JobState::kRunning) continue;
-    job.state = JobState::kRestarting;
-    job.message =
-        "the coordinator restarted while the job ran; it resumes from its last complete "
-        "checkpoint once its actors register";
-    RETURN_IF_ERROR(store->UpdateJob(job));
-    RETURN_IF_ERROR(store->AppendEvent(job.id, absl::StrCat("RESTARTING: ", job.message)).status());
-  }
+  RETURN_IF_ERROR(RecoverInterruptedJobs(*store));
   std::unique_ptr<Coordinator> coordinator(
       new Coordinator(options, std::move(store), std::move(actors)));
   coordinator->monitor_ = std::thread([c = coordinator.get()] { c->Monitor(); });

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -23,6 +24,19 @@ constexpr char kComponent[] = "coordinator";
 constexpr std::chrono::milliseconds kExitReportWait{1000};
 double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Runs `call` on one of a runner's threads: an exception (std::bad_alloc, say) becomes an
+// InternalError naming `what`, so it fails the job, never the coordinator's process.
+template <typename Call>
+auto Guarded(const char* what, Call&& call) -> decltype(call()) {
+  try {
+    return call();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrCat(what, ": an exception that is not a std::exception"));
+  }
 }
 }  // namespace
 
@@ -198,7 +212,7 @@ absl::Status JobRunner::ForAll(const char* what,
   std::vector<absl::Status> results(members_.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < members_.size(); ++i) {
-    threads.emplace_back([&, i] { results[i] = call(i, *members_[i]); });
+    threads.emplace_back([&, i] { results[i] = Guarded(what, [&] { return call(i, *members_[i]); }); });
   }
   for (auto& t : threads) t.join();
   const size_t first = RootCause(results);
@@ -214,8 +228,13 @@ absl::Status JobRunner::RunSteps(
   const size_t n = members_.size();
   std::mutex mu;
   std::condition_variable changed;
-  std::vector<StepAnswers> answers(static_cast<size_t>(last - first + 1), StepAnswers(n));
-  std::vector<size_t> answered(answers.size(), 0);
+  // The answers of the steps answered but not yet handed to on_step: a few at a time, however many
+  // steps the segment has (it may be every step of the job).
+  struct Answered {
+    StepAnswers answers;
+    size_t count = 0;
+  };
+  std::map<int64_t, Answered> answers;  // guarded by mu
   bool stop = false;           // guarded by mu
   absl::Status first_failure;  // guarded by mu: the first in time; later ones follow from it
   size_t failed_member = 0;    // guarded by mu
@@ -237,7 +256,7 @@ absl::Status JobRunner::RunSteps(
               return;
             }
           }
-          absl::StatusOr<ActorStepReply> reply = m.client->RunStep(job_.id, step);
+          absl::StatusOr<ActorStepReply> reply = Guarded("step", [&] { return m.client->RunStep(job_.id, step); });
           absl::Status status = Described(reply.status(), absl::StrCat("step ", step));
           std::lock_guard<std::mutex> lock(mu);
           if (!status.ok()) {
@@ -250,8 +269,10 @@ absl::Status JobRunner::RunSteps(
             changed.notify_all();
             return;
           }
-          answers[step - first][i] = *std::move(reply);
-          ++answered[step - first];
+          Answered& entry = answers[step];
+          if (entry.answers.empty()) entry.answers.resize(n);
+          entry.answers[i] = *std::move(reply);
+          ++entry.count;
           changed.notify_all();
         }
       });
@@ -263,11 +284,16 @@ absl::Status JobRunner::RunSteps(
     StepAnswers step_answers;
     {
       std::unique_lock<std::mutex> lock(mu);
-      changed.wait(lock, [&] { return stop || answered[step - first] == n; });
-      if (answered[step - first] < n) break;
-      step_answers = std::move(answers[step - first]);
+      const auto complete = [&] {
+        const auto it = answers.find(step);
+        return it != answers.end() && it->second.count == n;
+      };
+      changed.wait(lock, [&] { return stop || complete(); });
+      if (!complete()) break;
+      step_answers = std::move(answers[step].answers);
+      answers.erase(step);
     }
-    status = on_step(step, step_answers);
+    status = Guarded("recording the step", [&] { return on_step(step, step_answers); });
   }
   bool failed = false;
   {
@@ -304,7 +330,7 @@ std::string JobRunner::Laggards() const {
 void JobRunner::Run() {
   ++job_.attempt;
   SetState(JobState::kRunning, "");
-  absl::Status status = Execute();
+  absl::Status status = Guarded("the job's runner", [&] { return Execute(); });
   std::string reason;
   bool lost = false, suspended = false;
   {

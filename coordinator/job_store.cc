@@ -1,9 +1,13 @@
 // SQLite implementation of coordinator/job_store.h.
 //
-// Schema (version 2; a version-1 database gains the `restarts` column when it is opened):
+// Schema (version 3; an older database gains the `restarts` (version 1) and `stops_without_progress`
+// (versions 1 and 2) columns when it is opened):
 //   tandem_schema(version)    one row: marks the file as Tandem's and says how to read it
 //   job_counter(last_number)  one row: the last job number handed out; ids are never reused
-//   jobs(number, id, <JobRecord fields>, last_event)  last_event: the job's last event sequence
+//   jobs(number, id, <JobRecord fields>, last_event, stops_without_progress)
+//                             last_event: the job's last event sequence; stops_without_progress:
+//                             coordinator processes that ended while the job ran, since its last
+//                             step (not in JobRecord, so that a runner's record never writes it back)
 //   job_events(job_id, sequence, time, text)          keyed by (job_id, sequence)
 //
 // Errors name what was being done and the database path, followed by SQLite's message (the codes
@@ -25,11 +29,15 @@ namespace tandem::coordinator {
 namespace {
 
 // The schema this file creates and reads. A database with another version is refused, untouched.
-constexpr int64_t kCurrentSchemaVersion = 2;
-// Version 1 lacked jobs.restarts; Open upgrades such a file in one transaction.
+constexpr int64_t kCurrentSchemaVersion = 3;
+// Version 1 lacked jobs.restarts and version 2 jobs.stops_without_progress; Open upgrades such a
+// file in one transaction.
 constexpr char kUpgradeFromVersion1[] = R"sql(
 ALTER TABLE jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;
-UPDATE tandem_schema SET version = 2;
+)sql";
+constexpr char kUpgradeFromVersion2[] = R"sql(
+ALTER TABLE jobs ADD COLUMN stops_without_progress INTEGER NOT NULL DEFAULT 0;
+UPDATE tandem_schema SET version = 3;
 )sql";
 
 constexpr char kCreateSchema[] = R"sql(
@@ -54,7 +62,8 @@ CREATE TABLE jobs (
   attempt INTEGER NOT NULL,
   summary_json TEXT NOT NULL,
   last_event INTEGER NOT NULL DEFAULT 0,
-  restarts INTEGER NOT NULL DEFAULT 0);
+  restarts INTEGER NOT NULL DEFAULT 0,
+  stops_without_progress INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE job_events (
   job_id TEXT NOT NULL,
   sequence INTEGER NOT NULL,
@@ -89,7 +98,11 @@ constexpr char kListJobs[] = "SELECT id, " TANDEM_JOB_FIELDS " FROM jobs ORDER B
 #undef TANDEM_JOB_FIELD_PARAMETERS
 
 constexpr char kCountJobsByState[] = "SELECT state, COUNT(*) FROM jobs GROUP BY state";
-constexpr char kUpdateProgress[] = "UPDATE jobs SET step = ?2, loss = ?3 WHERE id = ?1";
+constexpr char kUpdateProgress[] =
+    "UPDATE jobs SET step = ?2, loss = ?3, stops_without_progress = 0 WHERE id = ?1";
+constexpr char kCountStopWithoutProgress[] =
+    "UPDATE jobs SET stops_without_progress = stops_without_progress + 1 WHERE id = ?1 "
+    "RETURNING stops_without_progress";
 constexpr char kJobExists[] = "SELECT 1 FROM jobs WHERE id = ?1";
 constexpr char kNextJobNumber[] =
     "UPDATE job_counter SET last_number = last_number + 1 RETURNING last_number";
@@ -173,7 +186,7 @@ absl::Status NoSuchJob(const std::string& id, const std::string& path) {
 }
 
 // Reads the file's schema before writing anything, so a file that is not Tandem's stays as it is.
-// Returns the schema version the file holds: 0 when the database is empty (new), else 1 (to be
+// Returns the schema version the file holds: 0 when the database is empty (new), else 1 or 2 (to be
 // upgraded) or the current one.
 absl::StatusOr<int64_t> InspectSchema(SqliteConnection& connection, absl::string_view what) {
   ASSIGN_OR_RETURN(const std::optional<int64_t> objects,
@@ -191,7 +204,7 @@ absl::StatusOr<int64_t> InspectSchema(SqliteConnection& connection, absl::string
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": its tandem_schema table holds no version"));
   }
-  if (*version != kCurrentSchemaVersion && *version != 1) {
+  if (*version != kCurrentSchemaVersion && *version != 1 && *version != 2) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": schema version ", *version, " is not ", kCurrentSchemaVersion,
                      ", the version this build reads (a newer tandem wrote it?)"));
@@ -230,10 +243,13 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& stat
       return insert.BindInt(1, kCurrentSchemaVersion).Run(what);
     }));
     TANDEM_LOG(kInfo, "coordinator") << "created job store " << path;
-  } else if (version == 1) {
-    RETURN_IF_ERROR(synced->InTransaction(
-        what, [&] { return synced->ExecuteScript(kUpgradeFromVersion1, what); }));
-    TANDEM_LOG(kInfo, "coordinator") << "upgraded job store " << path << " to schema version 2";
+  } else if (version < kCurrentSchemaVersion) {
+    RETURN_IF_ERROR(synced->InTransaction(what, [&]() -> absl::Status {
+      if (version == 1) RETURN_IF_ERROR(synced->ExecuteScript(kUpgradeFromVersion1, what));
+      return synced->ExecuteScript(kUpgradeFromVersion2, what);
+    }));
+    TANDEM_LOG(kInfo, "coordinator") << "upgraded job store " << path << " from schema version " << version
+                                     << " to " << kCurrentSchemaVersion;
   }
 
   ASSIGN_OR_RETURN(std::unique_ptr<SqliteConnection> unsynced, SqliteConnection::Open(path, what));
@@ -277,6 +293,16 @@ absl::Status JobStore::UpdateJob(const JobRecord& record) {
   RETURN_IF_ERROR(update.Run(what));
   if (synced_->Changes() == 0) return NoSuchJob(record.id, path_);
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> JobStore::CountStopWithoutProgress(const std::string& id) {
+  const std::string what = absl::StrCat("counting a stop of the coordinator for job ", id, " in ", path_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ASSIGN_OR_RETURN(Statement count, synced_->Prepare(kCountStopWithoutProgress, what));
+  count.BindText(1, id);
+  ASSIGN_OR_RETURN(const std::optional<int64_t> stops, count.FirstInt(what));
+  if (!stops) return NoSuchJob(id, path_);
+  return *stops;
 }
 
 absl::Status JobStore::UpdateProgress(const std::string& id, int64_t step, double loss) {
@@ -396,6 +422,34 @@ const char* JobStateName(JobState state) {
 bool IsFinal(JobState state) {
   return state == JobState::kSucceeded || state == JobState::kFailed ||
          state == JobState::kCancelled;
+}
+
+absl::Status RecoverInterruptedJobs(JobStore& store) {
+  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store.ListJobs());
+  // A job the coordinator stopped under twice without a step in between (it may be what ended
+  // the process, while it started) fails instead of taking the coordinator down again.
+  constexpr int64_t kStopsBeforeFailing = 2;
+  for (JobRecord& job : jobs) {
+    if (job.state != JobState::kRunning) continue;
+    ASSIGN_OR_RETURN(const int64_t stops, store.CountStopWithoutProgress(job.id));
+    if (stops >= kStopsBeforeFailing) {
+      job.state = JobState::kFailed;
+      job.ended_at = Now();
+      job.message = absl::StrCat("the coordinator stopped ", stops,
+                                 " times while the job ran, with no step completed in between; it is "
+                                 "failed rather than resumed again (its events show what it was doing)");
+    } else {
+      // Not one of the job's restarts: the job did not fail.
+      job.state = JobState::kRestarting;
+      job.message =
+          "the coordinator restarted while the job ran; it resumes from its last complete "
+          "checkpoint once its actors register";
+    }
+    RETURN_IF_ERROR(store.UpdateJob(job));
+    RETURN_IF_ERROR(
+        store.AppendEvent(job.id, absl::StrCat(JobStateName(job.state), ": ", job.message)).status());
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace tandem::coordinator

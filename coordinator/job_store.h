@@ -114,6 +114,11 @@ class JobStore {
   // this file). NotFound naming the id when there is no such job.
   absl::Status UpdateProgress(const std::string& id, int64_t step, double loss);
 
+  // Counts one more coordinator process that ended while job `id` ran, and returns how many have
+  // since the job's last completed step (UpdateProgress resets the count). Committed and synced.
+  // NotFound for an unknown id.
+  absl::StatusOr<int64_t> CountStopWithoutProgress(const std::string& id);
+
   // NotFound naming the id when there is no such job.
   absl::StatusOr<JobRecord> GetJob(const std::string& id);
 
@@ -152,5 +157,12 @@ class JobStore {
   const std::unique_ptr<SqliteConnection> synced_;
   const std::unique_ptr<SqliteConnection> unsynced_;
 };
+
+// What a coordinator does at start with the jobs the store says are RUNNING: its previous process
+// ended while they ran. Each resumes (RESTARTING, from its last complete checkpoint once its actors
+// register), unless the coordinator has now stopped twice under it with no step completed in
+// between: a job that may be what ended the process is then FAILED, saying so, rather than resumed
+// into the same end. The errors of the store.
+absl::Status RecoverInterruptedJobs(JobStore& store);
 
 }  // namespace tandem::coordinator

@@ -26,6 +26,21 @@ absl::Status AtLeast(std::string_view path, int64_t value, int64_t min) {
   return absl::OkStatus();
 }
 
+// Upper bounds far beyond any real job, so that no number in a spec can make the coordinator
+// reserve memory, overflow or loop without end (proto/tandem/v1/job.proto states them).
+constexpr int64_t kMaxSteps = 1'000'000'000;
+constexpr int64_t kMaxSamples = 1'000'000'000;
+constexpr int64_t kMaxGlobalBatch = 1 << 20;
+constexpr int64_t kMaxTextTokens = 1 << 20;
+constexpr int64_t kMaxActors = 4096;
+constexpr int64_t kMaxRestarts = 1000;
+
+absl::Status Between(std::string_view path, int64_t value, int64_t min, int64_t max) {
+  RETURN_IF_ERROR(AtLeast(path, value, min));
+  if (value > max) return PathError(path, "must be <= ", max, ", got ", value);
+  return absl::OkStatus();
+}
+
 absl::Status Positive(std::string_view path, double value) {
   if (!std::isfinite(value) || value <= 0) return PathError(path, "must be > 0, got ", value);
   return absl::OkStatus();
@@ -50,8 +65,8 @@ absl::Status CheckName(const std::string& name) {
 absl::Status CheckData(const data::DataConfig& data) {
   switch (data.kind) {
     case data::DataConfig::Kind::kShapes:
-      RETURN_IF_ERROR(AtLeast("data.shapes.train_samples", data.shapes.train_samples, 1));
-      RETURN_IF_ERROR(AtLeast("data.shapes.eval_samples", data.shapes.eval_samples, 1));
+      RETURN_IF_ERROR(Between("data.shapes.train_samples", data.shapes.train_samples, 1, kMaxSamples));
+      RETURN_IF_ERROR(Between("data.shapes.eval_samples", data.shapes.eval_samples, 1, kMaxSamples));
       break;
     case data::DataConfig::Kind::kJsonl:
       if (data.jsonl.train_path.empty()) return PathError("data.jsonl.train", "is required");
@@ -64,12 +79,15 @@ absl::Status CheckData(const data::DataConfig& data) {
     return PathError("data.max_text_tokens", "must be >= 2 (<bos> and <eos> count), got ",
                      data.max_text_tokens);
   }
+  if (data.max_text_tokens > kMaxTextTokens) {
+    return PathError("data.max_text_tokens", "must be <= ", kMaxTextTokens, ", got ", data.max_text_tokens);
+  }
   return absl::OkStatus();
 }
 
 absl::Status CheckGroup(std::string_view group, const std::string& pool, int32_t actors) {
   if (pool.empty()) return PathError(JoinPath(group, "pool"), "must not be empty");
-  return AtLeast(JoinPath(group, "actors"), actors, 1);
+  return Between(JoinPath(group, "actors"), actors, 1, kMaxActors);
 }
 
 // `a` must be a multiple of `b` (b >= 1 already checked): "<path_a>: must be a multiple of <name_b>
@@ -126,11 +144,11 @@ absl::Status CheckLlmModel(const models::LlmConfig& m) {
 
 absl::Status CheckSchedule(const JobConfig& c) {
   const ScheduleConfig& s = c.schedule;
-  RETURN_IF_ERROR(AtLeast("schedule.global_batch", s.global_batch, 1));
-  RETURN_IF_ERROR(AtLeast("schedule.micro_batches", s.micro_batches, 1));
-  RETURN_IF_ERROR(AtLeast("schedule.steps", s.steps, 1));
+  RETURN_IF_ERROR(Between("schedule.global_batch", s.global_batch, 1, kMaxGlobalBatch));
+  RETURN_IF_ERROR(Between("schedule.micro_batches", s.micro_batches, 1, kMaxGlobalBatch));
+  RETURN_IF_ERROR(Between("schedule.steps", s.steps, 1, kMaxSteps));
   RETURN_IF_ERROR(AtLeast("schedule.eval_every", s.eval_every, 0));
-  RETURN_IF_ERROR(AtLeast("schedule.eval_samples", s.eval_samples, 0));
+  RETURN_IF_ERROR(Between("schedule.eval_samples", s.eval_samples, 0, kMaxSamples));
   RETURN_IF_ERROR(AtLeast("schedule.checkpoint_every", s.checkpoint_every, 0));
   if (!std::isfinite(s.gradient_clipping) || s.gradient_clipping < 0) {
     return PathError("schedule.gradient_clipping", "must be a finite number >= 0, got ",
@@ -253,7 +271,7 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
     return PathError("llm.freeze", "freezes the whole LLM while vision.freeze freezes the whole "
                                    "encoder: nothing would train");
   }
-  RETURN_IF_ERROR(AtLeast("failure.max_restarts", config.max_restarts, 0));
+  RETURN_IF_ERROR(Between("failure.max_restarts", config.max_restarts, 0, kMaxRestarts));
   RETURN_IF_ERROR(
       CheckEngine("vision", config.vision.engine_json, config.vision.actors, config.schedule));
   return CheckEngine("llm", config.llm.engine_json, config.llm.actors, config.schedule);

@@ -11,9 +11,15 @@ namespace {
 
 bool IsMultiple(int64_t step, int64_t every) { return every > 0 && step % every == 0; }
 
-// The first multiple of `every` at or after `step`; no limit when `every` is 0.
+// The first multiple of `every` at or after `step` (>= 0); no limit when `every` is 0 or the
+// multiple is past int64's range.
 int64_t FirstMultipleFrom(int64_t step, int64_t every) {
-  return every > 0 ? (step + every - 1) / every * every : std::numeric_limits<int64_t>::max();
+  constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+  if (every <= 0) return kNever;
+  const int64_t remainder = step % every;
+  if (remainder == 0) return step;
+  const int64_t gap = every - remainder;
+  return step > kNever - gap ? kNever : step + gap;
 }
 
 }  // namespace

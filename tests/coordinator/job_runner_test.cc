@@ -429,6 +429,22 @@ TEST_F(JobRunnerTest, RestartResumesFromTheLastCompleteCheckpoint) {
   EXPECT_TRUE(resumed_event);
 }
 
+// A billion steps with no evaluation or checkpoint before the end is one segment of the run: its
+// answers are kept only until each step is recorded, not reserved up front (which once ended the
+// coordinator with std::bad_alloc, and again after every restart).
+TEST_F(JobRunnerTest, ABillionStepSegmentRunsWithoutReservingItsSteps) {
+  const std::vector<std::string> vision = AddActors("vision", 1);
+  const std::vector<std::string> llm = AddActors("llm", 1);
+  fake_.HoldStep(vision[0], 3);
+  const JobRecord job = RunAttempt(CreateJob(Spec(1, 1, 1000000000, 0, 0, 3)).id, 1, 1, [&](JobRunner& r) {
+    ASSERT_TRUE(fake_.WaitForStep(vision[0], 3));
+    r.Cancel("enough");
+  });
+  EXPECT_EQ(job.state, JobState::kCancelled);
+  EXPECT_EQ(job.steps, 1000000000);
+  EXPECT_GE(job.step, 2);
+}
+
 TEST_F(JobRunnerTest, CancelStopsTheJobAndReleasesEveryMember) {
   const std::vector<std::string> vision = AddActors("vision", 1);
   const std::vector<std::string> llm = AddActors("llm", 1);

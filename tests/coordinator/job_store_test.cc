@@ -435,8 +435,8 @@ TEST_F(JobStoreTest, NewerSchemaIsRejectedAndLeftUnchanged) {
     ASSERT_NE(store, nullptr);
     ASSERT_TRUE(store->CreateJob(SampleJob("shapes")).ok());
   }
-  ExecuteSql(DatabasePath(), "UPDATE tandem_schema SET version = 3");
-  ExpectOpenRejects("schema version 3");
+  ExecuteSql(DatabasePath(), "UPDATE tandem_schema SET version = 4");
+  ExpectOpenRejects("schema version 4");
 }
 
 TEST_F(JobStoreTest, VersionOneDatabaseIsUpgradedKeepingItsJobs) {
@@ -445,9 +445,10 @@ TEST_F(JobStoreTest, VersionOneDatabaseIsUpgradedKeepingItsJobs) {
     ASSERT_NE(store, nullptr);
     ASSERT_TRUE(store->CreateJob(SampleJob("old")).ok());
   }
-  // The version-1 schema: the same without jobs.restarts.
+  // The version-1 schema: the same without jobs.restarts and jobs.stops_without_progress.
   ExecuteSql(DatabasePath(),
-             "ALTER TABLE jobs DROP COLUMN restarts; UPDATE tandem_schema SET version = 1");
+             "ALTER TABLE jobs DROP COLUMN restarts; ALTER TABLE jobs DROP COLUMN stops_without_progress; "
+             "UPDATE tandem_schema SET version = 1");
   {
     std::unique_ptr<JobStore> store = OpenStore();
     ASSERT_NE(store, nullptr);
@@ -461,6 +462,53 @@ TEST_F(JobStoreTest, VersionOneDatabaseIsUpgradedKeepingItsJobs) {
   std::unique_ptr<JobStore> store = OpenStore();
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->GetJob("job-000001")->restarts, 2);
+}
+
+TEST_F(JobStoreTest, VersionTwoDatabaseIsUpgradedKeepingItsJobs) {
+  {
+    std::unique_ptr<JobStore> store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->CreateJob(SampleJob("v2")).ok());
+  }
+  ExecuteSql(DatabasePath(),
+             "ALTER TABLE jobs DROP COLUMN stops_without_progress; UPDATE tandem_schema SET version = 2");
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->GetJob("job-000001")->name, "v2");
+  EXPECT_EQ(store->CountStopWithoutProgress("job-000001").value(), 1);
+}
+
+// A RUNNING job found at start resumes; the second time in a row without a step in between, it
+// fails instead, naming why, so that a job which ends the coordinator cannot do so for ever.
+TEST_F(JobStoreTest, RecoveryResumesARunningJobThenFailsOneThatStoppedTheCoordinatorTwice) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  JobRecord job = store->CreateJob(SampleJob("crashy")).value();
+  const auto run = [&] {
+    JobRecord record = store->GetJob(job.id).value();
+    record.state = JobState::kRunning;
+    ASSERT_TRUE(store->UpdateJob(record).ok());
+  };
+  run();
+  ASSERT_TRUE(RecoverInterruptedJobs(*store).ok());
+  EXPECT_EQ(store->GetJob(job.id)->state, JobState::kRestarting);
+
+  // A step between two stops resets the count.
+  run();
+  ASSERT_TRUE(store->UpdateProgress(job.id, 7, 0.5).ok());
+  ASSERT_TRUE(RecoverInterruptedJobs(*store).ok());
+  EXPECT_EQ(store->GetJob(job.id)->state, JobState::kRestarting);
+
+  run();  // resumed, and the coordinator stops again before a step
+  ASSERT_TRUE(RecoverInterruptedJobs(*store).ok());
+  const JobRecord failed = store->GetJob(job.id).value();
+  EXPECT_EQ(failed.state, JobState::kFailed);
+  EXPECT_EQ(failed.message, "the coordinator stopped 2 times while the job ran, with no step completed in "
+                            "between; it is failed rather than resumed again (its events show what it was doing)");
+  EXPECT_GT(failed.ended_at, 0);
+  EXPECT_EQ(failed.step, 7);
+
+  EXPECT_EQ(store->CountStopWithoutProgress("job-999999").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(JobStoreTest, EmptyFileBecomesANewStore) {

@@ -109,6 +109,33 @@ TEST(ValidateJobConfig, ConversationData) {
   EXPECT_EQ(config.data.conversations.eval_path, "eval.json");
 }
 
+// Numbers that once took the coordinator down (it reserved memory for every step, or overflowed)
+// are refused with their path, or, for intervals, mean "at the end".
+TEST(ValidateJobConfig, NumbersHaveUpperBounds) {
+  json spec = BaseSpec();
+  spec["schedule"]["steps"] = 1000000000000;
+  EXPECT_EQ(Error(spec), "job.json: schedule.steps: must be <= 1000000000, got 1000000000000");
+  spec = BaseSpec();
+  spec["schedule"]["global_batch"] = 1 << 21;
+  EXPECT_EQ(Error(spec), "job.json: schedule.global_batch: must be <= 1048576, got 2097152");
+  spec = BaseSpec();
+  spec["vision"]["actors"] = 5000;
+  EXPECT_EQ(Error(spec), "job.json: vision.actors: must be <= 4096, got 5000");
+  spec = BaseSpec();
+  spec["failure"]["max_restarts"] = 1001;
+  EXPECT_EQ(Error(spec), "job.json: failure.max_restarts: must be <= 1000, got 1001");
+  spec = BaseSpec();
+  spec["data"]["max_text_tokens"] = 2000000;
+  EXPECT_EQ(Error(spec), "job.json: data.max_text_tokens: must be <= 1048576, got 2000000");
+  spec = BaseSpec();
+  spec["data"]["shapes"]["train_samples"] = 2000000000;
+  EXPECT_EQ(Error(spec), "job.json: data.shapes.train_samples: must be <= 1000000000, got 2000000000");
+  spec = BaseSpec();
+  spec["schedule"]["eval_every"] = 1;
+  spec["schedule"]["checkpoint_every"] = 9223372036854775807;
+  EXPECT_EQ(ExpectValid(spec.dump()).schedule.checkpoint_every, 9223372036854775807);
+}
+
 TEST(ValidateJobConfig, CountsMustBePositive) {
   json spec = BaseSpec();
   spec["schedule"]["steps"] = 0;

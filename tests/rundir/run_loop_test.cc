@@ -69,6 +69,22 @@ TEST(RunLoop, SegmentsEndAtEvaluationsCheckpointsAndTheLastStep) {
   EXPECT_EQ(no_eval_set.SegmentEnd(1), 10);
 }
 
+// An interval past any step the job reaches means "at the end" and must not overflow: the
+// coordinator once failed with eval_every 1 and checkpoint_every 2^63 - 1.
+TEST(RunLoop, HugeIntervalsMeanTheEndWithoutOverflow) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  RunLoop loop(Options(10, 1, kMax), 0);
+  EXPECT_EQ(loop.SegmentEnd(1), 1);
+  EXPECT_EQ(loop.SegmentEnd(7), 7);
+  EXPECT_FALSE(loop.ShouldCheckpoint(9));
+  EXPECT_TRUE(loop.ShouldCheckpoint(10));
+  RunLoop both(Options(10, kMax - 1, kMax), 0);
+  EXPECT_EQ(both.SegmentEnd(2), 10);
+  RunLoop far(Options(kMax, kMax - 1, 0), 0);
+  EXPECT_EQ(far.SegmentEnd(kMax - 3), kMax - 1);
+  EXPECT_EQ(far.SegmentEnd(kMax), kMax);
+}
+
 TEST(RunLoop, ResumedRunStartsAfterItsCheckpointAndCountsItsSamples) {
   RunLoop loop(Options(10, 0, 0), 6);
   EXPECT_EQ(loop.first_step(), 7);
