@@ -74,7 +74,8 @@ absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& reques
   job.state = JobState::kQueued;
   job.spec_json = jobspec::JobConfigToJson(config);
   job.spec_dir = config.spec_dir;
-  job.run_dir = request.run_dir();
+  job.run_dir = request.run_dir().empty() ? "" : fs::path(request.run_dir()).lexically_normal().string();
+  if (job.run_dir.size() > 1 && job.run_dir.back() == '/') job.run_dir.pop_back();  // "dir/" is "dir"
   job.threads = request.threads();
   job.steps = config.schedule.steps;
   job.submitted_at = UnixNow();

@@ -14,6 +14,7 @@
 #include "jobspec/job_spec.h"
 #include "proto/tandem/v1/coordinator.pb.h"
 #include "rundir/checkpoint_dir.h"
+#include "rundir/run_dir_lock.h"
 #include "rundir/run_log.h"
 #include "rundir/run_loop.h"
 
@@ -36,9 +37,10 @@ rundir::RunLoopOptions LoopOptions(const jobspec::ScheduleConfig& schedule) {
 }  // namespace
 
 struct JobRunner::Attempt {
-  Attempt(std::string dir, jobspec::JobConfig spec,
+  Attempt(std::string dir, rundir::RunDirLock dir_lock, jobspec::JobConfig spec,
           std::optional<rundir::CheckpointInfo> resume_point, rundir::MetricsLog log)
       : run_dir(std::move(dir)),
+        lock(std::move(dir_lock)),
         job(std::move(spec)),
         resume(std::move(resume_point)),
         metrics(std::move(log)),
@@ -49,6 +51,7 @@ struct JobRunner::Attempt {
   }
 
   const std::string run_dir;
+  const rundir::RunDirLock lock;  // held while the attempt writes run_dir
   const jobspec::JobConfig job;
   const std::optional<rundir::CheckpointInfo> resume;  // nullopt: from scratch
   rundir::MetricsLog metrics;
@@ -96,6 +99,7 @@ absl::Status JobRunner::CreateRunDir() {
 absl::StatusOr<std::unique_ptr<JobRunner::Attempt>> JobRunner::StartAttempt() {
   ASSIGN_OR_RETURN(jobspec::JobConfig job, jobspec::ParseJobSpecJson(job_.spec_json, job_.id));
   RETURN_IF_ERROR(CreateRunDir());
+  ASSIGN_OR_RETURN(rundir::RunDirLock lock, rundir::RunDirLock::Acquire(job_.run_dir));
   max_restarts_ = job.max_restarts;
   RETURN_IF_ERROR(
       WriteFileAtomically((fs::path(job_.run_dir) / "job.json").string(), job_.spec_json + "\n"));
@@ -113,7 +117,7 @@ absl::StatusOr<std::unique_ptr<JobRunner::Attempt>> JobRunner::StartAttempt() {
     job_.loss = metrics.steps().empty() ? 0 : metrics.steps().back().loss;
     RETURN_IF_ERROR(store_->UpdateJob(job_));
   }
-  return std::make_unique<Attempt>(job_.run_dir, std::move(job), std::move(resume),
+  return std::make_unique<Attempt>(job_.run_dir, std::move(lock), std::move(job), std::move(resume),
                                    std::move(metrics));
 }
 

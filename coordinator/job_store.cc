@@ -97,6 +97,7 @@ constexpr char kListJobs[] = "SELECT id, " TANDEM_JOB_FIELDS " FROM jobs ORDER B
 #undef TANDEM_JOB_FIELDS
 #undef TANDEM_JOB_FIELD_PARAMETERS
 
+constexpr char kJobsInRunDir[] = "SELECT id, state FROM jobs WHERE run_dir = ?1";
 constexpr char kCountJobsByState[] = "SELECT state, COUNT(*) FROM jobs GROUP BY state";
 constexpr char kUpdateProgress[] =
     "UPDATE jobs SET step = ?2, loss = ?3, stops_without_progress = 0 WHERE id = ?1";
@@ -270,6 +271,20 @@ absl::StatusOr<JobRecord> JobStore::CreateJob(JobRecord record) {
 
   std::lock_guard<std::mutex> lock(mutex_);
   RETURN_IF_ERROR(synced_->InTransaction(what, [&]() -> absl::Status {
+    if (!record.run_dir.empty()) {  // a run directory belongs to one job until that job ends
+      ASSIGN_OR_RETURN(Statement same, synced_->Prepare(kJobsInRunDir, what));
+      same.BindText(1, record.run_dir);
+      while (true) {
+        ASSIGN_OR_RETURN(const bool row, same.Next(what));
+        if (!row) break;
+        const auto state = static_cast<JobState>(same.ReadInt(1));
+        if (IsKnownState(same.ReadInt(1)) && !IsFinal(state)) {
+          return absl::AlreadyExistsError(absl::StrCat("run directory ", record.run_dir, " belongs to ",
+                                                       same.ReadText(0), " (", JobStateName(state),
+                                                       ") until it ends; choose another"));
+        }
+      }
+    }
     ASSIGN_OR_RETURN(Statement next, synced_->Prepare(kNextJobNumber, what));
     ASSIGN_OR_RETURN(const std::optional<int64_t> number, next.FirstInt(what));
     if (!number) return absl::DataLossError(absl::StrCat(what, ": the job counter is missing"));

@@ -103,7 +103,9 @@ class JobStore {
 
   // Assigns the next id (record.id is ignored), stamps submitted_at with the current time when it
   // is 0, stores the record and appends the event "submitted", all in one durable transaction.
-  // Returns the record as stored. InvalidArgument for a state outside JobState.
+  // Returns the record as stored. InvalidArgument for a state outside JobState; AlreadyExists
+  // naming the other job when record.run_dir (compared as given: callers normalise it) belongs to
+  // a job that has not ended. A job without a run directory is given one after creation.
   absl::StatusOr<JobRecord> CreateJob(JobRecord record);
 
   // Replaces every field of the job record.id (step and loss included) and commits durably.

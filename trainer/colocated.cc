@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,7 @@
 #include "engine/communicator.h"
 #include "engine/engine.h"
 #include "jobspec/job_spec.h"
+#include "rundir/run_dir_lock.h"
 #include "rundir/checkpoint_dir.h"
 #include "rundir/progress.h"
 #include "rundir/run_log.h"
@@ -70,6 +72,7 @@ class ColocatedRun {
   jobspec::JobConfig job_;  // a copy: Start resolves a pretrained tower's shape into it
   RunOptions options_;
   std::string run_dir_;
+  std::optional<rundir::RunDirLock> lock_;  // held while the run writes run_dir_
   std::unique_ptr<transport::InProcessFabric> fabric_;
   Fiber vision_fiber_, llm_fiber_;
   Fiber* running_ = nullptr;  // the fiber Both resumed last
@@ -89,6 +92,7 @@ absl::Status ColocatedRun::Setup() {
   fs::create_directories(fs::path(run_dir_) / "checkpoints", ec);
   if (ec)
     return absl::UnavailableError(absl::StrCat("cannot create ", run_dir_, ": ", ec.message()));
+  ASSIGN_OR_RETURN(lock_, rundir::RunDirLock::Acquire(run_dir_));
   RETURN_IF_ERROR(WriteFileAtomically(RunPath("job.json"), jobspec::JobConfigToJson(job_) + "\n"));
   if (options_.threads > 0) at::set_num_threads(options_.threads);
 

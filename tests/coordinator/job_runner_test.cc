@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "jobspec/job_spec.h"
 #include "rundir/checkpoint_dir.h"
+#include "rundir/run_dir_lock.h"
 #include "rundir/run_log.h"
 #include "rundir/summary.h"
 #include "tests/coordinator/fake_actor_client.h"
@@ -442,7 +443,22 @@ TEST_F(JobRunnerTest, ABillionStepSegmentRunsWithoutReservingItsSteps) {
   });
   EXPECT_EQ(job.state, JobState::kCancelled);
   EXPECT_EQ(job.steps, 1000000000);
-  EXPECT_GE(job.step, 2);
+  EXPECT_THAT(StepsSent(vision[0]), ::testing::IsSupersetOf({1, 2, 3}));
+}
+
+// A run directory another job or process writes (its lock is held) is never written by a second:
+// the attempt fails, naming it, before it touches a file there.
+TEST_F(JobRunnerTest, ARunDirectoryInUseFailsTheAttemptAndIsLeftAlone) {
+  AddActors("vision", 1);
+  AddActors("llm", 1);
+  fs::create_directories(run_dir_);
+  absl::StatusOr<rundir::RunDirLock> other = rundir::RunDirLock::Acquire(run_dir_);
+  ASSERT_TRUE(other.ok()) << other.status();
+  const JobRecord job = RunAttempt(CreateJob(Spec(1, 1, 4, 0, 0, 0)).id, 1, 1);
+  EXPECT_EQ(job.state, JobState::kFailed);
+  EXPECT_THAT(job.message, HasSubstr("run directory " + run_dir_ + " is in use by another job or process"));
+  EXPECT_FALSE(fs::exists(run_dir_ + "/job.json"));
+  EXPECT_TRUE(fake_.Calls("RunStep").empty());
 }
 
 TEST_F(JobRunnerTest, CancelStopsTheJobAndReleasesEveryMember) {

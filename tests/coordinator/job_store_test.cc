@@ -511,6 +511,25 @@ TEST_F(JobStoreTest, RecoveryResumesARunningJobThenFailsOneThatStoppedTheCoordin
   EXPECT_EQ(store->CountStopWithoutProgress("job-999999").status().code(), absl::StatusCode::kNotFound);
 }
 
+// Two jobs queued with one run directory would resume from each other's checkpoints: the second is
+// refused, naming the first, until the first ends.
+TEST_F(JobStoreTest, ARunDirectoryBelongsToOneJobUntilItEnds) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  JobRecord first = SampleJob("first");
+  first.run_dir = "/runs/shared";
+  first = store->CreateJob(first).value();
+  JobRecord second = SampleJob("second");
+  second.run_dir = "/runs/shared";
+  absl::StatusOr<JobRecord> refused = store->CreateJob(second);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(refused.status().message(), "run directory /runs/shared belongs to " + first.id +
+                                            " (QUEUED) until it ends; choose another");
+  first.state = JobState::kCancelled;
+  ASSERT_TRUE(store->UpdateJob(first).ok());
+  EXPECT_TRUE(store->CreateJob(second).ok());
+}
+
 TEST_F(JobStoreTest, EmptyFileBecomesANewStore) {
   fs::create_directories(DatabasePath().parent_path());
   WriteBytes(DatabasePath(), "");

@@ -1,0 +1,33 @@
+// rundir/run_dir_lock.h: one holder at a time, released when the lock ends (or the process).
+#include "rundir/run_dir_lock.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <utility>
+
+namespace tandem::rundir {
+namespace {
+
+TEST(RunDirLock, OneHolderAtATime) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / ("run_dir_lock_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    absl::StatusOr<RunDirLock> first = RunDirLock::Acquire(dir.string());
+    ASSERT_TRUE(first.ok()) << first.status();
+    const absl::Status second = RunDirLock::Acquire(dir.string()).status();
+    EXPECT_EQ(second.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(second.message(), "run directory " + dir.string() + " is in use by another job or process (it holds " +
+                                    (dir / ".lock").string() + ")");
+    RunDirLock moved = *std::move(first);  // the lock moves with its holder
+    EXPECT_FALSE(RunDirLock::Acquire(dir.string()).ok());
+  }
+  EXPECT_TRUE(RunDirLock::Acquire(dir.string()).ok());
+  EXPECT_EQ(RunDirLock::Acquire((dir / "missing").string()).status().code(), absl::StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tandem::rundir
