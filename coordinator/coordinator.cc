@@ -159,13 +159,12 @@ void Coordinator::Finish(const JobRecord& job) {
 void Coordinator::Schedule() {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return;
-  absl::StatusOr<std::vector<JobRecord>> jobs = store_->ListJobs();
+  absl::StatusOr<std::vector<JobRecord>> jobs = store_->ListJobsInStates(JobState::kQueued, JobState::kRestarting);
   if (!jobs.ok()) {
     TANDEM_LOG(kError, kComponent) << "cannot read the job queue: " << jobs.status().message();
     return;
   }
   for (JobRecord& job : *jobs) {
-    if (job.state != JobState::kQueued && job.state != JobState::kRestarting) continue;
     // A runner that just ended this job's last attempt is still finishing: next round.
     if (runners_.count(job.id) > 0) break;
     absl::StatusOr<jobspec::JobConfig> config = jobspec::ParseJobSpecJson(job.spec_json, job.id);

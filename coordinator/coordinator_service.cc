@@ -173,13 +173,22 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context, const v1
   size_t next = request->from_start() ? 0 : coordinator_->feeds().Size(job->id);
   while (!context->IsCancelled()) {
     std::vector<v1::JobUpdate> updates =
-        coordinator_->feeds().Read(job->id, next, std::chrono::milliseconds(500), &closed);
-    next += updates.size();
+        coordinator_->feeds().Read(job->id, &next, std::chrono::milliseconds(500), &closed);
     for (const v1::JobUpdate& update : updates) {
       if (update.has_event() && update.event().sequence() != 0 && update.event().sequence() <= last_sequence) continue;
       if (!writer->Write(update)) return grpc::Status::OK;
     }
     if (closed) return grpc::Status::OK;
+    if (updates.empty()) {  // its feed may be gone (the coordinator keeps the last ones only)
+      job = coordinator_->store().GetJob(request->job_id());
+      if (!job.ok()) return ToGrpc(job.status());
+      if (IsFinal(job->state)) {
+        v1::JobUpdate update;
+        *update.mutable_job() = Describe(*job);
+        writer->Write(update);
+        return grpc::Status::OK;
+      }
+    }
   }
   return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled by the client");
 }

@@ -126,6 +126,9 @@ class JobStore {
 
   // Every job, oldest first.
   absl::StatusOr<std::vector<JobRecord>> ListJobs();
+  // The jobs in state `a` or `b`, oldest first, read through an index: what the scheduler needs
+  // every round, without the rows of the jobs that ended.
+  absl::StatusOr<std::vector<JobRecord>> ListJobsInStates(JobState a, JobState b);
 
   // How many jobs are in each state (states without jobs are absent); one query, for /metrics.
   absl::StatusOr<std::map<JobState, int64_t>> CountJobsByState();
@@ -144,6 +147,7 @@ class JobStore {
   const std::string& path() const { return path_; }
 
  private:
+  absl::StatusOr<std::vector<JobRecord>> List(const char* sql, const std::vector<JobState>& states);
   JobStore(std::string path, std::unique_ptr<SqliteConnection> synced,
            std::unique_ptr<SqliteConnection> unsynced);
 

@@ -447,8 +447,8 @@ TEST_F(JobStoreTest, VersionOneDatabaseIsUpgradedKeepingItsJobs) {
   }
   // The version-1 schema: the same without jobs.restarts and jobs.stops_without_progress.
   ExecuteSql(DatabasePath(),
-             "ALTER TABLE jobs DROP COLUMN restarts; ALTER TABLE jobs DROP COLUMN stops_without_progress; "
-             "UPDATE tandem_schema SET version = 1");
+             "DROP INDEX jobs_by_state; ALTER TABLE jobs DROP COLUMN restarts; "
+             "ALTER TABLE jobs DROP COLUMN stops_without_progress; UPDATE tandem_schema SET version = 1");
   {
     std::unique_ptr<JobStore> store = OpenStore();
     ASSERT_NE(store, nullptr);
@@ -471,7 +471,8 @@ TEST_F(JobStoreTest, VersionTwoDatabaseIsUpgradedKeepingItsJobs) {
     ASSERT_TRUE(store->CreateJob(SampleJob("v2")).ok());
   }
   ExecuteSql(DatabasePath(),
-             "ALTER TABLE jobs DROP COLUMN stops_without_progress; UPDATE tandem_schema SET version = 2");
+             "DROP INDEX jobs_by_state; ALTER TABLE jobs DROP COLUMN stops_without_progress; "
+             "UPDATE tandem_schema SET version = 2");
   std::unique_ptr<JobStore> store = OpenStore();
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->GetJob("job-000001")->name, "v2");
@@ -509,6 +510,26 @@ TEST_F(JobStoreTest, RecoveryResumesARunningJobThenFailsOneThatStoppedTheCoordin
   EXPECT_EQ(failed.step, 7);
 
   EXPECT_EQ(store->CountStopWithoutProgress("job-999999").status().code(), absl::StatusCode::kNotFound);
+}
+
+// The scheduler's query: the waiting jobs only, oldest first.
+TEST_F(JobStoreTest, ListJobsInStatesReadsOnlyThoseStates) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  const JobState states[] = {JobState::kQueued, JobState::kSucceeded, JobState::kRestarting, JobState::kRunning,
+                             JobState::kQueued};
+  std::vector<std::string> ids;
+  for (JobState state : states) {
+    JobRecord job = store->CreateJob(SampleJob("j")).value();
+    job.state = state;
+    ASSERT_TRUE(store->UpdateJob(job).ok());
+    ids.push_back(job.id);
+  }
+  absl::StatusOr<std::vector<JobRecord>> waiting = store->ListJobsInStates(JobState::kQueued, JobState::kRestarting);
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  std::vector<std::string> got;
+  for (const JobRecord& job : *waiting) got.push_back(job.id);
+  EXPECT_EQ(got, (std::vector<std::string>{ids[0], ids[2], ids[4]}));
 }
 
 // Two jobs queued with one run directory would resume from each other's checkpoints: the second is
