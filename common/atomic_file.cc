@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -73,13 +75,12 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  const std::string what = absl::StrCat("reading ", path);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return SyscallError(errno, what, "open", path);
+namespace {
 
-  // Reads straight into the string: its size is the file size when fstat knows it, and grows by
-  // chunks otherwise (pipes, /proc files).
+// Reads `fd` to its end and closes it, straight into the string: sized to the file when fstat
+// knows it, growing by chunks otherwise (pipes, /proc files). Stops once it holds more than
+// `limit` bytes (the caller refuses that).
+absl::StatusOr<std::string> ReadAllAndClose(int fd, const std::string& path, int64_t limit) {
   constexpr size_t kChunk = size_t{1} << 20;
   struct stat info;
   size_t capacity = kChunk;
@@ -88,7 +89,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   }
   std::string contents(capacity, '\0');
   size_t size = 0;
-  while (true) {
+  while (static_cast<int64_t>(size) <= limit) {
     if (size == contents.size()) contents.resize(contents.size() + kChunk);
     const ssize_t n = ::read(fd, contents.data() + size, contents.size() - size);
     if (n == 0) break;
@@ -96,12 +97,73 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
       if (errno == EINTR) continue;
       const int error_number = errno;
       ::close(fd);
-      return SyscallError(error_number, what, "read", path);
+      return SyscallError(error_number, absl::StrCat("reading ", path), "read", path);
     }
     size += static_cast<size_t>(n);
   }
   ::close(fd);
   contents.resize(size);
+  return contents;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return SyscallError(errno, absl::StrCat("reading ", path), "open", path);
+  return ReadAllAndClose(fd, path, std::numeric_limits<int64_t>::max());
+}
+
+namespace {
+
+const char* KindOf(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Opens `path` without blocking (a FIFO's open would wait for a writer) and checks what it is.
+absl::StatusOr<int> OpenUserFile(const std::string& path, int64_t max_bytes) {
+  const std::string what = absl::StrCat("reading ", path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return SyscallError(errno, what, "open", path);
+  struct stat info;
+  if (::fstat(fd, &info) != 0) {
+    const int error_number = errno;
+    ::close(fd);
+    return SyscallError(error_number, what, "fstat", path);
+  }
+  if (!S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", KindOf(info.st_mode), ", not a regular file"));
+  }
+  if (info.st_size > max_bytes) {
+    ::close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", info.st_size, " bytes, more than the ", max_bytes, " this reader takes"));
+  }
+  return fd;
+}
+
+}  // namespace
+
+absl::Status CheckUserFile(const std::string& path, int64_t max_bytes) {
+  ASSIGN_OR_RETURN(const int fd, OpenUserFile(path, max_bytes));
+  ::close(fd);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadUserFile(const std::string& path, int64_t max_bytes) {
+  // The descriptor checked is the one read: a regular file, which never blocks; one that grows
+  // while it is read stops past the bound.
+  ASSIGN_OR_RETURN(const int fd, OpenUserFile(path, max_bytes));
+  ASSIGN_OR_RETURN(std::string contents, ReadAllAndClose(fd, path, max_bytes));
+  if (static_cast<int64_t>(contents.size()) > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": more than the ", max_bytes, " bytes this reader takes"));
+  }
   return contents;
 }
 

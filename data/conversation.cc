@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/atomic_file.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -67,11 +68,7 @@ absl::StatusOr<Conversation> ParseOne(const json& j, const std::string& source, 
 }  // namespace
 
 absl::StatusOr<std::vector<Conversation>> ReadConversations(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
+  ASSIGN_OR_RETURN(const std::string text, ReadUserFile(path));
   const fs::path base = fs::path(path).parent_path();
   std::vector<Conversation> out;
   const size_t first = text.find_first_not_of(" \t\r\n");

@@ -58,7 +58,7 @@ absl::StatusOr<Image> DecodeImage(std::string_view bytes, const std::string& nam
 }
 
 absl::StatusOr<Image> DecodeImageFile(const std::string& path) {
-  ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path));
+  ASSIGN_OR_RETURN(const std::string bytes, ReadUserFile(path));
   return DecodeImage(bytes, path);
 }
 

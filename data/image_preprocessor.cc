@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/atomic_file.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/strict_json.h"
@@ -76,11 +77,8 @@ absl::StatusOr<ImagePreprocessor> ReadImagePreprocessor(const std::string& path)
 namespace {
 
 absl::StatusOr<ImagePreprocessor> ReadImagePreprocessorOrThrow(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
-  std::stringstream text;
-  text << in.rdbuf();
-  auto parsed = ParseJsonStrict(text.str());
+  ASSIGN_OR_RETURN(const std::string text, ReadUserFile(path));
+  auto parsed = ParseJsonStrict(text);
   if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
   if (!parsed->is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": must hold a JSON object"));
   const json& root = *parsed;

@@ -48,7 +48,7 @@ absl::StatusOr<std::string> StringField(const nlohmann::json& object, const char
 
 absl::StatusOr<std::unique_ptr<JsonlDataset>> JsonlDataset::Open(
     const std::string& jsonl_path, int64_t image_size, std::shared_ptr<const ImagePreprocessor> preprocessor) {
-  ASSIGN_OR_RETURN(const std::string contents, ReadFile(jsonl_path));
+  ASSIGN_OR_RETURN(const std::string contents, ReadUserFile(jsonl_path));
   const fs::path directory = fs::path(jsonl_path).parent_path();
   std::vector<Sample> samples;
   int64_t line_number = 0;

@@ -104,7 +104,7 @@ absl::Status Tokenizer::Save(const std::string& path) const {
 }
 
 absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& path) {
-  ASSIGN_OR_RETURN(const std::string contents, ReadFile(path));
+  ASSIGN_OR_RETURN(const std::string contents, ReadUserFile(path));
   auto invalid = [&path](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat("tokenizer file ", path, ": ", what));
   };

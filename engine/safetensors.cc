@@ -313,7 +313,8 @@ const SafetensorsEntry* SafetensorsHeader::Find(const std::string& name) const {
 
 absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
     const std::string& path) {
-  absl::StatusOr<std::string> file = ReadFile(path);
+  // A regular file only (a checkpoint or a run's weights a user may name), of any real size.
+  absl::StatusOr<std::string> file = ReadUserFile(path, int64_t{1} << 40);
   if (!file.ok()) return file.status();
   const std::string& bytes = *file;
   absl::StatusOr<uint64_t> header_size = HeaderSize(path, bytes.data(), bytes.size());

@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/atomic_file.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -22,10 +23,8 @@ absl::StatusOr<CheckpointFiles> CheckpointFiles::Open(const std::string& directo
   std::map<std::string, std::string> weight_map;
   std::error_code ec;
   if (fs::exists(index_path, ec)) {
-    std::ifstream in(index_path);
-    std::stringstream text;
-    text << in.rdbuf();
-    auto index = ParseJsonStrict(text.str());
+    ASSIGN_OR_RETURN(const std::string text, ReadUserFile(index_path.string()));
+    auto index = ParseJsonStrict(text);
     if (!index.ok()) return absl::InvalidArgumentError(absl::StrCat(index_path.string(), ": ", index.status().message()));
     const auto map = index->find("weight_map");
     if (map == index->end() || !map->is_object()) {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/atomic_file.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/strict_json.h"
@@ -24,11 +25,10 @@ void AddStop(std::vector<int64_t>& ids, int64_t id) {
 
 // generation_config.json's eos_token_id (one or a list), when the file is there.
 absl::Status ReadGenerationStops(const fs::path& file, std::vector<int64_t>& ids) {
-  std::ifstream in(file);
-  if (!in) return absl::OkStatus();
-  std::stringstream text;
-  text << in.rdbuf();
-  auto parsed = ParseJsonStrict(text.str());
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const std::string text, ReadUserFile(file.string()));
+  auto parsed = ParseJsonStrict(text);
   if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(file.string(), ": ", parsed.status().message()));
   const auto it = parsed->find("eos_token_id");
   if (it == parsed->end()) return absl::OkStatus();

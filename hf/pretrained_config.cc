@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include "common/atomic_file.h"
 #include "absl/strings/string_view.h"
 #include <utility>
 #include <vector>
@@ -276,13 +277,12 @@ absl::Status ReadLlava(const Reader& r, PretrainedConfig& config) {
 
 absl::StatusOr<PretrainedConfig> ReadPretrainedConfig(const std::string& directory) {
   const std::string file = (std::filesystem::path(directory) / "config.json").string();
-  std::ifstream in(file);
-  if (!in) {
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) {
     return absl::NotFoundError(absl::StrCat(file, ": cannot read (not a Hugging Face model directory?)"));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  auto parsed = ParseJsonStrict(text.str());
+  ASSIGN_OR_RETURN(const std::string text, ReadUserFile(file));
+  auto parsed = ParseJsonStrict(text);
   if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(file, ": ", parsed.status().message()));
   if (!parsed->is_object()) return absl::InvalidArgumentError(absl::StrCat(file, ": must hold a JSON object"));
   const Reader root(*parsed, file, "");

@@ -31,7 +31,7 @@ absl::StatusOr<CheckpointInfo> ReadCheckpoint(const std::string& directory) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint ", directory, " does not exist or is not a directory"));
   }
-  absl::StatusOr<std::string> text = ReadFile(path);
+  absl::StatusOr<std::string> text = ReadUserFile(path);
   if (absl::IsNotFound(text.status())) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint ", directory, " is incomplete (no '", kMarker,

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/atomic_file.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/strict_json.h"
@@ -19,10 +20,8 @@ using nlohmann::json;
 absl::StatusOr<std::optional<json>> ReadJsonFile(const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return std::optional<json>();
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  auto parsed = ParseJsonStrict(text.str());
+  ASSIGN_OR_RETURN(const std::string text, ReadUserFile(path.string()));
+  auto parsed = ParseJsonStrict(text);
   if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", parsed.status().message()));
   return std::optional<json>(*std::move(parsed));
 }
@@ -157,11 +156,9 @@ absl::StatusOr<HfTokenizer> HfTokenizer::LoadOrThrow(const std::string& director
       }
     }
   }
-  std::ifstream jinja(dir / "chat_template.jinja");
-  if (jinja) {
-    std::stringstream text;
-    text << jinja.rdbuf();
-    t.chat_template_ = text.str();
+  std::error_code ec;
+  if (fs::exists(dir / "chat_template.jinja", ec)) {
+    ASSIGN_OR_RETURN(t.chat_template_, ReadUserFile((dir / "chat_template.jinja").string()));
   }
   return t;
 }

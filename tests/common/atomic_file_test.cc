@@ -2,6 +2,7 @@
 // leave no temp file behind and leave the existing file untouched.
 #include "common/atomic_file.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -159,6 +160,29 @@ TEST_F(AtomicFileTest, SyncDirectory) {
   absl::Status missing = SyncDirectory(dir_ / "missing");
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
   EXPECT_THAT(std::string(missing.message()), HasSubstr((dir_ / "missing").string()));
+}
+
+// A path a user names is read only when it is a regular file within the bound: a device would block
+// (/dev/ptmx) or grow without end (/dev/zero), a FIFO would wait for a writer at open. None of
+// them is read, and no error shows file contents.
+TEST_F(AtomicFileTest, ReadUserFileReadsOnlyBoundedRegularFiles) {
+  const std::string file = (dir_ / "data.jsonl").string();
+  ASSERT_TRUE(WriteFileAtomically(file, "0123456789").ok());
+  EXPECT_EQ(ReadUserFile(file).value(), "0123456789");
+  EXPECT_EQ(ReadUserFile(file, 10).value(), "0123456789");
+  absl::Status status = ReadUserFile(file, 9).status();
+  EXPECT_EQ(status.message(), file + ": 10 bytes, more than the 9 this reader takes");
+  EXPECT_TRUE(CheckUserFile(file).ok());
+
+  status = ReadUserFile("/dev/zero").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), "/dev/zero: a character device, not a regular file");
+  EXPECT_EQ(ReadUserFile("/dev/ptmx").status().message(), "/dev/ptmx: a character device, not a regular file");
+  EXPECT_EQ(ReadUserFile(dir_.string()).status().message(), dir_.string() + ": a directory, not a regular file");
+  const std::string fifo = (dir_ / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(ReadUserFile(fifo).status().message(), fifo + ": a FIFO, not a regular file");
+  EXPECT_EQ(ReadUserFile((dir_ / "missing").string()).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

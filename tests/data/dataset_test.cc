@@ -95,5 +95,21 @@ TEST(OpenDatasets, JsonlWithoutTrainPathIsInvalidArgument) {
   EXPECT_THAT(datasets.status().message(), HasSubstr("train_path is empty"));
 }
 
+// A data path that names a device would jam the actor reading it (/dev/ptmx blocks in read,
+// /dev/zero never ends): it is refused, naming it, and nothing is read from it.
+TEST(OpenDatasets, DevicesAreRefusedWithoutReadingThem) {
+  DataConfig jsonl;
+  jsonl.kind = DataConfig::Kind::kJsonl;
+  jsonl.jsonl.train_path = "/dev/ptmx";
+  EXPECT_EQ(OpenDatasets(jsonl, 32, "").status().message(), "/dev/ptmx: a character device, not a regular file");
+  DataConfig conversations;
+  conversations.kind = DataConfig::Kind::kConversations;
+  conversations.conversations.train_path = "/dev/zero";
+  EXPECT_EQ(OpenDatasets(conversations, 32, "").status().message(),
+            "/dev/zero: a character device, not a regular file");
+  EXPECT_EQ(LoadSampleImage("/dev/zero", 32, nullptr).status().message(),
+            "/dev/zero: a character device, not a regular file");
+}
+
 }  // namespace
 }  // namespace tandem::data
