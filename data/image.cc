@@ -3,7 +3,6 @@
 #include "data/image.h"
 
 #include <algorithm>
-#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
@@ -15,17 +14,6 @@ namespace {
 
 constexpr std::string_view kPngMagic("\x89PNG\r\n\x1a\n", 8);
 constexpr std::string_view kJpegMagic("\xff\xd8\xff", 3);
-
-// The first bytes in hex, for the "not an image" message: "47 49 46 38".
-std::string HexPrefix(std::string_view bytes) {
-  std::string hex;
-  for (size_t i = 0; i < std::min<size_t>(bytes.size(), 8); ++i) {
-    char byte[4];
-    std::snprintf(byte, sizeof byte, "%02x", static_cast<unsigned char>(bytes[i]));
-    absl::StrAppend(&hex, i == 0 ? "" : " ", byte);
-  }
-  return hex;
-}
 
 // Where output coordinate `dst` samples its source axis of `in` pixels (scale = in / out), as
 // torch's area_pixel_compute_source_index with align_corners=false: the lower neighbour, the upper
@@ -53,8 +41,8 @@ absl::StatusOr<Image> DecodeImage(std::string_view bytes, const std::string& nam
   if (bytes.substr(0, kPngMagic.size()) == kPngMagic) return internal::DecodePng(bytes, name);
   if (bytes.substr(0, kJpegMagic.size()) == kJpegMagic) return internal::DecodeJpeg(bytes, name);
   if (bytes.empty()) return absl::InvalidArgumentError(absl::StrCat(name, ": file is empty"));
-  return absl::InvalidArgumentError(
-      absl::StrCat(name, ": not a PNG or JPEG file (starts with bytes ", HexPrefix(bytes), ")"));
+  // Nothing of the bytes themselves: the file may be any file a job spec named.
+  return absl::InvalidArgumentError(absl::StrCat(name, ": not a PNG or JPEG file"));
 }
 
 absl::StatusOr<Image> DecodeImageFile(const std::string& path) {

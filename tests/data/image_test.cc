@@ -46,8 +46,8 @@ TEST(DecodeImageFile, TextFileIsInvalidArgumentNamingIt) {
   ASSERT_TRUE(testing::WriteTestFile(path, "GIF89a is not supported"));
   absl::StatusOr<Image> image = DecodeImageFile(path);
   EXPECT_EQ(image.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(image.status().message(),
-            path + ": not a PNG or JPEG file (starts with bytes 47 49 46 38 39 61 20 69)");
+  // Nothing of the file's contents is shown: a data path may name any readable file.
+  EXPECT_EQ(image.status().message(), path + ": not a PNG or JPEG file");
 }
 
 TEST(DecodeImageFile, EmptyFileIsInvalidArgument) {
