@@ -100,6 +100,8 @@ absl::StatusOr<std::unique_ptr<JobRunner::Attempt>> JobRunner::StartAttempt() {
   ASSIGN_OR_RETURN(jobspec::JobConfig job, jobspec::ParseJobSpecJson(job_.spec_json, job_.id));
   RETURN_IF_ERROR(CreateRunDir());
   ASSIGN_OR_RETURN(rundir::RunDirLock lock, rundir::RunDirLock::Acquire(job_.run_dir));
+  ASSIGN_OR_RETURN(const int leftovers, lock.RemoveLeftoverTempFiles());
+  if (leftovers > 0) Event(absl::StrCat("removed ", leftovers, " temporary files an earlier attempt left"));
   max_restarts_ = job.max_restarts;
   RETURN_IF_ERROR(
       WriteFileAtomically((fs::path(job_.run_dir) / "job.json").string(), job_.spec_json + "\n"));

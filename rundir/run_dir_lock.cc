@@ -25,15 +25,36 @@ absl::StatusOr<RunDirLock> RunDirLock::Acquire(const std::string& run_dir) {
     }
     return absl::ErrnoToStatus(error, absl::StrCat("cannot lock ", path));
   }
-  return RunDirLock(fd);
+  return RunDirLock(fd, run_dir);
 }
 
-RunDirLock::RunDirLock(RunDirLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+absl::StatusOr<int> RunDirLock::RemoveLeftoverTempFiles() const {
+  namespace fs = std::filesystem;
+  int removed = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(run_dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const size_t at = name.rfind(".tmp.");
+    if (at == std::string::npos || !it->is_regular_file(ec)) continue;
+    const std::string pid = name.substr(at + 5);
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (!fs::remove(it->path(), ec) || ec) {
+      return absl::ErrnoToStatus(ec.value(), absl::StrCat("cannot remove ", it->path().string()));
+    }
+    ++removed;
+  }
+  if (ec) return absl::ErrnoToStatus(ec.value(), absl::StrCat("cannot list ", run_dir_));
+  return removed;
+}
+
+RunDirLock::RunDirLock(RunDirLock&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), run_dir_(std::move(other.run_dir_)) {}
 
 RunDirLock& RunDirLock::operator=(RunDirLock&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(other.fd_, -1);
+    run_dir_ = std::move(other.run_dir_);
   }
   return *this;
 }

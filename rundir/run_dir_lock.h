@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 
@@ -18,6 +19,10 @@ class RunDirLock {
   // has it; the errno's status naming the file when it cannot be opened (a symlink is refused).
   static absl::StatusOr<RunDirLock> Acquire(const std::string& run_dir);
 
+  // Removes what writers that died left in the locked directory: the temporary files of
+  // WriteFileAtomically ("<name>.tmp.<pid>"), at any depth. Returns how many. Errors name the file.
+  absl::StatusOr<int> RemoveLeftoverTempFiles() const;
+
   RunDirLock(RunDirLock&& other) noexcept;
   RunDirLock& operator=(RunDirLock&& other) noexcept;
   RunDirLock(const RunDirLock&) = delete;
@@ -25,8 +30,9 @@ class RunDirLock {
   ~RunDirLock();
 
  private:
-  explicit RunDirLock(int fd) : fd_(fd) {}
+  RunDirLock(int fd, std::string run_dir) : fd_(fd), run_dir_(std::move(run_dir)) {}
   int fd_ = -1;
+  std::string run_dir_;
 };
 
 }  // namespace tandem::rundir

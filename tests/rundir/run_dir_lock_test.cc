@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <utility>
 
@@ -26,6 +27,26 @@ TEST(RunDirLock, OneHolderAtATime) {
   }
   EXPECT_TRUE(RunDirLock::Acquire(dir.string()).ok());
   EXPECT_EQ(RunDirLock::Acquire((dir / "missing").string()).status().code(), absl::StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
+}
+
+// A writer that died leaves "<name>.tmp.<pid>" files; the next holder removes them, at any depth,
+// and nothing else.
+TEST(RunDirLock, RemovesLeftoverTempFilesOnly) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / ("run_dir_tmp_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "checkpoints" / "step-000002");
+  for (const auto& name : {"metrics.jsonl.tmp.123", "checkpoints/step-000002/complete.tmp.77", "job.json",
+                           "notes.tmp.txt", "metrics.jsonl"}) {
+    std::ofstream(dir / name) << "x";
+  }
+  absl::StatusOr<RunDirLock> lock = RunDirLock::Acquire(dir.string());
+  ASSERT_TRUE(lock.ok()) << lock.status();
+  EXPECT_EQ(lock->RemoveLeftoverTempFiles().value(), 2);
+  EXPECT_FALSE(std::filesystem::exists(dir / "metrics.jsonl.tmp.123"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "checkpoints/step-000002/complete.tmp.77"));
+  for (const auto& name : {"job.json", "notes.tmp.txt", "metrics.jsonl", ".lock"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir / name)) << name;
+  }
   std::filesystem::remove_all(dir);
 }
 
