@@ -1,14 +1,17 @@
 #include "coordinator/metrics_http.h"
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <vector>
 #include <cstring>
 #include <string_view>
 
@@ -20,21 +23,41 @@ namespace tandem::coordinator {
 namespace {
 
 constexpr size_t kMaxRequestBytes = 8192;
-constexpr int kRequestSeconds = 5;
+constexpr int kRequestSeconds = 5;   // the whole exchange: request in, response out
+constexpr size_t kMaxConnections = 32;  // served at once
 
-void WriteAll(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // the client went away or stalled past the timeout
-    bytes.remove_prefix(static_cast<size_t>(n));
+// The whole response to one request, from its bytes (as much as arrived).
+std::string Response(const std::string& request, const std::function<std::string()>& metrics) {
+  const auto respond = [](const char* status, const char* type, const std::string& body) {
+    return absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type, "\r\nContent-Length: ", body.size(),
+                        "\r\nConnection: close\r\n\r\n", body);
+  };
+  const size_t line_end = request.find("\r\n");
+  const std::string line = request.substr(0, line_end);
+  const size_t first = line.find(' ');
+  const size_t second = first == std::string::npos ? first : line.find(' ', first + 1);
+  if (line_end == std::string::npos || second == std::string::npos || line.compare(second + 1, 5, "HTTP/") != 0) {
+    return respond("400 Bad Request", "text/plain", "bad request\n");
   }
+  const std::string method = line.substr(0, first);
+  std::string path = line.substr(first + 1, second - first - 1);
+  path = path.substr(0, path.find('?'));
+  if (path != "/metrics" && path != "/healthz") {
+    return respond("404 Not Found", "text/plain", "not found: serves /metrics and /healthz\n");
+  }
+  if (method != "GET") return respond("405 Method Not Allowed", "text/plain", "GET only\n");
+  if (path == "/healthz") return respond("200 OK", "text/plain", "ok\n");
+  return respond("200 OK", "text/plain; version=0.0.4; charset=utf-8", metrics());
 }
 
-void Respond(int fd, const char* status, const char* type, const std::string& body) {
-  WriteAll(fd, absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type, "\r\nContent-Length: ",
-                            body.size(), "\r\nConnection: close\r\n\r\n", body));
-}
+// One client: its request as it arrives, then the response as it leaves, within one deadline.
+struct Connection {
+  int fd = -1;
+  std::string request;
+  std::string response;  // non-empty once the request is complete
+  size_t sent = 0;
+  std::chrono::steady_clock::time_point deadline;
+};
 
 }  // namespace
 
@@ -113,52 +136,69 @@ MetricsHttpServer::~MetricsHttpServer() {
 }
 
 void MetricsHttpServer::Serve() {
+  using SteadyClock = std::chrono::steady_clock;
+  // Accepting must never wait: the loop takes the clients poll reported, then polls again.
+  fcntl(listen_fd_, F_SETFL, fcntl(listen_fd_, F_GETFL) | O_NONBLOCK);
+  std::vector<Connection> connections;
+  const auto close_all = [&] {
+    for (const Connection& c : connections) close(c.fd);
+  };
   while (true) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
+    // The listener only while there is room: further clients wait in the kernel's backlog.
+    std::vector<pollfd> fds = {{stop_fd_, POLLIN, 0},
+                               {listen_fd_, static_cast<short>(connections.size() < kMaxConnections ? POLLIN : 0), 0}};
+    SteadyClock::time_point next_deadline = SteadyClock::time_point::max();
+    for (const Connection& c : connections) {
+      fds.push_back({c.fd, static_cast<short>(c.response.empty() ? POLLIN : POLLOUT), 0});
+      next_deadline = std::min(next_deadline, c.deadline);
+    }
+    int wait_ms = -1;
+    if (!connections.empty()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_deadline - SteadyClock::now());
+      wait_ms = static_cast<int>(std::max<int64_t>(0, left.count()) + 1);
+    }
+    if (poll(fds.data(), fds.size(), wait_ms) < 0) {
       if (errno == EINTR) continue;
+      close_all();
       return;
     }
-    if (fds[1].revents != 0) return;
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    Answer(fd);
-    close(fd);
-  }
-}
-
-void MetricsHttpServer::Answer(int fd) {
-  const timeval timeout{kRequestSeconds, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  std::string request;
-  char buffer[1024];
-  while (request.find("\r\n\r\n") == std::string::npos && request.size() < kMaxRequestBytes) {
-    const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    request.append(buffer, static_cast<size_t>(n));
-  }
-  const size_t line_end = request.find("\r\n");
-  const std::string line = request.substr(0, line_end);
-  const size_t first = line.find(' ');
-  const size_t second = first == std::string::npos ? first : line.find(' ', first + 1);
-  if (line_end == std::string::npos || second == std::string::npos ||
-      line.compare(second + 1, 5, "HTTP/") != 0) {
-    Respond(fd, "400 Bad Request", "text/plain", "bad request\n");
-    return;
-  }
-  const std::string method = line.substr(0, first);
-  std::string path = line.substr(first + 1, second - first - 1);
-  path = path.substr(0, path.find('?'));
-  if (path != "/metrics" && path != "/healthz") {
-    Respond(fd, "404 Not Found", "text/plain", "not found: serves /metrics and /healthz\n");
-  } else if (method != "GET") {
-    Respond(fd, "405 Method Not Allowed", "text/plain", "GET only\n");
-  } else if (path == "/healthz") {
-    Respond(fd, "200 OK", "text/plain", "ok\n");
-  } else {
-    Respond(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", metrics_());
+    if (fds[0].revents != 0) {  // stopping: nothing waits for a client
+      close_all();
+      return;
+    }
+    std::vector<Connection> kept;
+    for (size_t i = 0; i < connections.size(); ++i) {
+      Connection& c = connections[i];
+      const short events = fds[i + 2].revents;
+      bool done = false;
+      if (events != 0 && c.response.empty()) {
+        char buffer[1024];
+        const ssize_t n = recv(c.fd, buffer, sizeof(buffer), 0);
+        if (n > 0) c.request.append(buffer, static_cast<size_t>(n));
+        if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) done = c.request.empty();
+        if (!done && (n == 0 || c.request.find("\r\n\r\n") != std::string::npos ||
+                      c.request.size() >= kMaxRequestBytes)) {
+          c.response = Response(c.request, metrics_);
+        }
+      } else if (events != 0) {
+        const ssize_t n = send(c.fd, c.response.data() + c.sent, c.response.size() - c.sent, MSG_NOSIGNAL);
+        if (n > 0) c.sent += static_cast<size_t>(n);
+        done = c.sent == c.response.size() || (n < 0 && errno != EINTR && errno != EAGAIN);
+      }
+      if (done || SteadyClock::now() >= c.deadline) {  // one deadline for the whole exchange
+        close(c.fd);
+      } else {
+        kept.push_back(std::move(c));
+      }
+    }
+    connections = std::move(kept);
+    if (fds[1].revents != 0) {
+      while (connections.size() < kMaxConnections) {
+        const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) break;
+        connections.push_back({fd, "", "", 0, SteadyClock::now() + std::chrono::seconds(kRequestSeconds)});
+      }
+    }
   }
 }
 

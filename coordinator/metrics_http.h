@@ -1,7 +1,10 @@
 // The coordinator's HTTP endpoint for Prometheus: GET /metrics answers the exposition text
-// (coordinator/metrics.h), GET /healthz answers "ok". A small HTTP/1.1 server: one thread accepts
-// on HOST:PORT and answers one request per connection (Connection: close), each within 5 s; other
-// paths get 404, other methods 405, a request that does not parse 400.
+// (coordinator/metrics.h), GET /healthz answers "ok". A small HTTP/1.1 server: one thread serves
+// up to 32 connections at once with non-blocking sockets, one request per connection (Connection:
+// close), and gives each exchange, request in and response out, one 5 s deadline, after which the
+// connection is closed; further clients wait in the listen backlog. So a slow or idle client holds
+// one slot for 5 s at most, never a scrape, and stopping never waits for a client. Other paths get
+// 404, other methods 405, a request that does not parse 400.
 #pragma once
 
 #include <functional>
@@ -28,7 +31,6 @@ class MetricsHttpServer {
   MetricsHttpServer(int listen_fd, int stop_fd, std::string address,
                     std::function<std::string()> metrics);
   void Serve();
-  void Answer(int fd);
 
   const int listen_fd_;
   const int stop_fd_;  // an eventfd: written once to stop

@@ -5,7 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "coordinator/metrics_http.h"
@@ -108,6 +111,49 @@ TEST(MetricsHttpTest, ServesMetricsAndHealthAndRefusesTheRest) {
   EXPECT_THAT(testing::HttpExchange(address, "nonsense\r\n\r\n"),
               HasSubstr("HTTP/1.1 400 Bad Request\r\n"));
   EXPECT_EQ(calls, 2);
+}
+
+// A client that sends a byte every 200 ms, or 40 that send nothing, used to hold the one serving
+// thread (and shutdown) for as long as they liked: now a scrape beside them is answered, every
+// exchange has one 5 s deadline, and stopping the server does not wait for them.
+TEST(MetricsHttpTest, SlowAndIdleClientsHoldNeitherAScrapeNorShutdown) {
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start("127.0.0.1:0", [] { return std::string("tandem_up 1\n"); });
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = (*server)->address();
+  const int slow = testing::HttpConnect(address);
+  ASSERT_GE(slow, 0);
+  std::vector<int> idle;
+  for (int i = 0; i < 20; ++i) idle.push_back(testing::HttpConnect(address));
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    const std::string request = "GET /metrics HTTP/1.1\r\n";
+    for (size_t i = 0; i < request.size() && !stop; ++i) {
+      send(slow, request.data() + i, 1, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT(testing::HttpGet(address, "/metrics"), HasSubstr("tandem_up 1\n"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+
+  // The slow client's exchange ends at its deadline, its request unfinished.
+  char byte;
+  const timeval timeout{10, 0};
+  setsockopt(slow, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  const auto before = std::chrono::steady_clock::now();
+  EXPECT_EQ(recv(slow, &byte, 1, 0), 0);  // closed by the server
+  EXPECT_LT(std::chrono::steady_clock::now() - before, std::chrono::seconds(8));
+  stop = true;
+  trickle.join();
+
+  const int held = testing::HttpConnect(address);
+  const auto stopping = std::chrono::steady_clock::now();
+  server->reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - stopping, std::chrono::seconds(3));
+  for (int fd : idle) close(fd);
+  close(held);
+  close(slow);
 }
 
 TEST(MetricsHttpTest, BadOrTakenAddressesAreNamed) {
