@@ -454,12 +454,11 @@ bool IsFinal(JobState state) {
 }
 
 absl::Status RecoverInterruptedJobs(JobStore& store) {
-  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store.ListJobs());
+  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store.ListJobsInStates(JobState::kRunning, JobState::kRunning));
   // A job the coordinator stopped under twice without a step in between (it may be what ended
   // the process, while it started) fails instead of taking the coordinator down again.
   constexpr int64_t kStopsBeforeFailing = 2;
   for (JobRecord& job : jobs) {
-    if (job.state != JobState::kRunning) continue;
     ASSIGN_OR_RETURN(const int64_t stops, store.CountStopWithoutProgress(job.id));
     if (stops >= kStopsBeforeFailing) {
       job.state = JobState::kFailed;

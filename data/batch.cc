@@ -137,13 +137,4 @@ absl::StatusOr<PromptBatch> MakePromptBatch(const Dataset& dataset, const std::v
   return batch;
 }
 
-absl::StatusOr<Batch> MakeTextBatch(const Dataset& dataset, const std::vector<int64_t>& indices,
-                                    const Tokenizer& tokenizer, int64_t text_len) {
-  ASSIGN_OR_RETURN(Batch batch, EmptyBatch(indices, text_len));
-  for (int64_t row = 0; row < batch.size; ++row) {
-    RETURN_IF_ERROR(EncodeCaption(dataset, indices[row], dataset.Text(indices[row]), tokenizer, row, &batch));
-  }
-  return batch;
-}
-
 }  // namespace tandem::data

@@ -29,11 +29,6 @@ struct Batch {
 absl::StatusOr<Batch> MakeBatch(const Dataset& dataset, const std::vector<int64_t>& indices,
                                 const Tokenizer& tokenizer, int64_t text_len);
 
-// MakeBatch without the images (image_size 0, images empty): reads only Dataset::Text, so an LLM rank
-// never decodes an image. Same caption errors.
-absl::StatusOr<Batch> MakeTextBatch(const Dataset& dataset, const std::vector<int64_t>& indices,
-                                    const Tokenizer& tokenizer, int64_t text_len);
-
 // The images of `indices` alone (tokens empty, text_len 0): what the vision group reads. The image
 // errors of MakeBatch.
 absl::StatusOr<Batch> MakeImageBatch(const Dataset& dataset, const std::vector<int64_t>& indices);

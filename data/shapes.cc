@@ -155,7 +155,7 @@ Example ShapesDataset::Render(int64_t index) const {
   for (int c = 1; c < 3; ++c)
     scene.background[c] = kBackgroundLow + kBackgroundRange * rng.Uniform();
 
-  return Example{RenderScene(scene, image_size_), Text(index)};
+  return Example{RenderScene(scene, image_size_), TextOf(attributes, index)};
 }
 
 absl::StatusOr<Example> ShapesDataset::Get(int64_t index) const {
@@ -166,15 +166,22 @@ absl::StatusOr<Example> ShapesDataset::Get(int64_t index) const {
   return Render(index);
 }
 
-std::string ShapesDataset::Text(int64_t index) const {
-  if (text_ == ShapesText::kCaptions) return Caption(Attributes(index));
-  return ConversationWords(Messages(index));
+std::string ShapesDataset::Text(int64_t index) const { return TextOf(Attributes(index), index); }
+
+std::string ShapesDataset::TextOf(const ShapeAttributes& attributes, int64_t index) const {
+  if (text_ == ShapesText::kCaptions) return Caption(attributes);
+  return ConversationWords(ConversationOf(attributes, index));
+}
+
+std::vector<tokenizer::ChatMessage> ShapesDataset::ConversationOf(const ShapeAttributes& attributes,
+                                                                  int64_t index) const {
+  return ShapesConversation(attributes,
+                            HashKey({seed_, SplitTag(split_), kConversationStream, static_cast<uint64_t>(index)}));
 }
 
 std::vector<tokenizer::ChatMessage> ShapesDataset::Messages(int64_t index) const {
   if (text_ == ShapesText::kCaptions) return Dataset::Messages(index);
-  return ShapesConversation(Attributes(index),
-                            HashKey({seed_, SplitTag(split_), kConversationStream, static_cast<uint64_t>(index)}));
+  return ConversationOf(Attributes(index), index);
 }
 
 std::vector<std::string> ShapesDataset::VocabularyTexts() const {

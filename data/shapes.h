@@ -105,6 +105,10 @@ class ShapesDataset final : public Dataset {
   ShapeAttributes Attributes(int64_t index) const;
 
  private:
+  // Text and Messages of a sample whose attributes are known (Render has them).
+  std::string TextOf(const ShapeAttributes& attributes, int64_t index) const;
+  std::vector<tokenizer::ChatMessage> ConversationOf(const ShapeAttributes& attributes, int64_t index) const;
+
   uint64_t seed_;
   int64_t image_size_;
   Split split_;
