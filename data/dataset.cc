@@ -61,7 +61,7 @@ std::vector<std::string> Dataset::VocabularyTexts() const { return AllTexts(*thi
 
 absl::StatusOr<Image> LoadSampleImage(const std::string& path, int64_t image_size,
                                       const ImagePreprocessor* preprocessor) {
-  ASSIGN_OR_RETURN(Image image, DecodeImageFile(path));
+  ASSIGN_OR_RETURN(Image image, DecodeImageFile(path, MaxPixelsFor(image_size)));
   if (preprocessor == nullptr) return ResizeBilinear(image, image_size, image_size);
   auto processed = Preprocess(*preprocessor, image);
   if (!processed.ok()) {

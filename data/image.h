@@ -33,16 +33,30 @@ struct Image {
   float at(int64_t c, int64_t y, int64_t x) const { return pixels[(c * height + y) * width + x]; }
 };
 
+// The most pixels any decoder allocates for: a corrupt or hostile header can claim 2^31 x 2^31,
+// and 2^28 pixels (16384^2) already need 3 GiB as floats.
+inline constexpr uint64_t kMaxImagePixels = uint64_t{1} << 28;
+
+// The pixel cap for a model that sees image_size x image_size: 256 times what it uses, at least
+// 2^24 (a 16-megapixel photo) and at most kMaxImagePixels. A larger image is refused before its
+// pixels are allocated (InvalidArgument, naming the cap), so one file in a dataset cannot take an
+// actor's memory.
+uint64_t MaxPixelsFor(int64_t image_size);
+
 // Decodes a PNG or JPEG file, recognised by its first bytes (not its extension).
 //   PNG: grey, grey+alpha, RGB, RGBA and palette images at any bit depth, interlaced or not;
 //        16-bit samples are rounded to 8 bits; alpha is composited over black (value * alpha).
 //   JPEG: greyscale and YCbCr/RGB baseline or progressive; a truncated file is an error (libjpeg
 //        would otherwise pad it with grey); other libjpeg warnings are tolerated.
-// Grey images are replicated into the three channels.
-absl::StatusOr<Image> DecodeImageFile(const std::string& path);
+// Grey images are replicated into the three channels. An image of more than max_pixels (its
+// declared width x height) is InvalidArgument before any pixel is decoded; a JPEG is also refused
+// after 500 scans (a progressive file can hold thousands of tiny ones, each a full pass) and when
+// its coefficient buffers would exceed 8 bytes per allowed pixel (at least 16 MiB).
+absl::StatusOr<Image> DecodeImageFile(const std::string& path, uint64_t max_pixels = kMaxImagePixels);
 
 // As DecodeImageFile, from bytes already in memory; `name` is used in error messages.
-absl::StatusOr<Image> DecodeImage(std::string_view bytes, const std::string& name);
+absl::StatusOr<Image> DecodeImage(std::string_view bytes, const std::string& name,
+                                  uint64_t max_pixels = kMaxImagePixels);
 
 // Bilinear resampling with align_corners=false and no antialiasing: the same sampling as
 // torch.nn.functional.interpolate(mode="bilinear", align_corners=False). Output pixel (y, x) reads

@@ -13,11 +13,12 @@
 
 namespace tandem::data::internal {
 
-// Refuse images above this many pixels before allocating for them: a corrupt header can claim
-// 2^31 x 2^31, and 2^28 pixels (16384^2) already need 3 GiB as floats.
-inline constexpr uint64_t kMaxImagePixels = uint64_t{1} << 28;
+// Each refuses an image of more than max_pixels before allocating for its pixels.
+absl::StatusOr<Image> DecodePng(std::string_view bytes, const std::string& name, uint64_t max_pixels);
+absl::StatusOr<Image> DecodeJpeg(std::string_view bytes, const std::string& name, uint64_t max_pixels);
 
-absl::StatusOr<Image> DecodePng(std::string_view bytes, const std::string& name);
-absl::StatusOr<Image> DecodeJpeg(std::string_view bytes, const std::string& name);
+// "PNG of W x H pixels is too large: at most N are decoded" (kind = "PNG" or "JPEG").
+absl::Status TooLargeError(const std::string& name, const char* kind, uint64_t width, uint64_t height,
+                           uint64_t max_pixels);
 
 }  // namespace tandem::data::internal

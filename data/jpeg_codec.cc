@@ -5,6 +5,12 @@
 // always runs jpeg_destroy_decompress. A truncated file is only a warning to libjpeg (it pads the
 // image with grey); we make that one warning fatal, since a half-grey image is not a training
 // sample.
+//
+// A small file can still cost much: its header may declare any size (checked right after
+// jpeg_read_header, before any buffer is made), a progressive file's coefficient buffers are
+// allocated whole (max_memory_to_use bounds them, and with no backing store libjpeg fails instead
+// of going past it), and every scan of a progressive file is a pass over the image, so thousands
+// of tiny scans make a CPU bomb (the progress monitor stops at kMaxScans, as djpeg -maxscans does).
 // jpeglib.h uses FILE and size_t without including their headers, so stdio.h goes first.
 // clang-format off
 #include <stdio.h>
@@ -12,7 +18,10 @@
 #include <jpeglib.h>
 // clang-format on
 
+#include <algorithm>
+#include <climits>
 #include <csetjmp>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -23,11 +32,19 @@
 namespace tandem::data::internal {
 namespace {
 
+constexpr int kMaxScans = 500;
+
 // libjpeg finds this through cinfo->err, which points at its first member.
 struct JpegErrorManager {
   jpeg_error_mgr base;
   jmp_buf jump;
   char message[JMSG_LENGTH_MAX] = "";
+};
+
+// libjpeg calls this between passes; cinfo->progress points at its first member.
+struct JpegScanLimit {
+  jpeg_progress_mgr base;
+  JpegErrorManager* errors = nullptr;
 };
 
 [[noreturn]] void OnJpegError(j_common_ptr cinfo) {
@@ -41,6 +58,16 @@ void OnJpegMessage(j_common_ptr cinfo, int msg_level) {
   if (msg_level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) OnJpegError(cinfo);
 }
 
+void OnJpegProgress(j_common_ptr cinfo) {
+  if (!cinfo->is_decompressor) return;
+  const int scan = reinterpret_cast<j_decompress_ptr>(cinfo)->input_scan_number;
+  if (scan <= kMaxScans) return;
+  auto* limit = reinterpret_cast<JpegScanLimit*>(cinfo->progress);
+  std::snprintf(limit->errors->message, sizeof limit->errors->message,
+                "more than %d scans (a normal progressive file has about 10)", kMaxScans);
+  std::longjmp(limit->errors->jump, 1);
+}
+
 enum class JpegOutcome { kOk, kError, kUnsupportedColourSpace, kTooLarge };
 
 struct JpegLayout {
@@ -51,13 +78,23 @@ struct JpegLayout {
 };
 
 JpegOutcome ReadJpegPixels(jpeg_decompress_struct* cinfo, JpegErrorManager* errors,
-                           std::string_view bytes, JpegLayout* layout,
-                           std::vector<unsigned char>* pixels) {
+                           JpegScanLimit* scan_limit, std::string_view bytes, uint64_t max_pixels,
+                           JpegLayout* layout, std::vector<unsigned char>* pixels) {
   if (setjmp(errors->jump)) return JpegOutcome::kError;
   jpeg_create_decompress(cinfo);
+  // 8 bytes per allowed pixel covers 4:4:4 colour's 6 bytes of coefficients; the 16 MiB floor keeps a
+  // tiny cap from failing on libjpeg's own tables.
+  const uint64_t memory = std::max<uint64_t>(max_pixels * 8, uint64_t{16} << 20);
+  cinfo->mem->max_memory_to_use = static_cast<long>(std::min<uint64_t>(memory, LONG_MAX));
+  scan_limit->base.progress_monitor = OnJpegProgress;
+  scan_limit->errors = errors;
+  cinfo->progress = &scan_limit->base;
   jpeg_mem_src(cinfo, reinterpret_cast<const unsigned char*>(bytes.data()),
                static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(cinfo, TRUE);
+  layout->width = cinfo->image_width;
+  layout->height = cinfo->image_height;
+  if (uint64_t{layout->width} * layout->height > max_pixels) return JpegOutcome::kTooLarge;
   layout->colour_space = cinfo->jpeg_color_space;
   switch (cinfo->jpeg_color_space) {
     case JCS_GRAYSCALE:
@@ -74,7 +111,6 @@ JpegOutcome ReadJpegPixels(jpeg_decompress_struct* cinfo, JpegErrorManager* erro
   layout->width = cinfo->output_width;
   layout->height = cinfo->output_height;
   layout->components = cinfo->output_components;
-  if (uint64_t{layout->width} * layout->height > kMaxImagePixels) return JpegOutcome::kTooLarge;
   const size_t stride = size_t{layout->width} * layout->components;
   pixels->resize(stride * layout->height);
   while (cinfo->output_scanline < cinfo->output_height) {
@@ -87,7 +123,7 @@ JpegOutcome ReadJpegPixels(jpeg_decompress_struct* cinfo, JpegErrorManager* erro
 
 }  // namespace
 
-absl::StatusOr<Image> DecodeJpeg(std::string_view bytes, const std::string& name) {
+absl::StatusOr<Image> DecodeJpeg(std::string_view bytes, const std::string& name, uint64_t max_pixels) {
   // Zeroed, so that jpeg_destroy_decompress is safe even when jpeg_create_decompress failed early
   // (a library version mismatch is reported before it clears the struct).
   jpeg_decompress_struct cinfo{};
@@ -95,9 +131,11 @@ absl::StatusOr<Image> DecodeJpeg(std::string_view bytes, const std::string& name
   cinfo.err = jpeg_std_error(&errors.base);
   errors.base.error_exit = OnJpegError;
   errors.base.emit_message = OnJpegMessage;
+  JpegScanLimit scan_limit;
   JpegLayout layout;
   std::vector<unsigned char> interleaved;
-  const JpegOutcome outcome = ReadJpegPixels(&cinfo, &errors, bytes, &layout, &interleaved);
+  const JpegOutcome outcome =
+      ReadJpegPixels(&cinfo, &errors, &scan_limit, bytes, max_pixels, &layout, &interleaved);
   jpeg_destroy_decompress(&cinfo);
   switch (outcome) {
     case JpegOutcome::kOk:
@@ -109,8 +147,7 @@ absl::StatusOr<Image> DecodeJpeg(std::string_view bytes, const std::string& name
           name, ": unsupported JPEG colour space ", static_cast<int>(layout.colour_space),
           " (only greyscale and YCbCr/RGB are decoded; CMYK is not)"));
     case JpegOutcome::kTooLarge:
-      return absl::InvalidArgumentError(absl::StrCat(name, ": JPEG of ", layout.width, " x ",
-                                                     layout.height, " pixels is too large"));
+      return TooLargeError(name, "JPEG", layout.width, layout.height, max_pixels);
   }
 
   Image image;

@@ -29,7 +29,8 @@ struct PngContext {
   size_t input_offset = 0;
   std::string* output = nullptr;  // writing: the encoded file
   bool out_of_memory = false;
-  bool too_large = false;  // reading: above internal::kMaxImagePixels
+  uint64_t max_pixels = 0;  // reading: the cap
+  bool too_large = false;   // reading: above max_pixels
 };
 
 [[noreturn]] void OnPngError(png_structp png, png_const_charp message) {
@@ -74,6 +75,12 @@ bool ReadPngPixels(png_structp png, png_infop info, PngContext* context, PngLayo
                    std::vector<unsigned char>* pixels, std::vector<png_bytep>* rows) {
   if (setjmp(context->jump)) return false;
   png_read_info(png, info);
+  if (uint64_t{png_get_image_width(png, info)} * png_get_image_height(png, info) > context->max_pixels) {
+    layout->width = png_get_image_width(png, info);
+    layout->height = png_get_image_height(png, info);
+    context->too_large = true;
+    return false;
+  }
   png_set_expand(png);    // palette -> RGB, grey below 8 bits -> 8 bits, tRNS -> alpha
   png_set_scale_16(png);  // 16 -> 8 bits, rounded
   png_set_gray_to_rgb(png);
@@ -82,10 +89,6 @@ bool ReadPngPixels(png_structp png, png_infop info, PngContext* context, PngLayo
   layout->width = png_get_image_width(png, info);
   layout->height = png_get_image_height(png, info);
   layout->channels = png_get_channels(png, info);
-  if (uint64_t{layout->width} * layout->height > internal::kMaxImagePixels) {
-    context->too_large = true;
-    return false;
-  }
   if (png_get_bit_depth(png, info) != 8 || (layout->channels != 3 && layout->channels != 4)) {
     png_error(png, "unexpected layout after conversion to 8-bit RGB");
   }
@@ -120,8 +123,9 @@ unsigned char ToByte(float value) {
 
 namespace internal {
 
-absl::StatusOr<Image> DecodePng(std::string_view bytes, const std::string& name) {
+absl::StatusOr<Image> DecodePng(std::string_view bytes, const std::string& name, uint64_t max_pixels) {
   PngContext context;
+  context.max_pixels = max_pixels;
   context.input = reinterpret_cast<const unsigned char*>(bytes.data());
   context.input_size = bytes.size();
   png_structp png =
@@ -139,10 +143,7 @@ absl::StatusOr<Image> DecodePng(std::string_view bytes, const std::string& name)
   std::vector<png_bytep> rows;
   const bool ok = ReadPngPixels(png, info, &context, &layout, &interleaved, &rows);
   png_destroy_read_struct(&png, &info, nullptr);
-  if (context.too_large) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": PNG of ", layout.width, " x ",
-                                                   layout.height, " pixels is too large"));
-  }
+  if (context.too_large) return TooLargeError(name, "PNG", layout.width, layout.height, max_pixels);
   if (!ok) return absl::DataLossError(absl::StrCat(name, ": corrupt PNG: ", context.message));
 
   Image image;

@@ -27,8 +27,22 @@ using ::testing::HasSubstr;
 // A smooth test pattern (JPEG's home ground): sample c of pixel (y, x), in 0..255.
 uint8_t Pattern(int y, int x, int c) { return static_cast<uint8_t>(40 + 8 * y + 4 * x + 30 * c); }
 
+enum class Scans { kBaseline, kProgressive, kEveryBitOfEveryCoefficient };
+
+// A progressive scan script for one grey component that sends every AC coefficient alone, its top
+// bit first and then each lower bit in a scan of its own: 1 + 63 x 11 = 694 valid scans.
+std::vector<jpeg_scan_info> OneScanPerBit() {
+  std::vector<jpeg_scan_info> script;
+  script.push_back({1, {0, 0, 0, 0}, 0, 0, 0, 0});
+  for (int k = 1; k < 64; ++k) {
+    script.push_back({1, {0, 0, 0, 0}, k, k, 0, 10});
+    for (int bit = 10; bit >= 1; --bit) script.push_back({1, {0, 0, 0, 0}, k, k, bit, bit - 1});
+  }
+  return script;
+}
+
 // Encodes a width x height image of `components` channels (1 grey, 3 RGB, 4 CMYK) at quality 95.
-std::string EncodeJpeg(int width, int height, int components) {
+std::string EncodeJpeg(int width, int height, int components, Scans scans = Scans::kBaseline) {
   jpeg_compress_struct cinfo;
   jpeg_error_mgr errors;
   cinfo.err = jpeg_std_error(&errors);  // default: exits on error, fine for a test fixture
@@ -42,6 +56,13 @@ std::string EncodeJpeg(int width, int height, int components) {
   cinfo.in_color_space = components == 1 ? JCS_GRAYSCALE : components == 3 ? JCS_RGB : JCS_CMYK;
   jpeg_set_defaults(&cinfo);
   jpeg_set_quality(&cinfo, 95, TRUE);
+  std::vector<jpeg_scan_info> script;
+  if (scans == Scans::kProgressive) jpeg_simple_progression(&cinfo);
+  if (scans == Scans::kEveryBitOfEveryCoefficient) {
+    script = OneScanPerBit();
+    cinfo.scan_info = script.data();
+    cinfo.num_scans = static_cast<int>(script.size());
+  }
   jpeg_start_compress(&cinfo, TRUE);
   std::vector<uint8_t> row(width * components);
   while (cinfo.next_scanline < cinfo.image_height) {
@@ -114,6 +135,52 @@ TEST(JpegCodec, CmykIsRefusedAsUnsupported) {
   absl::StatusOr<Image> image = DecodeImage(EncodeJpeg(8, 8, 4), "print.jpg");
   EXPECT_EQ(image.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(image.status().message(), HasSubstr("print.jpg: unsupported JPEG colour space"));
+}
+
+// The header's size, patched into a valid 8 x 8 file: the SOF0 marker's height and width.
+std::string WithDeclaredSize(std::string jpeg, int width, int height) {
+  const size_t sof = jpeg.find("\xff\xc0");
+  if (sof == std::string::npos) return "";
+  jpeg[sof + 5] = static_cast<char>(height >> 8);
+  jpeg[sof + 6] = static_cast<char>(height & 0xff);
+  jpeg[sof + 7] = static_cast<char>(width >> 8);
+  jpeg[sof + 8] = static_cast<char>(width & 0xff);
+  return jpeg;
+}
+
+TEST(JpegCodec, DeclaredSizeAboveTheCapIsRefusedBeforeDecoding) {
+  const std::string bomb = WithDeclaredSize(EncodeJpeg(8, 8, 3), 65000, 65000);
+  ASSERT_FALSE(bomb.empty());
+  absl::StatusOr<Image> image = DecodeImage(bomb, "bomb.jpg");
+  EXPECT_EQ(image.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(image.status().message(),
+              HasSubstr("bomb.jpg: JPEG of 65000 x 65000 pixels is too large: at most 268435456 pixels"));
+}
+
+TEST(JpegCodec, TheCallersPixelCapHolds) {
+  const std::string jpeg = EncodeJpeg(64, 48, 3, Scans::kProgressive);
+  EXPECT_TRUE(DecodeImage(jpeg, "exact.jpg", 64 * 48).ok());
+  absl::StatusOr<Image> image = DecodeImage(jpeg, "small_cap.jpg", 64 * 48 - 1);
+  EXPECT_EQ(image.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(image.status().message(), HasSubstr("small_cap.jpg: JPEG of 64 x 48 pixels is too large: at most 3071"));
+}
+
+TEST(JpegCodec, ProgressiveFileDecodesLikeTheBaselineOne) {
+  absl::StatusOr<Image> baseline = DecodeImage(EncodeJpeg(32, 24, 3), "baseline.jpg");
+  absl::StatusOr<Image> progressive = DecodeImage(EncodeJpeg(32, 24, 3, Scans::kProgressive), "progressive.jpg");
+  ASSERT_TRUE(baseline.ok()) << baseline.status();
+  ASSERT_TRUE(progressive.ok()) << progressive.status();
+  ASSERT_EQ(progressive->pixels.size(), baseline->pixels.size());
+  for (size_t i = 0; i < baseline->pixels.size(); ++i) {
+    ASSERT_NEAR(progressive->pixels[i], baseline->pixels[i], 2 / 255.0) << i;
+  }
+}
+
+TEST(JpegCodec, ThousandsOfScansAreRefused) {
+  const std::string jpeg = EncodeJpeg(8, 8, 1, Scans::kEveryBitOfEveryCoefficient);
+  absl::StatusOr<Image> image = DecodeImage(jpeg, "scans.jpg");
+  EXPECT_EQ(image.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(image.status().message(), HasSubstr("scans.jpg: corrupt JPEG: more than 500 scans"));
 }
 
 }  // namespace

@@ -271,7 +271,27 @@ TEST(PngCodec, HugeDimensionsAreRefusedBeforeAllocating) {
   absl::StatusOr<Image> image = DecodeImage(header, "huge.png");
   EXPECT_EQ(image.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(image.status().message(),
-              HasSubstr("huge.png: PNG of 65536 x 65536 pixels is too large"));
+              HasSubstr("huge.png: PNG of 65536 x 65536 pixels is too large: at most 268435456"));
+}
+
+TEST(PngCodec, TheCallersPixelCapHolds) {
+  Image image;
+  image.height = 30;
+  image.width = 40;
+  image.pixels.assign(3 * 30 * 40, 0.5f);
+  absl::StatusOr<std::string> png = EncodePng(image);
+  ASSERT_TRUE(png.ok()) << png.status();
+  EXPECT_TRUE(DecodeImage(*png, "exact.png", 1200).ok());
+  absl::StatusOr<Image> refused = DecodeImage(*png, "capped.png", 1199);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("capped.png: PNG of 40 x 30 pixels is too large: at most 1199"));
+}
+
+TEST(MaxPixelsFor, IsTheModelsResolutionTimes256WithinBounds) {
+  EXPECT_EQ(MaxPixelsFor(32), uint64_t{1} << 24);   // the floor: a 16-megapixel photo
+  EXPECT_EQ(MaxPixelsFor(336), 336u * 336u * 256u);  // 28.9 megapixels
+  EXPECT_EQ(MaxPixelsFor(4096), kMaxImagePixels);
+  EXPECT_EQ(MaxPixelsFor(int64_t{1} << 40), kMaxImagePixels);
 }
 
 }  // namespace
