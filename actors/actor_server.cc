@@ -1,5 +1,6 @@
 #include "actors/actor_server.h"
 
+#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 #include <signal.h>
@@ -9,6 +10,8 @@
 #include <cstdio>
 #include <functional>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -30,16 +33,21 @@ constexpr char kComponent[] = "actor";
 using Clock = std::chrono::steady_clock;
 
 // Registration and heartbeats on a thread of their own; re-registers when the coordinator forgot
-// us.
+// us. Each heartbeat also says whether the actor is stuck (ActorService::Stuck), and the health
+// service follows it: NOT_SERVING while stuck, so probes and `tandem actor --supervise` see it.
 class Membership {
  public:
-  // `forgotten` runs before the actor registers again.
+  // `forgotten` runs before the actor registers again; `stuck` says why the actor cannot take work
+  // (nullopt when it can); `set_serving` sets what the health service answers.
   Membership(const ActorOptions& options, std::string address, const Worker* worker,
-             std::function<void()> forgotten)
+             std::function<void()> forgotten, std::function<std::optional<std::string>()> stuck,
+             std::function<void(bool)> set_serving)
       : options_(options),
         address_(std::move(address)),
         worker_(worker),
         forgotten_(std::move(forgotten)),
+        stuck_(std::move(stuck)),
+        set_serving_(std::move(set_serving)),
         stub_(v1::Coordinator::NewStub(rpc::MakeChannel(options.coordinator))) {}
 
   ~Membership() { Stop(); }
@@ -104,6 +112,17 @@ class Membership {
       request.set_step(status.step);
       request.set_phase(status.phase);
       request.set_last_collective(status.last_collective);
+      const std::optional<std::string> stuck = stuck_();
+      if (stuck) request.set_unhealthy(*stuck);
+      if (stuck.has_value() != unhealthy_) {
+        unhealthy_ = stuck.has_value();
+        set_serving_(!unhealthy_);
+        if (unhealthy_) {
+          TANDEM_LOG(kError, kComponent) << *stuck << "; not serving (health NOT_SERVING) until it returns";
+        } else {
+          TANDEM_LOG(kInfo, kComponent) << "the stuck command returned; serving again";
+        }
+      }
       v1::HeartbeatResponse response;
       grpc::Status result = stub_->Heartbeat(rpc::ContextWithTimeout(std::chrono::seconds(5)).get(),
                                              request, &response);
@@ -122,6 +141,9 @@ class Membership {
   std::string address_;
   const Worker* worker_;
   std::function<void()> forgotten_;
+  std::function<std::optional<std::string>()> stuck_;
+  std::function<void(bool)> set_serving_;
+  bool unhealthy_ = false;  // the heartbeat thread's own
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -165,7 +187,7 @@ int RunActor(const ActorOptions& options) {
 
   grpc::ServerBuilder builder;
   int port = 0;
-  rpc::ConfigureServer(builder, options.listen, &port);
+  rpc::ConfigureServer(builder, options.listen, &port, rpc::kActorLimits);
   transport::ConfigurePeerServer(builder);
   builder.RegisterService(&actor_service);
   builder.RegisterService(&peer_service);
@@ -177,9 +199,11 @@ int RunActor(const ActorOptions& options) {
   const std::string address =
       options.advertise.empty() ? rpc::WithPort(options.listen, port) : options.advertise;
 
-  Membership membership(options, address, worker.get(), [&actor_service] {
-    actor_service.ReleaseCurrentJob("the coordinator no longer knows this actor");
-  });
+  Membership membership(
+      options, address, worker.get(),
+      [&actor_service] { actor_service.ReleaseCurrentJob("the coordinator no longer knows this actor"); },
+      [&actor_service] { return actor_service.Stuck(); },
+      [&server](bool serving) { server->GetHealthCheckService()->SetServingStatus(serving); });
   if (absl::Status status = membership.Register(); !status.ok()) {
     std::fprintf(stderr, "tandem actor: %s\n", std::string(status.message()).c_str());
     server->Shutdown();

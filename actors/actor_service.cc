@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/paths.h"
 #include "common/prefix_store.h"
 #include "jobspec/job_spec.h"
 #include "rpc/remote_store.h"
@@ -20,11 +22,12 @@ constexpr char kComponent[] = "actor";
 }  // namespace
 
 ActorService::ActorService(Worker* worker, std::shared_ptr<transport::Inbox> inbox,
-                           std::string coordinator, bool local_links)
+                           std::string coordinator, bool local_links, std::chrono::milliseconds stuck_grace)
     : worker_(worker),
       inbox_(std::move(inbox)),
       coordinator_(std::move(coordinator)),
-      local_links_(local_links) {}
+      local_links_(local_links),
+      stuck_grace_(stuck_grace) {}
 
 std::string ActorService::job_id() const {
   std::lock_guard<std::mutex> lock(id_mu_);
@@ -34,6 +37,28 @@ std::string ActorService::job_id() const {
 void ActorService::set_job_id(std::string job_id) {
   std::lock_guard<std::mutex> lock(id_mu_);
   job_id_ = std::move(job_id);
+}
+
+std::optional<std::string> ActorService::Stuck() const {
+  const std::optional<CommandThread::Running> running = commands_.running();
+  if (!running) return std::nullopt;
+  const auto limit = std::chrono::milliseconds(command_timeout_ms_.load()) + stuck_grace_;
+  const auto elapsed = std::chrono::steady_clock::now() - running->since;
+  if (elapsed <= limit) return std::nullopt;
+  return absl::StrCat("stuck: ", running->name, " has run for ",
+                      std::chrono::duration_cast<std::chrono::seconds>(elapsed).count(), " s, past the command timeout (",
+                      std::chrono::duration_cast<std::chrono::seconds>(limit).count(), " s with the grace)");
+}
+
+absl::Status ActorService::CheckInsideRunDir(const std::string& path, const char* what) const {
+  if (run_dir_.empty() || !std::filesystem::path(run_dir_).is_absolute()) {
+    return absl::FailedPreconditionError(absl::StrCat(what, " ", path, ": the job has no absolute run directory"));
+  }
+  if (!IsInside(path, run_dir_)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", path, " is outside the job's run directory ", run_dir_,
+                                                   ": an actor writes nowhere else"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ActorService::CheckJob(const std::string& job_id) const {
@@ -94,8 +119,9 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext* context,
   std::shared_ptr<transport::Transport> transport =
       transport::CreateGrpcTransport(inbox_, std::move(peers), transport_options);
   absl::StatusOr<AssignResult> result = absl::UnknownError("not run");
-  commands_.Run(
-      [&] { result = worker_->Assign(assignment, std::move(store), std::move(transport)); });
+  command_timeout_ms_ = assignment.timeout.count();
+  commands_.Run([&] { result = worker_->Assign(assignment, std::move(store), std::move(transport)); },
+                absl::StrCat("AssignJob ", assignment.job_id));
   if (!result.ok()) {
     inbox_->ClearJob();
     TANDEM_LOG(kWarning, kComponent)
@@ -103,6 +129,7 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext* context,
     return rpc::ToGrpc(result.status());
   }
   set_job_id(assignment.job_id);
+  run_dir_ = assignment.run_dir;
   step_failed_ = false;
   last_posted_step_ = worker_->status().step;
   response->set_parameters(result->parameters);
@@ -149,7 +176,7 @@ grpc::Status ActorService::RunStep(grpc::ServerContext* context, const v1::RunSt
     }
     result = worker_->RunStep(step);
     if (!result.ok()) step_failed_ = true;
-  });
+  }, absl::StrCat("RunStep ", step));
   last_posted_step_ = std::max(last_posted_step_, step);
   step_posted_.notify_all();
   lock.unlock();
@@ -172,7 +199,7 @@ grpc::Status ActorService::Evaluate(grpc::ServerContext* context,
   std::lock_guard<std::mutex> lock(command_mu_);
   if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
   absl::StatusOr<EvalCounts> counts = absl::UnknownError("not run");
-  commands_.Run([&] { counts = worker_->Evaluate(request->step()); });
+  commands_.Run([&] { counts = worker_->Evaluate(request->step()); }, absl::StrCat("Evaluate ", request->step()));
   if (!counts.ok()) return rpc::ToGrpc(counts.status());
   response->set_samples(counts->samples);
   response->set_exact(counts->exact);
@@ -187,8 +214,12 @@ grpc::Status ActorService::SaveCheckpoint(grpc::ServerContext* context,
   TANDEM_AUTHORIZE(context);
   std::lock_guard<std::mutex> lock(command_mu_);
   if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
+  if (absl::Status inside = CheckInsideRunDir(request->directory(), "checkpoint directory"); !inside.ok()) {
+    return rpc::ToGrpc(inside);
+  }
   absl::Status status;
-  commands_.Run([&] { status = worker_->SaveCheckpoint(request->step(), request->directory()); });
+  commands_.Run([&] { status = worker_->SaveCheckpoint(request->step(), request->directory()); },
+                absl::StrCat("SaveCheckpoint ", request->step()));
   return rpc::ToGrpc(status);
 }
 
@@ -197,8 +228,9 @@ grpc::Status ActorService::Export(grpc::ServerContext* context, const v1::Export
   TANDEM_AUTHORIZE(context);
   std::lock_guard<std::mutex> lock(command_mu_);
   if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
+  if (absl::Status inside = CheckInsideRunDir(request->path(), "export path"); !inside.ok()) return rpc::ToGrpc(inside);
   absl::Status status;
-  commands_.Run([&] { status = worker_->Export(request->path()); });
+  commands_.Run([&] { status = worker_->Export(request->path()); }, "Export");
   return rpc::ToGrpc(status);
 }
 
@@ -220,7 +252,7 @@ void ActorService::ReleaseJob(const std::string& job, const std::string& reason)
   inbox_->ClearJob();
   std::lock_guard<std::mutex> lock(command_mu_);
   if (job_id() != job) return;
-  commands_.Run([&] { worker_->Release(); });
+  commands_.Run([&] { worker_->Release(); }, "Release");
   TANDEM_LOG(kInfo, kComponent) << job << ": released (" << reason << ")";
   set_job_id("");
   step_posted_.notify_all();  // steps waiting for their turn end now

@@ -8,9 +8,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "actors/command_thread.h"
@@ -24,8 +26,10 @@ class ActorService final : public v1::Actor::Service {
  public:
   // `worker` and `inbox` outlive the service; `coordinator` is HOST:PORT of the rendezvous store;
   // `local_links`: the jobs' transports send over local links where they can.
+  // `stuck_grace`: how far past the command timeout one command may run before the actor calls
+  // itself stuck (Stuck()).
   ActorService(Worker* worker, std::shared_ptr<transport::Inbox> inbox, std::string coordinator,
-               bool local_links = true);
+               bool local_links = true, std::chrono::milliseconds stuck_grace = std::chrono::seconds(30));
 
   grpc::Status AssignJob(grpc::ServerContext* context, const v1::AssignJobRequest* request,
                          v1::AssignJobResponse* response) override;
@@ -46,6 +50,14 @@ class ActorService final : public v1::Actor::Service {
   // the actor must be free to take it.
   void ReleaseCurrentJob(const std::string& reason);
 
+  // Why the actor cannot serve, when one command (a step, an assignment reading its data, ...) has
+  // run on the command thread for longer than the job's command timeout and the grace: no call
+  // waits that long for it, so the thread is stuck (a read that never returns, a hung collective)
+  // and every later command would queue behind it. "stuck: RunStep 12 has run for 331 s, past the
+  // command timeout (330 s with the grace)"; nullopt when it is not. Heartbeats carry it, the health
+  // service says NOT_SERVING, and the coordinator schedules nothing on the actor.
+  std::optional<std::string> Stuck() const;
+
   // RunStep calls that arrived before their predecessor was posted and wait for their turn.
   int steps_waiting_for_turn() const { return steps_waiting_.load(); }
 
@@ -54,6 +66,10 @@ class ActorService final : public v1::Actor::Service {
   void ReleaseJob(const std::string& job, const std::string& reason);
   // FailedPrecondition unless `job_id` is the current job.
   absl::Status CheckJob(const std::string& job_id) const;
+  // OK when `path` (a checkpoint's directory, an export's file) lies inside the current job's run
+  // directory, as the file system resolves it; InvalidArgument naming both otherwise. An actor
+  // writes nowhere else. REQUIRES: command_mu_ held.
+  absl::Status CheckInsideRunDir(const std::string& path, const char* what) const;
   std::string job_id() const;
   void set_job_id(std::string job_id);
 
@@ -71,6 +87,9 @@ class ActorService final : public v1::Actor::Service {
   CommandThread commands_;  // runs every worker_ command but status()
   mutable std::mutex id_mu_;
   std::string job_id_;  // guarded by id_mu_; changes only under command_mu_
+  std::string run_dir_;  // the current job's, from AssignJob; guarded by command_mu_
+  const std::chrono::milliseconds stuck_grace_;
+  std::atomic<int64_t> command_timeout_ms_{300000};  // the last assignment's
 };
 
 }  // namespace tandem::actors

@@ -10,11 +10,14 @@
 // returns, on the same thread, with no hand-off.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 
 namespace tandem::actors {
@@ -28,23 +31,34 @@ class CommandThread {
 
   struct Task {
     std::function<void()> command;
+    std::string name;   // what running() says: "RunStep 12", "AssignJob", ...
     bool done = false;  // guarded by mu_
   };
   using Ticket = std::shared_ptr<Task>;
 
   // Queues `command` behind those already queued and returns at once.
-  Ticket Post(std::function<void()> command);
+  Ticket Post(std::function<void()> command, std::string name = "a command");
   // Returns once the command of `ticket` has returned.
   void Wait(const Ticket& ticket);
   // Runs `command` on the thread and returns once it has returned.
-  void Run(std::function<void()> command) { Wait(Post(std::move(command))); }
+  void Run(std::function<void()> command, std::string name = "a command") {
+    Wait(Post(std::move(command), std::move(name)));
+  }
+
+  // The command running now and since when; nullopt while the thread waits for one.
+  struct Running {
+    std::string name;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::optional<Running> running() const;
 
  private:
   void Loop();
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable changed_;
   std::deque<Ticket> queue_;  // guarded by mu_
+  std::optional<Running> running_;  // guarded by mu_
   bool stopping_ = false;     // guarded by mu_
   std::thread thread_;
 };

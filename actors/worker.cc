@@ -31,7 +31,8 @@ constexpr char kComponent[] = "actor";
 
 class StageWorker : public Worker {
  public:
-  explicit StageWorker(WorkerOptions options) : options_(std::move(options)) {}
+  explicit StageWorker(WorkerOptions options)
+      : options_(std::move(options)), default_threads_(at::get_num_threads()) {}
 
   absl::StatusOr<AssignResult> Assign(const Assignment& assignment,
                                       std::shared_ptr<KeyValueStore> store,
@@ -48,6 +49,7 @@ class StageWorker : public Worker {
                      std::shared_ptr<transport::Transport> transport);
 
   WorkerOptions options_;
+  int default_threads_;  // at::get_num_threads() when the actor started
   std::optional<Assignment> assignment_;
   std::shared_ptr<transport::Transport> transport_;
   std::unique_ptr<step::Stage> stage_;
@@ -96,7 +98,8 @@ absl::StatusOr<AssignResult> StageWorker::Assign(const Assignment& assignment,
 absl::Status StageWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueStore> store,
                                 std::shared_ptr<transport::Transport> transport) {
   const std::string group = RoleName(a.role);
-  if (a.threads > 0) at::set_num_threads(a.threads);
+  // A job's thread count holds for that job only: the next one starts from the actor's own.
+  at::set_num_threads(a.threads > 0 ? a.threads : default_threads_);
   step::Placement placement;
   placement.transfer_key = TransferJobKey(a.job_id, a.attempt);
   placement.rank = a.rank;

@@ -110,7 +110,7 @@ int Receive(const BenchOptions& options, int port_pipe) {
   PeerService service(inbox, service_options);
   grpc::ServerBuilder builder;
   int port = 0;
-  rpc::ConfigureServer(builder, "127.0.0.1:0", &port);
+  rpc::ConfigureServer(builder, "127.0.0.1:0", &port, rpc::kActorLimits);
   if (!options.grpc_defaults) ConfigurePeerServer(builder);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -20,6 +20,7 @@
 #include "common/logging.h"
 #include "common/process_exit.h"
 #include "rpc/channel.h"
+#include "rpc/health_check.h"
 
 namespace tandem::cli {
 namespace {
@@ -29,6 +30,8 @@ using Clock = std::chrono::steady_clock;
 constexpr char kComponent[] = "supervisor";
 constexpr std::chrono::seconds kFirstBackoff{1}, kMaxBackoff{30}, kStableRun{60};
 constexpr std::chrono::seconds kStopGrace{30};
+constexpr std::chrono::seconds kHealthInterval{5};
+constexpr int kStuckChecks = 3;
 
 // Waits up to `timeout` for SIGINT or SIGTERM (blocked in this thread); true when one came.
 bool AwaitSignal(const sigset_t& signals, std::chrono::milliseconds timeout) {
@@ -107,11 +110,29 @@ int SuperviseActor(const SupervisedActor& actor) {
     std::string address;
     int status = 0;
     bool stopping = false;
+    // An actor whose command thread is stuck says NOT_SERVING (actors/actor_service.h, Stuck): after
+    // kStuckChecks such answers in a row it is stopped, and started again like one that ended.
+    auto next_check = Clock::now() + kHealthInterval;
+    int not_serving = 0;
+    bool stuck = false;
     while (waitpid(*pid, &status, WNOHANG) != *pid) {
       if (AwaitSignal(signals, std::chrono::milliseconds(100))) {
         StopChildren({*pid}, kStopGrace);
         stopping = true;
         break;
+      }
+      if (!address.empty() && Clock::now() >= next_check) {
+        next_check = Clock::now() + kHealthInterval;
+        const absl::Status health = rpc::CheckHealth(address, std::chrono::seconds(2), "the actor");
+        not_serving = absl::IsFailedPrecondition(health) ? not_serving + 1 : 0;
+        if (not_serving >= kStuckChecks) {
+          TANDEM_LOG(kError, kComponent) << "actor " << address << " has not served for " << not_serving
+                                         << " health checks in a row (its command thread is stuck); killing it";
+          kill(*pid, SIGKILL);  // a stuck thread would hold up a graceful stop
+          waitpid(*pid, &status, 0);
+          stuck = true;
+          break;
+        }
       }
       if (address.empty()) {
         std::ifstream(child_ready) >> address;
@@ -125,8 +146,10 @@ int SuperviseActor(const SupervisedActor& actor) {
     }
     if (stopping) break;
     const ProcessExit exit = ExitOf(status, oom_kills);
-    const std::string why = DescribeExit(exit);
-    if (exit.exit_code == 2) {
+    const std::string why =
+        stuck ? "was stuck (health NOT_SERVING: a command ran past the command timeout) and was killed"
+              : DescribeExit(exit);
+    if (exit.exit_code == 2 && !stuck) {
       TANDEM_LOG(kError, kComponent)
           << "the actor " << why << " (bad flags); not starting it again";
       exit_code = 2;

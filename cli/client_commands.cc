@@ -3,13 +3,17 @@
 #include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/security_flags.h"
@@ -41,7 +45,7 @@ void AddClientFlags(CLI::App* command, ClientFlags* flags) {
 }
 
 int Fail(const std::string& command, const absl::Status& status) {
-  std::fprintf(stderr, "tandem %s: %s\n", command.c_str(), std::string(status.message()).c_str());
+  std::fprintf(stderr, "tandem %s: %s\n", command.c_str(), Printable(std::string(status.message())).c_str());
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
@@ -69,9 +73,9 @@ std::string Time(double unix_seconds) {
 }
 
 std::string JobLine(const v1::Job& job) {
-  return absl::StrFormat("%-12s %-20s %-10s %6d/%-6d %-9s %s", job.job_id(), job.name(), StateName(job.state()),
-                         job.step(), job.steps(), job.step() > 0 ? absl::StrFormat("%.4f", job.loss()) : "-",
-                         job.message());
+  return absl::StrFormat("%-12s %-20s %-10s %6d/%-6d %-9s %s", job.job_id(), Printable(job.name()),
+                         StateName(job.state()), job.step(), job.steps(),
+                         job.step() > 0 ? absl::StrFormat("%.4f", job.loss()) : "-", Printable(job.message()));
 }
 
 int Submit(const ClientFlags& flags, const std::string& path, bool wait, const std::string& run_dir, int threads) {
@@ -96,6 +100,13 @@ int Submit(const ClientFlags& flags, const std::string& path, bool wait, const s
   const std::string job_id = response.job().job_id();
   if (!wait) {
     std::printf("%s\n", flags.json() ? ToJson(response.job()).c_str() : job_id.c_str());
+    // A job that cannot start until more actors join says so at once ("waiting for more actors: pool
+    // 'llm' has 2 ..."), on stderr after the id, so that the first line of the output stays the id.
+    // (With --wait the event log below says it.)
+    std::fflush(stdout);
+    if (absl::StartsWith(response.job().message(), "waiting for more actors")) {
+      std::fprintf(stderr, "%s: %s\n", job_id.c_str(), Printable(response.job().message()).c_str());
+    }
     return 0;
   }
   std::fprintf(stderr, "%s submitted (run directory %s)\n", job_id.c_str(), response.job().run_dir().c_str());
@@ -152,18 +163,18 @@ int Status(const ClientFlags& flags, const std::string& job_id) {
     std::printf("%s\n", ToJson(job).c_str());
     return 0;
   }
-  std::printf("%s (%s): %s%s%s\n", job.job_id().c_str(), job.name().c_str(), StateName(job.state()).c_str(),
-              job.message().empty() ? "" : ": ", job.message().c_str());
+  std::printf("%s (%s): %s%s%s\n", job.job_id().c_str(), Printable(job.name()).c_str(), StateName(job.state()).c_str(),
+              job.message().empty() ? "" : ": ", Printable(job.message()).c_str());
   std::printf("  step %lld of %lld%s\n", static_cast<long long>(job.step()), static_cast<long long>(job.steps()),
               job.step() > 0 ? absl::StrFormat(", loss %.4f", job.loss()).c_str() : "");
   std::printf("  submitted %s, started %s, ended %s\n", Time(job.submitted_at()).c_str(), Time(job.started_at()).c_str(),
               Time(job.ended_at()).c_str());
-  std::printf("  run directory %s\n", job.run_dir().c_str());
+  std::printf("  run directory %s\n", Printable(job.run_dir()).c_str());
   if (job.restarts() > 0) {
     std::printf("  restarted %lld times after failures\n", static_cast<long long>(job.restarts()));
   }
   if (!job.last_restart().empty() && job.state() != v1::JOB_STATE_RESTARTING) {
-    std::printf("  last restart: %s\n", job.last_restart().c_str());
+    std::printf("  last restart: %s\n", Printable(job.last_restart()).c_str());
   }
   if (job.vision_actors_size() > 0) {
     std::string vision, llm;
@@ -171,6 +182,47 @@ int Status(const ClientFlags& flags, const std::string& job_id) {
     for (const auto& id : job.llm_actors()) llm += " " + id;
     std::printf("  vision actors:%s\n  llm actors:%s\n", vision.c_str(), llm.c_str());
   }
+  return 0;
+}
+
+// "30d", "12h", "90m", "45s" or plain seconds, as seconds; nullopt for anything else.
+std::optional<double> ParseAge(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  double unit = 1;
+  std::string number = text;
+  switch (text.back()) {
+    case 'd': unit = 86400; break;
+    case 'h': unit = 3600; break;
+    case 'm': unit = 60; break;
+    case 's': unit = 1; break;
+    default: number += "s"; break;  // bare seconds
+  }
+  number.pop_back();
+  double value = 0;
+  if (!absl::SimpleAtod(number, &value) || !(value >= 0) || !std::isfinite(value)) return std::nullopt;
+  return value * unit;
+}
+
+int PruneJobs(const ClientFlags& flags, const std::string& age) {
+  const std::optional<double> seconds = ParseAge(age);
+  if (!seconds) {
+    return Fail("jobs", absl::InvalidArgumentError(absl::StrCat(
+                            "--prune: '", age, "' is not an age such as 30d, 12h, 90m, 45s or 0")));
+  }
+  auto stub = v1::Coordinator::NewStub(rpc::MakeChannel(flags.coordinator));
+  v1::PruneJobsRequest request;
+  request.set_older_than_s(*seconds);
+  v1::PruneJobsResponse response;
+  absl::Status status = rpc::FromGrpc(stub->PruneJobs(rpc::ContextWithTimeout(kCallTimeout).get(), request, &response),
+                                      absl::StrCat("coordinator ", flags.coordinator));
+  if (!status.ok()) return Fail("jobs", status);
+  if (flags.json()) {
+    std::printf("%s\n", ToJson(response).c_str());
+    return 0;
+  }
+  for (const std::string& id : response.job_ids()) std::printf("%s\n", id.c_str());
+  std::fprintf(stderr, "pruned %d ended job%s (their run directories stay)\n", response.job_ids_size(),
+               response.job_ids_size() == 1 ? "" : "s");
   return 0;
 }
 
@@ -206,6 +258,8 @@ int Actors(const ClientFlags& flags) {
                 a.device().c_str(), a.address().c_str(), a.alive() ? "yes" : "no",
                 a.job_id().empty() ? "-" : a.job_id().c_str(), static_cast<long long>(a.step()), a.phase().c_str(),
                 static_cast<long long>(a.last_collective()));
+    // Nothing is scheduled on it until its heartbeats say otherwise.
+    if (!a.unhealthy().empty()) std::printf("  %s unhealthy: %s\n", a.actor_id().c_str(), Printable(a.unhealthy()).c_str());
   }
   return 0;
 }
@@ -246,7 +300,7 @@ int Cancel(const ClientFlags& flags, const std::string& job_id) {
 void AddClientCommands(CLI::App& app, int* exit_code) {
   struct Flags {
     ClientFlags client;
-    std::string path, job_id, run_dir;
+    std::string path, job_id, run_dir, prune;
     bool wait = false, follow = false;
     int threads = 0;
   };
@@ -257,8 +311,9 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   submit->add_flag("--wait", f->wait, "Follow the job: progress line, events, and the final summary");
   submit->add_option("--run-dir", f->run_dir,
                      "Output directory, visible to every actor (default <state dir>/jobs/<id> on the coordinator)");
-  submit->add_option("--threads", f->threads, "Intra-op threads per actor (default: each actor's cores)")
-      ->check(CLI::NonNegativeNumber);
+  submit->add_option("--threads", f->threads,
+                     "Intra-op threads per actor, 0 to 1024, for this job only (default: each actor's cores)")
+      ->check(CLI::Range(0, 1024));
   AddClientFlags(submit, &f->client);
   submit->callback([=] {
     *exit_code = WithSecurity("submit", f->client.security, [&] {
@@ -275,9 +330,16 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   });
 
   CLI::App* jobs = app.add_subcommand("jobs", "Every job the coordinator knows, oldest first");
+  jobs->add_option("--prune", f->prune,
+                   "Instead of listing, forget the jobs that ended at least AGE ago (30d, 12h, 90m, 45s; 0: every "
+                   "ended job): their records and event logs leave the state database, their run directories stay; "
+                   "prints their ids")
+      ->type_name("AGE");
   AddClientFlags(jobs, &f->client);
   jobs->callback([=] {
-    *exit_code = WithSecurity("jobs", f->client.security, [&] { return Jobs(f->client); });
+    *exit_code = WithSecurity("jobs", f->client.security, [&] {
+      return f->prune.empty() ? Jobs(f->client) : PruneJobs(f->client, f->prune);
+    });
   });
 
   CLI::App* actors = app.add_subcommand("actors", "Registered actors: pool, address, liveness, job, step, phase");

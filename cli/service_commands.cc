@@ -1,5 +1,6 @@
 #include "cli/service_commands.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "actors/actor_server.h"
@@ -14,6 +15,7 @@ void AddServiceCommands(CLI::App& app, int* exit_code) {
   auto coordinator_security = std::make_shared<rpc::SecurityFlags>();
   auto heartbeat_timeout_s = std::make_shared<double>(10.0);
   auto command_timeout_s = std::make_shared<double>(300.0);
+  auto unplaceable_timeout_s = std::make_shared<double>(600.0);
   CLI::App* c = app.add_subcommand("coordinator",
                                    "Run the coordinator: actor registry, job queue, scheduler, "
                                    "rendezvous store and step driver");
@@ -34,6 +36,11 @@ void AddServiceCommands(CLI::App& app, int* exit_code) {
        "Seconds any step, transfer, collective or checkpoint may take before the job fails")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  c->add_option("--unplaceable-timeout", *unplaceable_timeout_s,
+                "Seconds the job at the head of the queue may wait for a pool that has fewer actors "
+                "registered than it needs before it fails (busy actors are waited for without limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--metrics-listen", coordinator->metrics_listen,
                 "HOST:PORT to serve Prometheus metrics on over HTTP (GET /metrics; /healthz), e.g. "
                 "0.0.0.0:9090 (default: not served)");
@@ -51,6 +58,8 @@ void AddServiceCommands(CLI::App& app, int* exit_code) {
         std::chrono::milliseconds(static_cast<int64_t>(*heartbeat_timeout_s * 1000));
     coordinator->command_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(*command_timeout_s * 1000));
+    coordinator->unplaceable_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(std::min(*unplaceable_timeout_s, 1e9) * 1000));
     *exit_code = WithSecurity("coordinator", *coordinator_security,
                               [&] { return coordinator::RunCoordinator(*coordinator); });
   });

@@ -3,6 +3,7 @@
 #include <ctime>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "rpc/status.h"
 #include "rundir/progress.h"
 #include "rundir/summary.h"
@@ -15,13 +16,31 @@ std::string StateName(v1::JobState state) {
   return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
 }
 
+std::string Printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const bool c1 = c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(text[i + 1]) <= 0x9f;  // U+0080..U+009F in UTF-8
+    if (c1) {
+      out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(text[++i]));
+    } else if (c < 0x20 || c == 0x7f) {
+      out += absl::StrFormat("\\x%02x", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 std::string DescribeOutcome(const v1::Job& job) {
   if (job.state() == v1::JOB_STATE_SUCCEEDED && !job.summary_json().empty()) {
     absl::StatusOr<rundir::RunSummary> summary = rundir::ParseSummaryJson(job.summary_json());
     if (summary.ok()) return rundir::SummaryText(*summary);
   }
-  return absl::StrCat(job.job_id(), " ", StateName(job.state()), job.message().empty() ? "" : ": ", job.message(),
-                      "\n");
+  return absl::StrCat(job.job_id(), " ", StateName(job.state()), job.message().empty() ? "" : ": ",
+                      Printable(job.message()), "\n");
 }
 
 absl::StatusOr<v1::Job> WatchJob(v1::Coordinator::Stub& stub, grpc::ClientContext* context, const std::string& job_id,
@@ -46,7 +65,7 @@ absl::StatusOr<v1::Job> WatchJob(v1::Coordinator::Stub& stub, grpc::ClientContex
       localtime_r(&t, &local);
       char stamp[32];
       std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &local);
-      std::fprintf(options.progress, "%s  %s\n", stamp, update.event().text().c_str());
+      std::fprintf(options.progress, "%s  %s\n", stamp, Printable(update.event().text()).c_str());
     } else if (update.has_job()) {
       last = update.job();
       have_job = true;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "proto/tandem/v1/coordinator.grpc.pb.h"
@@ -22,6 +23,11 @@ struct WatchOptions {
 // returns its final state. `context` may be cancelled from another thread (Ctrl-C).
 absl::StatusOr<v1::Job> WatchJob(v1::Coordinator::Stub& stub, grpc::ClientContext* context, const std::string& job_id,
                                  const WatchOptions& options);
+
+// Text from the coordinator (a job's name, message or events, which may quote a spec or a file) as
+// it is safe to print on a terminal: control characters, C1 controls included, become "\x1b"-style
+// escapes, so no escape sequence reaches the terminal. Other UTF-8 is kept.
+std::string Printable(std::string_view text);
 
 // "SUCCEEDED", ... without the enum's prefix.
 std::string StateName(v1::JobState state);

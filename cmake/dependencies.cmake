@@ -57,6 +57,8 @@ find_package(spdlog REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(Threads REQUIRED)
+# CRC-32 of every tensor in a safetensors file (engine/safetensors.cc); libpng needs it anyway.
+find_package(ZLIB REQUIRED)
 # The Hugging Face tokenizers' pre-tokenizer regexes (\p{L}, lookahead) and NFC normalisation.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)

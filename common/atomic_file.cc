@@ -48,7 +48,10 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
   const std::string what = absl::StrCat("writing ", path);
   const std::string temp = absl::StrCat(path, ".tmp.", ::getpid());
 
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A fresh file of our own: a leftover of an earlier process with this pid is removed, and a
+  // symlink planted at the temporary name is not followed (O_EXCL refuses any existing name).
+  ::unlink(temp.c_str());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return SyscallError(errno, what, "open", temp);
 
   // From here on the temp file exists and is removed on every failure.

@@ -20,22 +20,17 @@ using json = nlohmann::json;
 // This Abseil's string_view is its own type, so std::string_view goes through this into StrCat.
 absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-std::string JoinPath(std::string_view path, std::string_view key) {
-  return path.empty() ? std::string(key) : absl::StrCat(Sv(path), ".", Sv(key));
-}
-
 // Records the path of the first key that appears twice in one object (nlohmann keeps the last).
+// Each open container keeps only its step from its parent (".key" or "[3]"); the path is joined
+// from the stack when a duplicate is found, so a deep document costs linear time, not quadratic.
 class DuplicateKeyFinder {
  public:
   bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
     switch (event) {
       case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start: {
-        std::string name = frames_.empty() ? "" : ChildPath();
-        frames_.push_back(
-            Frame{event == json::parse_event_t::object_start, std::move(name), {}, 0, ""});
+      case json::parse_event_t::array_start:
+        frames_.push_back(Frame{event == json::parse_event_t::object_start, ChildStep(), {}, 0, ""});
         break;
-      }
       case json::parse_event_t::object_end:
       case json::parse_event_t::array_end:
         if (!frames_.empty()) frames_.pop_back();
@@ -47,7 +42,7 @@ class DuplicateKeyFinder {
           Frame& frame = frames_.back();
           frame.last_key = parsed.get<std::string>();
           if (!frame.keys.insert(frame.last_key).second && first_duplicate_.empty()) {
-            first_duplicate_ = JoinPath(frame.path, frame.last_key);
+            first_duplicate_ = Path(frame.last_key);
           }
         }
         break;
@@ -63,17 +58,26 @@ class DuplicateKeyFinder {
  private:
   struct Frame {
     bool is_object;
-    std::string path;  // of the container itself; "" for the document
+    std::string step;  // from its parent: ".key" or "[3]"; "" for the document
     std::set<std::string> keys;
     size_t count;  // arrays: elements seen so far
     std::string last_key;
   };
 
-  // The path of a container that starts now inside the innermost frame.
-  std::string ChildPath() const {
+  // The step from the innermost frame to a container that starts now inside it.
+  std::string ChildStep() const {
+    if (frames_.empty()) return "";
     const Frame& parent = frames_.back();
-    if (parent.is_object) return JoinPath(parent.path, parent.last_key);
-    return absl::StrCat(parent.path, "[", parent.count, "]");
+    if (parent.is_object) return absl::StrCat(".", parent.last_key);
+    return absl::StrCat("[", parent.count, "]");
+  }
+
+  // The dotted path of `key` in the innermost frame.
+  std::string Path(const std::string& key) const {
+    std::string path;
+    for (const Frame& frame : frames_) path += frame.step;
+    absl::StrAppend(&path, ".", key);
+    return path.starts_with('.') ? path.substr(1) : path;
   }
 
   std::vector<Frame> frames_;
@@ -120,9 +124,37 @@ std::string NumberPosition(std::string_view text, std::string_view what) {
   return at == std::string_view::npos ? "(unknown position)" : Position(text, at + 1);
 }
 
+// The offset of the first '[' or '{' that opens a container deeper than kMaxJsonDepth, outside
+// strings; npos when there is none. Syntax is nlohmann's to judge: this only counts.
+size_t FirstTooDeep(std::string_view text) {
+  size_t depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::string_view::npos;
+}
+
 }  // namespace
 
 absl::StatusOr<json> ParseJsonStrict(std::string_view text) {
+  if (const size_t deep = FirstTooDeep(text); deep != std::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(Position(text, deep + 1), ": invalid JSON: nested more than ",
+                                                   kMaxJsonDepth, " levels deep"));
+  }
   DuplicateKeyFinder duplicates;
   json document;
   try {

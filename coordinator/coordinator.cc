@@ -22,35 +22,49 @@ double UnixNow() {
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     const CoordinatorOptions& options, std::unique_ptr<ActorClientFactory> actors) {
+  std::error_code ec;
+  fs::create_directories(options.state_dir, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot create state directory ", options.state_dir, ": ", ec.message()));
+  // Before the database is opened: two coordinators would both resume its running jobs.
+  ASSIGN_OR_RETURN(FileLock lock, FileLock::Acquire((fs::path(options.state_dir) / "coordinator.lock").string(),
+                                                    absl::StrCat("state directory ", options.state_dir), options.holder));
   ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.state_dir));
   RETURN_IF_ERROR(RecoverInterruptedJobs(*store));
   std::unique_ptr<Coordinator> coordinator(
-      new Coordinator(options, std::move(store), std::move(actors)));
+      new Coordinator(options, std::move(lock), std::move(store), std::move(actors)));
   coordinator->monitor_ = std::thread([c = coordinator.get()] { c->Monitor(); });
   return coordinator;
 }
 
-Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store,
+Coordinator::Coordinator(const CoordinatorOptions& options, FileLock state_lock, std::unique_ptr<JobStore> store,
                          std::unique_ptr<ActorClientFactory> actors)
     : options_(options),
+      state_lock_(std::move(state_lock)),
       store_(std::move(store)),
       actors_(std::move(actors)),
       registry_(options.heartbeat_timeout) {}
 
 Coordinator::~Coordinator() {
+  std::map<std::string, std::shared_ptr<JobRunner>> runners;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-    for (auto& [id, runner] : runners_) runner->Suspend("the coordinator is shutting down");
+    stopping_ = true;  // no runner is added from here on
+    runners = runners_;
   }
+  for (auto& [id, runner] : runners) runner->Suspend("the coordinator is shutting down");
   wake_.notify_all();
   if (monitor_.joinable()) monitor_.join();
-  std::map<std::string, std::unique_ptr<JobRunner>> runners;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    runners.swap(runners_);
+    runners_.clear();
   }
   runners.clear();  // joins
+}
+
+std::shared_ptr<JobRunner> Coordinator::RunnerOf(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = runners_.find(job_id);
+  return it == runners_.end() ? nullptr : it->second;
 }
 
 absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& request) {
@@ -68,7 +82,10 @@ absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& reques
                                                    " already exists and is not empty; choose another"));
     }
   }
-  if (request.threads() < 0) return absl::InvalidArgumentError("threads must be >= 0");
+  if (request.threads() < 0 || request.threads() > kMaxThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("threads: ", request.threads(), " is not between 0 (each actor's own) and ",
+                                                   kMaxThreads));
+  }
   JobRecord job;
   job.name = config.name;
   job.state = JobState::kQueued;
@@ -113,21 +130,26 @@ absl::StatusOr<JobRecord> Coordinator::Cancel(const std::string& job_id) {
   if (IsFinal(job.state)) {
     return absl::FailedPreconditionError(absl::StrCat(job_id, " has already ended (", JobStateName(job.state), ")"));
   }
+  std::shared_ptr<JobRunner> runner;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = runners_.find(job_id);
     if (it != runners_.end()) {
-      it->second->Cancel("cancelled by request");
-      return store_->GetJob(job_id);
+      runner = it->second;
+    } else {
+      ASSIGN_OR_RETURN(job, store_->GetJob(job_id));  // it may have started meanwhile: not without mu_
+      if (job.state == JobState::kQueued || job.state == JobState::kRestarting) {
+        job.state = JobState::kCancelled;
+        job.message = "cancelled by request";
+        job.ended_at = UnixNow();
+        RETURN_IF_ERROR(store_->UpdateJob(job));
+        Finish(job);
+      }
     }
-    ASSIGN_OR_RETURN(job, store_->GetJob(job_id));  // it may have started meanwhile: not without mu_
-    if (job.state == JobState::kQueued || job.state == JobState::kRestarting) {
-      job.state = JobState::kCancelled;
-      job.message = "cancelled by request";
-      job.ended_at = UnixNow();
-      RETURN_IF_ERROR(store_->UpdateJob(job));
-      Finish(job);
-    }
+  }
+  if (runner != nullptr) {
+    runner->Cancel("cancelled by request");  // its Release calls, made without mu_
+    return store_->GetJob(job_id);
   }
   Schedule();
   return store_->GetJob(job_id);
@@ -138,9 +160,9 @@ void Coordinator::ReportActorExit(const std::string& address, const std::string&
   TANDEM_LOG(kWarning, kComponent) << "actor " << (actor ? actor->id : std::string("?")) << " ("
                                    << address << ") " << description;
   if (!actor || actor->job_id.empty()) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = runners_.find(actor->job_id);
-  if (it != runners_.end()) it->second->ActorLost(actor->id, absl::StrCat("died: ", description));
+  if (std::shared_ptr<JobRunner> runner = RunnerOf(actor->job_id)) {
+    runner->ActorLost(actor->id, absl::StrCat("died: ", description));
+  }
 }
 
 void Coordinator::Finish(const JobRecord& job) {
@@ -177,8 +199,17 @@ void Coordinator::Schedule() {
     }
     std::vector<GroupNeed> needs = {{config->vision.pool, config->vision.actors}, {config->llm.pool, config->llm.actors}};
     absl::StatusOr<std::vector<std::vector<ActorEntry>>> actors = registry_.Reserve(job.id, needs);
+    if (absl::IsResourceExhausted(actors.status())) {
+      if (FailIfUnplaceable(job, std::string(actors.status().message()))) continue;
+    } else {
+      unplaceable_since_.erase(job.id);
+    }
     if (!actors.ok()) {
-      const std::string message(actors.status().message());
+      const std::string message =
+          absl::IsResourceExhausted(actors.status())
+              ? absl::StrCat("waiting for more actors: ", actors.status().message(), " (it fails after ",
+                             options_.unplaceable_timeout.count() / 1000.0, " s without them, --unplaceable-timeout)")
+              : std::string(actors.status().message());
       if (job.message != message) {
         job.message = message;
         if (store_->UpdateJob(job).ok()) {
@@ -206,6 +237,20 @@ void Coordinator::Schedule() {
   }
 }
 
+bool Coordinator::FailIfUnplaceable(JobRecord& job, const std::string& why) {
+  const auto now = registry_.now();
+  const auto since = unplaceable_since_.try_emplace(job.id, now).first->second;
+  if (now - since < options_.unplaceable_timeout) return false;
+  unplaceable_since_.erase(job.id);
+  job.state = JobState::kFailed;
+  job.message = absl::StrCat(why, ", for ", options_.unplaceable_timeout.count() / 1000.0,
+                             " s (--unplaceable-timeout): the job cannot start, and later jobs are not held behind it");
+  job.ended_at = UnixNow();
+  TANDEM_LOG(kWarning, kComponent) << job.id << ": failed: " << job.message;
+  if (store_->UpdateJob(job).ok()) Finish(job);
+  return true;
+}
+
 std::string Coordinator::MetricsText() {
   absl::StatusOr<std::map<JobState, int64_t>> jobs = store_->CountJobsByState();
   if (!jobs.ok()) {
@@ -220,7 +265,7 @@ void Coordinator::Monitor() {
   while (!stopping_) {
     wake_.wait_for(lock, options_.heartbeat_interval);
     if (stopping_) break;
-    std::vector<std::unique_ptr<JobRunner>> done;
+    std::vector<std::shared_ptr<JobRunner>> done;
     for (const std::string& id : finished_) {
       auto it = runners_.find(id);
       if (it == runners_.end()) continue;
@@ -234,9 +279,9 @@ void Coordinator::Monitor() {
       TANDEM_LOG(kWarning, kComponent) << "actor " << dead.id << " (" << dead.address
                                        << ") missed its heartbeats; removed"
                                        << (dead.job_id.empty() ? "" : absl::StrCat(", failing ", dead.job_id));
-      std::lock_guard<std::mutex> guard(mu_);
-      auto it = runners_.find(dead.job_id);
-      if (it != runners_.end()) it->second->ActorLost(dead.id, "stopped sending heartbeats");
+      if (std::shared_ptr<JobRunner> runner = RunnerOf(dead.job_id)) {
+        runner->ActorLost(dead.id, "stopped sending heartbeats");
+      }
     }
     Schedule();
     lock.lock();

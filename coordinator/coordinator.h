@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/file_lock.h"
 #include "coordinator/actor_client.h"
 #include "coordinator/job_feed.h"
 #include "coordinator/job_runner.h"
@@ -36,10 +37,18 @@
 
 namespace tandem::coordinator {
 
+// The most intra-op threads a job may ask of each actor (SubmitJobRequest.threads).
+inline constexpr int kMaxThreads = 1024;
+
 struct CoordinatorOptions {
   std::string state_dir;                               // tandem.db and jobs/<id>/ (default run dirs)
   std::chrono::milliseconds heartbeat_interval{1000};  // what actors are told
   std::chrono::milliseconds heartbeat_timeout{10000};  // silence after which an actor is dead
+  // How long the job at the head of the queue may wait for a pool that has fewer actors registered
+  // than it needs (not merely busy ones) before it fails, so that it does not block the queue.
+  std::chrono::milliseconds unplaceable_timeout{600000};
+  // Who holds <state_dir>/coordinator.lock, for the message of a second coordinator started on it.
+  std::string holder = "coordinator";
   RunnerOptions runner;
 };
 
@@ -61,7 +70,7 @@ class Coordinator {
   std::string MetricsText();
 
   // Validates and records the job (QUEUED), then tries to schedule. InvalidArgument with the field
-  // path for a bad spec; AlreadyExists for a non-empty run_dir.
+  // path for a bad spec, or threads beyond kMaxThreads; AlreadyExists for a non-empty run_dir.
   absl::StatusOr<JobRecord> Submit(const v1::SubmitJobRequest& request);
   absl::StatusOr<JobRecord> Cancel(const std::string& job_id);
   // Starts every job at the head of the queue whose actors are free.
@@ -71,23 +80,33 @@ class Coordinator {
   void ReportActorExit(const std::string& address, const std::string& description);
 
  private:
-  Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store,
+  Coordinator(const CoordinatorOptions& options, FileLock state_lock, std::unique_ptr<JobStore> store,
               std::unique_ptr<ActorClientFactory> actors);
+  // Fails `job` (at the head of the queue) once its pools have been too small for
+  // unplaceable_timeout; true when it did. REQUIRES: mu_ held.
+  bool FailIfUnplaceable(JobRecord& job, const std::string& why);
   void Monitor();  // liveness and cleanup, on its own thread
   void Finish(const JobRecord& job);  // a queued job ended without running
 
   CoordinatorOptions options_;
+  FileLock state_lock_;  // <state_dir>/coordinator.lock: one coordinator per state directory
   std::unique_ptr<JobStore> store_;
   const std::unique_ptr<ActorClientFactory> actors_;
   Registry registry_;
   MemoryStore rendezvous_;
   JobFeeds feeds_;
   Metrics metrics_;
-  std::mutex mu_;  // scheduling, runners_
+  // The runner of a running job, shared so that a call that may block on actors (Cancel,
+  // ActorLost: their Release calls) is made after mu_ is let go.
+  std::shared_ptr<JobRunner> RunnerOf(const std::string& job_id);
+
+  std::mutex mu_;  // scheduling, runners_; no call to an actor is made while it is held
   std::condition_variable wake_;
   bool stopping_ = false;
-  std::map<std::string, std::unique_ptr<JobRunner>> runners_;  // running jobs
+  std::map<std::string, std::shared_ptr<JobRunner>> runners_;  // running jobs
   std::vector<std::string> finished_;                          // runners to join
+  // Since when each job at the head of the queue has found a pool too small for it.
+  std::map<std::string, Clock::time_point> unplaceable_since_;
   std::thread monitor_;
 };
 

@@ -12,6 +12,7 @@
 #include "coordinator/coordinator_service.h"
 #include "coordinator/grpc_actor_client.h"
 #include "coordinator/metrics_http.h"
+#include "absl/strings/str_cat.h"
 #include "rpc/channel.h"
 
 namespace tandem::coordinator {
@@ -27,6 +28,8 @@ int RunCoordinator(const CoordinatorServerOptions& options) {
   core.state_dir = options.state_dir;
   core.heartbeat_timeout = options.heartbeat_timeout;
   core.heartbeat_interval = std::max(std::chrono::milliseconds(50), options.heartbeat_timeout / 5);
+  core.unplaceable_timeout = options.unplaceable_timeout;
+  core.holder = absl::StrCat("tandem coordinator --listen ", options.listen);
   core.runner.command_timeout = options.command_timeout;
   core.runner.hold_dir = options.hold_dir;
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator = Coordinator::Create(
@@ -39,7 +42,7 @@ int RunCoordinator(const CoordinatorServerOptions& options) {
   CoordinatorService service(coordinator->get());
   grpc::ServerBuilder builder;
   int port = 0;
-  rpc::ConfigureServer(builder, options.listen, &port);
+  rpc::ConfigureServer(builder, options.listen, &port, rpc::kCoordinatorLimits);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {

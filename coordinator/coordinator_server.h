@@ -11,6 +11,7 @@ struct CoordinatorServerOptions {
   std::string state_dir = "tandem-state";  // tandem.db and default run directories
   std::chrono::milliseconds heartbeat_timeout{10000};
   std::chrono::milliseconds command_timeout{300000};
+  std::chrono::milliseconds unplaceable_timeout{600000};  // CoordinatorOptions::unplaceable_timeout
   // HOST:PORT of the Prometheus endpoint (/metrics, /healthz); "" for none.
   std::string metrics_listen;
   // Written (atomically) with the bound HOST:PORT once serving, and "metrics HOST:PORT" on a second

@@ -1,8 +1,11 @@
 #include "coordinator/coordinator_service.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "coordinator/job_record_proto.h"
 #include "jobspec/job_spec.h"
 #include "rpc/security.h"
@@ -31,7 +34,7 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
   TANDEM_AUTHORIZE(context);
   return ToGrpc(coordinator_->registry().Heartbeat(request->actor_id(), request->job_id(),
                                                    request->step(), request->phase(),
-                                                   request->last_collective()));
+                                                   request->last_collective(), request->unhealthy()));
 }
 
 grpc::Status CoordinatorService::ReportActorExit(grpc::ServerContext* context,
@@ -63,6 +66,7 @@ grpc::Status CoordinatorService::ListActors(grpc::ServerContext* context,
     info->set_phase(a.phase);
     info->set_last_collective(a.last_collective);
     info->set_seconds_since_heartbeat(silence);
+    info->set_unhealthy(a.unhealthy);
   }
   return grpc::Status::OK;
 }
@@ -128,6 +132,25 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context, const v1
     v1::Job* out = response->add_jobs();
     *out = Describe(job);
     out->clear_spec_json();  // keep the listing small; GetJob has it
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::PruneJobs(grpc::ServerContext* context, const v1::PruneJobsRequest* request,
+                                           v1::PruneJobsResponse* response) {
+  TANDEM_AUTHORIZE(context);
+  if (!(request->older_than_s() >= 0) || !std::isfinite(request->older_than_s())) {
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("older_than_s must be a non-negative number of seconds, got ", request->older_than_s())));
+  }
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  absl::StatusOr<std::vector<std::string>> pruned =
+      coordinator_->store().DeleteJobsEndedBefore(now - request->older_than_s());
+  if (!pruned.ok()) return ToGrpc(pruned.status());
+  for (const std::string& id : *pruned) response->add_job_ids(id);
+  if (!pruned->empty()) {
+    TANDEM_LOG(kInfo, "coordinator") << "pruned " << pruned->size() << " ended jobs from the state database";
   }
   return grpc::Status::OK;
 }

@@ -19,6 +19,7 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::SubmitJobResponse*) override;
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::Job*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
+  grpc::Status PruneJobs(grpc::ServerContext*, const v1::PruneJobsRequest*, v1::PruneJobsResponse*) override;
   grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest*, v1::Job*) override;
   grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest*, grpc::ServerWriter<v1::JobUpdate>*) override;
   grpc::Status StoreSet(grpc::ServerContext*, const v1::StoreSetRequest*, v1::StoreSetResponse*) override;

@@ -99,7 +99,7 @@ absl::Status JobRunner::CreateRunDir() {
 absl::StatusOr<std::unique_ptr<JobRunner::Attempt>> JobRunner::StartAttempt() {
   ASSIGN_OR_RETURN(jobspec::JobConfig job, jobspec::ParseJobSpecJson(job_.spec_json, job_.id));
   RETURN_IF_ERROR(CreateRunDir());
-  ASSIGN_OR_RETURN(rundir::RunDirLock lock, rundir::RunDirLock::Acquire(job_.run_dir));
+  ASSIGN_OR_RETURN(rundir::RunDirLock lock, rundir::RunDirLock::Acquire(job_.run_dir, absl::StrCat("coordinator job ", job_.id, " (", job_.name, ")")));
   ASSIGN_OR_RETURN(const int leftovers, lock.RemoveLeftoverTempFiles());
   if (leftovers > 0) Event(absl::StrCat("removed ", leftovers, " temporary files an earlier attempt left"));
   max_restarts_ = job.max_restarts;
@@ -281,7 +281,10 @@ absl::Status JobRunner::CheckpointAll(Attempt& a, int64_t step) {
     return Described(m.client->SaveCheckpoint(job_.id, step, dir),
                      absl::StrCat("checkpoint of step ", step));
   }));
-  // It counts once every rank of both groups saved its shard: the marker goes last.
+  // The records up to this step are on disk before the checkpoint counts, so a resume from it after
+  // a power loss finds them. It counts once every rank of both groups saved its shard: the marker
+  // goes last.
+  RETURN_IF_ERROR(a.metrics.Sync());
   RETURN_IF_ERROR(
       rundir::MarkCheckpointComplete({dir, step, a.job.vision.actors, a.job.llm.actors}));
   a.loop.RecordCheckpoint(dir);

@@ -103,6 +103,10 @@ constexpr char kListJobsInStates[] =
 #undef TANDEM_JOB_FIELD_PARAMETERS
 
 constexpr char kJobsInRunDir[] = "SELECT id, state FROM jobs WHERE run_dir = ?1";
+constexpr char kEndedBefore[] =
+    "SELECT id FROM jobs WHERE state IN (?1, ?2, ?3) AND ended_at > 0 AND ended_at < ?4 ORDER BY number";
+constexpr char kDeleteJob[] = "DELETE FROM jobs WHERE id = ?1";
+constexpr char kDeleteEvents[] = "DELETE FROM job_events WHERE job_id = ?1";
 constexpr char kCountJobsByState[] = "SELECT state, COUNT(*) FROM jobs GROUP BY state";
 constexpr char kUpdateProgress[] =
     "UPDATE jobs SET step = ?2, loss = ?3, stops_without_progress = 0 WHERE id = ?1";
@@ -383,6 +387,35 @@ absl::StatusOr<std::map<JobState, int64_t>> JobStore::CountJobsByState() {
     counts[static_cast<JobState>(state)] = query.ReadInt(1);
   }
   return counts;
+}
+
+absl::StatusOr<std::vector<std::string>> JobStore::DeleteJobsEndedBefore(double ended_before) {
+  const std::string what = absl::StrCat("pruning ended jobs from ", path_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::string> ids;
+  RETURN_IF_ERROR(synced_->InTransaction(what, [&]() -> absl::Status {
+    ids.clear();
+    ASSIGN_OR_RETURN(Statement ended, synced_->Prepare(kEndedBefore, what));
+    ended.BindInt(1, static_cast<int64_t>(JobState::kSucceeded))
+        .BindInt(2, static_cast<int64_t>(JobState::kFailed))
+        .BindInt(3, static_cast<int64_t>(JobState::kCancelled))
+        .BindReal(4, ended_before);
+    while (true) {
+      ASSIGN_OR_RETURN(const bool row, ended.Next(what));
+      if (!row) break;
+      ids.push_back(ended.ReadText(0));
+    }
+    for (const std::string& id : ids) {
+      ASSIGN_OR_RETURN(Statement events, synced_->Prepare(kDeleteEvents, what));
+      events.BindText(1, id);
+      RETURN_IF_ERROR(events.Run(what));
+      ASSIGN_OR_RETURN(Statement job, synced_->Prepare(kDeleteJob, what));
+      job.BindText(1, id);
+      RETURN_IF_ERROR(job.Run(what));
+    }
+    return absl::OkStatus();
+  }));
+  return ids;
 }
 
 absl::StatusOr<int64_t> JobStore::AppendEvent(const std::string& id, const std::string& text) {

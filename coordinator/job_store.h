@@ -130,6 +130,11 @@ class JobStore {
   // every round, without the rows of the jobs that ended.
   absl::StatusOr<std::vector<JobRecord>> ListJobsInStates(JobState a, JobState b);
 
+  // Deletes the jobs that ended (SUCCEEDED, FAILED or CANCELLED) before `ended_before` (Unix
+  // seconds), with their events, in one transaction; returns their ids, oldest first. Their run
+  // directories are not touched.
+  absl::StatusOr<std::vector<std::string>> DeleteJobsEndedBefore(double ended_before);
+
   // How many jobs are in each state (states without jobs are absent); one query, for /metrics.
   absl::StatusOr<std::map<JobState, int64_t>> CountJobsByState();
 

@@ -26,8 +26,9 @@ constexpr size_t kMaxRequestBytes = 8192;
 constexpr int kRequestSeconds = 5;   // the whole exchange: request in, response out
 constexpr size_t kMaxConnections = 32;  // served at once
 
-// The whole response to one request, from its bytes (as much as arrived).
-std::string Response(const std::string& request, const std::function<std::string()>& metrics) {
+}  // namespace
+
+std::string MetricsHttpResponse(const std::string& request, const std::function<std::string()>& metrics) {
   const auto respond = [](const char* status, const char* type, const std::string& body) {
     return absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type, "\r\nContent-Length: ", body.size(),
                         "\r\nConnection: close\r\n\r\n", body);
@@ -49,6 +50,8 @@ std::string Response(const std::string& request, const std::function<std::string
   if (path == "/healthz") return respond("200 OK", "text/plain", "ok\n");
   return respond("200 OK", "text/plain; version=0.0.4; charset=utf-8", metrics());
 }
+
+namespace {
 
 // One client: its request as it arrives, then the response as it leaves, within one deadline.
 struct Connection {
@@ -178,7 +181,7 @@ void MetricsHttpServer::Serve() {
         if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) done = c.request.empty();
         if (!done && (n == 0 || c.request.find("\r\n\r\n") != std::string::npos ||
                       c.request.size() >= kMaxRequestBytes)) {
-          c.response = Response(c.request, metrics_);
+          c.response = MetricsHttpResponse(c.request, metrics_);
         }
       } else if (events != 0) {
         const ssize_t n = send(c.fd, c.response.data() + c.sent, c.response.size() - c.sent, MSG_NOSIGNAL);

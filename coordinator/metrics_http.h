@@ -16,6 +16,12 @@
 
 namespace tandem::coordinator {
 
+// The whole response to one request's bytes (as much of them as arrived), `metrics` giving the
+// exposition text: 200 for GET /metrics and /healthz (a query string ignored), 404 for other
+// paths, 405 for other methods, 400 for a request line that does not parse. What the server sends;
+// also the HTTP fuzzer's target.
+std::string MetricsHttpResponse(const std::string& request, const std::function<std::string()>& metrics);
+
 class MetricsHttpServer {
  public:
   // Listens on `listen` (HOST:PORT; port 0 lets the OS pick). InvalidArgument for an address that

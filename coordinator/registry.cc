@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace tandem::coordinator {
 
@@ -27,11 +28,12 @@ absl::StatusOr<std::string> Registry::Register(const std::string& pool, const st
 }
 
 absl::Status Registry::Heartbeat(const std::string& id, const std::string& job_id, int64_t step,
-                                 const std::string& phase, int64_t last_collective) {
+                                 const std::string& phase, int64_t last_collective, const std::string& unhealthy) {
   std::lock_guard<std::mutex> lock(mu_);
   for (ActorEntry& a : actors_) {
     if (a.id != id) continue;
     a.last_heartbeat = now_();
+    a.unhealthy = unhealthy;
     if (job_id != a.job_id) return absl::OkStatus();  // finishing a released job, or not its own
     a.step = step;
     a.phase = phase;
@@ -66,28 +68,38 @@ absl::StatusOr<std::vector<std::vector<ActorEntry>>> Registry::Reserve(const std
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::vector<ActorEntry*>> picked(needs.size());
   std::vector<std::string> missing;
+  std::vector<std::string> too_small;  // pools with fewer actors registered than the job needs
   std::map<std::string, int> taken;  // per pool, across groups that share a pool
   for (size_t g = 0; g < needs.size(); ++g) {
     for (ActorEntry& a : actors_) {
       if (static_cast<int>(picked[g].size()) == needs[g].count) break;
-      if (a.pool != needs[g].pool || !a.job_id.empty()) continue;
+      if (a.pool != needs[g].pool || !a.job_id.empty() || !a.unhealthy.empty()) continue;
       bool used = false;
       for (const auto& group : picked) used = used || std::find(group.begin(), group.end(), &a) != group.end();
       if (!used) picked[g].push_back(&a);
     }
     if (static_cast<int>(picked[g].size()) < needs[g].count) {
-      int registered = 0, free = 0;
+      int registered = 0, free = 0, unhealthy = 0;
       for (const ActorEntry& a : actors_) {
         if (a.pool != needs[g].pool) continue;
         ++registered;
-        free += a.job_id.empty() ? 1 : 0;
+        free += a.job_id.empty() && a.unhealthy.empty() ? 1 : 0;
+        unhealthy += a.unhealthy.empty() ? 0 : 1;
       }
       missing.push_back(absl::StrCat(needs[g].count, " actors of pool '", needs[g].pool, "' (", free, " free of ",
-                                     registered, " registered", taken[needs[g].pool] > 0 ? ", shared with another group" : "",
-                                     ")"));
+                                     registered, " registered",
+                                     unhealthy > 0 ? absl::StrCat(", ", unhealthy, " unhealthy") : "",
+                                     taken[needs[g].pool] > 0 ? ", shared with another group" : "", ")"));
     }
     taken[needs[g].pool] += needs[g].count;
   }
+  for (const auto& [pool, needed] : taken) {
+    const auto registered = std::count_if(actors_.begin(), actors_.end(), [&](const ActorEntry& a) { return a.pool == pool; });
+    if (registered < needed) {
+      too_small.push_back(absl::StrCat("pool '", pool, "' has ", registered, " actors registered and the job needs ", needed));
+    }
+  }
+  if (!too_small.empty()) return absl::ResourceExhaustedError(absl::StrJoin(too_small, "; "));
   if (!missing.empty()) {
     std::string text = "waiting for ";
     for (size_t i = 0; i < missing.size(); ++i) text += (i ? " and " : "") + missing[i];

@@ -38,6 +38,7 @@ struct ActorEntry {
   std::string phase = "idle";
   int64_t last_collective = 0;
   Clock::time_point last_heartbeat;
+  std::string unhealthy;  // from the last heartbeat: why it cannot take work; "" when it can
 };
 
 // What a job asks for: `count` actors of `pool`, in the order of the job's groups.
@@ -55,15 +56,18 @@ class Registry {
   absl::StatusOr<std::string> Register(const std::string& pool, const std::string& device, const std::string& address);
   // Records that the actor lives. Its progress (step, phase, last collective) counts only for the
   // job it is reserved for: a report about any other job is ignored. NotFound for an unknown id.
+  // `unhealthy` (why it cannot take work, "" when it can) holds until the next heartbeat; Reserve
+  // passes over an unhealthy actor.
   absl::Status Heartbeat(const std::string& id, const std::string& job_id, int64_t step,
-                         const std::string& phase, int64_t last_collective);
+                         const std::string& phase, int64_t last_collective, const std::string& unhealthy = "");
   // Every registered actor, in registration order.
   std::vector<ActorEntry> List() const;
   // Removes actors whose last heartbeat is older than the timeout; returns them.
   std::vector<ActorEntry> Expire();
   // Gang reservation: all of `needs` at once from free actors, oldest first, or nothing.
-  // FailedPrecondition saying what is missing ("needs 2 actors of pool vision, 1 of 1 registered is
-  // free") when they are not all free now.
+  // ResourceExhausted when a pool has fewer actors registered than the job needs in all ("pool
+  // 'llm' has 2 actors registered and the job needs 4"); FailedPrecondition saying what is missing
+  // ("waiting for 2 actors of pool 'vision' (1 free of 2 registered)") when they exist but are busy.
   absl::StatusOr<std::vector<std::vector<ActorEntry>>> Reserve(const std::string& job_id,
                                                                const std::vector<GroupNeed>& needs);
   // Frees every actor `job_id` holds.

@@ -20,10 +20,11 @@ namespace tandem::data {
 class ConversationDataset final : public Dataset {
  public:
   // Errors of ReadConversations; InvalidArgument "<source>: has no image" or NotFound naming the
-  // entry and the image file.
+  // entry and the image file; InvalidArgument for an image outside the file's directory unless
+  // allow_images_outside (data.allow_images_outside).
   static absl::StatusOr<std::unique_ptr<ConversationDataset>> Open(
       const std::string& path, int64_t image_size,
-      std::shared_ptr<const ImagePreprocessor> preprocessor = nullptr);
+      std::shared_ptr<const ImagePreprocessor> preprocessor = nullptr, bool allow_images_outside = false);
 
   int64_t size() const override { return static_cast<int64_t>(conversations_.size()); }
   absl::StatusOr<Example> Get(int64_t index) const override;

@@ -38,6 +38,8 @@ struct DataConfig {
   // Text tokens of a sample with its special tokens, image tokens not counted; longer samples are
   // an error.
   int64_t max_text_tokens = 16;
+  // Image paths of jsonl and conversation files may lead outside the file's directory.
+  bool allow_images_outside = false;
 };
 
 }  // namespace tandem::data

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/paths.h"
 #include "common/status_macros.h"
 #include "data/conversation_dataset.h"
 #include "data/jsonl_dataset.h"
@@ -39,12 +40,14 @@ absl::StatusOr<Datasets> OpenShapes(const ShapesConfig& config, int64_t image_si
 template <typename DatasetType>
 absl::StatusOr<Datasets> OpenFiles(const std::string& kind, const std::string& train_path,
                                    const std::string& eval_path, int64_t image_size, const std::string& spec_dir,
-                                   const std::shared_ptr<const ImagePreprocessor>& preprocessor) {
+                                   const std::shared_ptr<const ImagePreprocessor>& preprocessor, bool anywhere) {
   if (train_path.empty()) return absl::InvalidArgumentError(absl::StrCat(kind, " data: train_path is empty"));
   Datasets datasets;
-  ASSIGN_OR_RETURN(datasets.train, DatasetType::Open(Resolve(train_path, spec_dir), image_size, preprocessor));
+  ASSIGN_OR_RETURN(datasets.train,
+                   DatasetType::Open(Resolve(train_path, spec_dir), image_size, preprocessor, anywhere));
   if (!eval_path.empty()) {
-    ASSIGN_OR_RETURN(datasets.eval, DatasetType::Open(Resolve(eval_path, spec_dir), image_size, preprocessor));
+    ASSIGN_OR_RETURN(datasets.eval,
+                     DatasetType::Open(Resolve(eval_path, spec_dir), image_size, preprocessor, anywhere));
   }
   return datasets;
 }
@@ -58,6 +61,14 @@ std::vector<tokenizer::ChatMessage> Dataset::Messages(int64_t index) const {
 }
 
 std::vector<std::string> Dataset::VocabularyTexts() const { return AllTexts(*this); }
+
+absl::Status CheckImageInside(const std::string& image, const std::string& folder, const std::string& where) {
+  if (IsInside(image, folder.empty() ? "." : folder)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      where, ": image ", image, " is outside ", folder.empty() ? "." : folder,
+      ", the data file's directory (an absolute path, \"..\" or a symlink leading out); set "
+      "data.allow_images_outside to true to read it"));
+}
 
 absl::StatusOr<Image> LoadSampleImage(const std::string& path, int64_t image_size,
                                       const ImagePreprocessor* preprocessor) {
@@ -89,10 +100,11 @@ absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_si
       return OpenShapes(config.shapes, image_size);
     case DataConfig::Kind::kJsonl:
       return OpenFiles<JsonlDataset>("jsonl", config.jsonl.train_path, config.jsonl.eval_path, image_size, spec_dir,
-                                     preprocessor);
+                                     preprocessor, config.allow_images_outside);
     case DataConfig::Kind::kConversations:
       return OpenFiles<ConversationDataset>("conversations", config.conversations.train_path,
-                                            config.conversations.eval_path, image_size, spec_dir, preprocessor);
+                                            config.conversations.eval_path, image_size, spec_dir, preprocessor,
+                                            config.allow_images_outside);
   }
   return absl::InvalidArgumentError("unknown data kind");
 }

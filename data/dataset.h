@@ -78,6 +78,11 @@ absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_si
                                       const std::string& spec_dir,
                                       std::shared_ptr<const ImagePreprocessor> preprocessor = nullptr);
 
+// OK when `image` lies inside `folder` as the file system resolves it (common/paths.h); else
+// InvalidArgument "<where>: image <image> is outside <folder> ...", which names the spec key that
+// allows it (data.allow_images_outside).
+absl::Status CheckImageInside(const std::string& image, const std::string& folder, const std::string& where);
+
 // An image file as a dataset sample: decoded, then preprocessed (when given) or stretched to
 // image_size. Errors name the file.
 absl::StatusOr<Image> LoadSampleImage(const std::string& path, int64_t image_size,

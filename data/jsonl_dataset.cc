@@ -4,9 +4,12 @@
 #include <string_view>
 #include <system_error>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
 #include "common/status_macros.h"
+#include "common/strict_json.h"
+#include "data/dataset.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::data {
@@ -16,14 +19,6 @@ namespace fs = std::filesystem;
 
 bool IsBlank(std::string_view line) {
   return line.find_first_not_of(" \t\r\f\v") == std::string_view::npos;
-}
-
-// nlohmann's messages start with "[json.exception.parse_error.101] "; the rest is the useful part.
-std::string WithoutExceptionTag(std::string_view message) {
-  const size_t tag_end = message.find("] ");
-  return std::string(message.starts_with("[json.exception") && tag_end != std::string_view::npos
-                         ? message.substr(tag_end + 2)
-                         : message);
 }
 
 // The value of a required, non-empty string key, or an error message.
@@ -47,7 +42,8 @@ absl::StatusOr<std::string> StringField(const nlohmann::json& object, const char
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JsonlDataset>> JsonlDataset::Open(
-    const std::string& jsonl_path, int64_t image_size, std::shared_ptr<const ImagePreprocessor> preprocessor) {
+    const std::string& jsonl_path, int64_t image_size, std::shared_ptr<const ImagePreprocessor> preprocessor,
+    bool allow_images_outside) {
   ASSIGN_OR_RETURN(const std::string contents, ReadUserFile(jsonl_path));
   const fs::path directory = fs::path(jsonl_path).parent_path();
   std::vector<Sample> samples;
@@ -62,13 +58,14 @@ absl::StatusOr<std::unique_ptr<JsonlDataset>> JsonlDataset::Open(
     if (line.ends_with('\r')) line.remove_suffix(1);
 
     const std::string where = absl::StrCat(jsonl_path, ":", line_number, ": ");
-    nlohmann::json object;
-    try {
-      object = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {  // a syntax error, or a number beyond a double
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, "not valid JSON: ", WithoutExceptionTag(e.what())));
+    absl::StatusOr<nlohmann::json> parsed = ParseJsonStrict(line);
+    if (!parsed.ok()) {
+      // "line 1, column 36: invalid JSON: ..." of a one-line document: the file's line is in `where`.
+      absl::string_view message = parsed.status().message();
+      if (absl::StartsWith(message, "line 1, ")) message.remove_prefix(8);
+      return absl::InvalidArgumentError(absl::StrCat(where, message));
     }
+    const nlohmann::json& object = *parsed;
     if (!object.is_object()) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, "expected a JSON object, got ", object.type_name()));
@@ -96,6 +93,9 @@ absl::StatusOr<std::unique_ptr<JsonlDataset>> JsonlDataset::Open(
     if (!fs::is_regular_file(status)) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, "image ", sample.image_path, " is not a regular file"));
+    }
+    if (!allow_images_outside) {
+      RETURN_IF_ERROR(CheckImageInside(sample.image_path, directory.string(), where.substr(0, where.size() - 2)));
     }
     samples.push_back(std::move(sample));
   }

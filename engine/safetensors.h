@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,13 +19,15 @@
 namespace tandem::engine {
 
 // Writes CPU tensors (fp32, bf16, fp16, int64, int32, uint8) atomically to `path`. Non-contiguous
-// tensors are made contiguous. Duplicate or empty names are InvalidArgument.
+// tensors are made contiguous. Duplicate or empty names are InvalidArgument. The metadata always
+// gains "tandem.crc32": each tensor's CRC-32 (8 hex digits, space-separated, in the order given).
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                               const std::map<std::string, std::string>& metadata = {});
 
 // Reads a safetensors file into CPU tensors, in file order. Malformed files are InvalidArgument
-// naming the file and what is wrong (header length, JSON, offsets out of range, unknown dtype).
+// naming the file and what is wrong (header length, over 100 MB of header, JSON, offsets out of
+// range, unknown dtype). A tensor whose bytes do not match its "tandem.crc32" is DataLoss naming it.
 absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
     const std::string& path);
 
@@ -35,6 +38,7 @@ struct SafetensorsEntry {
   std::vector<int64_t> shape;
   uint64_t begin = 0;  // bytes [begin, end) of the file
   uint64_t end = 0;
+  std::optional<uint32_t> crc32;  // from "tandem.crc32", when the file has it
   int64_t numel() const;
 };
 struct SafetensorsHeader {
@@ -45,7 +49,8 @@ struct SafetensorsHeader {
 };
 // Reads only the header (the 8-byte length and the JSON); errors as ReadSafetensors'.
 absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const std::string& path);
-// Reads one tensor of `header`'s file; NotFound for a name it does not hold.
+// Reads one tensor of `header`'s file; NotFound for a name it does not hold, DataLoss when its bytes
+// do not match its checksum.
 absl::StatusOr<at::Tensor> ReadSafetensor(const SafetensorsHeader& header, const std::string& name);
 
 }  // namespace tandem::engine

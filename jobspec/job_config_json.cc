@@ -35,6 +35,7 @@ Json Data(const data::DataConfig& data, const std::string& spec_dir) {
       break;
   }
   out["max_text_tokens"] = data.max_text_tokens;
+  out["allow_images_outside"] = data.allow_images_outside;
   return out;
 }
 

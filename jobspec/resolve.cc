@@ -129,6 +129,7 @@ absl::StatusOr<data::DataConfig> ResolveData(const tandem::v1::DataSpec& spec) {
       return PathError("data", "a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
   }
   if (spec.has_max_text_tokens()) data.max_text_tokens = spec.max_text_tokens();
+  if (spec.has_allow_images_outside()) data.allow_images_outside = spec.allow_images_outside();
   return data;
 }
 

@@ -2,6 +2,7 @@
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
@@ -19,11 +20,16 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   return grpc::CreateCustomChannel(address, ClientCredentials(), args);
 }
 
-void ConfigureServer(grpc::ServerBuilder& builder, const std::string& listen, int* port) {
+void ConfigureServer(grpc::ServerBuilder& builder, const std::string& listen, int* port, const ServerLimits& limits) {
   grpc::EnableDefaultHealthCheckService(true);
   builder.AddListeningPort(listen, ServerCredentials(), port);
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxReceiveMessageSize(limits.max_receive_bytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams);
+  grpc::ResourceQuota quota("tandem-server");
+  quota.Resize(static_cast<size_t>(limits.memory_bytes));
+  quota.SetMaxThreads(limits.max_threads);
+  builder.SetResourceQuota(quota);
 }
 
 std::unique_ptr<grpc::ClientContext> NewContext() {

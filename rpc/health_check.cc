@@ -18,7 +18,7 @@ absl::Status CheckHealth(const std::string& address, std::chrono::milliseconds t
   const absl::Status status = FromGrpc(stub->Check(&context, request, &response), what);
   if (!status.ok()) return status;
   if (response.status() != HealthCheckResponse::SERVING) {
-    return absl::UnavailableError(absl::StrCat(what, " is not serving (",
+    return absl::FailedPreconditionError(absl::StrCat(what, " is not serving (",
                                                HealthCheckResponse::ServingStatus_Name(response.status()), ")"));
   }
   return absl::OkStatus();

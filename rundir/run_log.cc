@@ -6,10 +6,15 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 #include <utility>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -55,9 +60,13 @@ std::string EvalRecordJson(const EvalRecord& r) {
 }
 
 absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "a");
+  // Not through a symlink: the run directory is the job's, and a link in it may point anywhere.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  std::FILE* file = fd < 0 ? nullptr : ::fdopen(fd, "a");
   if (file == nullptr) {
-    return absl::UnavailableError(absl::StrCat(path, ": cannot open for writing: ", std::strerror(errno)));
+    const int error = errno;
+    if (fd >= 0) ::close(fd);
+    return absl::UnavailableError(absl::StrCat(path, ": cannot open for writing: ", std::strerror(error)));
   }
   return MetricsLog(path, file);
 }
@@ -115,6 +124,13 @@ absl::Status MetricsLog::WriteLine(const std::string& line) {
   return absl::OkStatus();
 }
 
+absl::Status MetricsLog::Sync() {
+  if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) {
+    return absl::UnavailableError(absl::StrCat(path_, ": fsync failed: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status MetricsLog::Append(const StepRecord& record) {
   steps_.push_back(record);
   return WriteLine(StepRecordJson(record));
@@ -126,13 +142,22 @@ absl::Status MetricsLog::Append(const EvalRecord& record) {
 }
 
 absl::Status ReadMetrics(const std::string& path, std::vector<StepRecord>* steps,
-                         std::vector<EvalRecord>* evals) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::string line;
-  for (int line_number = 1; std::getline(in, line); ++line_number) {
-    if (line.empty()) continue;
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+                         std::vector<EvalRecord>* evals, bool* torn_tail) {
+  ASSIGN_OR_RETURN(const std::string contents, ReadUserFile(path));
+  const std::vector<absl::string_view> lines = absl::StrSplit(contents, '\n');
+  // The last line with anything in it (NULs and spaces are nothing) is the only one allowed torn.
+  size_t last = lines.size();
+  while (last > 0 && lines[last - 1].find_first_not_of(absl::string_view("\0 \r\t", 4)) == absl::string_view::npos) --last;
+  if (torn_tail != nullptr) *torn_tail = false;
+  for (size_t i = 0; i < last; ++i) {
+    const size_t line_number = i + 1;
+    if (lines[i].empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(lines[i].begin(), lines[i].end(), nullptr, /*allow_exceptions=*/false);
+    const bool record = j.is_object() && ((j.contains("eval") && j["eval"].is_object()) || j.contains("step"));
+    if (!record && i + 1 == last) {
+      if (torn_tail != nullptr) *torn_tail = true;
+      break;
+    }
     if (!j.is_object()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ":", line_number, ": not a JSON object"));
     }

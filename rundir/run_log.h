@@ -44,7 +44,8 @@ class MetricsLog {
   // For a run that resumes after step `last_step` (0: from scratch): keeps the file's records up to
   // that step and drops the later ones (a run that died after its checkpoint trained them, and they
   // are trained again), rewriting the file atomically, then appends. A file that does not exist is
-  // created; one that cannot be read is an error naming its line, and is left as it was.
+  // created; one that cannot be read is an error naming its line, and is left as it was. A last line
+  // that is not a whole record (the process or the machine died while writing it) is dropped.
   static absl::StatusOr<MetricsLog> OpenResumed(const std::string& path, int64_t last_step);
   MetricsLog(MetricsLog&& other) noexcept;
   MetricsLog& operator=(MetricsLog&& other) noexcept;
@@ -52,6 +53,9 @@ class MetricsLog {
 
   absl::Status Append(const StepRecord& record);
   absl::Status Append(const EvalRecord& record);
+  // fsyncs what was appended: called when a checkpoint is complete, so that a resume from it finds
+  // every record up to its step after a power loss too.
+  absl::Status Sync();
 
   const std::vector<StepRecord>& steps() const { return steps_; }
   const std::vector<EvalRecord>& evals() const { return evals_; }
@@ -70,9 +74,11 @@ class MetricsLog {
 std::string StepRecordJson(const StepRecord& record);
 std::string EvalRecordJson(const EvalRecord& record);
 
-// Reads a metrics.jsonl back (for plots of finished runs); errors name the file and line.
+// Reads a metrics.jsonl back (for plots of finished runs, and resumes); errors name the file and
+// line. The last line may be torn (cut short, or the zeros a lost write leaves): it is skipped, and
+// *torn_tail (when given) says so. Any other line that is not a record is an error.
 absl::Status ReadMetrics(const std::string& path, std::vector<StepRecord>* steps,
-                         std::vector<EvalRecord>* evals);
+                         std::vector<EvalRecord>* evals, bool* torn_tail = nullptr);
 
 // An SVG chart: training loss (left axis, log scale when it spans more than a decade) against step,
 // and the evaluations' exact match and token accuracy (right axis, 0..1). Self-contained:

@@ -92,7 +92,7 @@ absl::Status ColocatedRun::Setup() {
   fs::create_directories(fs::path(run_dir_) / "checkpoints", ec);
   if (ec)
     return absl::UnavailableError(absl::StrCat("cannot create ", run_dir_, ": ", ec.message()));
-  ASSIGN_OR_RETURN(lock_, rundir::RunDirLock::Acquire(run_dir_));
+  ASSIGN_OR_RETURN(lock_, rundir::RunDirLock::Acquire(run_dir_, absl::StrCat("tandem run --colocated (", job_.name, ")")));
   RETURN_IF_ERROR(WriteFileAtomically(RunPath("job.json"), jobspec::JobConfigToJson(job_) + "\n"));
   if (options_.threads > 0) at::set_num_threads(options_.threads);
 

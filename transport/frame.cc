@@ -1,6 +1,7 @@
 #include "transport/frame.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -109,6 +110,29 @@ absl::Status ReadExactly(int fd, void* out, size_t size, const std::string& what
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK)
         return absl::UnavailableError(absl::StrCat(what, ": nothing arrived in time"));
+      return SocketError(what, "reading", errno);
+    }
+    at += n;
+    size -= static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadExactlyBy(int fd, void* out, size_t size, const std::string& what,
+                           std::chrono::steady_clock::time_point deadline) {
+  char* at = static_cast<char*>(out);
+  while (size > 0) {
+    const auto remaining =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (remaining.count() <= 0) return absl::DeadlineExceededError(absl::StrCat(what, ": not all of it arrived in time"));
+    pollfd ready{fd, POLLIN, 0};
+    const int polled = poll(&ready, 1, static_cast<int>(std::min<int64_t>(remaining.count(), 60000)));
+    if (polled < 0 && errno != EINTR) return SocketError(what, "waiting to read", errno);
+    if (polled <= 0) continue;
+    const ssize_t n = recv(fd, at, size, MSG_DONTWAIT);
+    if (n == 0) return absl::UnavailableError(absl::StrCat(what, ": the link closed"));
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
       return SocketError(what, "reading", errno);
     }
     at += n;

@@ -83,6 +83,9 @@ absl::Status WriteFrame(int fd, FrameType type, std::string_view meta, const std
 
 // Reads exactly `size` bytes. Unavailable naming `what` at end of stream or on an error.
 absl::Status ReadExactly(int fd, void* out, size_t size, const std::string& what);
+// The same by `deadline` for the whole read, however the bytes trickle in: DeadlineExceeded after.
+absl::Status ReadExactlyBy(int fd, void* out, size_t size, const std::string& what,
+                           std::chrono::steady_clock::time_point deadline);
 
 // Reads and checks a frame head: InvalidArgument for a wrong magic, an unknown type, meta over
 // kMaxFrameMeta or data over kMaxFrameData.

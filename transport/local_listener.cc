@@ -56,7 +56,8 @@ absl::Status WriteAck(int fd, tandem::v1::TransferAck ack, const std::string& wh
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LocalListener>> LocalListener::Start(
-    std::shared_ptr<Inbox> inbox, std::chrono::milliseconds expect_timeout) {
+    std::shared_ptr<Inbox> inbox, std::chrono::milliseconds expect_timeout,
+    std::chrono::milliseconds handshake_timeout) {
   LocalEndpoint endpoint;
   ASSIGN_OR_RETURN(const std::string name_bytes, RandomBytes(8));
   ASSIGN_OR_RETURN(endpoint.nonce, RandomBytes(16));
@@ -69,14 +70,15 @@ absl::StatusOr<std::unique_ptr<LocalListener>> LocalListener::Start(
     return absl::UnavailableError(absl::StrCat("local links: cannot listen on @",
                                                endpoint.socket_name, ": ", std::strerror(errno)));
   }
-  return std::unique_ptr<LocalListener>(
-      new LocalListener(std::move(inbox), expect_timeout, std::move(fd), std::move(endpoint)));
+  return std::unique_ptr<LocalListener>(new LocalListener(std::move(inbox), expect_timeout, handshake_timeout,
+                                                          std::move(fd), std::move(endpoint)));
 }
 
 LocalListener::LocalListener(std::shared_ptr<Inbox> inbox, std::chrono::milliseconds expect_timeout,
-                             UniqueFd fd, LocalEndpoint endpoint)
+                             std::chrono::milliseconds handshake_timeout, UniqueFd fd, LocalEndpoint endpoint)
     : inbox_(std::move(inbox)),
       expect_timeout_(expect_timeout),
+      handshake_timeout_(handshake_timeout),
       fd_(std::move(fd)),
       endpoint_(std::move(endpoint)) {
   acceptor_ = std::thread([this] { Accept(); });
@@ -120,47 +122,82 @@ void LocalListener::Accept() {
         if (it->done) finished.splice(finished.end(), links_, it);
         it = next;
       }
-      Link& link = links_.emplace_back();
-      link.fd = std::move(fd);
-      try {
-        link.thread = std::thread([this, &link] { Serve(link); });
-      } catch (const std::system_error& e) {  // out of threads: refuse this connection
-        TANDEM_LOG(kWarning, kComponent) << "local links: " << e.what();
-        links_.pop_back();
+      // Checked before a thread exists for it: whose process it is, and room. A refused one is
+      // closed when `fd` goes.
+      ucred peer{};
+      socklen_t peer_size = sizeof peer;
+      const auto pending =
+          std::count_if(links_.begin(), links_.end(), [](const Link& l) { return !l.handshaken; });
+      if (getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &peer_size) != 0 || peer.uid != geteuid()) {
+        Refused(absl::StrCat("a process of another user (uid ", peer.uid, ", pid ", peer.pid, ")"));
+      } else if (pending >= kMaxPendingHandshakes) {
+        Refused(absl::StrCat(pending, " connections are in their handshake already (this one from pid ", peer.pid, ")"));
+      } else if (links_.size() >= static_cast<size_t>(kMaxLinks)) {
+        Refused(absl::StrCat(links_.size(), " links are open already (this one from pid ", peer.pid, ")"));
+      } else {
+        Link& link = links_.emplace_back();
+        link.fd = std::move(fd);
+        try {
+          link.thread = std::thread([this, &link] { Serve(link); });
+        } catch (const std::system_error& e) {  // out of threads: refuse this connection
+          TANDEM_LOG(kWarning, kComponent) << "local links: " << e.what();
+          links_.pop_back();
+        }
       }
     }
     for (Link& ended : finished) ended.thread.join();
   }
 }
 
+void LocalListener::Refused(const std::string& why) {
+  refused_.fetch_add(1);
+  const auto now = std::chrono::steady_clock::now();
+  if (last_refusal_log_ != std::chrono::steady_clock::time_point{} && now - last_refusal_log_ < std::chrono::seconds(10)) {
+    ++refusals_not_logged_;
+    return;
+  }
+  TANDEM_LOG(kWarning, kComponent) << "local links: refused a connection: " << why
+                                   << (refusals_not_logged_ > 0
+                                           ? absl::StrCat(" (and ", refusals_not_logged_, " more since the last message)")
+                                           : "");
+  last_refusal_log_ = now;
+  refusals_not_logged_ = 0;
+}
+
 bool LocalListener::Handshake(int fd) {
-  SetSocketTimeout(fd, SO_RCVTIMEO, kHandshakeTimeout);
   const std::string what = "local link handshake";
-  absl::StatusOr<FrameHead> head = ReadFrameHead(fd, what);
+  const auto deadline = std::chrono::steady_clock::now() + handshake_timeout_;
+  FrameHead head;
   std::string nonce;
-  absl::Status status = head.status();
-  if (status.ok() && head->type == static_cast<uint32_t>(FrameType::kHello) &&
-      head->meta_bytes == endpoint_.nonce.size()) {
-    nonce.resize(head->meta_bytes);
-    status = ReadExactly(fd, nonce.data(), nonce.size(), what);
+  absl::Status status = ReadExactlyBy(fd, &head, sizeof head, what, deadline);
+  if (status.ok()) status = CheckFrameHead(head);
+  if (status.ok() && head.type == static_cast<uint32_t>(FrameType::kHello) &&
+      head.meta_bytes == endpoint_.nonce.size()) {
+    nonce.resize(head.meta_bytes);
+    status = ReadExactlyBy(fd, nonce.data(), nonce.size(), what, deadline);
   }
   tandem::v1::TransferAck ack;
   if (!status.ok() || nonce != endpoint_.nonce) {
-    TANDEM_LOG(kWarning, kComponent)
-        << "local links: refused a connection that did not present this actor's key"
-        << (status.ok() ? "" : absl::StrCat(" (", status.message(), ")"));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Refused(status.ok() ? "it did not present this actor's key" : std::string(status.message()));
+    }
     ack.set_code(static_cast<int>(absl::StatusCode::kUnauthenticated));
     ack.set_message("the local link's key does not match");
     WriteAck(fd, ack, what).IgnoreError();
     return false;
   }
-  SetSocketTimeout(fd, SO_RCVTIMEO, std::chrono::milliseconds(0));  // frames come when they come
   return WriteAck(fd, ack, what).ok();
 }
 
 void LocalListener::Serve(Link& link) {
   const int fd = link.fd.get();
-  if (Handshake(fd)) {
+  const bool handshaken = Handshake(fd);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    link.handshaken = handshaken;
+  }
+  if (handshaken) {
     for (;;) {
       absl::StatusOr<FrameHead> head = ReadFrameHead(fd, "local link");
       if (!head.ok()) {  // closed, or out of step

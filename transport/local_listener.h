@@ -4,8 +4,12 @@
 // each with an acknowledgement, exactly as a Peer.Transfers stream does (the Inbox's checks, codes
 // and waits are the same).
 //
-// A connection must present the nonce first (tandem.v1.Peer.LocalEndpoint tells it to senders that
-// already passed the gRPC server's checks); otherwise it is answered UNAUTHENTICATED and closed.
+// A connection must come from a process of this process's user (SO_PEERCRED), and present the
+// nonce first (tandem.v1.Peer.LocalEndpoint tells it to senders that already passed the gRPC
+// server's checks) within one handshake deadline, however its bytes trickle in; otherwise it is
+// closed (with UNAUTHENTICATED for a wrong key). At most kMaxPendingHandshakes connections wait
+// in their handshake and kMaxLinks are open at once: beyond, a new one is closed at once, before
+// any thread is made for it. Refusals are logged at most once per 10 s, with the count since.
 #pragma once
 
 #include <atomic>
@@ -22,13 +26,18 @@
 
 namespace tandem::transport {
 
+inline constexpr int kMaxPendingHandshakes = 16;
+inline constexpr int kMaxLinks = 256;
+
 class LocalListener {
  public:
   // Listens on "tandem-<pid>-<random>". `expect_timeout` bounds how long a frame whose transfer the
   // actor does not expect yet waits for it (capped by the sender's expect_within_ms).
+  // `handshake_timeout` bounds a connection's whole handshake.
   static absl::StatusOr<std::unique_ptr<LocalListener>> Start(
       std::shared_ptr<Inbox> inbox,
-      std::chrono::milliseconds expect_timeout = std::chrono::minutes(5));
+      std::chrono::milliseconds expect_timeout = std::chrono::minutes(5),
+      std::chrono::milliseconds handshake_timeout = kHandshakeTimeout);
 
   ~LocalListener();  // Close()
   LocalListener(const LocalListener&) = delete;
@@ -37,6 +46,8 @@ class LocalListener {
   const LocalEndpoint& endpoint() const { return endpoint_; }
   // Tensor frames taken so far, accepted or refused.
   int64_t frames() const { return frames_.load(); }
+  // Connections closed without being served: another user's, over a cap, or a failed handshake.
+  int64_t refused() const { return refused_.load(); }
 
   // Stops accepting, closes every link and joins their threads. Clear the inbox's job first, so
   // that no thread waits for an expectation. Idempotent.
@@ -46,11 +57,14 @@ class LocalListener {
   struct Link {
     UniqueFd fd;
     std::thread thread;
-    bool done = false;  // guarded by mu_
+    bool handshaken = false;  // guarded by mu_
+    bool done = false;        // guarded by mu_
   };
 
-  LocalListener(std::shared_ptr<Inbox> inbox, std::chrono::milliseconds expect_timeout, UniqueFd fd,
-                LocalEndpoint endpoint);
+  LocalListener(std::shared_ptr<Inbox> inbox, std::chrono::milliseconds expect_timeout,
+                std::chrono::milliseconds handshake_timeout, UniqueFd fd, LocalEndpoint endpoint);
+  // Counts a connection closed unserved and logs why, at most once per 10 s. REQUIRES: mu_ held.
+  void Refused(const std::string& why);
   void Accept();
   void Serve(Link& link);
   // False when the connection did not present the nonce.
@@ -63,6 +77,7 @@ class LocalListener {
 
   std::shared_ptr<Inbox> inbox_;
   const std::chrono::milliseconds expect_timeout_;
+  const std::chrono::milliseconds handshake_timeout_;
   UniqueFd fd_;
   const LocalEndpoint endpoint_;
   std::thread acceptor_;
@@ -70,6 +85,9 @@ class LocalListener {
   std::list<Link> links_;  // guarded by mu_
   bool closed_ = false;    // guarded by mu_
   std::atomic<int64_t> frames_{0};
+  std::atomic<int64_t> refused_{0};
+  std::chrono::steady_clock::time_point last_refusal_log_{};  // guarded by mu_
+  int64_t refusals_not_logged_ = 0;                           // guarded by mu_
 };
 
 }  // namespace tandem::transport

@@ -4,6 +4,7 @@
 // 127.0.0.1 serves the service over a scripted Worker.
 #include "actors/actor_service.h"
 
+#include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -28,6 +30,7 @@ namespace tandem::actors {
 namespace {
 
 constexpr char kJob[] = "job-000001";
+constexpr char kRunDir[] = "/tmp/tandem-actor-service-test/run";
 constexpr char kSpec[] =
     R"({"name": "t", "data": {"shapes": {}}, "vision": {"actors": 1}, "llm": {"actors": 1}})";
 
@@ -54,8 +57,21 @@ class ScriptedWorker final : public Worker {
     return StepResult{};
   }
   absl::StatusOr<EvalCounts> Evaluate(int64_t) override { return EvalCounts{}; }
-  absl::Status SaveCheckpoint(int64_t, const std::string&) override { return absl::OkStatus(); }
-  absl::Status Export(const std::string&) override { return absl::OkStatus(); }
+  absl::Status SaveCheckpoint(int64_t, const std::string& directory) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    written_.push_back(directory);
+    return absl::OkStatus();
+  }
+  absl::Status Export(const std::string& path) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    written_.push_back(path);
+    return absl::OkStatus();
+  }
+  // The directories and files SaveCheckpoint and Export were asked to write, in order.
+  std::vector<std::string> written() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return written_;
+  }
   void Release() override {
     std::lock_guard<std::mutex> lock(mu_);
     job_.clear();
@@ -91,13 +107,14 @@ class ScriptedWorker final : public Worker {
   int64_t fail_at_ = -1;
   int64_t finishable_ = 1 << 30;
   std::vector<int64_t> started_;
+  std::vector<std::string> written_;
 };
 
 class ActorServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    service_ = std::make_unique<ActorService>(&worker_, std::make_shared<transport::Inbox>(),
-                                              "127.0.0.1:1");
+    service_ = std::make_unique<ActorService>(&worker_, std::make_shared<transport::Inbox>(), "127.0.0.1:1",
+                                              /*local_links=*/true, stuck_grace_);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -112,6 +129,8 @@ class ActorServiceTest : public ::testing::Test {
     request.set_rank(0);
     request.set_group_size(1);
     request.mutable_peers()->add_addresses("127.0.0.1:2");
+    request.set_run_dir(kRunDir);
+    request.set_timeout_ms(command_timeout_ms_);
     v1::AssignJobResponse response;
     const grpc::Status status = stub_->AssignJob(Context(10000).get(), request, &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
@@ -153,6 +172,8 @@ class ActorServiceTest : public ::testing::Test {
     ASSERT_GE(worker_.started().size(), count);
   }
 
+  int64_t command_timeout_ms_ = 10000;  // the assignment's
+  std::chrono::milliseconds stuck_grace_{30000};
   ScriptedWorker worker_;
   std::unique_ptr<ActorService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -206,6 +227,60 @@ TEST_F(ActorServiceTest, AStepWhosePredecessorNeverComesTimesOut) {
   const grpc::Status status = RunStep(2, 500);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
   EXPECT_TRUE(worker_.started().empty());
+}
+
+TEST_F(ActorServiceTest, ItWritesOnlyInsideTheJobsRunDirectory) {
+  auto save = [&](const std::string& directory) {
+    v1::SaveCheckpointRequest request;
+    request.set_job_id(kJob);
+    request.set_directory(directory);
+    v1::SaveCheckpointResponse response;
+    return stub_->SaveCheckpoint(Context(10000).get(), request, &response);
+  };
+  auto export_to = [&](const std::string& path) {
+    v1::ExportRequest request;
+    request.set_job_id(kJob);
+    request.set_path(path);
+    v1::ExportResponse response;
+    return stub_->Export(Context(10000).get(), request, &response);
+  };
+  const std::string run_dir = kRunDir;
+  EXPECT_TRUE(save(run_dir + "/checkpoints/step-000004").ok());
+  EXPECT_TRUE(export_to(run_dir + "/llm.safetensors").ok());
+  const grpc::Status database = export_to("/var/lib/tandem/tandem.db");
+  EXPECT_EQ(database.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(database.error_message(), "export path /var/lib/tandem/tandem.db is outside the job's run directory " +
+                                          run_dir + ": an actor writes nowhere else");
+  EXPECT_EQ(export_to(run_dir + "/../tandem.db").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(save("/etc").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(worker_.written(), (std::vector<std::string>{run_dir + "/checkpoints/step-000004", run_dir + "/llm.safetensors"}));
+}
+
+// A command timeout of 300 ms and no grace: a step that never returns makes the actor stuck.
+class StuckActorTest : public ActorServiceTest {
+ protected:
+  StuckActorTest() {
+    command_timeout_ms_ = 300;
+    stuck_grace_ = std::chrono::milliseconds(0);
+  }
+};
+
+TEST_F(StuckActorTest, ACommandRunningPastTheCommandTimeoutMakesTheActorStuckUntilItReturns) {
+  EXPECT_EQ(service_->Stuck(), std::nullopt);
+  worker_.Finish(0);  // step 1 starts and does not return
+  std::thread step([&] { RunStep(1, 60000).error_code(); });
+  AwaitStarted(1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!service_->Stuck() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::optional<std::string> stuck = service_->Stuck();
+  ASSERT_TRUE(stuck.has_value());
+  EXPECT_THAT(*stuck, ::testing::MatchesRegex(
+                          "stuck: RunStep 1 has run for [0-9]+ s, past the command timeout \\(0 s with the grace\\)"));
+  worker_.Finish(1);
+  step.join();
+  EXPECT_EQ(service_->Stuck(), std::nullopt);
 }
 
 TEST(CommandThread, RunsCommandsFromManyThreadsOnOneThreadEachToCompletion) {

@@ -20,6 +20,23 @@ std::string ErrorOf(std::string_view text) {
   return std::string(parsed.status().message());
 }
 
+TEST(StrictJsonTest, NestingIsCappedWithThePositionOfTheFirstTooDeepBracket) {
+  const std::string deepest_allowed = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
+  EXPECT_TRUE(ParseJsonStrict(deepest_allowed).ok());
+  EXPECT_EQ(ErrorOf(std::string(kMaxJsonDepth + 1, '[') + std::string(kMaxJsonDepth + 1, ']')),
+            "line 1, column 129: invalid JSON: nested more than 128 levels deep");
+  // Brackets inside strings, escaped quotes included, are not nesting.
+  const std::string in_strings = "{\"a\": \"" + std::string(300, '[') + "\\\"{{{\"}";
+  EXPECT_TRUE(ParseJsonStrict(in_strings).ok()) << in_strings;
+}
+
+// 2 MB of '[' once cost a copy of the whole path at every level (quadratic: terabytes); refused
+// now after one linear scan.
+TEST(StrictJsonTest, MegabytesOfOpenBracketsAreRefusedCheaply) {
+  EXPECT_EQ(ErrorOf(std::string(2 << 20, '[')),
+            "line 1, column 129: invalid JSON: nested more than 128 levels deep");
+}
+
 TEST(StrictJsonTest, ParsesValidDocuments) {
   auto parsed = ParseJsonStrict(R"({"a": [1, {"b": true}], "c": "x"})");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -46,6 +63,7 @@ TEST(StrictJsonTest, DuplicateKeysNameTheirPath) {
   EXPECT_EQ(ErrorOf(R"({"a": {"b": 1, "b": 2}})"), "a.b: duplicate key");
   EXPECT_EQ(ErrorOf(R"({"a": [{"x": 1}, {"y": 1, "y": 2}]})"), "a[1].y: duplicate key");
   EXPECT_EQ(ErrorOf(R"({"a": [[1, 2], {"z": 1, "z": 1}]})"), "a[1].z: duplicate key");
+  EXPECT_EQ(ErrorOf(R"([{"q": 1}, {"q": 1, "q": 2}])"), "[1].q: duplicate key");
   // Equal keys in different objects are fine.
   EXPECT_TRUE(ParseJsonStrict(R"({"a": {"k": 1}, "b": {"k": 1}, "c": [{"k": 1}, {"k": 2}]})").ok());
 }

@@ -146,11 +146,31 @@ absl::Status FakeActors::Export(const std::string& address, const std::string& p
 }
 
 absl::Status FakeActors::Release(const std::string& address, const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   RETURN_IF_ERROR(Enter({address, "Release", 0, reason}));
-  actors_[address].released = true;
+  Actor& actor = actors_[address];
+  ++actor.releases_entered;
+  changed_.notify_all();
+  changed_.wait(lock, [&] { return !actor.hold_release; });
+  actor.released = true;
   changed_.notify_all();
   return absl::OkStatus();
+}
+
+void FakeActors::HoldRelease(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  actors_[address].hold_release = true;
+}
+
+void FakeActors::UnholdRelease(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  actors_[address].hold_release = false;
+  changed_.notify_all();
+}
+
+bool FakeActors::WaitForRelease(const std::string& address, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return changed_.wait_for(lock, timeout, [&] { return actors_[address].releases_entered > 0; });
 }
 
 void FakeActors::FailStep(const std::string& address, int64_t step, absl::Status status) {

@@ -12,7 +12,7 @@
 // there with CANCELLED (as an actor interrupted by Release does); AssignJob starts afresh.
 //
 // Scripting (any time, from the test's thread): FailStep, LoseAt, Lose, HoldStep and Unhold,
-// SetStepReply, SetEvalReply. Observing: WaitForStep (blocks, with a deadline), Calls,
+// HoldRelease and UnholdRelease, SetStepReply, SetEvalReply. Observing: WaitForStep (blocks, with a deadline), Calls,
 // StepsDone, Assignments.
 //
 // Thread-safety: everything may be called from any thread.
@@ -69,6 +69,11 @@ class FakeActors final : public ActorClientFactory {
   void SetStepReply(const std::string& address,
                     std::function<ActorStepReply(int64_t step)> reply);
   void SetEvalReply(const std::string& address, ActorEvalReply reply);
+  // Release at `address` blocks, once entered, until UnholdRelease: an actor that does not answer.
+  void HoldRelease(const std::string& address);
+  void UnholdRelease(const std::string& address);
+  // Waits until a Release at `address` was entered; false after `timeout`.
+  bool WaitForRelease(const std::string& address, std::chrono::milliseconds timeout);
 
   // Waits until RunStep(step) at `address` started (it may be held there); false after `timeout`.
   bool WaitForStep(const std::string& address, int64_t step,
@@ -90,6 +95,8 @@ class FakeActors final : public ActorClientFactory {
     bool failed = false;
     bool released = false;
     bool lost = false;
+    bool hold_release = false;
+    int releases_entered = 0;
     int64_t lose_at = -1;
     std::map<int64_t, absl::Status> failures;
     std::set<int64_t> held;

@@ -452,11 +452,12 @@ TEST_F(JobRunnerTest, ARunDirectoryInUseFailsTheAttemptAndIsLeftAlone) {
   AddActors("vision", 1);
   AddActors("llm", 1);
   fs::create_directories(run_dir_);
-  absl::StatusOr<rundir::RunDirLock> other = rundir::RunDirLock::Acquire(run_dir_);
+  absl::StatusOr<rundir::RunDirLock> other = rundir::RunDirLock::Acquire(run_dir_, "tandem run --colocated (other)");
   ASSERT_TRUE(other.ok()) << other.status();
   const JobRecord job = RunAttempt(CreateJob(Spec(1, 1, 4, 0, 0, 0)).id, 1, 1);
   EXPECT_EQ(job.state, JobState::kFailed);
-  EXPECT_THAT(job.message, HasSubstr("run directory " + run_dir_ + " is in use by another job or process"));
+  EXPECT_THAT(job.message, HasSubstr("run directory " + run_dir_ + " is in use by pid "));
+  EXPECT_THAT(job.message, HasSubstr(": tandem run --colocated (other) (it holds " + run_dir_ + "/.lock)"));
   EXPECT_FALSE(fs::exists(run_dir_ + "/job.json"));
   EXPECT_TRUE(fake_.Calls("RunStep").empty());
 }

@@ -532,6 +532,40 @@ TEST_F(JobStoreTest, ListJobsInStatesReadsOnlyThoseStates) {
   EXPECT_EQ(got, (std::vector<std::string>{ids[0], ids[2], ids[4]}));
 }
 
+// `tandem jobs --prune AGE`: only jobs that ended before the cutoff go, with their events, and
+// the ids of the others are untouched.
+TEST_F(JobStoreTest, DeleteJobsEndedBeforeForgetsOnlyEndedJobsPastTheCutoff) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  struct Planted {
+    JobState state;
+    double ended_at;
+  };
+  const Planted planted[] = {{JobState::kSucceeded, 100}, {JobState::kRunning, 0}, {JobState::kFailed, 200},
+                             {JobState::kCancelled, 900}, {JobState::kQueued, 0}};
+  std::vector<std::string> ids;
+  for (const Planted& p : planted) {
+    JobRecord job = store->CreateJob(SampleJob("j")).value();
+    job.state = p.state;
+    job.ended_at = p.ended_at;
+    ASSERT_TRUE(store->UpdateJob(job).ok());
+    ASSERT_TRUE(store->AppendEvent(job.id, "something").ok());
+    ids.push_back(job.id);
+  }
+  absl::StatusOr<std::vector<std::string>> pruned = store->DeleteJobsEndedBefore(500);
+  ASSERT_TRUE(pruned.ok()) << pruned.status();
+  EXPECT_EQ(*pruned, (std::vector<std::string>{ids[0], ids[2]}));
+  EXPECT_EQ(store->GetJob(ids[0]).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->Events(ids[2], 0).status().code(), absl::StatusCode::kNotFound);
+  std::vector<std::string> left;
+  const std::vector<JobRecord> kept = store->ListJobs().value();
+  for (const JobRecord& job : kept) left.push_back(job.id);
+  EXPECT_EQ(left, (std::vector<std::string>{ids[1], ids[3], ids[4]}));
+  EXPECT_EQ(store->Events(ids[3], 0).value().size(), 2u);  // "submitted" and "something"
+  // The next job's id is still new.
+  EXPECT_GT(store->CreateJob(SampleJob("next")).value().id, ids[4]);
+}
+
 // Two jobs queued with one run directory would resume from each other's checkpoints: the second is
 // refused, naming the first, until the first ends.
 TEST_F(JobStoreTest, ARunDirectoryBelongsToOneJobUntilItEnds) {

@@ -51,12 +51,42 @@ TEST_F(RegistryTest, ReserveTakesEveryGroupOldestFirst) {
 
 TEST_F(RegistryTest, ReserveIsAllOrNothingAndSaysWhatIsMissing) {
   Add("vision", 1);
-  Add("llm", 2);
+  Add("vision", 2);
+  Add("llm", 3);
+  ASSERT_TRUE(registry_.Reserve("job-0", {{"vision", 1}}).ok());
   auto groups = registry_.Reserve("job-1", {{"vision", 2}, {"llm", 1}});
   EXPECT_EQ(groups.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(groups.status().message(), HasSubstr("waiting for 2 actors of pool 'vision' (1 free of 1 registered)"));
+  EXPECT_THAT(groups.status().message(), HasSubstr("waiting for 2 actors of pool 'vision' (1 free of 2 registered)"));
   // Nothing was taken: another job still gets the llm actor.
   EXPECT_TRUE(registry_.Reserve("job-2", {{"llm", 1}}).ok());
+}
+
+TEST_F(RegistryTest, AnUnhealthyActorIsPassedOverUntilItsHeartbeatSaysOtherwise) {
+  Add("vision", 1);
+  Add("vision", 2);
+  ASSERT_TRUE(registry_.Heartbeat("vision-0", "", 0, "idle", 0, "stuck: RunStep 3 has run for 400 s").ok());
+  auto groups = registry_.Reserve("job-1", {{"vision", 1}});
+  ASSERT_TRUE(groups.ok());
+  EXPECT_THAT(Ids((*groups)[0]), ElementsAre("vision-1"));
+  auto waiting = registry_.Reserve("job-2", {{"vision", 1}});
+  EXPECT_THAT(waiting.status().message(),
+              HasSubstr("waiting for 1 actors of pool 'vision' (0 free of 2 registered, 1 unhealthy)"));
+  EXPECT_EQ(registry_.List()[0].unhealthy, "stuck: RunStep 3 has run for 400 s");
+  ASSERT_TRUE(registry_.Heartbeat("vision-0", "", 0, "idle", 0, "").ok());
+  EXPECT_TRUE(registry_.Reserve("job-2", {{"vision", 1}}).ok());
+}
+
+TEST_F(RegistryTest, APoolSmallerThanTheJobIsResourceExhaustedNotBusy) {
+  Add("vision", 1);
+  Add("llm", 2);
+  Add("llm", 3);
+  auto groups = registry_.Reserve("job-1", {{"vision", 1}, {"llm", 3}});
+  EXPECT_EQ(groups.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(groups.status().message(), "pool 'llm' has 2 actors registered and the job needs 3");
+  // Two groups on one pool need its actors together.
+  auto shared = registry_.Reserve("job-2", {{"llm", 2}, {"llm", 1}});
+  EXPECT_EQ(shared.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(shared.status().message(), "pool 'llm' has 2 actors registered and the job needs 3");
 }
 
 TEST_F(RegistryTest, DisjointJobsRunAtOnceAndFreedActorsReturn) {

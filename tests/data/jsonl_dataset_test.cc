@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "data/shapes.h"
@@ -92,7 +94,7 @@ TEST_F(JsonlDatasetTest, BadJsonNamesFileAndLine) {
       "{\"image\": \"images/b.png\", \"text\": \"two\"}\n"
       "{\"image\": \"images/a.png\", \"text\": }\n");
   EXPECT_EQ(dataset.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(dataset.status().message(), HasSubstr("train.jsonl:3: not valid JSON"));
+  EXPECT_THAT(std::string(dataset.status().message()), HasSubstr("train.jsonl:3: column 35: invalid JSON: syntax error"));
 }
 
 TEST_F(JsonlDatasetTest, LineThatIsNotAnObjectIsAnError) {
@@ -116,8 +118,17 @@ TEST_F(JsonlDatasetTest, UnknownKeyIsAnError) {
 }
 
 TEST_F(JsonlDatasetTest, NumberBeyondADoubleIsAnErrorNotACrash) {
-  EXPECT_EQ(Open("{\"image\": \"images/a.png\", \"text\": 1e999}\n").status().message(),
-            jsonl_ + ":1: not valid JSON: number overflow parsing '1e999'");
+  EXPECT_EQ(std::string(Open("{\"image\": \"images/a.png\", \"text\": 1e999}\n").status().message()),
+            jsonl_ + ":1: column 35: invalid JSON: number overflow parsing '1e999'");
+}
+
+TEST_F(JsonlDatasetTest, DuplicateKeyAndDeepNestingAreErrorsWithTheLine) {
+  EXPECT_EQ(Open("{\"image\": \"images/a.png\", \"text\": \"a\", \"text\": \"b\"}\n").status().message(),
+            jsonl_ + ":1: text: duplicate key");
+  EXPECT_EQ(Open("{\"image\": \"images/a.png\", \"text\": \"a\"}\n" + std::string(1 << 20, '[') + "\n")
+                .status()
+                .message(),
+            jsonl_ + ":2: column 129: invalid JSON: nested more than 128 levels deep");
 }
 
 TEST_F(JsonlDatasetTest, NonStringOrEmptyValueIsAnError) {
@@ -136,12 +147,40 @@ TEST_F(JsonlDatasetTest, MissingImageFileIsNotFoundAtOpen) {
             jsonl_ + ":2: image file " + (dir_ / "data/images/missing.png") + " does not exist");
 }
 
+// A data file cannot make an actor read any file it can: a path out of the jsonl's directory is
+// refused unless the spec says data.allow_images_outside.
+TEST_F(JsonlDatasetTest, ImagesOutsideTheJsonlsDirectoryAreRefusedUnlessAllowed) {
+  const std::string nested = dir_ / "data/lists/train.jsonl";
+  ASSERT_TRUE(testing::WriteTestFile(dir_ / "secret.png", testing::ReadTestFile(dir_ / "data/images/a.png")));
+  std::filesystem::create_directories(dir_ / "data/lists");
+  std::filesystem::create_directory_symlink(dir_ / "data/images", dir_ / "data/lists/linked");
+  std::filesystem::create_symlink(dir_ / "secret.png", dir_ / "data/lists/leak.png");
+  const std::vector<std::pair<std::string, std::string>> outside = {
+      {"../images/a.png", dir_ / "data/images/a.png"},
+      {dir_ / "secret.png", dir_ / "secret.png"},
+      {"linked/a.png", dir_ / "data/lists/linked/a.png"},
+      {"leak.png", dir_ / "data/lists/leak.png"}};
+  for (const auto& [written, resolved] : outside) {
+    ASSERT_TRUE(testing::WriteTestFile(
+        nested, "{\"image\": \"" + written + "\", \"text\": \"x\"}\n"));
+    const absl::Status refused = JsonlDataset::Open(nested, 4).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << written;
+    EXPECT_EQ(std::string(refused.message()),
+              nested + ":1: image " + resolved + " is outside " + (dir_ / "data/lists") +
+                  ", the data file's directory (an absolute path, \"..\" or a symlink leading out); set "
+                  "data.allow_images_outside to true to read it")
+        << written;
+    EXPECT_TRUE(JsonlDataset::Open(nested, 4, nullptr, /*allow_images_outside=*/true).ok()) << written;
+  }
+}
+
 TEST_F(JsonlDatasetTest, ImagesResolveAgainstTheJsonlNotTheWorkingDirectory) {
   // "images/a.png" exists under data/, not next to a jsonl file in data/lists/.
   const std::string nested = dir_ / "data/lists/train.jsonl";
   ASSERT_TRUE(
       testing::WriteTestFile(nested, "{\"image\": \"../images/a.png\", \"text\": \"up\"}\n"));
-  absl::StatusOr<std::unique_ptr<JsonlDataset>> dataset = JsonlDataset::Open(nested, 4);
+  absl::StatusOr<std::unique_ptr<JsonlDataset>> dataset =
+      JsonlDataset::Open(nested, 4, nullptr, /*allow_images_outside=*/true);
   ASSERT_TRUE(dataset.ok()) << dataset.status();
   EXPECT_EQ((*dataset)->ImagePath(0), dir_ / "data/images/a.png");
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,9 +17,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "zlib.h"
 
 namespace tandem::engine {
 namespace {
@@ -116,7 +119,16 @@ TEST_F(SafetensorsTest, RoundTripKeepsNamesOrderDtypesShapesAndValues) {
   std::memcpy(&header_size, bytes.data(), sizeof(header_size));
   EXPECT_EQ(header_size % 8, 0u);
   const auto header = nlohmann::json::parse(bytes.substr(8, header_size));
-  EXPECT_EQ(header["__metadata__"], nlohmann::json({{"format", "pt"}, {"global_steps", "12"}}));
+  EXPECT_EQ(header["__metadata__"]["format"], "pt");
+  EXPECT_EQ(header["__metadata__"]["global_steps"], "12");
+  // One CRC-32 per tensor, in the order written: zlib's of its bytes.
+  const std::vector<std::string> checksums = absl::StrSplit(header["__metadata__"]["tandem.crc32"].get<std::string>(), ' ');
+  ASSERT_EQ(checksums.size(), written.size());
+  const at::Tensor first = written[0].second.contiguous();
+  const uint32_t first_crc = static_cast<uint32_t>(crc32_z(0, static_cast<const Bytef*>(first.data_ptr()), first.nbytes()));
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", first_crc);
+  EXPECT_EQ(checksums[0], hex);
   EXPECT_EQ(header["z.bf16"]["dtype"], "BF16");
   EXPECT_EQ(header["z.bf16"]["data_offsets"], nlohmann::json({24, 32}));  // after 6 floats
   EXPECT_EQ(header["scalar"]["shape"], nlohmann::json::array());
@@ -144,14 +156,15 @@ TEST_F(SafetensorsTest, WritesTheExactBytesOfTheFormat) {
   const std::string path = Path("tiny.safetensors");
   ASSERT_TRUE(WriteSafetensors(path, tensors, {{"k", "v"}}).ok());
 
-  // The JSON is 132 bytes; padded with 4 spaces to 136 = 0x88 so the data starts at 144 = 8 * 18.
-  const std::string json = R"({"__metadata__":{"k":"v"},)"
+  // The JSON is 167 bytes; padded with 1 space to 168 = 0xa8 so the data starts at 176 = 8 * 22.
+  // The checksums are Python's zlib.crc32 of struct.pack('<ff', 1, -2) and of struct.pack('<q', 7).
+  const std::string json = R"({"__metadata__":{"k":"v","tandem.crc32":"c3872656 6fe7d670"},)"
                            R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                            R"("b":{"dtype":"I64","shape":[],"data_offsets":[8,16]}})";
-  ASSERT_EQ(json.size(), 132u);
+  ASSERT_EQ(json.size(), 167u);
   const std::string expected =
-      std::string("\x88\0\0\0\0\0\0\0", 8) +  // header length 136, u64 little-endian
-      json + "    " +                         // 4 spaces of padding
+      std::string("\xa8\0\0\0\0\0\0\0", 8) +  // header length 168, u64 little-endian
+      json + " " +                            // 1 space of padding
       std::string("\0\0\x80\x3f", 4) +        // 1.0f  = 0x3f800000
       std::string("\0\0\0\xc0", 4) +          // -2.0f = 0xc0000000
       std::string("\x07\0\0\0\0\0\0\0", 8);   // 7 as int64
@@ -186,6 +199,54 @@ TEST_F(SafetensorsTest, HeaderLengthBeyondTheFileIsInvalid) {
   std::string bytes = FileBytes("{}      ", "");
   bytes[0] = 9;  // claims 9 header bytes, 8 follow
   ExpectInvalid("long.safetensors", bytes, {"header length 9"});
+}
+
+TEST_F(SafetensorsTest, HeaderOver100MBIsRefusedBeforeItIsRead) {
+  std::string bytes = FileBytes("{}      ", "");
+  const uint64_t claimed = 100'000'001;
+  std::memcpy(bytes.data(), &claimed, sizeof claimed);
+  bytes.resize(8 + claimed, ' ');  // the whole claimed header is really there
+  ExpectInvalid("huge_header.safetensors", bytes, {"header length 100000001 is over the limit of 100000000 bytes"});
+}
+
+TEST_F(SafetensorsTest, DeepNestingIsRefusedAndNothingIsEchoedAtLength) {
+  std::string deep = R"({"a": )" + std::string(1000, '[') + std::string(1000, ']') + "}";
+  deep.append((8 - deep.size() % 8) % 8, ' ');
+  ExpectInvalid("deep.safetensors", FileBytes(deep, ""), {"header nests more than 4 levels deep"});
+
+  const std::string long_name(5000, 'n');
+  std::string sevens;
+  for (int i = 0; i < 1000; ++i) sevens += "7,";
+  const std::string header = "{\"" + long_name + "\": [" + sevens + "7]}";
+  const std::string path = Path("echo.safetensors");
+  Spit(path, FileBytes(header + std::string((8 - header.size() % 8) % 8, ' '), ""));
+  absl::StatusOr<NamedTensors> read = ReadSafetensors(path);
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(std::string(read.status().message()), HasSubstr("entry is not a JSON object but an array"));
+  EXPECT_THAT(std::string(read.status().message()), HasSubstr("... (5000 characters)"));
+  EXPECT_LT(read.status().message().size(), 400u) << read.status();
+}
+
+TEST_F(SafetensorsTest, AFlippedBitIsDataLossNamingTheTensor) {
+  const std::string path = Path("rot.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, {{"a", at::arange(64, at::kFloat)}, {"b", at::ones({16}, at::kFloat)}}).ok());
+  std::string bytes = Slurp(path);
+  bytes[bytes.size() - 64 - 3] ^= 0x10;  // inside "a", the first 256 of the 320 data bytes
+  Spit(path, bytes);
+  absl::StatusOr<NamedTensors> whole = ReadSafetensors(path);
+  EXPECT_EQ(whole.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(whole.status().message()), HasSubstr("tensor 'a': checksum mismatch (stored crc32 "));
+  EXPECT_THAT(std::string(whole.status().message()), HasSubstr("the file is damaged"));
+  absl::StatusOr<SafetensorsHeader> header = ReadSafetensorsHeader(path);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_TRUE(ReadSafetensor(*header, "b").ok());
+  EXPECT_EQ(ReadSafetensor(*header, "a").status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(SafetensorsTest, ChecksumListThatDoesNotFitTheTensorsIsInvalid) {
+  const std::string header = R"({"__metadata__":{"tandem.crc32":"00000000 00000000"},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})";
+  ExpectInvalid("count.safetensors", FileBytes(header + std::string((8 - header.size() % 8) % 8, ' '), "x"),
+                {"\"tandem.crc32\" holds 2 checksums for 1 tensors"});
 }
 
 TEST_F(SafetensorsTest, BadJsonIsInvalid) {

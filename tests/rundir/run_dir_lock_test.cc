@@ -1,6 +1,7 @@
 // rundir/run_dir_lock.h: one holder at a time, released when the lock ends (or the process).
 #include "rundir/run_dir_lock.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,16 +13,21 @@
 namespace tandem::rundir {
 namespace {
 
+using ::testing::MatchesRegex;
+
 TEST(RunDirLock, OneHolderAtATime) {
   const auto dir = std::filesystem::path(::testing::TempDir()) / ("run_dir_lock_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   {
-    absl::StatusOr<RunDirLock> first = RunDirLock::Acquire(dir.string());
+    absl::StatusOr<RunDirLock> first = RunDirLock::Acquire(dir.string(), "job j-000007 (shapes)");
     ASSERT_TRUE(first.ok()) << first.status();
     const absl::Status second = RunDirLock::Acquire(dir.string()).status();
     EXPECT_EQ(second.code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_EQ(second.message(), "run directory " + dir.string() + " is in use by another job or process (it holds " +
-                                    (dir / ".lock").string() + ")");
+    // "... is in use by pid 123 on host h since 2026-11-26 08:13:14 UTC: job j-000007 (shapes) (it holds ...)"
+    EXPECT_THAT(std::string(second.message()),
+                MatchesRegex("run directory " + dir.string() + " is in use by pid " + std::to_string(::getpid()) +
+                             " on host .* since [0-9-]+ [0-9:]+ UTC: job j-000007 \\(shapes\\) \\(it holds " +
+                             (dir / ".lock").string() + "\\)"));
     RunDirLock moved = *std::move(first);  // the lock moves with its holder
     EXPECT_FALSE(RunDirLock::Acquire(dir.string()).ok());
   }

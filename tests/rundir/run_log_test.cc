@@ -63,12 +63,50 @@ TEST(RunLogTest, AppendedRecordsReadBack) {
 
 TEST(RunLogTest, ReadMetricsNamesTheBadLine) {
   const std::string path = TempPath("metrics.jsonl");
-  std::ofstream(path) << R"({"step":1,"loss":1})" << "\n" << "{broken\n";
+  std::ofstream(path) << R"({"step":1,"loss":1})" << "\n" << "{broken\n" << R"({"step":2,"loss":1})" << "\n";
   std::vector<StepRecord> steps;
   std::vector<EvalRecord> evals;
   absl::Status status = ReadMetrics(path, &steps, &evals);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()), HasSubstr("metrics.jsonl:2: not a JSON object"));
+}
+
+// What a process killed inside fputs leaves, and what a machine that lost power leaves (ext4 may
+// keep the new length with zeros for the data).
+TEST(RunLogTest, ATornLastLineIsSkippedAndSaidSo) {
+  const std::string record = R"({"step":1,"loss":1})";
+  for (const std::string& tail : {std::string(R"({"step":2,"lo)"), std::string(40, '\0'), std::string("\0\0\0\n", 4)}) {
+    const std::string path = TempPath("metrics.jsonl");
+    std::ofstream(path, std::ios::binary) << record << "\n" << tail;
+    std::vector<StepRecord> steps;
+    std::vector<EvalRecord> evals;
+    bool torn = false;
+    ASSERT_TRUE(ReadMetrics(path, &steps, &evals, &torn).ok());
+    EXPECT_EQ(torn, tail[0] == '{');  // zeros alone are no line at all
+    ASSERT_EQ(steps.size(), 1u);
+    EXPECT_EQ(steps[0].step, 1);
+  }
+}
+
+TEST(RunLogTest, AResumeTruncatesATornTailAndAppendsAfterTheKeptRecords) {
+  const std::string path = TempPath("metrics.jsonl");
+  std::ofstream(path, std::ios::binary) << R"({"step":1,"loss":3})" << "\n"
+                                        << R"({"step":2,"loss":2})" << "\n"
+                                        << R"({"step":3,"lo)";
+  {
+    auto log = MetricsLog::OpenResumed(path, 2);
+    ASSERT_TRUE(log.ok()) << log.status();
+    ASSERT_TRUE(log->Append(StepRecord{3, 1.0, 0.1, 0.1, 1.0, 0, 0, 10, 1.0}).ok());
+    ASSERT_TRUE(log->Sync().ok());
+  }
+  std::ifstream in(path);
+  std::string first, second, third, fourth;
+  std::getline(in, first);
+  std::getline(in, second);
+  std::getline(in, third);
+  EXPECT_EQ(first, R"({"step":1,"loss":3.0,"lr":0.0,"vision_lr":0.0,"grad_norm":null,"vision_grad_norm":null,"llm_grad_norm":null,"samples_per_s":0.0,"elapsed_s":0.0})");
+  EXPECT_THAT(third, HasSubstr(R"({"step":3,"loss":1.0,)"));
+  EXPECT_FALSE(std::getline(in, fourth));
 }
 
 TEST(RunLogTest, OpenFailsWithThePath) {

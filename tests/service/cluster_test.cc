@@ -49,9 +49,13 @@ TEST_F(ClusterTest, SubmittedJobWaitsForItsActorsThenSucceeds) {
   ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
   const std::string id = submitted.output.substr(0, submitted.output.find('\n'));
   EXPECT_EQ(id, "job-000001");
+  // No actor has registered yet: submit says so after the id, and so does the job's status.
+  const std::string too_few =
+      "waiting for more actors: pool 'llm' has 0 actors registered and the job needs 1; pool 'vision' has 0 actors "
+      "registered and the job needs 1 (it fails after 600 s without them, --unplaceable-timeout)";
+  EXPECT_THAT(submitted.output, HasSubstr("job-000001: " + too_few));
   const Outcome waiting = cluster_.Cli(absl::StrCat("status ", id));
-  EXPECT_THAT(waiting.output,
-              HasSubstr("QUEUED: waiting for 1 actors of pool 'vision' (0 free of 0 registered)"));
+  EXPECT_THAT(waiting.output, HasSubstr("QUEUED: " + too_few));
 
   cluster_.StartActor("vision");
   cluster_.StartActor("llm");

@@ -258,11 +258,13 @@ TEST_P(StagesLlavaTest, FirstLossEqualsTransformersAndRanksAgree) {
     nlohmann::json with_images = nlohmann::json::array();
     for (auto& c : all) {
       if (!c.contains("image")) continue;
-      c["image"] = fixtures + "/reference/image.png";
+      c["image"] = "image.png";  // beside the file, as a dataset keeps its images
       with_images.push_back(c);
     }
     ASSERT_EQ(with_images.size(), 2u);
     std::ofstream(dir / "train.json") << with_images.dump();
+    std::filesystem::copy_file(fixtures + "/reference/image.png", dir / "image.png",
+                               std::filesystem::copy_options::overwrite_existing);
   }
   jobspec::JobConfig job = TinyJob(1);
   job.data.kind = data::DataConfig::Kind::kConversations;

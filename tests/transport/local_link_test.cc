@@ -4,19 +4,26 @@
 // garbage frame or a listener that went away fail clearly and hang nothing.
 #include "transport/local_link.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstddef>
+#include <cerrno>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/tandem/v1/peer.pb.h"
 #include "tests/transport/transport_testing.h"
 #include "transport/frame.h"
 #include "transport/inbox.h"
@@ -197,6 +204,105 @@ TEST_F(LocalLinkTest, AGarbageFrameClosesOnlyThatConnection) {
   ASSERT_EQ(send(fd.get(), garbage, sizeof(garbage), MSG_NOSIGNAL), 32);
   char byte;
   EXPECT_EQ(recv(fd.get(), &byte, 1, 0), 0);  // the listener closed the connection
+
+  ExpectANewLinkCarriesATransfer();
+}
+
+// A raw connection to `endpoint`, with a 10 s receive timeout so that a regression fails instead of
+// hanging.
+UniqueFd RawConnection(const LocalEndpoint& endpoint) {
+  sockaddr_un address;
+  const absl::StatusOr<socklen_t> length = AbstractAddress(endpoint.socket_name, &address);
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM, 0));
+  if (!length.ok() || connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), *length) != 0) return UniqueFd();
+  timeval ten_seconds{10, 0};
+  setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &ten_seconds, sizeof(ten_seconds));
+  return fd;
+}
+
+// The bytes of a valid hello: a frame head and the key.
+std::string HelloBytes(const LocalEndpoint& endpoint) {
+  FrameHead head;
+  head.magic = kFrameMagic;
+  head.type = static_cast<uint32_t>(FrameType::kHello);
+  head.meta_bytes = static_cast<uint32_t>(endpoint.nonce.size());
+  return std::string(reinterpret_cast<const char*>(&head), sizeof head) + endpoint.nonce;
+}
+
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+TEST_F(LocalLinkTest, ConnectionsBeyondThePendingHandshakeCapAreClosedAtOnce) {
+  std::vector<UniqueFd> silent;
+  for (int i = 0; i < kMaxPendingHandshakes + 24; ++i) {
+    silent.push_back(RawConnection(listener_->endpoint()));
+    ASSERT_GE(silent.back().get(), 0);
+  }
+  // The handshake deadline is 10 s: the 24 beyond the cap cannot be waiting for it.
+  ASSERT_TRUE(WaitFor([&] { return listener_->refused() >= 24; }, 5s)) << listener_->refused();
+  EXPECT_EQ(listener_->refused(), 24);
+  int closed = 0;
+  for (UniqueFd& fd : silent) {
+    pollfd ready{fd.get(), POLLIN, 0};
+    char byte;
+    if (poll(&ready, 1, 0) == 1 && recv(fd.get(), &byte, 1, MSG_DONTWAIT) == 0) ++closed;
+  }
+  EXPECT_EQ(closed, 24);
+  silent.clear();  // the 16 in their handshake see the link close, and end
+
+  ExpectANewLinkCarriesATransfer();
+}
+
+TEST(LocalListenerHandshake, OneDeadlineForTheWholeHandshakeHoweverTheBytesTrickle) {
+  auto inbox = std::make_shared<Inbox>();
+  absl::StatusOr<std::unique_ptr<LocalListener>> listener = LocalListener::Start(inbox, kLong, 300ms);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  UniqueFd fd = RawConnection((*listener)->endpoint());
+  ASSERT_GE(fd.get(), 0);
+  // The right key, a byte every 50 ms: each read is quick, the whole is 2 s. A timeout per read
+  // would let it through.
+  const std::string hello = HelloBytes((*listener)->endpoint());
+  for (char byte : hello) {
+    if (send(fd.get(), &byte, 1, MSG_NOSIGNAL) != 1) break;  // closed already
+    std::this_thread::sleep_for(50ms);
+  }
+  absl::StatusOr<FrameHead> head = ReadFrameHead(fd.get(), "trickle");
+  ASSERT_TRUE(head.ok()) << head.status();
+  absl::StatusOr<std::string> meta = ReadFrameMeta(fd.get(), *head, "trickle");
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  tandem::v1::TransferAck ack;
+  ASSERT_TRUE(ack.ParseFromString(*meta));
+  EXPECT_EQ(ack.code(), static_cast<int>(absl::StatusCode::kUnauthenticated));
+  EXPECT_EQ((*listener)->refused(), 1);
+  (*listener)->Close();
+}
+
+TEST_F(LocalLinkTest, AnotherUsersProcessIsClosedBeforeItsHandshake) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to connect as another user";
+  const std::string hello = HelloBytes(listener_->endpoint());
+  const LocalEndpoint endpoint = listener_->endpoint();
+  const pid_t child = fork();
+  if (child == 0) {  // only system calls from here
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+    UniqueFd fd = RawConnection(endpoint);
+    if (fd.get() < 0) _exit(3);
+    (void)!send(fd.get(), hello.data(), hello.size(), MSG_NOSIGNAL);
+    char byte;
+    // Closed with no acknowledgement: an end of stream, or a reset (the hello was never read).
+    const ssize_t n = recv(fd.get(), &byte, 1, 0);
+    _exit(n == 0 || (n < 0 && errno == ECONNRESET) ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(listener_->refused(), 1);
 
   ExpectANewLinkCarriesATransfer();
 }

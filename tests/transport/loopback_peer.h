@@ -28,7 +28,7 @@ class LoopbackPeer {
         service_(inbox_, WithEndpoint(options, listener_.get())) {
     inbox_->SetJob("job-1");
     grpc::ServerBuilder builder;
-    rpc::ConfigureServer(builder, "127.0.0.1:" + std::to_string(port), &port);
+    rpc::ConfigureServer(builder, "127.0.0.1:" + std::to_string(port), &port, rpc::kActorLimits);
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
     EXPECT_NE(server_, nullptr);

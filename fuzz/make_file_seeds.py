@@ -1,0 +1,92 @@
+"""Writes the seed corpora of the file-format fuzzers into fuzz/corpus/: small PNGs and JPEGs of
+every layout the decoders take, safetensors files (as the safetensors package writes them, and
+with Tandem's checksum entry), jsonl and conversation files naming the fuzzers' "a.png", and HTTP
+requests. Deterministic; run from the repository root with the project's virtual environment:
+
+    .venv/bin/python fuzz/make_file_seeds.py
+"""
+import io
+import json
+import pathlib
+import struct
+import zlib
+
+import numpy as np
+from PIL import Image
+
+root = pathlib.Path("fuzz/corpus")
+
+
+def write(target, name, data):
+    path = root / target / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+rng = np.random.default_rng(0)
+pixels = rng.integers(0, 256, size=(6, 5, 4), dtype=np.uint8)
+
+# PNG: grey, grey+alpha, RGB, RGBA, palette, 16-bit grey, interlaced.
+for mode in ["L", "LA", "RGB", "RGBA", "P"]:
+    image = Image.fromarray(pixels[..., :3]).convert(mode)
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    write("png", f"{mode.lower()}.png", out.getvalue())
+out = io.BytesIO()
+Image.fromarray(pixels[..., 0].astype(np.uint16) * 257).save(out, format="PNG")
+write("png", "grey16.png", out.getvalue())
+out = io.BytesIO()
+Image.fromarray(pixels[..., :3]).save(out, format="PNG", interlace=1)
+write("png", "interlaced.png", out.getvalue())
+
+# JPEG: baseline colour, greyscale, progressive, 4:4:4.
+for name, kwargs, mode in [("baseline.jpg", {}, "RGB"), ("grey.jpg", {}, "L"),
+                           ("progressive.jpg", {"progressive": True}, "RGB"),
+                           ("444.jpg", {"subsampling": 0}, "RGB")]:
+    out = io.BytesIO()
+    Image.fromarray(pixels[..., :3]).convert(mode).save(out, format="JPEG", quality=90, **kwargs)
+    write("jpeg", name, out.getvalue())
+
+
+def safetensors(tensors, metadata=None, checksum=False):
+    header, data = {}, b""
+    crcs = []
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+        crcs.append(f"{zlib.crc32(raw):08x}")
+    meta = dict(metadata or {})
+    if checksum:
+        meta["tandem.crc32"] = " ".join(crcs)
+    if meta:
+        header = {"__metadata__": meta, **header}
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+floats = struct.pack("<6f", *range(6))
+write("safetensors_header", "one.safetensors", safetensors({"w": ("F32", [2, 3], floats)}))
+write("safetensors_header", "checksummed.safetensors",
+      safetensors({"a": ("F32", [2, 3], floats), "b": ("I64", [], struct.pack("<q", 7)),
+                   "e": ("BF16", [0], b""), "c": ("U8", [3], b"xyz")}, {"format": "pt"}, checksum=True))
+write("safetensors_header", "empty.safetensors", safetensors({}))
+
+# Data files beside the fuzzers' a.png.
+write("jsonl", "train.jsonl", '{"image": "a.png", "text": "a small red circle"}\n'
+                              '{"image": "a.png", "text": "a big blue square at the top"}\n')
+write("jsonl", "crlf.jsonl", '{"image": "a.png", "text": "x"}\r\n\r\n{"text": "y", "image": "a.png"}\r\n')
+conversation = [{"image": "a.png", "conversations": [
+    {"from": "human", "value": "<image>\nWhat is it?"}, {"from": "gpt", "value": "A circle."},
+    {"from": "human", "value": "Which colour?"}, {"from": "gpt", "value": "Red."}]}]
+write("conversations", "list.json", json.dumps(conversation))
+write("conversations", "lines.jsonl", "\n".join(json.dumps(c) for c in conversation * 2) + "\n")
+write("conversations", "system.json", json.dumps([{"image": "a.png", "conversations": [
+    {"from": "system", "value": "Be brief."}, {"from": "human", "value": "<image>"},
+    {"from": "gpt", "value": "A square."}]}]))
+
+# HTTP requests.
+write("metrics_http", "get_metrics", "GET /metrics HTTP/1.1\r\nHost: coordinator:9090\r\nAccept: */*\r\n\r\n")
+write("metrics_http", "get_healthz_query", "GET /healthz?verbose=1 HTTP/1.0\r\n\r\n")
+write("metrics_http", "post", "POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc")
+write("metrics_http", "not_found", "GET /debug HTTP/1.1\r\n\r\n")

@@ -1,0 +1,186 @@
+// The coordinator (coordinator/coordinator.h) over scripted actors (fake_actor_client.h): what it
+// refuses at submit, one coordinator per state directory, a job whose pools are too small, and no
+// call to an actor while the scheduling lock is held. No process and no server.
+#include "coordinator/coordinator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "jobspec/job_spec_proto.h"
+#include "tests/coordinator/fake_actor_client.h"
+
+namespace tandem::coordinator {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+
+// Hands the coordinator clients of a FakeActors that the test keeps.
+class SharedFakes final : public ActorClientFactory {
+ public:
+  explicit SharedFakes(FakeActors* fakes) : fakes_(fakes) {}
+  std::unique_ptr<ActorClient> Connect(const std::string& address, const std::string& name) override {
+    return fakes_->Connect(address, name);
+  }
+
+ private:
+  FakeActors* fakes_;
+};
+
+v1::SubmitJobRequest Request(int vision, int llm, int64_t steps, const std::string& name = "coordinator-test") {
+  const std::string json = absl::StrCat(R"({"name": ")", name, R"(", "data": {"shapes": {}}, "vision": {"actors": )", vision,
+                                        R"(}, "llm": {"actors": )", llm, R"(}, "schedule": {"global_batch": 8, "steps": )",
+                                        steps, "}}");
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = jobspec::ParseJobSpecProto(json, "test spec").value();
+  return request;
+}
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/tandem-coordinator-XXXXXX";
+    state_dir_ = mkdtemp(pattern);
+  }
+  void TearDown() override {
+    coordinator_.reset();
+    std::error_code ignored;
+    fs::remove_all(state_dir_, ignored);
+  }
+
+  absl::StatusOr<std::unique_ptr<Coordinator>> Create(std::chrono::milliseconds unplaceable_timeout = std::chrono::minutes(10),
+                                                      const std::string& holder = "coordinator under test") {
+    CoordinatorOptions options;
+    options.state_dir = state_dir_;
+    options.heartbeat_interval = std::chrono::milliseconds(20);
+    options.heartbeat_timeout = std::chrono::minutes(10);
+    options.unplaceable_timeout = unplaceable_timeout;
+    options.holder = holder;
+    options.runner.command_timeout = std::chrono::seconds(30);
+    return Coordinator::Create(options, std::make_unique<SharedFakes>(&fakes_));
+  }
+
+  void Start(std::chrono::milliseconds unplaceable_timeout = std::chrono::minutes(10)) {
+    absl::StatusOr<std::unique_ptr<Coordinator>> created = Create(unplaceable_timeout);
+    ASSERT_TRUE(created.ok()) << created.status();
+    coordinator_ = *std::move(created);
+  }
+
+  void AddActors(const std::string& pool, int count) {
+    for (int n = 0; n < count; ++n) {
+      ASSERT_TRUE(coordinator_->registry().Register(pool, "cpu", absl::StrCat(pool, n, ":1")).ok());
+    }
+  }
+
+  // Waits (2 minutes at most) until the job is in `state`.
+  bool WaitForState(const std::string& job_id, JobState state) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (coordinator_->store().GetJob(job_id).value().state == state) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
+  // One vision and one LLM actor, and a job of `steps` steps on them held in its first step.
+  JobRecord StartHeldJob(std::chrono::milliseconds unplaceable_timeout, const std::string& name, int64_t steps) {
+    Start(unplaceable_timeout);
+    AddActors("vision", 1);
+    AddActors("llm", 1);
+    fakes_.HoldStep("llm0:1", 1);
+    absl::StatusOr<JobRecord> job = coordinator_->Submit(Request(1, 1, steps, name));
+    EXPECT_TRUE(job.ok()) << job.status();
+    EXPECT_TRUE(fakes_.WaitForStep("llm0:1", 1));
+    return job.value_or(JobRecord{});
+  }
+
+  std::string state_dir_;
+  FakeActors fakes_;
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+TEST_F(CoordinatorTest, ThreadsBeyondTheBoundAreRefusedAtSubmit) {
+  Start();
+  v1::SubmitJobRequest request = Request(1, 1, 4);
+  request.set_threads(5000);
+  absl::StatusOr<JobRecord> job = coordinator_->Submit(request);
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(job.status().message(), "threads: 5000 is not between 0 (each actor's own) and 1024");
+  request.set_threads(-1);
+  EXPECT_EQ(coordinator_->Submit(request).status().code(), absl::StatusCode::kInvalidArgument);
+  request.set_threads(1024);
+  EXPECT_TRUE(coordinator_->Submit(request).ok());
+}
+
+TEST_F(CoordinatorTest, ASecondCoordinatorOnTheStateDirectoryRefusesNamingTheFirst) {
+  Start();
+  absl::StatusOr<std::unique_ptr<Coordinator>> second = Create(std::chrono::minutes(10), "the second");
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(second.status().message()),
+              MatchesRegex("state directory " + state_dir_ + " is in use by pid " + std::to_string(::getpid()) +
+                           " on host .* since .* UTC: coordinator under test \\(it holds " + state_dir_ +
+                           "/coordinator.lock\\)"));
+  coordinator_.reset();  // the lock goes with the first
+  EXPECT_TRUE(Create().ok());
+}
+
+TEST_F(CoordinatorTest, AJobForMoreActorsThanThePoolHasWaitsSayingSoThenFailsAndTheQueueMovesOn) {
+  Start(std::chrono::milliseconds(300));
+  AddActors("vision", 1);
+  AddActors("llm", 1);
+  absl::StatusOr<JobRecord> big = coordinator_->Submit(Request(1, 3, 4, "big"));
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_EQ(big->state, JobState::kQueued);
+  EXPECT_EQ(big->message,
+            "waiting for more actors: pool 'llm' has 1 actors registered and the job needs 3 (it fails after 0.3 s "
+            "without them, --unplaceable-timeout)");
+  absl::StatusOr<JobRecord> small = coordinator_->Submit(Request(1, 1, 2, "small"));
+  ASSERT_TRUE(small.ok()) << small.status();
+  ASSERT_TRUE(WaitForState(big->id, JobState::kFailed));
+  EXPECT_THAT(coordinator_->store().GetJob(big->id).value().message,
+              HasSubstr("pool 'llm' has 1 actors registered and the job needs 3, for 0.3 s (--unplaceable-timeout)"));
+  EXPECT_TRUE(WaitForState(small->id, JobState::kSucceeded));
+}
+
+TEST_F(CoordinatorTest, AJobWaitingForBusyActorsIsNeverTimedOut) {
+  StartHeldJob(std::chrono::milliseconds(0), "first", 2);
+  absl::StatusOr<JobRecord> second = coordinator_->Submit(Request(1, 1, 2, "second"));
+  ASSERT_TRUE(second.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // many scheduling rounds
+  EXPECT_EQ(coordinator_->store().GetJob(second->id).value().state, JobState::kQueued);
+  fakes_.Unhold("llm0:1");
+  EXPECT_TRUE(WaitForState(second->id, JobState::kSucceeded));
+}
+
+// A cancel whose Release calls hang (an actor that does not answer) must not hold the scheduling
+// lock: a submit meanwhile returns at once.
+TEST_F(CoordinatorTest, NoCallToAnActorIsMadeUnderTheSchedulingLock) {
+  const JobRecord running = StartHeldJob(std::chrono::minutes(10), "running", 4);
+  fakes_.HoldRelease("vision0:1");
+  std::future<absl::StatusOr<JobRecord>> cancel =
+      std::async(std::launch::async, [&] { return coordinator_->Cancel(running.id); });
+  ASSERT_TRUE(fakes_.WaitForRelease("vision0:1", std::chrono::minutes(1)));
+  std::future<absl::StatusOr<JobRecord>> submit =
+      std::async(std::launch::async, [&] { return coordinator_->Submit(Request(1, 1, 2, "meanwhile")); });
+  const bool submitted = submit.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  fakes_.UnholdRelease("vision0:1");
+  fakes_.Unhold("llm0:1");
+  ASSERT_TRUE(submitted) << "Submit waited for a Release";
+  EXPECT_TRUE(submit.get().ok());
+  EXPECT_TRUE(cancel.get().ok());
+  EXPECT_TRUE(WaitForState(running.id, JobState::kCancelled));
+}
+
+}  // namespace
+}  // namespace tandem::coordinator
