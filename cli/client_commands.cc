@@ -221,6 +221,7 @@ int PruneJobs(const ClientFlags& flags, const std::string& age) {
     return 0;
   }
   for (const std::string& id : response.job_ids()) std::printf("%s\n", id.c_str());
+  std::fflush(stdout);
   std::fprintf(stderr, "pruned %d ended job%s (their run directories stay)\n", response.job_ids_size(),
                response.job_ids_size() == 1 ? "" : "s");
   return 0;

@@ -99,6 +99,33 @@ TEST_F(ClusterTest, BadSpecIsRejectedAtSubmitAndNothingIsQueued) {
   EXPECT_THAT(jobs.output, ::testing::Not(HasSubstr("job-")));
 }
 
+// A failure message quotes a data file's image path, which may hold anything: the CLI prints its
+// control characters escaped, so no escape sequence reaches the terminal; `tandem jobs --prune`
+// then forgets the failed job.
+TEST_F(ClusterTest, MessagesReachTheTerminalEscapedAndEndedJobsCanBePruned) {
+  cluster_.StartActor("vision");
+  cluster_.StartActor("llm");
+  cluster_.WriteFile("train.jsonl", "{\"image\": \"\\u001b[2Jgone.png\", \"text\": \"x\"}\n");
+  const std::string job = cluster_.WriteFile("escape.json", R"({
+  "name": "escape", "data": {"jsonl": {"train": "train.jsonl"}},
+  "vision": {"model": {"preset": "vit-tiny"}}, "llm": {"model": {"preset": "llm-tiny"}},
+  "schedule": {"global_batch": 8, "steps": 2}})");
+  const Outcome run = cluster_.Cli(absl::StrCat("submit ", job, " --wait --threads 1"));
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("\\x1b[2Jgone.png does not exist"));
+  EXPECT_THAT(run.output, ::testing::Not(HasSubstr("\x1b")));
+  const Outcome status = cluster_.Cli("status job-000001");
+  EXPECT_THAT(status.output, HasSubstr("FAILED: "));
+  EXPECT_THAT(status.output, HasSubstr("\\x1b[2Jgone.png"));
+  EXPECT_THAT(status.output, ::testing::Not(HasSubstr("\x1b")));
+
+  const Outcome pruned = cluster_.Cli("jobs --prune 0");
+  EXPECT_EQ(pruned.exit_code, 0) << pruned.output;
+  EXPECT_THAT(pruned.output, HasSubstr("job-000001\npruned 1 ended job (their run directories stay)"));
+  EXPECT_THAT(cluster_.Cli("jobs").output, ::testing::Not(HasSubstr("job-000001")));
+  EXPECT_EQ(cluster_.Cli("jobs --prune soon").exit_code, 2);
+}
+
 TEST_F(ClusterTest, DeadActorWithoutRestartsLeftFailsTheJobNamingIt) {
   cluster_.StartActor("vision");
   const pid_t llm = cluster_.StartActor("llm");
