@@ -109,7 +109,7 @@ int Submit(const ClientFlags& flags, const std::string& path, bool wait, const s
     }
     return 0;
   }
-  std::fprintf(stderr, "%s submitted (run directory %s)\n", job_id.c_str(), response.job().run_dir().c_str());
+  std::fprintf(stderr, "%s submitted (run directory %s)\n", job_id.c_str(), Printable(response.job().run_dir()).c_str());
   std::unique_ptr<grpc::ClientContext> context = rpc::NewContext();
   WatchOptions watch;
   watch.interactive = isatty(fileno(stderr)) != 0;
@@ -255,10 +255,11 @@ int Actors(const ClientFlags& flags) {
   std::printf("%-12s %-8s %-8s %-22s %-6s %-12s %-8s %-10s %s\n", "ACTOR", "POOL", "DEVICE", "ADDRESS", "ALIVE", "JOB",
               "STEP", "PHASE", "COLLECTIVE");
   for (const auto& a : actors.actors()) {
-    std::printf("%-12s %-8s %-8s %-22s %-6s %-12s %-8lld %-10s %lld\n", a.actor_id().c_str(), a.pool().c_str(),
-                a.device().c_str(), a.address().c_str(), a.alive() ? "yes" : "no",
-                a.job_id().empty() ? "-" : a.job_id().c_str(), static_cast<long long>(a.step()), a.phase().c_str(),
-                static_cast<long long>(a.last_collective()));
+    // Every field an actor reported about itself is printed escaped.
+    std::printf("%-12s %-8s %-8s %-22s %-6s %-12s %-8lld %-10s %lld\n", Printable(a.actor_id()).c_str(),
+                Printable(a.pool()).c_str(), Printable(a.device()).c_str(), Printable(a.address()).c_str(),
+                a.alive() ? "yes" : "no", a.job_id().empty() ? "-" : a.job_id().c_str(), static_cast<long long>(a.step()),
+                Printable(a.phase()).c_str(), static_cast<long long>(a.last_collective()));
     // Nothing is scheduled on it until its heartbeats say otherwise.
     if (!a.unhealthy().empty()) std::printf("  %s unhealthy: %s\n", a.actor_id().c_str(), Printable(a.unhealthy()).c_str());
   }

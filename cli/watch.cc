@@ -19,16 +19,24 @@ std::string StateName(v1::JobState state) {
 std::string Printable(std::string_view text) {
   std::string out;
   out.reserve(text.size());
+  int continuation = 0;  // bytes still owed to the UTF-8 sequence being copied
   for (size_t i = 0; i < text.size(); ++i) {
     const auto c = static_cast<unsigned char>(text[i]);
+    if (continuation > 0 && c >= 0x80 && c <= 0xbf) {
+      out += static_cast<char>(c);
+      --continuation;
+      continue;
+    }
+    continuation = 0;
     const bool c1 = c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
                     static_cast<unsigned char>(text[i + 1]) <= 0x9f;  // U+0080..U+009F in UTF-8
     if (c1) {
       out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(text[++i]));
-    } else if (c < 0x20 || c == 0x7f) {
-      out += absl::StrFormat("\\x%02x", c);
+    } else if (c < 0x20 || c == 0x7f || (c >= 0x80 && c <= 0xbf) || c >= 0xf5 || c == 0xc0 || c == 0xc1) {
+      out += absl::StrFormat("\\x%02x", c);  // controls, and bytes that start no UTF-8 character (0x9b is CSI)
     } else {
       out += static_cast<char>(c);
+      continuation = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc2 ? 1 : 0;
     }
   }
   return out;
@@ -37,7 +45,7 @@ std::string Printable(std::string_view text) {
 std::string DescribeOutcome(const v1::Job& job) {
   if (job.state() == v1::JOB_STATE_SUCCEEDED && !job.summary_json().empty()) {
     absl::StatusOr<rundir::RunSummary> summary = rundir::ParseSummaryJson(job.summary_json());
-    if (summary.ok()) return rundir::SummaryText(*summary);
+    if (summary.ok()) return Printable(rundir::SummaryText(*summary));
   }
   return absl::StrCat(job.job_id(), " ", StateName(job.state()), job.message().empty() ? "" : ": ",
                       Printable(job.message()), "\n");

@@ -6,12 +6,23 @@
 
 namespace tandem {
 
+namespace fs = std::filesystem;
+
+std::optional<fs::path> ResolveDirectory(const std::string& directory) {
+  std::error_code ec;
+  const fs::path root = fs::weakly_canonical(fs::absolute(directory, ec), ec);
+  if (ec) return std::nullopt;
+  return root;
+}
+
 bool IsInside(const std::string& path, const std::string& directory) {
-  namespace fs = std::filesystem;
+  const std::optional<fs::path> root = ResolveDirectory(directory);
+  return root && IsInsideResolved(path, *root);
+}
+
+bool IsInsideResolved(const std::string& path, const fs::path& root) {
   std::error_code ec;
   const fs::path resolved = fs::weakly_canonical(fs::absolute(path, ec), ec);
-  if (ec) return false;
-  const fs::path root = fs::weakly_canonical(fs::absolute(directory, ec), ec);
   if (ec) return false;
   // Component by component: /data/set is not inside /data/s.
   auto r = root.begin();

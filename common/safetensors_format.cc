@@ -9,7 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
+#include "common/strict_json.h"
 #include "nlohmann/json.hpp"
 #include "zlib.h"
 
@@ -19,6 +19,7 @@ namespace {
 using OrderedJson = nlohmann::ordered_json;
 
 constexpr int kMaxHeaderDepth = 4;  // {name: {"shape": [...]}} is 3
+constexpr size_t kMaxArrayValues = 64;  // a shape's dimensions; data_offsets has 2
 constexpr std::string_view kSupportedDtypes = "F32, BF16, F16, I64, I32, U8";
 
 // This Abseil's string_view is its own type, so std::string_view goes through this into StrCat.
@@ -120,15 +121,26 @@ bool ParseEntry(const std::string& name, const OrderedJson& value, uint64_t data
 
 absl::StatusOr<SafetensorsLayout> ParseSafetensorsHeader(const std::string& path, std::string_view header_text,
                                                          uint64_t data_start, uint64_t data_size) {
+  // Refused while parsing, before the document is built: nesting, and arrays longer than any shape
+  // (100 MB of "[1,1,1,..." would otherwise become gigabytes of JSON values).
   struct TooDeep {};
+  struct TooLong {};
+  size_t array_values = 0;
   OrderedJson header;
   try {
-    header = OrderedJson::parse(header_text, [](int depth, nlohmann::json::parse_event_t, OrderedJson&) {
+    header = OrderedJson::parse(header_text, [&](int depth, nlohmann::json::parse_event_t event, OrderedJson&) {
       if (depth > kMaxHeaderDepth) throw TooDeep{};
+      if (event == nlohmann::json::parse_event_t::array_start) array_values = 0;
+      if (event == nlohmann::json::parse_event_t::value && depth >= 3 && ++array_values > kMaxArrayValues) {
+        throw TooLong{};
+      }
       return true;
     });
   } catch (const TooDeep&) {
     return Invalid(path, absl::StrCat("header nests more than ", kMaxHeaderDepth, " levels deep"));
+  } catch (const TooLong&) {
+    return Invalid(path, absl::StrCat("header has an array of more than ", kMaxArrayValues,
+                                      " values (a shape has at most that many dimensions)"));
   } catch (const nlohmann::json::exception& e) {
     return Invalid(path, absl::StrCat("header is not valid JSON: ", Shown(e.what())));
   }
@@ -152,19 +164,30 @@ absl::StatusOr<SafetensorsLayout> ParseSafetensorsHeader(const std::string& path
     }
     entries.push_back(std::move(entry));
   }
-  // The checksums, in the header's order of tensors (the writer's), before the sort below.
+  // The checksums, by tensor name. A map naming a tensor the file does not hold belongs to another
+  // layout (a tool re-saved the tensors and kept the metadata): it is ignored, not trusted.
   if (auto stored = parsed.metadata.find(std::string(kSafetensorsChecksumKey)); stored != parsed.metadata.end()) {
-    const std::vector<absl::string_view> words = absl::StrSplit(stored->second, ' ', absl::SkipEmpty());
-    if (words.size() != entries.size()) {
-      return Invalid(path, absl::StrCat("\"", Sv(kSafetensorsChecksumKey), "\" holds ", words.size(), " checksums for ",
-                                        entries.size(), " tensors"));
+    const std::string key = absl::StrCat("\"", Sv(kSafetensorsChecksumKey), "\"");
+    absl::StatusOr<nlohmann::json> map = ParseJsonStrict(stored->second);
+    if (!map.ok() || !map->is_object()) {
+      return Invalid(path, absl::StrCat(key, " is not a JSON object of tensor names to checksums"));
     }
-    for (size_t i = 0; i < words.size(); ++i) {
-      uint32_t value = 0;
-      if (words[i].size() != 8 || !absl::SimpleHexAtoi(words[i], &value)) {
-        return Invalid(path, absl::StrCat("\"", Sv(kSafetensorsChecksumKey), "\" entry ", i + 1, " is not 8 hex digits"));
+    std::map<std::string, uint32_t> checksums;
+    for (const auto& [name, value] : map->items()) {
+      uint32_t crc = 0;
+      if (!value.is_string() || value.get_ref<const std::string&>().size() != 8 ||
+          !absl::SimpleHexAtoi(value.get_ref<const std::string&>(), &crc)) {
+        return Invalid(path, absl::StrCat(key, " for '", Shown(name), "' is not 8 hex digits"));
       }
-      entries[i].crc32 = value;
+      checksums[name] = crc;
+    }
+    const bool same_tensors = std::all_of(checksums.begin(), checksums.end(), [&](const auto& entry) {
+      return std::any_of(entries.begin(), entries.end(), [&](const SafetensorsRecord& e) { return e.name == entry.first; });
+    });
+    if (same_tensors) {
+      for (SafetensorsRecord& entry : entries) {
+        if (auto it = checksums.find(entry.name); it != checksums.end()) entry.crc32 = it->second;
+      }
     }
   }
 

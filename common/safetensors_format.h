@@ -5,8 +5,9 @@
 // A file: 8 bytes of little-endian header length N, N bytes of JSON
 //   {"__metadata__": {"k": "v", ...}, "name": {"dtype": "F32", "shape": [2, 3],
 //    "data_offsets": [begin, end]}, ...}
-// then the data, offsets relative to its start. Tandem adds the metadata entry "tandem.crc32": each
-// tensor's CRC-32 (zlib's) as 8 hex digits, space-separated, in the header's order of tensors.
+// then the data, offsets relative to its start. Tandem adds the metadata entry "tandem.crc32": a
+// JSON object of each tensor's name to its CRC-32 (zlib's) as 8 hex digits. A map that names a
+// tensor the file does not hold is ignored (another tool re-saved the file, keeping the metadata).
 //
 // A header is someone's file: it is at most 100 MB (upstream's MAX_HEADER_SIZE) and nests at most
 // 4 levels, and errors quote at most 64 characters of any name or value in it. Stateless.
@@ -55,7 +56,7 @@ absl::StatusOr<uint64_t> SafetensorsHeaderSize(const std::string& path, const ch
 // Validates the header text of a file whose data starts at byte `data_start` and holds
 // `data_size` bytes. InvalidArgument naming the file, and the tensor where there is one: JSON,
 // nesting, types, unknown dtypes, offsets out of range or overlapping, sizes that do not match
-// the shape, a checksum list that does not fit the tensors.
+// the shape, a checksum map that is not names to 8 hex digits.
 absl::StatusOr<SafetensorsLayout> ParseSafetensorsHeader(const std::string& path, std::string_view header_text,
                                                          uint64_t data_start, uint64_t data_size);
 

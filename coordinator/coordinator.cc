@@ -1,5 +1,6 @@
 #include "coordinator/coordinator.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -186,6 +187,10 @@ void Coordinator::Schedule() {
     TANDEM_LOG(kError, kComponent) << "cannot read the job queue: " << jobs.status().message();
     return;
   }
+  // A job that left the queue (cancelled, or started) no longer waits for a pool.
+  std::erase_if(unplaceable_since_, [&](const auto& entry) {
+    return std::none_of(jobs->begin(), jobs->end(), [&](const JobRecord& job) { return job.id == entry.first; });
+  });
   for (JobRecord& job : *jobs) {
     // A runner that just ended this job's last attempt is still finishing: next round.
     if (runners_.count(job.id) > 0) break;
@@ -199,7 +204,9 @@ void Coordinator::Schedule() {
     }
     std::vector<GroupNeed> needs = {{config->vision.pool, config->vision.actors}, {config->llm.pool, config->llm.actors}};
     absl::StatusOr<std::vector<std::vector<ActorEntry>>> actors = registry_.Reserve(job.id, needs);
-    if (absl::IsResourceExhausted(actors.status())) {
+    // Only a job that never ran times out: a RESTARTING one waits for its actors to come back (a
+    // node pool being replaced) however long that takes.
+    if (absl::IsResourceExhausted(actors.status()) && job.state == JobState::kQueued) {
       if (FailIfUnplaceable(job, std::string(actors.status().message()))) continue;
     } else {
       unplaceable_since_.erase(job.id);
@@ -207,8 +214,11 @@ void Coordinator::Schedule() {
     if (!actors.ok()) {
       const std::string message =
           absl::IsResourceExhausted(actors.status())
-              ? absl::StrCat("waiting for more actors: ", actors.status().message(), " (it fails after ",
-                             options_.unplaceable_timeout.count() / 1000.0, " s without them, --unplaceable-timeout)")
+              ? absl::StrCat("waiting for more actors: ", actors.status().message(),
+                             job.state == JobState::kQueued
+                                 ? absl::StrCat(" (it fails after ", options_.unplaceable_timeout.count() / 1000.0,
+                                                " s without them, --unplaceable-timeout)")
+                                 : "")
               : std::string(actors.status().message());
       if (job.message != message) {
         job.message = message;
@@ -246,8 +256,12 @@ bool Coordinator::FailIfUnplaceable(JobRecord& job, const std::string& why) {
   job.message = absl::StrCat(why, ", for ", options_.unplaceable_timeout.count() / 1000.0,
                              " s (--unplaceable-timeout): the job cannot start, and later jobs are not held behind it");
   job.ended_at = UnixNow();
+  if (absl::Status recorded = store_->UpdateJob(job); !recorded.ok()) {
+    TANDEM_LOG(kError, kComponent) << job.id << ": cannot record its failure: " << recorded.message();
+    return false;  // still QUEUED in the store: it keeps its place
+  }
   TANDEM_LOG(kWarning, kComponent) << job.id << ": failed: " << job.message;
-  if (store_->UpdateJob(job).ok()) Finish(job);
+  Finish(job);
   return true;
 }
 

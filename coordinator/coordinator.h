@@ -44,8 +44,9 @@ struct CoordinatorOptions {
   std::string state_dir;                               // tandem.db and jobs/<id>/ (default run dirs)
   std::chrono::milliseconds heartbeat_interval{1000};  // what actors are told
   std::chrono::milliseconds heartbeat_timeout{10000};  // silence after which an actor is dead
-  // How long the job at the head of the queue may wait for a pool that has fewer actors registered
-  // than it needs (not merely busy ones) before it fails, so that it does not block the queue.
+  // How long a QUEUED job at the head of the queue may wait for a pool that has fewer actors
+  // registered than it needs (not merely busy ones) before it fails, so that it does not block the
+  // queue. A RESTARTING job waits for its actors to come back without limit.
   std::chrono::milliseconds unplaceable_timeout{600000};
   // Who holds <state_dir>/coordinator.lock, for the message of a second coordinator started on it.
   std::string holder = "coordinator";

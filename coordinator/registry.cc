@@ -93,10 +93,12 @@ absl::StatusOr<std::vector<std::vector<ActorEntry>>> Registry::Reserve(const std
     }
     taken[needs[g].pool] += needs[g].count;
   }
-  for (const auto& [pool, needed] : taken) {
+  for (const auto& need : taken) {  // a pair, not a structured binding: the lambda captures it
+    const std::string& pool = need.first;
     const auto registered = std::count_if(actors_.begin(), actors_.end(), [&](const ActorEntry& a) { return a.pool == pool; });
-    if (registered < needed) {
-      too_small.push_back(absl::StrCat("pool '", pool, "' has ", registered, " actors registered and the job needs ", needed));
+    if (registered < need.second) {
+      too_small.push_back(
+          absl::StrCat("pool '", pool, "' has ", registered, " actors registered and the job needs ", need.second));
     }
   }
   if (!too_small.empty()) return absl::ResourceExhaustedError(absl::StrJoin(too_small, "; "));

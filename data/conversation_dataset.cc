@@ -14,10 +14,10 @@ absl::StatusOr<std::unique_ptr<ConversationDataset>> ConversationDataset::Open(
     const std::string& path, int64_t image_size, std::shared_ptr<const ImagePreprocessor> preprocessor,
     bool allow_images_outside) {
   ASSIGN_OR_RETURN(std::vector<Conversation> conversations, ReadConversations(path));
-  const std::string folder = std::filesystem::path(path).parent_path().string();
+  const ImageFolder folder(std::filesystem::path(path).parent_path().string());
   for (const Conversation& c : conversations) {
     if (c.image.empty()) return absl::InvalidArgumentError(absl::StrCat(c.source, ": has no image"));
-    if (!allow_images_outside) RETURN_IF_ERROR(CheckImageInside(c.image, folder, c.source));
+    if (!allow_images_outside) RETURN_IF_ERROR(folder.CheckInside(c.image, c.source));
     std::error_code ec;
     if (!std::filesystem::is_regular_file(c.image, ec)) {
       return absl::NotFoundError(absl::StrCat(c.source, ": image ", c.image, " is not a file"));

@@ -62,10 +62,13 @@ std::vector<tokenizer::ChatMessage> Dataset::Messages(int64_t index) const {
 
 std::vector<std::string> Dataset::VocabularyTexts() const { return AllTexts(*this); }
 
-absl::Status CheckImageInside(const std::string& image, const std::string& folder, const std::string& where) {
-  if (IsInside(image, folder.empty() ? "." : folder)) return absl::OkStatus();
+ImageFolder::ImageFolder(std::string folder)
+    : folder_(folder.empty() ? "." : std::move(folder)), resolved_(ResolveDirectory(folder_)) {}
+
+absl::Status ImageFolder::CheckInside(const std::string& image, const std::string& where) const {
+  if (resolved_ && IsInsideResolved(image, *resolved_)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      where, ": image ", image, " is outside ", folder.empty() ? "." : folder,
+      where, ": image ", image, " is outside ", folder_,
       ", the data file's directory (an absolute path, \"..\" or a symlink leading out); set "
       "data.allow_images_outside to true to read it"));
 }

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,10 +80,19 @@ absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_si
                                       const std::string& spec_dir,
                                       std::shared_ptr<const ImagePreprocessor> preprocessor = nullptr);
 
-// OK when `image` lies inside `folder` as the file system resolves it (common/paths.h); else
-// InvalidArgument "<where>: image <image> is outside <folder> ...", which names the spec key that
-// allows it (data.allow_images_outside).
-absl::Status CheckImageInside(const std::string& image, const std::string& folder, const std::string& where);
+// Checks that a data file's images lie inside its folder, as the file system resolves them
+// (common/paths.h), the folder resolved once. An image outside is InvalidArgument "<where>: image
+// <image> is outside <folder> ...", which names the spec key that allows it
+// (data.allow_images_outside); a folder that cannot be resolved is the same for every image.
+class ImageFolder {
+ public:
+  explicit ImageFolder(std::string folder);
+  absl::Status CheckInside(const std::string& image, const std::string& where) const;
+
+ private:
+  std::string folder_;
+  std::optional<std::filesystem::path> resolved_;
+};
 
 // An image file as a dataset sample: decoded, then preprocessed (when given) or stretched to
 // image_size. Errors name the file.

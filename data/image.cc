@@ -49,7 +49,7 @@ absl::Status TooLargeError(const std::string& name, const char* kind, uint64_t w
 }  // namespace internal
 
 uint64_t MaxPixelsFor(int64_t image_size) {
-  constexpr uint64_t kFloor = uint64_t{1} << 24;
+  constexpr uint64_t kFloor = uint64_t{1} << 26;
   if (image_size <= 0) return kFloor;
   const uint64_t side = static_cast<uint64_t>(image_size);
   if (side >= (uint64_t{1} << 14)) return kMaxImagePixels;  // 256 x side^2 would pass the cap anyway

@@ -38,7 +38,7 @@ struct Image {
 inline constexpr uint64_t kMaxImagePixels = uint64_t{1} << 28;
 
 // The pixel cap for a model that sees image_size x image_size: 256 times what it uses, at least
-// 2^24 (a 16-megapixel photo) and at most kMaxImagePixels. A larger image is refused before its
+// 2^26 (67 megapixels: any camera's photo) and at most kMaxImagePixels. A larger image is refused before its
 // pixels are allocated (InvalidArgument, naming the cap), so one file in a dataset cannot take an
 // actor's memory.
 uint64_t MaxPixelsFor(int64_t image_size);

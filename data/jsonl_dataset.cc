@@ -46,6 +46,7 @@ absl::StatusOr<std::unique_ptr<JsonlDataset>> JsonlDataset::Open(
     bool allow_images_outside) {
   ASSIGN_OR_RETURN(const std::string contents, ReadUserFile(jsonl_path));
   const fs::path directory = fs::path(jsonl_path).parent_path();
+  const ImageFolder folder(directory.string());
   std::vector<Sample> samples;
   int64_t line_number = 0;
   for (size_t begin = 0; begin < contents.size();) {
@@ -94,9 +95,7 @@ absl::StatusOr<std::unique_ptr<JsonlDataset>> JsonlDataset::Open(
       return absl::InvalidArgumentError(
           absl::StrCat(where, "image ", sample.image_path, " is not a regular file"));
     }
-    if (!allow_images_outside) {
-      RETURN_IF_ERROR(CheckImageInside(sample.image_path, directory.string(), where.substr(0, where.size() - 2)));
-    }
+    if (!allow_images_outside) RETURN_IF_ERROR(folder.CheckInside(sample.image_path, where.substr(0, where.size() - 2)));
     samples.push_back(std::move(sample));
   }
   if (samples.empty()) {

@@ -100,7 +100,7 @@ absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                               const std::map<std::string, std::string>& metadata) {
   OrderedJson entries = OrderedJson::object();
-  std::vector<std::string> checksums;
+  nlohmann::json checksums = nlohmann::json::object();  // name -> 8 hex digits
 
   std::vector<at::Tensor> contiguous;
   contiguous.reserve(tensors.size());
@@ -125,7 +125,7 @@ absl::Status WriteSafetensors(const std::string& path,
       }
       contiguous.push_back(tensor.contiguous());
       const uint64_t bytes = contiguous.back().nbytes();
-      checksums.push_back(SafetensorsHex32(SafetensorsCrc32(bytes > 0 ? contiguous.back().data_ptr() : nullptr, bytes)));
+      checksums[name] = SafetensorsHex32(SafetensorsCrc32(bytes > 0 ? contiguous.back().data_ptr() : nullptr, bytes));
       OrderedJson entry = OrderedJson::object();
       entry["dtype"] = std::string(dtype->name);
       entry["shape"] = tensor.sizes().vec();
@@ -145,7 +145,7 @@ absl::Status WriteSafetensors(const std::string& path,
     for (const auto& [key, value] : metadata) {
       if (key != kSafetensorsChecksumKey) map[key] = value;
     }
-    if (!checksums.empty()) map[std::string(kSafetensorsChecksumKey)] = absl::StrJoin(checksums, " ");
+    if (!checksums.empty()) map[std::string(kSafetensorsChecksumKey)] = checksums.dump();
   }
   for (auto& [name, entry] : entries.items()) header[name] = std::move(entry);
   std::string header_text;

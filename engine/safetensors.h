@@ -20,7 +20,7 @@ namespace tandem::engine {
 
 // Writes CPU tensors (fp32, bf16, fp16, int64, int32, uint8) atomically to `path`. Non-contiguous
 // tensors are made contiguous. Duplicate or empty names are InvalidArgument. The metadata always
-// gains "tandem.crc32": each tensor's CRC-32 (8 hex digits, space-separated, in the order given).
+// gains "tandem.crc32": a JSON object of each tensor's name to its CRC-32 (8 hex digits).
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                               const std::map<std::string, std::string>& metadata = {});

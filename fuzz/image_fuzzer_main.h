@@ -17,7 +17,7 @@ namespace tandem::fuzz {
 inline int DecodeImageInput(const uint8_t* data, size_t size, std::string_view magic) {
   std::string bytes(reinterpret_cast<const char*>(data), size);
   if (bytes.compare(0, magic.size(), magic) != 0) bytes.insert(0, magic);
-  // A 224-pixel model's cap (16 Mpx): what a training job would allow.
+  // A 224-pixel model's cap (2^26 pixels): what a training job would allow.
   const uint64_t cap = data::MaxPixelsFor(224);
   absl::StatusOr<data::Image> image = data::DecodeImage(bytes, "fuzz", cap);
   if (!image.ok()) return 0;

@@ -50,14 +50,14 @@ for name, kwargs, mode in [("baseline.jpg", {}, "RGB"), ("grey.jpg", {}, "L"),
 
 def safetensors(tensors, metadata=None, checksum=False):
     header, data = {}, b""
-    crcs = []
+    crcs = {}
     for name, (dtype, shape, raw) in tensors.items():
         header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
         data += raw
-        crcs.append(f"{zlib.crc32(raw):08x}")
+        crcs[name] = f"{zlib.crc32(raw):08x}"
     meta = dict(metadata or {})
     if checksum:
-        meta["tandem.crc32"] = " ".join(crcs)
+        meta["tandem.crc32"] = json.dumps(crcs, separators=(",", ":"))
     if meta:
         header = {"__metadata__": meta, **header}
     text = json.dumps(header, separators=(",", ":")).encode()

@@ -26,8 +26,9 @@ struct ServerLimits {
   int64_t memory_bytes;        // the server's grpc::ResourceQuota: its buffers in all
 };
 // The coordinator's control plane: job specs, registrations, heartbeats and rendezvous keys are
-// kilobytes; every --wait client and every actor's heartbeat is a call.
-inline constexpr ServerLimits kCoordinatorLimits{4 << 20, 128, 512, int64_t{1} << 30};
+// kilobytes. Every --wait client holds a call for its job's life, and during a rendezvous every rank
+// waits in one StoreGet at once: 4096 calls cover clusters of thousands of actors.
+inline constexpr ServerLimits kCoordinatorLimits{4 << 20, 128, 4096, int64_t{1} << 30};
 // An actor: its own control plane, and the data plane's chunks (1 MiB each, transport/).
 inline constexpr ServerLimits kActorLimits{16 << 20, 256, 1024, int64_t{8} << 30};
 

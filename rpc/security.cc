@@ -3,6 +3,7 @@
 #include <grpcpp/client_context.h>
 #include <grpcpp/security/auth_metadata_processor.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
@@ -134,13 +135,29 @@ class TokenProcessor final : public grpc::AuthMetadataProcessor {
     if (presented.substr(0, bearer.size()) == bearer && SameSecret(presented.substr(bearer.size()), token_)) {
       return grpc::Status::OK;
     }
+    const char* what = found == metadata.end() ? "no token" : "a wrong token";
+    LogRefusal(what);
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        absl::StrCat(found == metadata.end() ? "no token" : "a wrong token",
-                                     ": calls need the cluster's token (--token-file or $", kTokenEnvironment, ")"));
+                        absl::StrCat(what, ": calls need the cluster's token (--token-file or $", kTokenEnvironment, ")"));
   }
 
  private:
+  // The peer's address is not known here: one line a minute, with the count since the last.
+  void LogRefusal(const char* what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++refused_;
+    const auto now = std::chrono::steady_clock::now();
+    if (logged_ != std::chrono::steady_clock::time_point{} && now - logged_ < std::chrono::minutes(1)) return;
+    TANDEM_LOG(kWarning, kComponent) << "refused a TLS call with " << what << " before reading it (UNAUTHENTICATED; "
+                                     << refused_ << " refused since the last such line)";
+    logged_ = now;
+    refused_ = 0;
+  }
+
   const std::string token_;
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point logged_{};  // guarded by mu_
+  int64_t refused_ = 0;                             // guarded by mu_
 };
 
 }  // namespace

@@ -94,6 +94,7 @@ void LocalListener::Close() {
     shutdown(fd_.get(), SHUT_RDWR);  // accept returns
     for (Link& link : links_) shutdown(link.fd.get(), SHUT_RDWR);
   }
+  room_.notify_all();
   acceptor_.join();
   // No thread adds links any more.
   for (Link& link : links_) link.thread.join();
@@ -102,50 +103,58 @@ void LocalListener::Close() {
 
 void LocalListener::Accept() {
   for (;;) {
-    UniqueFd fd(accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    const int accept_error = errno;
+    // Back-pressure: with kMaxPendingHandshakes connections in their handshake, or kMaxLinks open,
+    // the next connection waits in the kernel's listen backlog until one ends; senders then meet a
+    // slower accept, never a refusal (each tensor over 1 MiB opens a connection of its own).
     std::list<Link> finished;  // links that ended, joined outside the lock
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (closed_) return;
-      if (fd.get() < 0) {
-        if (accept_error != EINTR && accept_error != ECONNABORTED) {
-          // Out of descriptors or memory: say so, and try again shortly rather than never.
-          TANDEM_LOG(kWarning, kComponent)
-              << "local links: accept: " << std::strerror(accept_error);
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::unique_lock<std::mutex> lock(mu_);
+      room_.wait(lock, [&] {
+        for (auto it = links_.begin(); it != links_.end();) {
+          auto next = std::next(it);
+          if (it->done) finished.splice(finished.end(), links_, it);
+          it = next;
         }
-        continue;
-      }
-      for (auto it = links_.begin(); it != links_.end();) {
-        auto next = std::next(it);
-        if (it->done) finished.splice(finished.end(), links_, it);
-        it = next;
-      }
-      // Checked before a thread exists for it: whose process it is, and room. A refused one is
-      // closed when `fd` goes.
-      ucred peer{};
-      socklen_t peer_size = sizeof peer;
-      const auto pending =
-          std::count_if(links_.begin(), links_.end(), [](const Link& l) { return !l.handshaken; });
-      if (getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &peer_size) != 0 || peer.uid != geteuid()) {
-        Refused(absl::StrCat("a process of another user (uid ", peer.uid, ", pid ", peer.pid, ")"));
-      } else if (pending >= kMaxPendingHandshakes) {
-        Refused(absl::StrCat(pending, " connections are in their handshake already (this one from pid ", peer.pid, ")"));
-      } else if (links_.size() >= static_cast<size_t>(kMaxLinks)) {
-        Refused(absl::StrCat(links_.size(), " links are open already (this one from pid ", peer.pid, ")"));
-      } else {
-        Link& link = links_.emplace_back();
-        link.fd = std::move(fd);
-        try {
-          link.thread = std::thread([this, &link] { Serve(link); });
-        } catch (const std::system_error& e) {  // out of threads: refuse this connection
-          TANDEM_LOG(kWarning, kComponent) << "local links: " << e.what();
-          links_.pop_back();
-        }
+        const auto pending = std::count_if(links_.begin(), links_.end(), [](const Link& l) { return !l.handshaken; });
+        peak_pending_ = std::max<int64_t>(peak_pending_, pending);
+        return closed_ || (pending < kMaxPendingHandshakes && links_.size() < static_cast<size_t>(kMaxLinks));
+      });
+      if (closed_) {
+        lock.unlock();
+        for (Link& ended : finished) ended.thread.join();
+        return;
       }
     }
     for (Link& ended : finished) ended.thread.join();
+
+    UniqueFd fd(accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    const int accept_error = errno;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    if (fd.get() < 0) {
+      if (accept_error != EINTR && accept_error != ECONNABORTED) {
+        // Out of descriptors or memory: say so, and try again shortly rather than never.
+        TANDEM_LOG(kWarning, kComponent) << "local links: accept: " << std::strerror(accept_error);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      continue;
+    }
+    // Whose process it is, checked before a thread exists for it; a refused one is closed when
+    // `fd` goes.
+    ucred peer{};
+    socklen_t peer_size = sizeof peer;
+    if (getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &peer_size) != 0 || peer.uid != geteuid()) {
+      Refused(absl::StrCat("a process of another user (uid ", peer.uid, ", pid ", peer.pid, ")"));
+      continue;
+    }
+    Link& link = links_.emplace_back();
+    link.fd = std::move(fd);
+    try {
+      link.thread = std::thread([this, &link] { Serve(link); });
+    } catch (const std::system_error& e) {  // out of threads: refuse this connection
+      TANDEM_LOG(kWarning, kComponent) << "local links: " << e.what();
+      links_.pop_back();
+    }
   }
 }
 
@@ -197,6 +206,7 @@ void LocalListener::Serve(Link& link) {
     std::lock_guard<std::mutex> lock(mu_);
     link.handshaken = handshaken;
   }
+  room_.notify_all();
   if (handshaken) {
     for (;;) {
       absl::StatusOr<FrameHead> head = ReadFrameHead(fd, "local link");
@@ -223,8 +233,11 @@ void LocalListener::Serve(Link& link) {
     }
   }
   shutdown(fd, SHUT_RDWR);
-  std::lock_guard<std::mutex> lock(mu_);
-  link.done = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    link.done = true;
+  }
+  room_.notify_all();
 }
 
 absl::StatusOr<int64_t> LocalListener::Receive(int fd, const FrameHead& head,

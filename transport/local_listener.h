@@ -7,13 +7,15 @@
 // A connection must come from a process of this process's user (SO_PEERCRED), and present the
 // nonce first (tandem.v1.Peer.LocalEndpoint tells it to senders that already passed the gRPC
 // server's checks) within one handshake deadline, however its bytes trickle in; otherwise it is
-// closed (with UNAUTHENTICATED for a wrong key). At most kMaxPendingHandshakes connections wait
-// in their handshake and kMaxLinks are open at once: beyond, a new one is closed at once, before
-// any thread is made for it. Refusals are logged at most once per 10 s, with the count since.
+// closed (with UNAUTHENTICATED for a wrong key). At most kMaxPendingHandshakes connections are in
+// their handshake and kMaxLinks are open at once: beyond, the next one waits in the kernel's listen
+// backlog, unaccepted and without a thread, until one of them ends (one that never finishes its
+// handshake ends at its deadline). Refusals are logged at most once per 10 s, with the count since.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -46,8 +48,13 @@ class LocalListener {
   const LocalEndpoint& endpoint() const { return endpoint_; }
   // Tensor frames taken so far, accepted or refused.
   int64_t frames() const { return frames_.load(); }
-  // Connections closed without being served: another user's, over a cap, or a failed handshake.
+  // Connections closed without being served: another user's, or a failed handshake.
   int64_t refused() const { return refused_.load(); }
+  // The most connections that were in their handshake at once (for tests of the cap).
+  int64_t peak_pending_handshakes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_pending_;
+  }
 
   // Stops accepting, closes every link and joins their threads. Clear the inbox's job first, so
   // that no thread waits for an expectation. Idempotent.
@@ -81,8 +88,10 @@ class LocalListener {
   UniqueFd fd_;
   const LocalEndpoint endpoint_;
   std::thread acceptor_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  std::condition_variable room_;  // a link finished its handshake or ended, or Close
   std::list<Link> links_;  // guarded by mu_
+  int64_t peak_pending_ = 0;  // guarded by mu_
   bool closed_ = false;    // guarded by mu_
   std::atomic<int64_t> frames_{0};
   std::atomic<int64_t> refused_{0};

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "jobspec/job_spec.h"
 #include "jobspec/job_spec_proto.h"
 #include "tests/coordinator/fake_actor_client.h"
 
@@ -151,6 +152,31 @@ TEST_F(CoordinatorTest, AJobForMoreActorsThanThePoolHasWaitsSayingSoThenFailsAnd
   EXPECT_THAT(coordinator_->store().GetJob(big->id).value().message,
               HasSubstr("pool 'llm' has 1 actors registered and the job needs 3, for 0.3 s (--unplaceable-timeout)"));
   EXPECT_TRUE(WaitForState(small->id, JobState::kSucceeded));
+}
+
+// A job that ran before (a node pool being replaced took its actors) waits for them however long.
+TEST_F(CoordinatorTest, ARestartingJobIsNeverTimedOutForWantOfActors) {
+  std::string id;
+  {
+    std::unique_ptr<JobStore> store = JobStore::Open(state_dir_).value();
+    JobRecord job;
+    job.name = "interrupted";
+    job.spec_json = jobspec::JobConfigToJson(jobspec::ParseJobSpecJson(
+        R"({"name": "interrupted", "data": {"shapes": {}}, "llm": {"actors": 2}, "schedule": {"global_batch": 8, "steps": 4}})",
+        "spec").value());
+    job.steps = 4;
+    job = store->CreateJob(job).value();
+    job.state = JobState::kRestarting;
+    ASSERT_TRUE(store->UpdateJob(job).ok());
+    id = job.id;
+  }
+  Start(std::chrono::milliseconds(0));
+  AddActors("vision", 1);
+  AddActors("llm", 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // many scheduling rounds
+  const JobRecord job = coordinator_->store().GetJob(id).value();
+  EXPECT_EQ(job.state, JobState::kRestarting);
+  EXPECT_EQ(job.message, "waiting for more actors: pool 'llm' has 1 actors registered and the job needs 2");
 }
 
 TEST_F(CoordinatorTest, AJobWaitingForBusyActorsIsNeverTimedOut) {

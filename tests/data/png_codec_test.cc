@@ -288,8 +288,9 @@ TEST(PngCodec, TheCallersPixelCapHolds) {
 }
 
 TEST(MaxPixelsFor, IsTheModelsResolutionTimes256WithinBounds) {
-  EXPECT_EQ(MaxPixelsFor(32), uint64_t{1} << 24);   // the floor: a 16-megapixel photo
-  EXPECT_EQ(MaxPixelsFor(336), 336u * 336u * 256u);  // 28.9 megapixels
+  EXPECT_EQ(MaxPixelsFor(32), uint64_t{1} << 26);   // the floor: a 67-megapixel photo
+  EXPECT_EQ(MaxPixelsFor(336), uint64_t{1} << 26);  // 28.9 megapixels would refuse a 48-megapixel photo
+  EXPECT_EQ(MaxPixelsFor(600), 600u * 600u * 256u);  // 92 megapixels
   EXPECT_EQ(MaxPixelsFor(4096), kMaxImagePixels);
   EXPECT_EQ(MaxPixelsFor(int64_t{1} << 40), kMaxImagePixels);
 }

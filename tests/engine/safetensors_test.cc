@@ -17,7 +17,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -121,14 +120,14 @@ TEST_F(SafetensorsTest, RoundTripKeepsNamesOrderDtypesShapesAndValues) {
   const auto header = nlohmann::json::parse(bytes.substr(8, header_size));
   EXPECT_EQ(header["__metadata__"]["format"], "pt");
   EXPECT_EQ(header["__metadata__"]["global_steps"], "12");
-  // One CRC-32 per tensor, in the order written: zlib's of its bytes.
-  const std::vector<std::string> checksums = absl::StrSplit(header["__metadata__"]["tandem.crc32"].get<std::string>(), ' ');
+  // One CRC-32 per tensor, by name: zlib's of its bytes.
+  const auto checksums = nlohmann::json::parse(header["__metadata__"]["tandem.crc32"].get<std::string>());
   ASSERT_EQ(checksums.size(), written.size());
   const at::Tensor first = written[0].second.contiguous();
   const uint32_t first_crc = static_cast<uint32_t>(crc32_z(0, static_cast<const Bytef*>(first.data_ptr()), first.nbytes()));
   char hex[9];
   std::snprintf(hex, sizeof hex, "%08x", first_crc);
-  EXPECT_EQ(checksums[0], hex);
+  EXPECT_EQ(checksums[written[0].first], hex);
   EXPECT_EQ(header["z.bf16"]["dtype"], "BF16");
   EXPECT_EQ(header["z.bf16"]["data_offsets"], nlohmann::json({24, 32}));  // after 6 floats
   EXPECT_EQ(header["scalar"]["shape"], nlohmann::json::array());
@@ -156,15 +155,15 @@ TEST_F(SafetensorsTest, WritesTheExactBytesOfTheFormat) {
   const std::string path = Path("tiny.safetensors");
   ASSERT_TRUE(WriteSafetensors(path, tensors, {{"k", "v"}}).ok());
 
-  // The JSON is 167 bytes; padded with 1 space to 168 = 0xa8 so the data starts at 176 = 8 * 22.
+  // The JSON is 189 bytes; padded with 3 spaces to 192 = 0xc0 so the data starts at 200 = 8 * 25.
   // The checksums are Python's zlib.crc32 of struct.pack('<ff', 1, -2) and of struct.pack('<q', 7).
-  const std::string json = R"({"__metadata__":{"k":"v","tandem.crc32":"c3872656 6fe7d670"},)"
+  const std::string json = R"({"__metadata__":{"k":"v","tandem.crc32":"{\"a\":\"c3872656\",\"b\":\"6fe7d670\"}"},)"
                            R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                            R"("b":{"dtype":"I64","shape":[],"data_offsets":[8,16]}})";
-  ASSERT_EQ(json.size(), 167u);
+  ASSERT_EQ(json.size(), 189u);
   const std::string expected =
-      std::string("\xa8\0\0\0\0\0\0\0", 8) +  // header length 168, u64 little-endian
-      json + " " +                            // 1 space of padding
+      std::string("\xc0\0\0\0\0\0\0\0", 8) +  // header length 192, u64 little-endian
+      json + "   " +                          // 3 spaces of padding
       std::string("\0\0\x80\x3f", 4) +        // 1.0f  = 0x3f800000
       std::string("\0\0\0\xc0", 4) +          // -2.0f = 0xc0000000
       std::string("\x07\0\0\0\0\0\0\0", 8);   // 7 as int64
@@ -214,6 +213,12 @@ TEST_F(SafetensorsTest, DeepNestingIsRefusedAndNothingIsEchoedAtLength) {
   deep.append((8 - deep.size() % 8) % 8, ' ');
   ExpectInvalid("deep.safetensors", FileBytes(deep, ""), {"header nests more than 4 levels deep"});
 
+  std::string wide = R"({"a": {"dtype": "U8", "shape": [)";
+  for (int i = 0; i < 65; ++i) wide += "1,";
+  wide += R"(1], "data_offsets": [0, 1]}})";
+  wide.append((8 - wide.size() % 8) % 8, ' ');
+  ExpectInvalid("wide.safetensors", FileBytes(wide, "x"), {"header has an array of more than 64 values"});
+
   const std::string long_name(5000, 'n');
   std::string sevens;
   for (int i = 0; i < 1000; ++i) sevens += "7,";
@@ -243,10 +248,29 @@ TEST_F(SafetensorsTest, AFlippedBitIsDataLossNamingTheTensor) {
   EXPECT_EQ(ReadSafetensor(*header, "a").status().code(), absl::StatusCode::kDataLoss);
 }
 
-TEST_F(SafetensorsTest, ChecksumListThatDoesNotFitTheTensorsIsInvalid) {
-  const std::string header = R"({"__metadata__":{"tandem.crc32":"00000000 00000000"},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})";
-  ExpectInvalid("count.safetensors", FileBytes(header + std::string((8 - header.size() % 8) % 8, ' '), "x"),
-                {"\"tandem.crc32\" holds 2 checksums for 1 tensors"});
+// A header with `checksums` as its "tandem.crc32" and one tensor "a" of the byte "x".
+std::string OneByteFile(const std::string& checksums) {
+  const std::string header = R"({"__metadata__":{"tandem.crc32":)" + nlohmann::json(checksums).dump() +
+                             R"(},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})";
+  const uint64_t size = header.size() + (8 - header.size() % 8) % 8;
+  std::string bytes(8, '\0');
+  std::memcpy(bytes.data(), &size, 8);
+  return bytes + header + std::string(size - header.size(), ' ') + "x";
+}
+
+TEST_F(SafetensorsTest, ChecksumsAreByNameAndAMapOfAnotherLayoutIsIgnored) {
+  // zlib.crc32(b"x") = 8cdc1683.
+  Spit(Path("right.safetensors"), OneByteFile(R"({"a":"8cdc1683"})"));
+  EXPECT_TRUE(ReadSafetensors(Path("right.safetensors")).ok());
+  Spit(Path("wrong.safetensors"), OneByteFile(R"({"a":"00000000"})"));
+  EXPECT_EQ(ReadSafetensors(Path("wrong.safetensors")).status().code(), absl::StatusCode::kDataLoss);
+  // A map naming a tensor the file does not hold: the file was re-saved by another tool, which
+  // kept the metadata; the checksums are not trusted, and the tensors read.
+  Spit(Path("other.safetensors"), OneByteFile(R"({"a":"00000000","gone":"00000000"})"));
+  EXPECT_TRUE(ReadSafetensors(Path("other.safetensors")).ok());
+  ExpectInvalid("hex.safetensors", OneByteFile(R"({"a":"xyz"})"), {"\"tandem.crc32\" for 'a' is not 8 hex digits"});
+  ExpectInvalid("list.safetensors", OneByteFile("8cdc1683"),
+                {"\"tandem.crc32\" is not a JSON object of tensor names to checksums"});
 }
 
 TEST_F(SafetensorsTest, BadJsonIsInvalid) {
