@@ -20,7 +20,6 @@ using OrderedJson = nlohmann::ordered_json;
 
 constexpr int kMaxHeaderDepth = 4;  // {name: {"shape": [...]}} is 3
 constexpr size_t kMaxArrayValues = 64;  // a shape's dimensions; data_offsets has 2
-constexpr std::string_view kSupportedDtypes = "F32, BF16, F16, I64, I32, U8";
 
 // This Abseil's string_view is its own type, so std::string_view goes through this into StrCat.
 absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
@@ -67,7 +66,7 @@ bool ParseEntry(const std::string& name, const OrderedJson& value, uint64_t data
   const uint64_t element_size = SafetensorsElementSize(entry->dtype);
   if (element_size == 0) {
     *error = absl::StrCat("unknown or unsupported dtype \"", Shown(dtype->get_ref<const std::string&>()),
-                          "\" (supported: ", Sv(kSupportedDtypes), ")");
+                          "\" (supported: ", kSafetensorsDtypes, ")");
     return false;
   }
   auto shape = value.find("shape");

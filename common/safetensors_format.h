@@ -28,8 +28,10 @@ inline constexpr std::string_view kSafetensorsMetadataKey = "__metadata__";
 inline constexpr std::string_view kSafetensorsChecksumKey = "tandem.crc32";
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 
-// The dtypes Tandem reads and writes: "F32", "BF16", "F16", "I64", "I32", "U8".
-// Bytes per element, or 0 for any other name.
+// The dtypes Tandem reads and writes, for messages.
+inline constexpr const char* kSafetensorsDtypes = "F32, BF16, F16, I64, I32, U8";
+
+// Bytes per element of one of kSafetensorsDtypes, or 0 for any other name.
 uint64_t SafetensorsElementSize(std::string_view dtype);
 
 // One tensor of a header, validated: its bytes [begin, end) of the file hold exactly

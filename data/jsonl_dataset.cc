@@ -58,7 +58,8 @@ absl::StatusOr<std::unique_ptr<JsonlDataset>> JsonlDataset::Open(
     if (IsBlank(line)) continue;
     if (line.ends_with('\r')) line.remove_suffix(1);
 
-    const std::string where = absl::StrCat(jsonl_path, ":", line_number, ": ");
+    const std::string line_at = absl::StrCat(jsonl_path, ":", line_number);
+    const std::string where = line_at + ": ";
     absl::StatusOr<nlohmann::json> parsed = ParseJsonStrict(line);
     if (!parsed.ok()) {
       // "line 1, column 36: invalid JSON: ..." of a one-line document: the file's line is in `where`.
@@ -95,7 +96,7 @@ absl::StatusOr<std::unique_ptr<JsonlDataset>> JsonlDataset::Open(
       return absl::InvalidArgumentError(
           absl::StrCat(where, "image ", sample.image_path, " is not a regular file"));
     }
-    if (!allow_images_outside) RETURN_IF_ERROR(folder.CheckInside(sample.image_path, where.substr(0, where.size() - 2)));
+    if (!allow_images_outside) RETURN_IF_ERROR(folder.CheckInside(sample.image_path, line_at));
     samples.push_back(std::move(sample));
   }
   if (samples.empty()) {

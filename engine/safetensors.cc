@@ -25,14 +25,10 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
-#include <limits>
-#include <optional>
-#include <cstdio>
 #include <set>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/atomic_file.h"
 #include "common/safetensors_format.h"
@@ -46,17 +42,16 @@ static_assert(std::endian::native == std::endian::little,
 
 using OrderedJson = nlohmann::ordered_json;
 
+// The dtypes of common/safetensors_format.h as LibTorch's.
 struct DtypeInfo {
   absl::string_view name;  // the safetensors dtype string
   at::ScalarType type;
-  uint64_t size;  // bytes per element
 };
 
 constexpr DtypeInfo kDtypes[] = {
-    {"F32", at::kFloat, 4}, {"BF16", at::kBFloat16, 2}, {"F16", at::kHalf, 2},
-    {"I64", at::kLong, 8},  {"I32", at::kInt, 4},       {"U8", at::kByte, 1},
+    {"F32", at::kFloat}, {"BF16", at::kBFloat16}, {"F16", at::kHalf},
+    {"I64", at::kLong},  {"I32", at::kInt},       {"U8", at::kByte},
 };
-constexpr absl::string_view kSupportedDtypes = "F32, BF16, F16, I64, I32, U8";
 
 const DtypeInfo* FindDtype(at::ScalarType type) {
   for (const DtypeInfo& info : kDtypes) {
@@ -121,7 +116,7 @@ absl::Status WriteSafetensors(const std::string& path,
       if (dtype == nullptr) {
         return InvalidTensor(path, name,
                              absl::StrCat("dtype ", c10::toString(tensor.scalar_type()),
-                                          " is not supported (supported: ", kSupportedDtypes, ")"));
+                                          " is not supported (supported: ", kSafetensorsDtypes, ")"));
       }
       contiguous.push_back(tensor.contiguous());
       const uint64_t bytes = contiguous.back().nbytes();

@@ -2,6 +2,7 @@
 // tokenizer's chat template (Llama 3, ChatML), tokenized, labelled on the answers only; ids and
 // labels must equal what apply_chat_template, the tokenizers library and its offsets give.
 #include "data/conversation.h"
+#include "data/conversation_dataset.h"
 
 #include <gtest/gtest.h>
 
@@ -62,6 +63,26 @@ TEST(Conversation, BadEntriesAreNamedByIndexOrLine) {
   status = read("e.jsonl", "{\"conversations\": \n");
   EXPECT_NE(status.message().find("e.jsonl:1: line 1"), std::string::npos) << status;
   EXPECT_EQ(ReadConversations((dir / "absent.json").string()).status().code(), absl::StatusCode::kNotFound);
+  fs::remove_all(dir);
+}
+
+// As for jsonl files: an image outside the file's directory is refused unless
+// data.allow_images_outside.
+TEST(ConversationDataset, AnImageOutsideTheFilesDirectoryIsRefusedUnlessAllowed) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("conversation_images_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "lists");
+  fs::copy_file(kFixtures + "/reference/image.png", dir / "image.png", fs::copy_options::overwrite_existing);
+  const std::string file = (dir / "lists" / "train.json").string();
+  std::ofstream(file) << R"([{"image": "../image.png", "conversations": [{"from": "human", "value": "<image>"},)"
+                      << R"( {"from": "gpt", "value": "A circle."}]}])";
+  const absl::Status refused = ConversationDataset::Open(file, 8).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("[0]: image " + (dir / "lists" / ".." / "image.png").string() + " is outside " +
+                                   (dir / "lists").string()),
+            std::string::npos)
+      << refused;
+  EXPECT_NE(refused.message().find("set data.allow_images_outside to true"), std::string::npos) << refused;
+  EXPECT_TRUE(ConversationDataset::Open(file, 8, nullptr, /*allow_images_outside=*/true).ok());
   fs::remove_all(dir);
 }
 
