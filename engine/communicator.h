@@ -58,6 +58,9 @@ class Communicator {
   // `input` has n elements, `output` world_size * n: chunk r of output = input of rank r.
   // `input` may be this rank's chunk of `output` (in-place all-gather).
   virtual std::shared_ptr<Work> AllGather(at::Tensor input, at::Tensor output) = 0;
+  // `input` and `output` have world_size * n elements each and do not overlap: chunk r of output
+  // = chunk `rank()` of rank r's input (equal splits; DeepSpeed-Ulysses' sequence-to-heads swap).
+  virtual std::shared_ptr<Work> AllToAll(at::Tensor input, at::Tensor output) = 0;
   // Every rank receives root's `tensor` in place.
   virtual std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) = 0;
   virtual std::shared_ptr<Work> Barrier() = 0;

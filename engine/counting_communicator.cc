@@ -55,6 +55,12 @@ std::shared_ptr<Work> CountingCommunicator::AllGather(at::Tensor input, at::Tens
                                        elements, in_flight_);
 }
 
+std::shared_ptr<Work> CountingCommunicator::AllToAll(at::Tensor input, at::Tensor output) {
+  ++counts_.operations;
+  counts_.all_to_all_bytes += Bytes(input);
+  return inner_->AllToAll(std::move(input), std::move(output));
+}
+
 std::shared_ptr<Work> CountingCommunicator::Broadcast(at::Tensor tensor, int root) {
   ++counts_.operations;
   counts_.broadcast_bytes += Bytes(tensor);

@@ -2,7 +2,7 @@
 // for benchmarks (bytes a step moves) and tests (how many all-gathers are in flight at once).
 //
 // Bytes are the tensor bytes each rank hands to a collective: the buffer of an all-reduce, the
-// input of a reduce-scatter, the output of an all-gather, the tensor of a broadcast. What a
+// input of a reduce-scatter, the output of an all-gather, the tensor of a broadcast, the input of an all-to-all. What a
 // backend moves on the wire differs by algorithm (a ring all-reduce sends about twice the buffer);
 // these are the sizes DeepSpeed's and PyTorch's communication logs report.
 //
@@ -28,8 +28,10 @@ class CountingCommunicator final : public Communicator {
     int64_t reduce_scatter_bytes = 0;
     int64_t all_gather_bytes = 0;
     int64_t broadcast_bytes = 0;
+    int64_t all_to_all_bytes = 0;
     int64_t bytes() const {
-      return all_reduce_bytes + reduce_scatter_bytes + all_gather_bytes + broadcast_bytes;
+      return all_reduce_bytes + reduce_scatter_bytes + all_gather_bytes + broadcast_bytes +
+             all_to_all_bytes;
     }
   };
   const Counts& counts() const { return counts_; }
@@ -46,6 +48,7 @@ class CountingCommunicator final : public Communicator {
   std::shared_ptr<Work> AllReduceSum(at::Tensor tensor) override;
   std::shared_ptr<Work> ReduceScatterSum(at::Tensor input, at::Tensor output) override;
   std::shared_ptr<Work> AllGather(at::Tensor input, at::Tensor output) override;
+  std::shared_ptr<Work> AllToAll(at::Tensor input, at::Tensor output) override;
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override;
   std::shared_ptr<Work> Barrier() override;
 

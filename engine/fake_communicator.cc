@@ -26,7 +26,7 @@ namespace {
 struct Contribution {
   std::string operation;
   at::Tensor input;   // the in-place tensor for all_reduce and broadcast
-  at::Tensor output;  // reduce_scatter and all_gather
+  at::Tensor output;  // reduce_scatter, all_gather and all_to_all
   int root = 0;
 };
 
@@ -113,6 +113,15 @@ void Compute(std::vector<Contribution>& c) {
     for (const auto& contribution : c) inputs.push_back(Flat(contribution.input));
     at::Tensor gathered = at::cat(inputs);  // a copy: an input may alias its rank's output
     for (auto& contribution : c) Flat(contribution.output).copy_(gathered);
+  } else if (operation == "all_to_all") {
+    const int64_t n = c[0].input.numel() / world_size;
+    std::vector<at::Tensor> inputs;  // copies, so that the results never read a written output
+    for (const auto& contribution : c) inputs.push_back(Flat(contribution.input).clone());
+    for (int r = 0; r < world_size; ++r) {
+      for (int s = 0; s < world_size; ++s) {
+        Flat(c[r].output).narrow(0, s * n, n).copy_(inputs[s].narrow(0, r * n, n));
+      }
+    }
   } else if (operation == "broadcast") {
     at::Tensor value = Flat(c[c[0].root].input).clone();
     for (auto& contribution : c) Flat(contribution.input).copy_(value);
@@ -188,6 +197,18 @@ class FakeCommunicator final : public Communicator {
 
   std::shared_ptr<Work> AllGather(at::Tensor input, at::Tensor output) override {
     return Issue({"all_gather", input, output, 0}, CheckPair(output, input, "output", "input"));
+  }
+
+  std::shared_ptr<Work> AllToAll(at::Tensor input, at::Tensor output) override {
+    absl::Status status = CheckTensor(input, "input");
+    if (status.ok()) status = CheckTensor(output, "output");
+    if (status.ok() && (input.scalar_type() != output.scalar_type() ||
+                        input.numel() != output.numel() || input.numel() % world_size() != 0)) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          "input (", input.numel(), ") and output (", output.numel(),
+          ") must have one dtype and the same multiple of world_size (", world_size(), ")"));
+    }
+    return Issue({"all_to_all", input, output, 0}, status);
   }
 
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {

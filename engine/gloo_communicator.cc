@@ -16,8 +16,9 @@
 // - all-gather: 2.3+ gathers with _allgather_base. 1.13 runs Gloo's list all-gather into a fresh
 //   buffer, then one copy into the output. Both write the output only after the gather finished, so
 //   the input may be this rank's chunk of the output.
-// - bf16 all-gather and broadcast move bits only: natively from 2.2, as fp16 views (same width) on
-//   1.13.
+// - bf16 all-gather, broadcast and all-to-all move bits only: natively from 2.2, as fp16 views
+//   (same width) on 1.13. All-to-all is alltoall_base with equal splits on every version, writing
+//   the caller's output directly.
 // An emulation's copy into the caller's tensors runs exactly once, in whichever of IsCompleted() or
 // Wait() first sees the operation finished, and never after Wait timed out. Operations that Gloo
 // runs on the caller's tensors (all-reduce in place, broadcast, _allgather_base) can still write
@@ -344,6 +345,17 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
+  std::shared_ptr<Work> AllToAll(at::Tensor input, at::Tensor output) override {
+    const std::string what = Describe("all_to_all");
+    if (absl::Status s = CheckSwap(input, output); !s.ok()) return Fail(what, s);
+    return Issue(what, [&]() -> Issued {
+      at::Tensor source = BitsView(input);
+      at::Tensor destination = BitsView(output);
+      std::vector<int64_t> equal_splits;  // empty: world_size equal chunks
+      return {group_->alltoall_base(destination, source, equal_splits, equal_splits), nullptr};
+    });
+  }
+
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {
     const std::string what = Describe("broadcast");
     if (absl::Status s = CheckTensor(tensor, "tensor"); !s.ok()) return Fail(what, s);
@@ -408,6 +420,19 @@ class GlooCommunicator final : public Communicator {
       return absl::InvalidArgumentError(absl::StrCat(large_name, " has ", large.numel(),
                                                      " elements; need world_size (", world_size_,
                                                      ") x ", small.numel()));
+    }
+    return absl::OkStatus();
+  }
+
+  // An all-to-all's input and output: the same dtype and size, a multiple of the world size.
+  absl::Status CheckSwap(const at::Tensor& input, const at::Tensor& output) const {
+    if (absl::Status s = CheckTensor(input, "input"); !s.ok()) return s;
+    if (absl::Status s = CheckTensor(output, "output"); !s.ok()) return s;
+    if (input.scalar_type() != output.scalar_type() || input.numel() != output.numel() ||
+        input.numel() % world_size_ != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input (", input.numel(), ") and output (", output.numel(),
+          ") must have one dtype and the same multiple of world_size (", world_size_, ")"));
     }
     return absl::OkStatus();
   }

@@ -342,6 +342,38 @@ class NcclCommunicator final : public Communicator {
                  });
   }
 
+  // Grouped point-to-point calls (NCCL has no all-to-all primitive; as c10d's ProcessGroupNCCL).
+  std::shared_ptr<Work> AllToAll(at::Tensor input, at::Tensor output) override {
+    const std::string what = Describe("all_to_all");
+    absl::Status valid = CheckTensor(input, "input");
+    if (valid.ok()) valid = CheckTensor(output, "output");
+    if (valid.ok() && (input.scalar_type() != output.scalar_type() ||
+                       input.numel() != output.numel() || input.numel() % world_size_ != 0)) {
+      valid = absl::InvalidArgumentError(absl::StrCat(
+          "input (", input.numel(), ") and output (", output.numel(),
+          ") must have one dtype and the same multiple of world_size (", world_size_, ")"));
+    }
+    return Issue(what, {input, output}, valid,
+                 [&](ncclComm_t comm, ncclDataType_t type, cudaStream_t stream) -> absl::Status {
+                   const int64_t n = input.numel() / world_size_;
+                   const int64_t bytes = n * input.element_size();
+                   auto* source = static_cast<char*>(input.data_ptr());
+                   auto* destination = static_cast<char*>(output.data_ptr());
+                   RETURN_IF_ERROR(TANDEM_NCCL_STATUS(comm, ncclGroupStart()));
+                   for (int peer = 0; peer < world_size_; ++peer) {
+                     absl::Status sent = TANDEM_NCCL_STATUS(
+                         comm, ncclSend(source + peer * bytes, n, type, peer, comm, stream));
+                     absl::Status received = TANDEM_NCCL_STATUS(
+                         comm, ncclRecv(destination + peer * bytes, n, type, peer, comm, stream));
+                     if (!sent.ok() || !received.ok()) {
+                       (void)ncclGroupEnd();
+                       return sent.ok() ? received : sent;
+                     }
+                   }
+                   return TANDEM_NCCL_STATUS(comm, ncclGroupEnd());
+                 });
+  }
+
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {
     const std::string what = Describe("broadcast");
     absl::Status valid = CheckTensor(tensor, "tensor");

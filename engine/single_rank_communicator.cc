@@ -1,5 +1,6 @@
 // World size 1 (communicator.h): every operation completes before it returns. Reductions leave the
-// data as it is; reduce-scatter and all-gather copy input to output (nothing when they alias).
+// data as it is; reduce-scatter, all-gather and all-to-all copy input to output (nothing when they
+// alias).
 #include <atomic>
 #include <string>
 #include <utility>
@@ -63,6 +64,10 @@ class SingleRankCommunicator final : public Communicator {
 
   std::shared_ptr<Work> AllGather(at::Tensor input, at::Tensor output) override {
     return Copy("all_gather", input, output);
+  }
+
+  std::shared_ptr<Work> AllToAll(at::Tensor input, at::Tensor output) override {
+    return Copy("all_to_all", input, output);
   }
 
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {

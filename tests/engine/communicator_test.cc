@@ -70,6 +70,20 @@ void CheckAllGather(Communicator& comm, at::ScalarType dtype, bool in_place) {
   ExpectValues(output, (Arange(w * n) / n).floor() * 10 + Arange(w * n).remainder(n) + 0.5f);
 }
 
+// Input element j of rank q is 10 * q + j, n = 2 elements per chunk: chunk s of rank r's output is
+// chunk r of rank s's input, 10 * s + r * n + k.
+void CheckAllToAll(Communicator& comm, at::ScalarType dtype) {
+  const int r = comm.rank();
+  const int w = comm.world_size();
+  constexpr int64_t n = 2;
+  at::Tensor input = (Arange(w * n) + 10 * r).to(dtype).view({w, n});
+  at::Tensor output = at::full({w, n}, -1.0f).to(dtype);
+  ExpectOk(comm.AllToAll(input, output));
+  at::Tensor source = Arange(w * n).div(n, "floor");
+  ExpectValues(output, source * 10 + r * n + Arange(w * n).remainder(n));
+  ExpectValues(input, Arange(w * n) + 10 * r);  // the input is left as it was
+}
+
 void CheckBroadcast(Communicator& comm, at::ScalarType dtype, int root) {
   at::Tensor tensor = (Arange(4) + 10 * (comm.rank() + 1)).to(dtype);
   ExpectOk(comm.Broadcast(tensor, root));
@@ -88,8 +102,10 @@ void CheckAllCollectives(Communicator& comm) {
   CheckAllGather(comm, at::kBFloat16, /*in_place=*/true);
   CheckBroadcast(comm, at::kFloat, root);
   CheckBroadcast(comm, at::kBFloat16, root);
+  CheckAllToAll(comm, at::kFloat);
+  CheckAllToAll(comm, at::kBFloat16);
   ExpectOk(comm.Barrier());
-  EXPECT_EQ(comm.last_sequence(), 10);
+  EXPECT_EQ(comm.last_sequence(), 12);
 }
 
 // Runs fn on one thread per rank of a Gloo group that rendezvous through a fresh FileStore.
@@ -214,6 +230,11 @@ TEST(GlooCommunicator, RejectsMismatchedTensorsWithInvalidArgument) {
     status = comm.Broadcast(at::zeros({4}), 1)->Wait(kWait);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   });
+  RunGloo(2, [](Communicator& comm) {
+    absl::Status status = comm.AllToAll(at::zeros({3}), at::zeros({3}))->Wait(kWait);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    ExpectMentions(status, {"all_to_all", "multiple of world_size (2)"});
+  });
 }
 
 TEST(SingleRankCommunicator, CollectivesAreIdentitiesAndCopies) {
@@ -232,6 +253,9 @@ TEST(SingleRankCommunicator, RejectsOtherRootsAndMismatchedSizes) {
   status = comm->AllGather(at::zeros({2}), at::zeros({3}))->Wait(kWait);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   ExpectMentions(status, {"group 'single'", "all_gather", "sequence 2"});
+  status = comm->AllToAll(at::zeros({2}), at::zeros({3}))->Wait(kWait);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  ExpectMentions(status, {"all_to_all", "sequence 3"});
 }
 
 TEST(FakeGroup, CollectivesGiveExactResultsForWorldSizesOneToThree) {
