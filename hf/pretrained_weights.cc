@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "hf/weight_names.h"
+#include "parallel/shard.h"
 
 namespace tandem::hf {
 namespace {
@@ -40,9 +41,11 @@ std::vector<int64_t> TheirShape(const std::string& ours, at::IntArrayRef shape, 
 }
 
 // `extra_vocab_rows`: the model's embedding (and head) has that many rows more than the checkpoint's,
-// for tokens added after its vocabulary; they are zero.
+// for tokens added after its vocabulary; they are zero. `shards`: how a tensor-parallel model's
+// parameters are split (models::LlmImpl::shards); each takes its shard of the whole tensor.
 absl::Status Load(const PretrainedConfig& config, const CheckpointFiles& files, torch::nn::Module& model,
-                  const std::set<Part>& parts, const NamesOf& names_of, bool tied_head, int64_t extra_vocab_rows) {
+                  const std::set<Part>& parts, const NamesOf& names_of, bool tied_head, int64_t extra_vocab_rows,
+                  const std::map<std::string, parallel::Shard>& shards = {}) {
   const std::string& dir = config.directory;
   std::map<std::pair<Part, std::string>, std::string> available;  // (part, local name) -> full name
   for (const std::string& full : files.Names()) {
@@ -60,7 +63,11 @@ absl::Status Load(const PretrainedConfig& config, const CheckpointFiles& files, 
       return absl::InvalidArgumentError(absl::StrCat(dir, ": ", theirs.status().message()));
     }
     if (theirs->empty()) continue;  // left as initialised
-    std::vector<int64_t> expected = TheirShape(ours, parameter.sizes(), theirs->size());
+    const auto shard = shards.find(ours);
+    const parallel::Shard split = shard != shards.end() ? shard->second : parallel::Shard{};
+    std::vector<int64_t> whole = parameter.sizes().vec();
+    if (split.split()) whole[split.dim] = split.full;
+    std::vector<int64_t> expected = TheirShape(ours, whole, theirs->size());
     const bool vocabulary = ours == "embed.weight" || ours == "head.weight";
     if (vocabulary) expected[0] -= extra_vocab_rows;
     std::vector<at::Tensor> tensors;
@@ -90,7 +97,7 @@ absl::Status Load(const PretrainedConfig& config, const CheckpointFiles& files, 
     if (vocabulary && extra_vocab_rows > 0) {
       value = torch::cat({value, torch::zeros({extra_vocab_rows, value.size(1)}, value.options())}, 0);
     }
-    parameter.copy_(value.reshape(parameter.sizes()).to(parameter.dtype()));
+    parameter.copy_(parallel::TakeShard(value.reshape(whole), split).to(parameter.dtype()));
   }
   for (const auto& [local, full] : available) {
     if (used.count(full)) continue;
@@ -130,7 +137,8 @@ absl::Status LoadLlmWeights(const PretrainedConfig& config, const CheckpointFile
   }
   // A token added after the checkpoint's vocabulary (LLaVA's <image>, hf/pretrained_job.h) adds rows.
   const int64_t extra = std::max<int64_t>(llm.config().vocab_size - config.llm->vocab_size, 0);
-  return Load(config, files, llm, {Part::kLlm, Part::kLmHead}, TheirLlmNames, llm.config().tie_embeddings, extra);
+  return Load(config, files, llm, {Part::kLlm, Part::kLmHead}, TheirLlmNames, llm.config().tie_embeddings, extra,
+              llm.shards());
 }
 
 absl::Status LoadPretrainedVision(const std::string& directory, models::VisionEncoderImpl& vision,

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "engine/compat.h"
+#include "parallel/collectives.h"
+#include "parallel/vocab_parallel.h"
 
 namespace tandem::models {
 namespace {
@@ -19,27 +21,40 @@ torch::nn::Linear Projection(int64_t in, int64_t out, bool bias) {
 
 torch::nn::Linear NoBias(int64_t in, int64_t out) { return Projection(in, out, false); }
 
+using TensorParallel = std::shared_ptr<const parallel::ParallelGroup>;
+
+// With fewer KV heads than tensor-parallel ranks every rank holds all of k and v and uses the KV
+// head of its query heads (NOTE [Tensor-parallel LLM]).
+bool ReplicatesKvHeads(const LlmConfig& c, int size) { return size > 1 && c.kv_heads % size != 0; }
+
 // Causal grouped-query attention with rotary positions; projections q, k, v (with biases when
-// attention_bias) and o.
+// attention_bias) and o. On a tensor-parallel rank heads_ and kv_heads_ count this rank's heads.
 class LlmAttentionImpl : public torch::nn::Module {
  public:
-  explicit LlmAttentionImpl(const LlmConfig& c)
-      : heads_(c.heads),
-        kv_heads_(c.kv_heads),
+  LlmAttentionImpl(const LlmConfig& c, TensorParallel tp)
+      : tp_(std::move(tp)),
+        heads_(c.heads / tp_->size()),
+        kv_heads_(ReplicatesKvHeads(c, tp_->size()) ? 1 : c.kv_heads / tp_->size()),
         head_dim_(c.resolved_head_dim()),
         q_(register_module("q", Projection(c.hidden, c.heads * head_dim_, c.attention_bias))),
         k_(register_module("k", Projection(c.hidden, c.kv_heads * head_dim_, c.attention_bias))),
         v_(register_module("v", Projection(c.hidden, c.kv_heads * head_dim_, c.attention_bias))),
-        o_(register_module("o", NoBias(c.heads * head_dim_, c.hidden))) {}
+        o_(register_module("o", NoBias(c.heads * head_dim_, c.hidden))) {
+    if (ReplicatesKvHeads(c, tp_->size())) {
+      // Query head j reads KV head j / (heads / kv_heads); this rank's query heads all read one.
+      shared_kv_head_ = tp_->rank() * heads_ / (c.heads / c.kv_heads);
+    }
+  }
 
   // x [B, S, hidden]; cos/sin [S, head_dim] for the positions of x. With a cache, the keys and
   // values of x are appended to it and the queries attend to all of them (KvCache in llm.h).
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+  at::Tensor forward(const at::Tensor& input, const at::Tensor& cos, const at::Tensor& sin,
                      KvCache::Layer* cache = nullptr) {
+    const at::Tensor x = parallel::CopyToGroup(input, *tp_);
     const int64_t batch = x.size(0), seq = x.size(1);
     at::Tensor q = LinearAs(q_, x).view({batch, seq, heads_, head_dim_}).transpose(1, 2);
-    at::Tensor k = LinearAs(k_, x).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
-    at::Tensor v = LinearAs(v_, x).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
+    at::Tensor k = KeysOrValues(k_, x).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
+    at::Tensor v = KeysOrValues(v_, x).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
     q = ApplyRotary(q, cos, sin);
     k = ApplyRotary(k, cos, sin);
     bool causal = true;
@@ -60,7 +75,8 @@ class LlmAttentionImpl : public torch::nn::Module {
       v = v.unsqueeze(2).expand({batch, kv_heads_, repeat, keys, head_dim_}).reshape({batch, heads_, keys, head_dim_});
     }
     const at::Tensor out = compat::ScaledDotProductAttention(q, k, v, causal);
-    return LinearAs(o_, out.transpose(1, 2).reshape({batch, seq, heads_ * head_dim_}));
+    return parallel::ReduceFromGroup(LinearAs(o_, out.transpose(1, 2).reshape({batch, seq, heads_ * head_dim_})),
+                                     *tp_);
   }
 
   void Init(double std, double residual_std) {
@@ -71,20 +87,36 @@ class LlmAttentionImpl : public torch::nn::Module {
   }
 
  private:
+  // k or v of x. With KV heads replicated over the group, the rows of this rank's KV head of the
+  // whole weight, whose gradient is summed over the group so that every rank holds all of it.
+  at::Tensor KeysOrValues(const torch::nn::Linear& linear, const at::Tensor& x) const {
+    if (shared_kv_head_ < 0) return LinearAs(linear, x);
+    const auto rows = [&](const at::Tensor& t) {
+      return parallel::CopyToGroup(t, *tp_).narrow(0, shared_kv_head_ * head_dim_, head_dim_).to(x.scalar_type());
+    };
+    return at::linear(x, rows(linear->weight), linear->bias.defined() ? rows(linear->bias) : at::Tensor());
+  }
+
+  TensorParallel tp_;
   int64_t heads_, kv_heads_, head_dim_;
+  int64_t shared_kv_head_ = -1;  // with KV heads replicated: the one this rank's queries read
   torch::nn::Linear q_, k_, v_, o_;
 };
 TORCH_MODULE(LlmAttention);
 
-// SwiGLU: down(silu(gate(x)) * up(x)), no biases.
+// SwiGLU: down(silu(gate(x)) * up(x)), no biases. gate and up column-parallel, down row-parallel.
 class LlmMlpImpl : public torch::nn::Module {
  public:
-  LlmMlpImpl(int64_t hidden, int64_t mlp_hidden)
-      : gate_(register_module("gate", NoBias(hidden, mlp_hidden))),
+  LlmMlpImpl(int64_t hidden, int64_t mlp_hidden, TensorParallel tp)
+      : tp_(std::move(tp)),
+        gate_(register_module("gate", NoBias(hidden, mlp_hidden))),
         up_(register_module("up", NoBias(hidden, mlp_hidden))),
         down_(register_module("down", NoBias(mlp_hidden, hidden))) {}
 
-  at::Tensor forward(const at::Tensor& x) { return LinearAs(down_, torch::silu(LinearAs(gate_, x)) * LinearAs(up_, x)); }
+  at::Tensor forward(const at::Tensor& input) {
+    const at::Tensor x = parallel::CopyToGroup(input, *tp_);
+    return parallel::ReduceFromGroup(LinearAs(down_, torch::silu(LinearAs(gate_, x)) * LinearAs(up_, x)), *tp_);
+  }
 
   void Init(double std, double residual_std) {
     InitLinear(gate_, std);
@@ -93,6 +125,7 @@ class LlmMlpImpl : public torch::nn::Module {
   }
 
  private:
+  TensorParallel tp_;
   torch::nn::Linear gate_, up_, down_;
 };
 TORCH_MODULE(LlmMlp);
@@ -100,11 +133,11 @@ TORCH_MODULE(LlmMlp);
 // Decoder block. Inputs {x [B, S, hidden], cos [S, head_dim], sin [S, head_dim]}, outputs {x'}.
 class LlmBlock : public engine::BlockModule {
  public:
-  explicit LlmBlock(const LlmConfig& c)
+  LlmBlock(const LlmConfig& c, const TensorParallel& tp)
       : attn_norm_(register_module("attn_norm", RmsNorm(c.hidden, c.norm_eps))),
-        attn_(register_module("attn", LlmAttention(c))),
+        attn_(register_module("attn", LlmAttention(c, tp))),
         mlp_norm_(register_module("mlp_norm", RmsNorm(c.hidden, c.norm_eps))),
-        mlp_(register_module("mlp", LlmMlp(c.hidden, c.mlp_hidden))) {
+        mlp_(register_module("mlp", LlmMlp(c.hidden, c.mlp_hidden, tp))) {
     const double residual_std = kInitStd / std::sqrt(2.0 * static_cast<double>(c.layers));
     attn_->Init(kInitStd, residual_std);
     mlp_->Init(kInitStd, residual_std);
@@ -144,16 +177,77 @@ void CheckConfig(const LlmConfig& c) {
   TORCH_CHECK(c.heads % c.kv_heads == 0, "Llm: heads ", c.heads, " must be a multiple of kv_heads ", c.kv_heads);
 }
 
+void CheckTensorParallel(const LlmConfig& c, int size) {
+  if (size == 1) return;
+  TORCH_CHECK(c.heads % size == 0, "Llm: ", c.heads, " heads do not split over ", size, " tensor-parallel ranks");
+  TORCH_CHECK(c.kv_heads % size == 0 || size % c.kv_heads == 0, "Llm: ", c.kv_heads,
+              " KV heads neither split over ", size, " tensor-parallel ranks nor replicate over them evenly");
+  TORCH_CHECK(c.mlp_hidden % size == 0, "Llm: mlp_hidden ", c.mlp_hidden, " does not split over ", size,
+              " tensor-parallel ranks");
+  TORCH_CHECK(c.vocab_size >= size, "Llm: a vocabulary of ", c.vocab_size, " for ", size, " tensor-parallel ranks");
+}
+
+bool EndsWith(std::string_view name, std::string_view suffix) {
+  return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
+}
+
 }  // namespace
 
-LlmImpl::LlmImpl(const LlmConfig& config) : config_(config) {
+parallel::Shard LlmParameterShard(const LlmConfig& c, std::string_view name, int size, int rank) {
+  parallel::Shard shard;
+  if (size == 1) return shard;
+  const int64_t head_dim = c.resolved_head_dim();
+  const auto even = [&](int dim, int64_t full) {
+    shard.dim = dim;
+    shard.full = full;
+    shard.range = parallel::EvenSplit(full, size, rank);
+  };
+  if (name == "embed.weight" || name == "head.weight") {
+    even(0, c.vocab_size);
+  } else if (EndsWith(name, ".attn.q.weight") || EndsWith(name, ".attn.q.bias")) {
+    even(0, c.heads * head_dim);
+  } else if ((EndsWith(name, ".attn.k.weight") || EndsWith(name, ".attn.k.bias") ||
+              EndsWith(name, ".attn.v.weight") || EndsWith(name, ".attn.v.bias")) &&
+             !ReplicatesKvHeads(c, size)) {
+    even(0, c.kv_heads * head_dim);
+  } else if (EndsWith(name, ".attn.o.weight")) {
+    even(1, c.heads * head_dim);
+  } else if (EndsWith(name, ".mlp.gate.weight") || EndsWith(name, ".mlp.up.weight")) {
+    even(0, c.mlp_hidden);
+  } else if (EndsWith(name, ".mlp.down.weight")) {
+    even(1, c.mlp_hidden);
+  }
+  return shard;
+}
+
+void LlmImpl::TakeShards(torch::nn::Module& module, const std::string& prefix) {
+  if (!tensor_parallel_->active()) return;
+  torch::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters(/*recurse=*/true)) {
+    const std::string name = prefix + item.key();
+    const parallel::Shard shard =
+        LlmParameterShard(config_, name, tensor_parallel_->size(), tensor_parallel_->rank());
+    if (!shard.split()) continue;
+    item.value().set_data(parallel::TakeShard(item.value(), shard));
+    shards_[name] = shard;
+  }
+}
+
+LlmImpl::LlmImpl(const LlmConfig& config, parallel::ParallelGroup tensor_parallel)
+    : config_(config), tensor_parallel_(std::make_shared<const parallel::ParallelGroup>(std::move(tensor_parallel))) {
   CheckConfig(config_);
+  CheckTensorParallel(config_, tensor_parallel_->size());
   const auto& c = config_;
+  vocab_columns_ = parallel::EvenSplit(c.vocab_size, tensor_parallel_->size(), tensor_parallel_->rank());
+  // Each part is built whole, initialised in the single-process order and cut to this rank's shard
+  // before the next is built (NOTE [Tensor-parallel LLM]).
   embed_ = register_module("embed", torch::nn::Embedding(c.vocab_size, c.hidden));
   InitNormal(embed_->weight, kInitStd);
+  TakeShards(*embed_, "embed.");
   block_list_ = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.layers; ++i) {
-    auto block = std::make_shared<LlmBlock>(c);
+    auto block = std::make_shared<LlmBlock>(c, tensor_parallel_);
+    TakeShards(*block, "blocks." + std::to_string(i) + ".");
     block_list_->push_back(block);
     blocks_.push_back(block);
   }
@@ -161,6 +255,7 @@ LlmImpl::LlmImpl(const LlmConfig& config) : config_(config) {
   if (!c.tie_embeddings) {
     head_ = register_module("head", NoBias(c.hidden, c.vocab_size));
     InitLinear(head_, kInitStd);
+    TakeShards(*head_, "head.");
   }
   RotaryTables rope = MakeRotaryTables(c.resolved_head_dim(), c.max_seq_len, c.rope_theta, c.rope_scaling);
   rope_cos_ = register_buffer("rope_cos", rope.cos);
@@ -211,7 +306,7 @@ at::Tensor LlmImpl::Forward(const at::Tensor& prefix, const at::Tensor& tokens, 
   // The residual stream runs in the compute dtype (NOTE [Model dtypes]); an autocast prefix (bf16)
   // is cast to it, and its gradient flows back in the prefix's own dtype.
   const auto dtype = compute_dtype_.value_or(embed_->weight.scalar_type());
-  at::Tensor x = embed_(tokens).to(dtype);
+  at::Tensor x = parallel::VocabParallelEmbedding(embed_->weight, tokens, vocab_columns_, *tensor_parallel_).to(dtype);
   // While decoding (a cache and no image) a generated image token is embedded as any token, as
   // transformers does; otherwise the image tokens must match the embeddings given.
   if (c.image_token_id >= 0 && (has_prefix || cache == nullptr || cache->length == 0)) {
@@ -245,7 +340,11 @@ at::Tensor LlmImpl::Forward(const at::Tensor& prefix, const at::Tensor& tokens, 
   } else {
     x = norm_(x.narrow(1, patches, text));
   }
-  return c.tie_embeddings ? at::linear(x, embed_->weight.to(x.scalar_type())) : LinearAs(head_, x);
+  // The head is column-parallel over the vocabulary: this rank's logits.
+  x = parallel::CopyToGroup(x, *tensor_parallel_);
+  at::Tensor logits = c.tie_embeddings ? at::linear(x, embed_->weight.to(x.scalar_type())) : LinearAs(head_, x);
+  if (cache == nullptr && last == nullptr) return logits;
+  return parallel::GatherLastDim(logits, c.vocab_size, *tensor_parallel_);  // generation reads all of them
 }
 
 void LlmImpl::set_compute_dtype(c10::optional<at::ScalarType> dtype) { compute_dtype_ = dtype; }
@@ -254,7 +353,8 @@ void LlmImpl::set_recompute(bool recompute) {
   for (const auto& block : blocks_) block->set_recompute(recompute);
 }
 
-TokenLoss LabelLoss(const at::Tensor& logits, const at::Tensor& labels) {
+TokenLoss LabelLoss(const at::Tensor& logits, const at::Tensor& labels, const parallel::ParallelGroup& group,
+                    const parallel::Range& columns) {
   TORCH_CHECK(logits.defined() && labels.defined() && logits.dim() == 3 && labels.dim() == 2 &&
                   logits.size(0) == labels.size(0) && logits.size(1) == labels.size(1),
               "LabelLoss: logits [batch, T, vocab] and labels [batch, T] must agree, got logits ",
@@ -268,15 +368,26 @@ TokenLoss LabelLoss(const at::Tensor& logits, const at::Tensor& labels) {
   const at::Tensor positions = targets.ne(kIgnoreLabel).nonzero().squeeze(1);
   const at::Tensor predictions = logits.narrow(1, 0, length - 1).reshape({-1, vocab}).index_select(0, positions);
   TokenLoss loss;
-  loss.sum = F::cross_entropy(predictions.to(at::kFloat), targets.index_select(0, positions),
-                              F::CrossEntropyFuncOptions().reduction(torch::kSum));
+  // Without a group this is cross_entropy's sum (vocab_parallel.h).
+  const parallel::Range whole{0, vocab};
+  loss.sum = parallel::VocabParallelCrossEntropySum(predictions, targets.index_select(0, positions),
+                                                    group.active() ? columns : whole, group);
   loss.count = positions.size(0);
   return loss;
+}
+
+TokenLoss LabelLoss(const Llm& llm, const at::Tensor& logits, const at::Tensor& labels) {
+  return LabelLoss(logits, labels, llm->tensor_parallel(), llm->vocab_columns());
 }
 
 TokenLoss CaptionLoss(const at::Tensor& logits, const at::Tensor& tokens, int64_t pad_id) {
   TORCH_CHECK(tokens.defined(), "CaptionLoss: tokens are undefined");
   return LabelLoss(logits, tokens.masked_fill(tokens.eq(pad_id), kIgnoreLabel));
+}
+
+TokenLoss CaptionLoss(const Llm& llm, const at::Tensor& logits, const at::Tensor& tokens, int64_t pad_id) {
+  TORCH_CHECK(tokens.defined(), "CaptionLoss: tokens are undefined");
+  return LabelLoss(llm, logits, tokens.masked_fill(tokens.eq(pad_id), kIgnoreLabel));
 }
 
 std::vector<std::vector<int64_t>> GenerateGreedyBatch(Llm& llm, const at::Tensor& images,

@@ -27,12 +27,17 @@
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/block.h"
 #include "models/layers.h"
 #include "models/model_config.h"
+#include "parallel/parallel_group.h"
+#include "parallel/shard.h"
 
 namespace tandem::models {
 
@@ -46,12 +51,29 @@ struct KvCache {
   int64_t length = 0;  // positions cached
 };
 
+// NOTE [Tensor-parallel LLM]
+// With a tensor-parallel group of T ranks (Megatron-LM), rank r holds:
+// - q (and its bias) rows of heads [r H/T, (r+1) H/T), o the matching columns (row-parallel);
+// - k and v rows of KV heads [r K/T, (r+1) K/T) when T divides the K KV heads; with fewer KV heads
+//   than ranks (T a multiple of K), all of k and v, of which it uses the KV head its query heads
+//   read; their gradients are summed over the group in backward, so every rank holds the same;
+// - gate and up rows [r M/T, (r+1) M/T) of the MLP's M, down the matching columns;
+// - embed (and an untied head) rows parallel::EvenSplit(V, T, r) of the vocabulary, which need not
+//   divide: the first V % T ranks hold one row more. The logits are this rank's columns only.
+// - the norms whole: their gradients come out equal on every rank.
+// Each attention and MLP sub-block issues one all-reduce forward (after o, after down) and one
+// backward (before q/k/v, before gate/up); the embedding one forward, the head one backward.
+// Parameter names are those of the whole model; shards() says how each is split. The weights are
+// cut from the whole model's seeded initialisation, block by block, so a tensor-parallel model
+// starts from the weights of the single-process one.
 class LlmImpl : public torch::nn::Module {
  public:
   // Builds and initialises the model from the default generator (deterministic given
   // torch::manual_seed). REQUIRES: vocab_size > 0, hidden a multiple of heads with an even head_dim,
-  // heads a multiple of kv_heads, max_seq_len > 0; sizes positive.
-  explicit LlmImpl(const LlmConfig& config);
+  // heads a multiple of kv_heads, max_seq_len > 0; sizes positive. With a tensor-parallel group of T
+  // ranks (NOTE [Tensor-parallel LLM]) also: T divides heads and mlp_hidden, T divides kv_heads or
+  // kv_heads divides T, and vocab_size >= T. The group must outlive the model.
+  explicit LlmImpl(const LlmConfig& config, parallel::ParallelGroup tensor_parallel = {});
 
   // prefix [B, P, hidden] (any float dtype; undefined or P = 0 for text only), tokens [B, T] int64,
   // T >= 1, P + T <= max_seq_len. Returns logits [B, T, vocab_size] for the text positions.
@@ -67,7 +89,8 @@ class LlmImpl : public torch::nn::Module {
   at::Tensor ForwardCached(const at::Tensor& prefix, const at::Tensor& tokens, KvCache& cache);
 
   // forward's logits at one token per row only, tokens[b, last[b]]: [B, 1, vocab_size]. The other
-  // positions never reach the head (a [B, T, vocab] tensor is large with a real vocabulary).
+  // positions never reach the head (a [B, T, vocab] tensor is large with a real vocabulary). Whole
+  // also on a tensor-parallel rank (gathered over the group), as are ForwardCached's.
   at::Tensor ForwardLast(const at::Tensor& prefix, const at::Tensor& tokens, const at::Tensor& last);
 
   const LlmConfig& config() const { return config_; }
@@ -77,12 +100,26 @@ class LlmImpl : public torch::nn::Module {
   void set_compute_dtype(c10::optional<at::ScalarType> dtype);
   // Activation checkpointing for every decoder block (engine/block.h).
   void set_recompute(bool recompute);
+
+  // The tensor-parallel group (a group of one without tensor parallelism), this rank's columns of
+  // the vocabulary in the logits forward returns, and how each split parameter is split (by name;
+  // a name not listed is replicated).
+  const parallel::ParallelGroup& tensor_parallel() const { return *tensor_parallel_; }
+  const parallel::Range& vocab_columns() const { return vocab_columns_; }
+  const std::map<std::string, parallel::Shard>& shards() const { return shards_; }
   const std::vector<std::shared_ptr<engine::BlockModule>>& blocks() const { return blocks_; }
 
  private:
   at::Tensor Forward(const at::Tensor& prefix, const at::Tensor& tokens, KvCache* cache, const at::Tensor* last);
 
+  // Replaces the data of the parameters of `module` (named `prefix` + their names) by this rank's
+  // shards and records them in shards_.
+  void TakeShards(torch::nn::Module& module, const std::string& prefix);
+
   LlmConfig config_;
+  std::shared_ptr<const parallel::ParallelGroup> tensor_parallel_;
+  parallel::Range vocab_columns_;
+  std::map<std::string, parallel::Shard> shards_;
   torch::nn::Embedding embed_{nullptr};
   torch::nn::ModuleList block_list_{nullptr};
   std::vector<std::shared_ptr<engine::BlockModule>> blocks_;
@@ -102,15 +139,25 @@ struct TokenLoss {
 // A label that is no target (PyTorch's cross_entropy ignore_index default, and transformers').
 inline constexpr int64_t kIgnoreLabel = -100;
 
+// How a tensor-parallel model's parameter `name` (a name of the whole model, as named_parameters
+// gives it) is split over `size` ranks, for rank `rank` (NOTE [Tensor-parallel LLM]); dim -1 for a
+// replicated one, and for every parameter when size is 1.
+parallel::Shard LlmParameterShard(const LlmConfig& config, std::string_view name, int size, int rank);
+
 // logits [B, T, V] from Llm::forward, labels [B, T]: logits[:, t] predicts labels[:, t + 1], and
 // positions labelled kIgnoreLabel predict nothing (nor does the last). Computed in fp32. The caller
 // normalises (DESIGN §2: divide by the global batch's count). Synchronises with the device to read
-// `count`.
-TokenLoss LabelLoss(const at::Tensor& logits, const at::Tensor& labels);
+// `count`. Of a tensor-parallel model (llm->tensor_parallel(), llm->vocab_columns()), logits holds
+// this rank's columns of the vocabulary and the loss is parallel::VocabParallelCrossEntropySum's,
+// the same on every rank.
+TokenLoss LabelLoss(const at::Tensor& logits, const at::Tensor& labels, const parallel::ParallelGroup& group = {},
+                    const parallel::Range& columns = {});
+TokenLoss LabelLoss(const Llm& llm, const at::Tensor& logits, const at::Tensor& labels);
 
 // LabelLoss with tokens [B, T] = <bos> w1 .. wn <eos> <pad> ... as their own labels, the pad_id
 // targets ignored.
 TokenLoss CaptionLoss(const at::Tensor& logits, const at::Tensor& tokens, int64_t pad_id);
+TokenLoss CaptionLoss(const Llm& llm, const at::Tensor& logits, const at::Tensor& tokens, int64_t pad_id);
 
 // Greedy decoding of a batch under NoGradGuard, one full forward per new token (no KV cache, so
 // the ranks of a ZeRO-3 group, which must call forward equally often, can run it): row b continues

@@ -7,6 +7,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "engine/fake_communicator.h"
 #include "engine/safetensors.h"
 
 namespace tandem::hf {
@@ -101,6 +102,28 @@ TEST(PretrainedWeights, ATowerAloneKeepsItsNewProjector) {
   EXPECT_FALSE(vision->named_parameters()["blocks.2.mlp.fc1.weight"].requires_grad());
   EXPECT_FALSE(vision->named_parameters()["post_norm.weight"].requires_grad());
   EXPECT_TRUE(vision->named_parameters()["blocks.1.mlp.fc1.weight"].requires_grad());
+}
+
+// A tensor-parallel rank loads its shard of each split tensor (NOTE [Tensor-parallel LLM]).
+TEST(PretrainedWeights, ATensorParallelRankLoadsItsShards) {
+  auto config = ReadPretrainedConfig(kFixtures + "/llama");
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto files = CheckpointFiles::Open(config->directory);
+  ASSERT_TRUE(files.ok()) << files.status();
+  models::Llm whole(*config->llm);
+  ASSERT_TRUE(LoadLlmWeights(*config, *files, *whole).ok());
+  engine::FakeGroup group(2, "llm/tp0");
+  models::Llm rank1(*config->llm, parallel::ParallelGroup{group.rank(1), std::chrono::seconds(1)});
+  const absl::Status status = LoadLlmWeights(*config, *files, *rank1);
+  ASSERT_TRUE(status.ok()) << status;
+  const auto expected = whole->named_parameters();
+  for (const auto& item : rank1->named_parameters()) {
+    const auto shard = rank1->shards().find(item.key());
+    const at::Tensor value = shard == rank1->shards().end() ? expected[item.key()]
+                                                             : parallel::TakeShard(expected[item.key()], shard->second);
+    EXPECT_TRUE(torch::equal(item.value(), value)) << item.key();
+  }
+  EXPECT_EQ(rank1->named_parameters()["head.weight"].size(0), 205);
 }
 
 TEST(PretrainedWeights, ANonLlavaDirectoryHasOnlyItsOwnPart) {
