@@ -8,26 +8,39 @@
 
 #include "engine/compat.h"
 #include "models/layers.h"
+#include "parallel/collectives.h"
 
 namespace tandem::models {
 namespace {
 
 namespace F = torch::nn::functional;
 
-// Multi-head self-attention: one qkv projection (with bias), output projection "proj".
+using SequenceParallel = std::shared_ptr<const parallel::ParallelGroup>;
+
+// Multi-head self-attention: one qkv projection (with bias), output projection "proj". With
+// sequence parallelism (NOTE [Sequence-parallel vision encoder]) x holds this rank's positions;
+// one all-to-all before attention and one after it swap positions for heads.
 class VisionAttentionImpl : public torch::nn::Module {
  public:
-  VisionAttentionImpl(int64_t hidden, int64_t heads)
-      : heads_(heads),
+  VisionAttentionImpl(int64_t hidden, int64_t heads, SequenceParallel sp)
+      : sp_(std::move(sp)),
+        heads_(heads),
         qkv_(register_module("qkv", torch::nn::Linear(hidden, 3 * hidden))),
         proj_(register_module("proj", torch::nn::Linear(hidden, hidden))) {}
 
   at::Tensor forward(const at::Tensor& x) {
-    const int64_t batch = x.size(0), seq = x.size(1), hidden = x.size(2);
-    // [B, N, 3, heads, head_dim] -> [3, B, heads, N, head_dim]
-    const at::Tensor qkv = LinearAs(qkv_, x).view({batch, seq, 3, heads_, hidden / heads_}).permute({2, 0, 3, 1, 4});
-    const at::Tensor out = compat::ScaledDotProductAttention(qkv[0], qkv[1], qkv[2], /*is_causal=*/false);
-    return LinearAs(proj_, out.transpose(1, 2).reshape({batch, seq, hidden}));
+    const int64_t batch = x.size(0), seq = x.size(1), hidden = x.size(2), dim = hidden / heads_;
+    at::Tensor qkv = LinearAs(qkv_, x).view({batch, seq, 3, heads_, dim});  // [B, n, 3, heads, head_dim]
+    if (sp_->active()) {
+      // [B, n, heads, 3 head_dim] (this rank's n positions) -> [B, N, heads / S, 3 head_dim]: every
+      // position, this rank's heads; q, k and v travel in one all-to-all.
+      qkv = parallel::SequenceToHeads(qkv.transpose(2, 3).reshape({batch, seq, heads_, 3 * dim}), *sp_);
+      qkv = qkv.view({batch, qkv.size(1), qkv.size(2), 3, dim}).transpose(2, 3);
+    }
+    qkv = qkv.permute({2, 0, 3, 1, 4});  // [3, B, heads / S, N, head_dim]
+    at::Tensor out = compat::ScaledDotProductAttention(qkv[0], qkv[1], qkv[2], /*is_causal=*/false);
+    out = parallel::HeadsToSequence(out.transpose(1, 2), *sp_);  // [B, n, heads, head_dim]
+    return LinearAs(proj_, out.reshape({batch, seq, hidden}));
   }
 
   void Init(double std, double residual_std) {
@@ -36,6 +49,7 @@ class VisionAttentionImpl : public torch::nn::Module {
   }
 
  private:
+  SequenceParallel sp_;
   int64_t heads_;
   torch::nn::Linear qkv_, proj_;
 };
@@ -64,10 +78,10 @@ TORCH_MODULE(VisionMlp);
 // Pre-norm transformer block. Inputs {x [B, N, hidden]}, outputs {x'}.
 class VisionBlock : public engine::BlockModule {
  public:
-  explicit VisionBlock(const VisionConfig& c)
+  VisionBlock(const VisionConfig& c, const SequenceParallel& sp)
       : eps_(c.norm_eps),
         norm1_(register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)))),
-        attn_(register_module("attn", VisionAttention(c.hidden, c.heads))),
+        attn_(register_module("attn", VisionAttention(c.hidden, c.heads, sp))),
         norm2_(register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)))),
         mlp_(register_module("mlp", VisionMlp(c.hidden, c.mlp_hidden, c.activation))) {
     const double residual_std = kInitStd / std::sqrt(2.0 * static_cast<double>(c.layers));
@@ -122,6 +136,16 @@ void CheckConfig(const VisionConfig& c) {
   TORCH_CHECK(c.num_features() > 0, "VisionEncoder: no features are left after dropping the first position");
 }
 
+void CheckSequenceParallel(const VisionConfig& c, int size) {
+  if (size == 1) return;
+  TORCH_CHECK(c.heads % size == 0, "VisionEncoder: ", c.heads, " heads do not split over ", size,
+              " sequence-parallel ranks");
+  TORCH_CHECK(c.num_positions() % size == 0, "VisionEncoder: a sequence of ", c.num_positions(),
+              " positions does not split over ", size, " sequence-parallel ranks");
+  TORCH_CHECK(c.num_positions() / size > (c.drop_first_feature ? 1 : 0), "VisionEncoder: ", size,
+              " sequence-parallel ranks leave rank 0 no feature");
+}
+
 void CheckImages(const VisionConfig& c, const at::Tensor& x, const char* what) {
   TORCH_CHECK(x.defined() && x.dim() == 4 && x.size(1) == c.channels && x.size(2) == c.image_size &&
                   x.size(3) == c.image_size,
@@ -164,9 +188,16 @@ at::Tensor SinCosPositions2d(int64_t grid, int64_t dim) {
   return torch::cat({rows, cols}, -1).reshape({grid * grid, dim}).to(torch::kFloat);
 }
 
-VisionEncoderImpl::VisionEncoderImpl(const VisionConfig& config) : config_(config) {
+VisionEncoderImpl::VisionEncoderImpl(const VisionConfig& config, parallel::ParallelGroup sequence_parallel)
+    : config_(config),
+      sequence_parallel_(std::make_shared<const parallel::ParallelGroup>(std::move(sequence_parallel))) {
   CheckConfig(config_);
+  CheckSequenceParallel(config_, sequence_parallel_->size());
   const auto& c = config_;
+  const int64_t local = c.num_positions() / sequence_parallel_->size();
+  positions_range_ = {sequence_parallel_->rank() * local, (sequence_parallel_->rank() + 1) * local};
+  const int64_t dropped = c.drop_first_feature ? 1 : 0;
+  feature_range_ = {std::max<int64_t>(positions_range_.begin - dropped, 0), positions_range_.end - dropped};
   if (c.positions == "learned") {
     positions_ = register_parameter("positions", torch::empty({1, c.num_positions(), c.hidden}));
     InitNormal(positions_, kInitStd);
@@ -190,7 +221,7 @@ VisionEncoderImpl::VisionEncoderImpl(const VisionConfig& config) : config_(confi
   if (c.pre_norm) pre_norm_ = register_module("pre_norm", layer_norm());
   block_list_ = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.layers; ++i) {
-    auto block = std::make_shared<VisionBlock>(c);
+    auto block = std::make_shared<VisionBlock>(c, sequence_parallel_);
     // Blocks after the feature layer never run (LLaVA's -2 skips the last): frozen, as PyTorch would
     // leave a parameter without gradient untouched.
     if (i >= c.feature_index()) Freeze(*block);
@@ -230,12 +261,25 @@ at::Tensor VisionEncoderImpl::ForwardNormalized(const at::Tensor& pixels) {
   const auto& c = config_;
   CheckImages(c, pixels, "pixels");
   const auto dtype = compute_dtype_.value_or(patch_embed_->weight.scalar_type());
-  at::Tensor x = Conv2dAs(patch_embed_, pixels.to(dtype)).flatten(2).transpose(1, 2).to(dtype);  // [B, P, hidden]
-  if (c.class_token) x = torch::cat({class_token_.to(dtype).expand({x.size(0), 1, c.hidden}), x}, 1);
-  x = x + positions_.to(dtype);
+  // This rank's positions [begin, end): the class token is position 0, patch p position p + 1.
+  const int64_t cls = c.class_token ? 1 : 0;
+  const int64_t first = std::max<int64_t>(positions_range_.begin - cls, 0), last = positions_range_.end - cls;
+  at::Tensor x;
+  if (last > first) {
+    // Only the grid rows holding this rank's patches go through the patch embedding.
+    const int64_t row0 = first / c.grid(), rows = (last + c.grid() - 1) / c.grid() - row0;
+    const at::Tensor band = pixels.narrow(2, row0 * c.patch_size, rows * c.patch_size);
+    x = Conv2dAs(patch_embed_, band.to(dtype)).flatten(2).transpose(1, 2).to(dtype);  // [B, rows * grid, hidden]
+    x = x.narrow(1, first - row0 * c.grid(), last - first);
+  }
+  if (c.class_token && positions_range_.begin == 0) {
+    const at::Tensor token = class_token_.to(dtype).expand({pixels.size(0), 1, c.hidden});
+    x = x.defined() ? torch::cat({token, x}, 1) : token;
+  }
+  x = x + positions_.narrow(1, positions_range_.begin, positions_range_.size()).to(dtype);
   if (c.pre_norm) x = LayerNormFp32(x, pre_norm_->weight, pre_norm_->bias, c.norm_eps);
   for (int64_t i = 0; i < c.feature_index(); ++i) x = blocks_[i]->Forward(x);
-  if (c.drop_first_feature) x = x.narrow(1, 1, x.size(1) - 1);
+  if (c.drop_first_feature && positions_range_.begin == 0) x = x.narrow(1, 1, x.size(1) - 1);
   if (c.final_norm) x = LayerNormFp32(x, norm_->weight, norm_->bias, c.norm_eps);
   x = LinearAs(projector_, x);
   if (projector_2_) x = LinearAs(projector_2_, Activate(c.projector_activation, x));

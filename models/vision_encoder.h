@@ -48,17 +48,31 @@
 
 #include "engine/block.h"
 #include "models/model_config.h"
+#include "parallel/parallel_group.h"
 
 namespace tandem::models {
 
+// NOTE [Sequence-parallel vision encoder]
+// With a sequence-parallel group of S ranks (DeepSpeed-Ulysses) every rank holds every parameter
+// and rank r computes positions [r N/S, (r+1) N/S) of the N = num_positions() (the class token,
+// when there is one, is position 0). Outside attention every activation is this rank's positions
+// only; the patch embedding convolves only the grid rows holding them. Each block's attention
+// swaps positions for heads with one all-to-all (q, k and v together: [B, N, H/S, 3 d] per rank),
+// attends over the whole sequence with H/S heads, and swaps back with another. The output is this
+// rank's features, feature_range() of num_features() (rank 0's is one shorter when the class
+// token's feature is dropped). Each rank's parameter gradients cover its positions: their sum over
+// the group is the whole gradient (the engine's reduction over the vision group adds them).
 class VisionEncoderImpl : public torch::nn::Module {
  public:
   // Builds and initialises the model from the default generator (deterministic given
   // torch::manual_seed). REQUIRES: image_size a positive multiple of patch_size, hidden a multiple of
-  // heads, positions "learned" or "sincos" (then hidden a multiple of 4); sizes positive.
-  explicit VisionEncoderImpl(const VisionConfig& config);
+  // heads, positions "learned" or "sincos" (then hidden a multiple of 4); sizes positive. With a
+  // sequence-parallel group of S ranks also: S divides heads and num_positions(). The group must
+  // outlive the model.
+  explicit VisionEncoderImpl(const VisionConfig& config, parallel::ParallelGroup sequence_parallel = {});
 
-  // images [B, channels, image_size, image_size], values in [0, 1] -> [B, num_features, output_dim].
+  // images [B, channels, image_size, image_size], values in [0, 1] -> [B, num_features, output_dim]
+  // ([B, feature_range().size(), output_dim] on a sequence-parallel rank).
   // Normalises with image_mean and image_std, then ForwardNormalized.
   at::Tensor forward(const at::Tensor& images);
   // pixels already normalised (transformers' pixel_values) -> [B, num_features, output_dim].
@@ -77,8 +91,15 @@ class VisionEncoderImpl : public torch::nn::Module {
   void set_recompute(bool recompute);
   const std::vector<std::shared_ptr<engine::BlockModule>>& blocks() const { return blocks_; }
 
+  // The sequence-parallel group (a group of one without it) and the features [begin, end) of
+  // num_features() that forward returns on this rank (all of them without it).
+  const parallel::ParallelGroup& sequence_parallel() const { return *sequence_parallel_; }
+  const parallel::Range& feature_range() const { return feature_range_; }
+
  private:
   VisionConfig config_;
+  std::shared_ptr<const parallel::ParallelGroup> sequence_parallel_;
+  parallel::Range positions_range_, feature_range_;
   torch::nn::Conv2d patch_embed_{nullptr};
   at::Tensor positions_;    // [1, positions, hidden]: parameter ("learned") or buffer ("sincos")
   at::Tensor class_token_;  // [1, 1, hidden] when config.class_token
