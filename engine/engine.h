@@ -140,6 +140,13 @@ class Engine : public BlockHost {
   void SetGradNormCombiner(GradNormCombiner combine) { combine_norm_ = std::move(combine); }
   // The group's squared gradient norm now (a collective at ZeRO stages 1-3: every rank calls it).
   absl::StatusOr<double> GroupGradSquares();
+  // Parameters this rank leaves out of the group's squared gradient norm, because a rank of another
+  // group counts them: the replicated parameters (norms) of tensor-parallel ranks other than the
+  // first, whose gradients equal the first rank's, so that the squares summed over the
+  // tensor-parallel group count every parameter once (Megatron-LM's
+  // param_is_not_tensor_parallel_duplicate). Call before the first Step; names that are not
+  // trainable parameters are ignored.
+  void LeaveOutOfGradNorm(const std::vector<std::string>& names);
   bool IsGradientAccumulationBoundary() const;
 
   // State.
@@ -171,6 +178,9 @@ class Engine : public BlockHost {
 
   // Writes the full model (fp32, stable parameter names) as safetensors; rank 0 writes, all call.
   absl::Status ExportSafetensors(const std::string& path);
+  // What ExportSafetensors writes, on every rank (collective): every parameter, trainable and
+  // frozen, under each of its names, in named_parameters() order. `metadata` gets the header's.
+  absl::StatusOr<NamedTensors> ExportTensors(std::map<std::string, std::string>* metadata = nullptr);
 
   // Checkpoints (engine/checkpoint.cc). SaveCheckpoint writes this rank's shard into `directory`
   // atomically, and rank 0 writes the "complete" marker after every rank finished; call at an
@@ -299,6 +309,9 @@ class Engine : public BlockHost {
     std::vector<int> failed_ranks;
   };
   absl::StatusOr<GroupCheck> CheckGroup(bool failed_here);
+  // The squares of this rank's domain of unit `unit`'s gradients, less those LeaveOutOfGradNorm
+  // names.
+  double DomainSquares(int unit) const;
   absl::Status ApplyUpdate(double grad_scale);
   absl::Status AllGatherResident();
   absl::StatusOr<std::vector<at::Tensor>> GatherUnits(bool gradients);
@@ -376,6 +389,8 @@ class Engine : public BlockHost {
   double last_global_grad_norm_ = 0.0;
   double last_lr_ = 0.0;
   GradNormCombiner combine_norm_;
+  // Per unit: element ranges [begin, end) in unit coordinates left out of the norm.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> left_out_of_norm_;
 };
 
 }  // namespace tandem::engine

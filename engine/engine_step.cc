@@ -134,11 +134,32 @@ absl::Status Engine::Step() {
   return absl::OkStatus();
 }
 
+void Engine::LeaveOutOfGradNorm(const std::vector<std::string>& names) {
+  left_out_of_norm_.assign(layout_.units().size(), {});
+  for (const std::string& name : names) {
+    for (size_t i = 0; i < layout_.params().size(); ++i) {
+      if (layout_.params()[i].name != name) continue;
+      const ParamSlot& slot = layout_.slots()[i];
+      left_out_of_norm_[slot.unit].emplace_back(slot.offset, slot.offset + layout_.params()[i].numel);
+    }
+  }
+}
+
+double Engine::DomainSquares(int unit) const {
+  const at::Tensor domain = UnitDomainGradients(unit);
+  double squares = SumOfSquares(domain);
+  if (left_out_of_norm_.empty()) return squares;
+  const int64_t start = DomainStart(unit), end = start + domain.numel();
+  for (const auto& [begin, stop] : left_out_of_norm_[unit]) {
+    const int64_t lo = std::max(begin, start), hi = std::min(stop, end);
+    if (lo < hi) squares -= SumOfSquares(domain.narrow(0, lo - start, hi - lo));
+  }
+  return squares;
+}
+
 absl::StatusOr<Engine::GroupCheck> Engine::CheckGroup(bool failed_here) {
   GroupCheck check;
-  for (size_t u = 0; u < layout_.units().size(); ++u) {
-    check.squares += SumOfSquares(UnitDomainGradients(static_cast<int>(u)));
-  }
+  for (size_t u = 0; u < layout_.units().size(); ++u) check.squares += DomainSquares(static_cast<int>(u));
   if (world_size() == 1) {
     if (failed_here) check.failed_ranks.push_back(0);
     return check;
@@ -160,9 +181,7 @@ absl::StatusOr<Engine::GroupCheck> Engine::CheckGroup(bool failed_here) {
 absl::StatusOr<double> Engine::GroupGradSquares() {
   // Each rank's domain, summed over the group (stage 0 holds all of it on every rank).
   double squares = 0.0;
-  for (size_t u = 0; u < layout_.units().size(); ++u) {
-    squares += SumOfSquares(UnitDomainGradients(static_cast<int>(u)));
-  }
+  for (size_t u = 0; u < layout_.units().size(); ++u) squares += DomainSquares(static_cast<int>(u));
   if (config_.zero.stage > 0 && world_size() > 1) {
     at::Tensor total =
         at::full({1}, squares, at::TensorOptions().dtype(at::kFloat).device(device_));
@@ -312,6 +331,13 @@ absl::StatusOr<NamedTensors> Engine::GatherGradients() {
 }
 
 absl::Status Engine::ExportSafetensors(const std::string& path) {
+  std::map<std::string, std::string> metadata;
+  ASSIGN_OR_RETURN(NamedTensors named, ExportTensors(&metadata));
+  if (rank() != 0) return absl::OkStatus();
+  return WriteSafetensors(path, named, metadata);
+}
+
+absl::StatusOr<NamedTensors> Engine::ExportTensors(std::map<std::string, std::string>* metadata) {
   NamedTensors named;
   try {
     ASSIGN_OR_RETURN(named, GatherParameters());
@@ -324,7 +350,6 @@ absl::Status Engine::ExportSafetensors(const std::string& path) {
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("export: ", e.what()));
   }
-  if (rank() != 0) return absl::OkStatus();
   for (const auto& [alias, index] : aliases_) named.emplace_back(alias, named[index].second);
   for (const auto& [alias, index] : frozen_aliases_) frozen.emplace_back(alias, frozen[index].second);
   // In the model's own order of names, as named_parameters() lists them.
@@ -336,9 +361,10 @@ absl::Status Engine::ExportSafetensors(const std::string& path) {
     auto it = by_name.find(item.key());
     if (it != by_name.end()) named.emplace_back(it->first, it->second);
   }
-  return WriteSafetensors(
-      path, named,
-      {{"format", "pt"}, {"producer", "tandem"}, {"global_steps", std::to_string(global_steps_)}});
+  if (metadata != nullptr) {
+    *metadata = {{"format", "pt"}, {"producer", "tandem"}, {"global_steps", std::to_string(global_steps_)}};
+  }
+  return named;
 }
 
 MemoryReport Engine::Memory() const {

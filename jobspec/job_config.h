@@ -26,6 +26,8 @@ struct VisionGroupConfig {
   // (hf::ResolvePretrainedModels) and whose weights the vision stage loads; "" = from scratch.
   std::string pretrained;
   bool new_projector = false;  // a LLaVA directory's tower, with a new projector
+  int32_t sequence_parallel = 1;  // ranks each image's positions split over (vision.parallel.sequence)
+  int32_t replicas() const { return actors / sequence_parallel; }  // data-parallel ranks
 };
 
 struct LlmGroupConfig {
@@ -39,6 +41,8 @@ struct LlmGroupConfig {
   // the job uses; "" = from scratch with the word tokenizer.
   std::string pretrained;
   std::string chat_template;  // with `pretrained`: "chatml", "llama3", "tandem"; "" = detected
+  int32_t tensor_parallel = 1;  // ranks each model splits over (llm.parallel.tensor)
+  int32_t replicas() const { return actors / tensor_parallel; }  // data-parallel ranks
 };
 
 // Whether a group's freeze list freezes the whole group: it holds "*" (or "**", ...).

@@ -79,7 +79,8 @@ std::string JobConfigToJson(const JobConfig& config) {
   out["vision"] = {{"pool", config.vision.pool},
                    {"actors", config.vision.actors},
                    {"engine", Engine(config.vision.engine_json)},
-                   {"freeze", config.vision.freeze}};
+                   {"freeze", config.vision.freeze},
+                   {"parallel", {{"sequence", config.vision.sequence_parallel}}}};
   // A pretrained tower's shape is its config.json's, read again wherever the job runs.
   if (config.vision.pretrained.empty()) {
     out["vision"]["model"] = VisionModel(config.vision.model);
@@ -90,7 +91,8 @@ std::string JobConfigToJson(const JobConfig& config) {
   out["llm"] = {{"pool", config.llm.pool},
                 {"actors", config.llm.actors},
                 {"engine", Engine(config.llm.engine_json)},
-                {"freeze", config.llm.freeze}};
+                {"freeze", config.llm.freeze},
+                {"parallel", {{"tensor", config.llm.tensor_parallel}}}};
   if (config.llm.pretrained.empty()) {
     out["llm"]["model"] = LlmModel(config.llm.model);
   } else {

@@ -170,6 +170,11 @@ absl::StatusOr<JobConfig> Resolve(const tandem::v1::JobSpec& spec) {
     return PathError("vision.model", "must be left out with a pretrained vision tower: the shape comes from its "
                                      "config.json");
   }
+  if (vision.parallel().has_tensor()) {
+    return PathError("vision.parallel.tensor", "is the LLM group's (llm.parallel.tensor); the vision group splits "
+                                               "by sequence (vision.parallel.sequence)");
+  }
+  if (vision.parallel().has_sequence()) config.vision.sequence_parallel = vision.parallel().sequence();
   if (config.vision.new_projector && config.vision.pretrained.empty()) {
     return PathError("vision.new_projector", "needs a pretrained vision tower (vision.pretrained or pretrained)");
   }
@@ -185,6 +190,11 @@ absl::StatusOr<JobConfig> Resolve(const tandem::v1::JobSpec& spec) {
   if (!config.llm.pretrained.empty() && llm.has_model()) {
     return PathError("llm.model", "must be left out with a pretrained LLM: the shape comes from its config.json");
   }
+  if (llm.parallel().has_sequence()) {
+    return PathError("llm.parallel.sequence", "is the vision group's (vision.parallel.sequence); the LLM group "
+                                              "splits by tensor (llm.parallel.tensor)");
+  }
+  if (llm.parallel().has_tensor()) config.llm.tensor_parallel = llm.parallel().tensor();
   if (!config.llm.chat_template.empty() && config.llm.pretrained.empty()) {
     return PathError("llm.chat_template", "needs a pretrained LLM (llm.pretrained or pretrained): Tandem's own "
                                           "LLM reads the \"tandem\" format");

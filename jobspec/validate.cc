@@ -142,6 +142,55 @@ absl::Status CheckLlmModel(const models::LlmConfig& m) {
   return AtLeast("llm.model.vocab_size", m.vocab_size, 0);
 }
 
+// How messages name a group's data-parallel ranks: "llm.actors", or "llm.actors / llm.parallel.tensor".
+std::string ReplicasName(std::string_view group, int32_t degree, std::string_view dimension) {
+  if (degree == 1) return JoinPath(group, "actors");
+  return absl::StrCat(JoinPath(group, "actors"), " / ", JoinPath(JoinPath(group, "parallel"), dimension));
+}
+
+// `degree` ranks of `group` split each model along `dimension`: it divides the group's actors.
+absl::Status CheckDegree(std::string_view group, std::string_view dimension, int32_t degree, int32_t actors) {
+  const std::string path = JoinPath(JoinPath(group, "parallel"), dimension);
+  RETURN_IF_ERROR(Between(path, degree, 1, kMaxActors));
+  if (actors % degree != 0) {
+    return PathError(path, "must divide ", JoinPath(group, "actors"), " (", actors, ") into replicas of ", degree,
+                     " ranks, got ", degree);
+  }
+  return absl::OkStatus();
+}
+
+// Sequence parallelism splits the vision heads and every image's positions.
+absl::Status CheckSequenceParallel(const VisionGroupConfig& v) {
+  RETURN_IF_ERROR(CheckDegree("vision", "sequence", v.sequence_parallel, v.actors));
+  const int32_t s = v.sequence_parallel;
+  if (s == 1 || !v.pretrained.empty()) return absl::OkStatus();  // a tower's shape is checked on load
+  if (v.model.heads % s != 0) {
+    return PathError("vision.parallel.sequence", "must divide vision.model.heads (", v.model.heads, "), got ", s);
+  }
+  if (v.model.num_positions() % s != 0) {
+    return PathError("vision.parallel.sequence", "must divide the ", v.model.num_positions(),
+                     " positions of an image ((image_size / patch_size)^2), got ", s);
+  }
+  return absl::OkStatus();
+}
+
+// Tensor parallelism splits the heads, the MLP and the vocabulary (NOTE [Tensor-parallel LLM]).
+absl::Status CheckTensorParallel(const LlmGroupConfig& l) {
+  RETURN_IF_ERROR(CheckDegree("llm", "tensor", l.tensor_parallel, l.actors));
+  const int32_t t = l.tensor_parallel;
+  if (t == 1 || !l.pretrained.empty()) return absl::OkStatus();  // a pretrained shape is checked on load
+  const models::LlmConfig& m = l.model;
+  if (m.heads % t != 0) return PathError("llm.parallel.tensor", "must divide llm.model.heads (", m.heads, "), got ", t);
+  if (m.kv_heads % t != 0 && t % m.kv_heads != 0) {
+    return PathError("llm.parallel.tensor", "must divide llm.model.kv_heads (", m.kv_heads,
+                     ") or be a multiple of it (each KV head then serves ", "several ranks), got ", t);
+  }
+  if (m.mlp_hidden % t != 0) {
+    return PathError("llm.parallel.tensor", "must divide llm.model.mlp_hidden (", m.mlp_hidden, "), got ", t);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckSchedule(const JobConfig& c) {
   const ScheduleConfig& s = c.schedule;
   RETURN_IF_ERROR(Between("schedule.global_batch", s.global_batch, 1, kMaxGlobalBatch));
@@ -156,16 +205,19 @@ absl::Status CheckSchedule(const JobConfig& c) {
   }
   RETURN_IF_ERROR(MultipleOf("schedule.global_batch", s.global_batch, "schedule.micro_batches",
                              s.micro_batches));
-  // DESIGN §2: each micro-batch is split into contiguous blocks over the ranks of each group.
+  // DESIGN §2: each micro-batch is split into contiguous blocks over the data-parallel ranks of
+  // each group (the ranks of one tensor- or sequence-parallel set share their block).
   const int64_t micro = s.global_batch / s.micro_batches;
-  const bool vision_larger = c.vision.actors >= c.llm.actors;
-  const int64_t ranks = vision_larger ? c.vision.actors : c.llm.actors;
+  const bool vision_larger = c.vision.replicas() >= c.llm.replicas();
+  const int64_t ranks = vision_larger ? c.vision.replicas() : c.llm.replicas();
   if (micro < ranks) {
     return PathError("schedule.global_batch",
                      "a micro-batch (global_batch / micro_batches = ", s.global_batch, " / ",
                      s.micro_batches, " = ", micro,
-                     " samples) must hold at least one sample for every rank (",
-                     vision_larger ? "vision" : "llm", ".actors = ", ranks, ")");
+                     " samples) must hold at least one sample for every data-parallel rank (",
+                     vision_larger ? ReplicasName("vision", c.vision.sequence_parallel, "sequence")
+                                   : ReplicasName("llm", c.llm.tensor_parallel, "tensor"),
+                     " = ", ranks, ")");
   }
   if (c.data.kind == data::DataConfig::Kind::kShapes &&
       s.eval_samples > c.data.shapes.eval_samples) {
@@ -176,8 +228,9 @@ absl::Status CheckSchedule(const JobConfig& c) {
 }
 
 // The group's engine config must parse with the engine's strict parser and agree with the schedule.
+// `actors` are the group's data-parallel ranks, named `ranks_name` in messages.
 absl::Status CheckEngine(std::string_view group, const std::string& engine_json, int32_t actors,
-                         const ScheduleConfig& s) {
+                         std::string_view ranks_name, const ScheduleConfig& s) {
   const std::string path = JoinPath(group, "engine");
   absl::StatusOr<nlohmann::json> document = ParseJsonStrict(engine_json);
   if (!document.ok()) return PathError(path, document.status().message());
@@ -208,12 +261,12 @@ absl::Status CheckEngine(std::string_view group, const std::string& engine_json,
     if (micro % actors != 0) {
       return PathError(key, "must be left out: a micro-batch of ", micro,
                        " samples (global_batch / micro_batches) does not split evenly over ",
-                       Sv(group), ".actors = ", actors, ", so ranks get different sizes; got ",
+                       Sv(ranks_name), " = ", actors, ", so ranks get different sizes; got ",
                        given);
     }
     if (given != micro / actors) {
       return PathError(key, "must equal schedule.global_batch / schedule.micro_batches / ",
-                       Sv(group), ".actors = ", s.global_batch, " / ", s.micro_batches, " / ",
+                       Sv(ranks_name), " = ", s.global_batch, " / ", s.micro_batches, " / ",
                        actors, " = ", micro / actors, " or be left out, got ", given);
     }
   }
@@ -264,6 +317,8 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
                      ") + data.max_text_tokens (", config.data.max_text_tokens, ") = ", needed,
                      ", got ", config.llm.model.max_seq_len);
   }
+  RETURN_IF_ERROR(CheckSequenceParallel(config.vision));
+  RETURN_IF_ERROR(CheckTensorParallel(config.llm));
   RETURN_IF_ERROR(CheckSchedule(config));
   RETURN_IF_ERROR(CheckFreeze("vision", config.vision.freeze));
   RETURN_IF_ERROR(CheckFreeze("llm", config.llm.freeze));
@@ -272,9 +327,11 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
                                    "encoder: nothing would train");
   }
   RETURN_IF_ERROR(Between("failure.max_restarts", config.max_restarts, 0, kMaxRestarts));
-  RETURN_IF_ERROR(
-      CheckEngine("vision", config.vision.engine_json, config.vision.actors, config.schedule));
-  return CheckEngine("llm", config.llm.engine_json, config.llm.actors, config.schedule);
+  RETURN_IF_ERROR(CheckEngine("vision", config.vision.engine_json, config.vision.replicas(),
+                              ReplicasName("vision", config.vision.sequence_parallel, "sequence"),
+                              config.schedule));
+  return CheckEngine("llm", config.llm.engine_json, config.llm.replicas(),
+                     ReplicasName("llm", config.llm.tensor_parallel, "tensor"), config.schedule);
 }
 
 }  // namespace tandem::jobspec

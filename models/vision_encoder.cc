@@ -175,6 +175,11 @@ TORCH_MODULE(PoolingHead);
 
 }  // namespace
 
+parallel::Range VisionFeatureRange(const VisionConfig& config, int size, int rank) {
+  const int64_t local = config.num_positions() / size, dropped = config.drop_first_feature ? 1 : 0;
+  return {std::max<int64_t>(rank * local - dropped, 0), (rank + 1) * local - dropped};
+}
+
 at::Tensor SinCosPositions2d(int64_t grid, int64_t dim) {
   TORCH_CHECK(dim > 0 && dim % 4 == 0, "SinCosPositions2d: dim ", dim, " must be a positive multiple of 4");
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
@@ -196,8 +201,7 @@ VisionEncoderImpl::VisionEncoderImpl(const VisionConfig& config, parallel::Paral
   const auto& c = config_;
   const int64_t local = c.num_positions() / sequence_parallel_->size();
   positions_range_ = {sequence_parallel_->rank() * local, (sequence_parallel_->rank() + 1) * local};
-  const int64_t dropped = c.drop_first_feature ? 1 : 0;
-  feature_range_ = {std::max<int64_t>(positions_range_.begin - dropped, 0), positions_range_.end - dropped};
+  feature_range_ = VisionFeatureRange(c, sequence_parallel_->size(), sequence_parallel_->rank());
   if (c.positions == "learned") {
     positions_ = register_parameter("positions", torch::empty({1, c.num_positions(), c.hidden}));
     InitNormal(positions_, kInitStd);

@@ -114,6 +114,11 @@ class VisionEncoderImpl : public torch::nn::Module {
 };
 TORCH_MODULE(VisionEncoder);
 
+// The features [begin, end) of num_features() that rank `rank` of a sequence-parallel group of
+// `size` ranks computes (NOTE [Sequence-parallel vision encoder]); all of them for size 1.
+// REQUIRES: size divides num_positions().
+parallel::Range VisionFeatureRange(const VisionConfig& config, int size, int rank);
+
 // The fixed 2D sine-cosine position table [grid * grid, dim] (fp32, row-major over the grid, as MAE):
 // the first dim/2 channels encode the patch row, the last dim/2 the column; each half is
 // [sin(p * w_k), cos(p * w_k)] with w_k = 10000^(-k / (dim/4)), k < dim/4. REQUIRES: dim % 4 == 0.

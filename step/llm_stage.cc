@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <utility>
 
@@ -17,7 +18,10 @@
 #include "data/caption_metrics.h"
 #include "engine/engine.h"
 #include "hf/pretrained_weights.h"
+#include "engine/safetensors.h"
 #include "models/llm.h"
+#include "models/vision_encoder.h"
+#include "parallel/collectives.h"
 #include "step/stage.h"
 
 namespace tandem::step {
@@ -40,10 +44,17 @@ class LlmStage : public Stage {
     {
       std::lock_guard<std::mutex> lock(ModelInitMutex());
       torch::manual_seed(LlmModelSeed(job().schedule.seed));
-      model_ = models::Llm(config);
+      model_ = models::Llm(config, parallel::ParallelGroup{placement().parallel_communicator, placement().timeout});
     }
     if (!job().llm.pretrained.empty()) RETURN_IF_ERROR(hf::LoadPretrainedLlm(job().llm.pretrained, *model_));
-    RETURN_IF_ERROR(Build(model_.ptr(), std::move(communicator)));
+    // Replicated parameters (norms) are counted in the gradient norm by the replica's first rank.
+    std::vector<std::string> left_out;
+    if (parallel_index() > 0) {
+      for (const auto& item : model_->named_parameters()) {
+        if (!model_->shards().count(item.key())) left_out.push_back(item.key());
+      }
+    }
+    RETURN_IF_ERROR(Build(model_.ptr(), std::move(communicator), left_out));
     model_->set_compute_dtype(engine().compute().activation_dtype);
     if (placement().rank == 0 && !placement().run_dir.empty()) {
       RETURN_IF_ERROR(SaveExtras(placement().run_dir));
@@ -63,10 +74,36 @@ class LlmStage : public Stage {
     return data().text->words()->Save((fs::path(directory) / "tokenizer.json").string());
   }
 
+  // Tensor parallelism: every rank holds its shards; the first rank of replica 0 writes the whole
+  // model, each split parameter summed over the replica from zero-padded shards.
+  absl::Status ExportWeights(const std::string& path) override;
+
  private:
   // An empty [rows, patches, width] tensor in the dtype embeddings cross in.
   at::Tensor EmbeddingBuffer(int64_t rows) const {
     return at::empty({rows, patches(), width()}, at::TensorOptions().dtype(embedding_dtype()));
+  }
+
+  // The embedding slices of one micro-batch (NOTE [Parallel sets] in stage.h): from each vision rank
+  // owning rows of `mine`, its positions of them. With sequence parallelism a slice is not
+  // contiguous in `leaf` [rows, patches, width]: it lands in a buffer of its own, copied into place
+  // by AwaitEmbeddings.
+  struct Incoming {
+    std::vector<TransferTag> tags;
+    struct Staged {
+      at::Tensor buffer;
+      SampleRange rows;
+      parallel::Range features;
+    };
+    std::vector<Staged> staged;
+  };
+  absl::StatusOr<Incoming> ExpectEmbeddings(TransferKind kind, int64_t step, int64_t micro_batch, SampleRange mine,
+                                            int64_t samples, const at::Tensor& leaf);
+  absl::Status AwaitEmbeddings(const Incoming& incoming, const at::Tensor& leaf, SampleRange mine,
+                               StepResult* result);
+  // The positions of the image that vision rank `index` of a replica computes.
+  parallel::Range Features(int index) const {
+    return models::VisionFeatureRange(job().vision.model, placement().peer_parallel, index);
   }
 
   models::Llm model_{nullptr};
@@ -81,7 +118,7 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
   std::vector<at::Tensor> tokens, labels;
   int64_t global_targets = 0;
   std::vector<at::Tensor> leaves;
-  std::vector<std::vector<TransferTag>> tags(batches.size());
+  std::vector<Incoming> incoming(batches.size());
   for (size_t k = 0; k < batches.size(); ++k) {
     ASSIGN_OR_RETURN(data::TokenBatch text, data::MakeTokenBatch(*data().datasets.train, batches[k],
                                                                  *data().text, job().data.max_text_tokens));
@@ -90,40 +127,50 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
     tokens.push_back(Rows(mb.tokens, mine, 0).to(device()));
     labels.push_back(Rows(mb.labels, mine, 0).to(device()));
     leaves.push_back(EmbeddingBuffer(mine.size()));
-    for (const auto& [peer, overlap] : Overlaps(mine, b)) {
-      TransferTag tag =
-          Tag(TransferKind::kEmbeddings, step, static_cast<int64_t>(k), overlap, peer);
-      RETURN_IF_ERROR(Expect(tag, Rows(leaves[k], overlap, mine.begin)));
-      tags[k].push_back(tag);
-    }
+    ASSIGN_OR_RETURN(incoming[k], ExpectEmbeddings(TransferKind::kEmbeddings, step, static_cast<int64_t>(k),
+                                                   mine, b, leaves[k]));
   }
-  std::vector<at::Tensor> grads;
+  // Only the replica's first rank sends gradients back and reports the loss: its peers compute the
+  // same (NOTE [Parallel sets]).
+  const bool speaks = parallel_index() == 0;
+  std::vector<at::Tensor> grads;  // kept alive until their sends are waited for
   std::vector<std::unique_ptr<transport::SendHandle>> sends;
   for (size_t k = 0; k < batches.size(); ++k) {
     SetPhase("transfer");
-    for (const TransferTag& tag : tags[k]) RETURN_IF_ERROR(Await(tag, &result));
+    RETURN_IF_ERROR(AwaitEmbeddings(incoming[k], leaves[k], mine, &result));
     SetPhase("forward");
     at::Tensor leaf = leaves[k].to(device()).detach().requires_grad_(!vision_frozen());
     at::Tensor loss;
     {
       auto autocast = engine().Autocast();
       at::Tensor logits = model_->forward(leaf, tokens[k]);
-      loss = models::LabelLoss(logits, labels[k]).sum / static_cast<double>(std::max<int64_t>(global_targets, 1));
+      loss = models::LabelLoss(model_, logits, labels[k]).sum /
+             static_cast<double>(std::max<int64_t>(global_targets, 1));
     }
     SetPhase("backward");
     loss.backward();
-    result.loss += loss.item<double>();
-    if (!vision_frozen()) {
-      grads.push_back(leaf.grad().to(at::kCPU).contiguous());
-      SetPhase("transfer");
+    if (speaks) result.loss += loss.item<double>();
+    if (vision_frozen() || !speaks) {
+      SetPhase("optimizer");
+      RETURN_IF_ERROR(engine().Step());
+      continue;
     }
-    for (const auto& [peer, overlap] : vision_frozen() ? std::vector<std::pair<int, SampleRange>>{}
-                                                       : Overlaps(mine, b)) {
-      ASSIGN_OR_RETURN(auto send, Send(peer, Tag(TransferKind::kGradients, step,
-                                                 static_cast<int64_t>(k), overlap,
-                                                 placement().rank),
-                                       Rows(grads.back(), overlap, mine.begin), &result));
-      sends.push_back(std::move(send));
+    const at::Tensor grad = leaf.grad().to(at::kCPU).contiguous();
+    SetPhase("transfer");
+    for (const auto& [peer, overlap] : Overlaps(mine, b)) {
+      for (int index = 0; index < placement().peer_parallel; ++index) {
+        at::Tensor slice = Rows(grad, overlap, mine.begin);
+        if (placement().peer_parallel > 1) {
+          const parallel::Range features = Features(index);
+          slice = slice.narrow(1, features.begin, features.size()).contiguous();
+        }
+        grads.push_back(slice);
+        ASSIGN_OR_RETURN(auto send, Send(peer * placement().peer_parallel + index,
+                                         Tag(TransferKind::kGradients, step, static_cast<int64_t>(k), overlap,
+                                             placement().rank),
+                                         slice, &result));
+        sends.push_back(std::move(send));
+      }
     }
     SetPhase("optimizer");
     RETURN_IF_ERROR(engine().Step());
@@ -139,12 +186,9 @@ absl::StatusOr<EvalCounts> LlmStage::EvaluateBatch(int64_t step, int64_t batch_i
   const SampleRange mine = Mine(n);
   if (mine.empty() && !collective_generation()) return EvalCounts{};
   at::Tensor images = EmbeddingBuffer(mine.size());
-  std::vector<TransferTag> tags;
-  for (const auto& [peer, overlap] : Overlaps(mine, n)) {
-    tags.push_back(Tag(TransferKind::kEvalEmbeddings, step, batch_index, overlap, peer));
-    RETURN_IF_ERROR(Expect(tags.back(), Rows(images, overlap, mine.begin)));
-  }
-  for (const TransferTag& tag : tags) RETURN_IF_ERROR(Await(tag, nullptr));
+  ASSIGN_OR_RETURN(const Incoming incoming,
+                   ExpectEmbeddings(TransferKind::kEvalEmbeddings, step, batch_index, mine, n, images));
+  RETURN_IF_ERROR(AwaitEmbeddings(incoming, images, mine, nullptr));
   // Every rank reads the whole batch's prompts, so that a bad sample fails every rank alike and all
   // agree on the number of tokens to generate: one past the longest answer. A rank without samples
   // still steps the generation (ZeRO-3 gathers are collective) with one placeholder row.
@@ -166,7 +210,8 @@ absl::StatusOr<EvalCounts> LlmStage::EvaluateBatch(int64_t step, int64_t batch_i
                                             std::min(longest + 1, job().data.max_text_tokens),
                                             /*stop_when_done=*/!collective_generation());
   }
-  if (mine.empty()) return EvalCounts{};
+  // The replica's first rank scores its samples; its peers generated the same.
+  if (mine.empty() || parallel_index() != 0) return EvalCounts{};
   data::CaptionScore score;
   for (size_t row = 0; row < prompts.answers.size(); ++row) {
     // Within the sample's budget of text tokens, as in training.
@@ -176,6 +221,58 @@ absl::StatusOr<EvalCounts> LlmStage::EvaluateBatch(int64_t step, int64_t batch_i
     data::Accumulate(answer, prompts.answers[row], &score);
   }
   return EvalCounts{score.samples, score.exact, score.tokens_total, score.tokens_correct};
+}
+
+absl::StatusOr<LlmStage::Incoming> LlmStage::ExpectEmbeddings(TransferKind kind, int64_t step, int64_t micro_batch,
+                                                              SampleRange mine, int64_t samples,
+                                                              const at::Tensor& leaf) {
+  Incoming incoming;
+  const int parallel = placement().peer_parallel;
+  for (const auto& [peer, overlap] : Overlaps(mine, samples)) {
+    for (int index = 0; index < parallel; ++index) {
+      const int source = peer * parallel + index;
+      incoming.tags.push_back(Tag(kind, step, micro_batch, overlap, source));
+      if (parallel == 1) {
+        RETURN_IF_ERROR(Expect(incoming.tags.back(), Rows(leaf, overlap, mine.begin)));
+        continue;
+      }
+      const parallel::Range features = Features(index);
+      Incoming::Staged staged{at::empty({overlap.size(), features.size(), width()}, leaf.options()), overlap,
+                              features};
+      RETURN_IF_ERROR(Expect(incoming.tags.back(), staged.buffer));
+      incoming.staged.push_back(std::move(staged));
+    }
+  }
+  return incoming;
+}
+
+absl::Status LlmStage::AwaitEmbeddings(const Incoming& incoming, const at::Tensor& leaf, SampleRange mine,
+                                       StepResult* result) {
+  for (const TransferTag& tag : incoming.tags) RETURN_IF_ERROR(Await(tag, result));
+  for (const Incoming::Staged& staged : incoming.staged) {
+    Rows(leaf, staged.rows, mine.begin).narrow(1, staged.features.begin, staged.features.size()).copy_(staged.buffer);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlmStage::ExportWeights(const std::string& path) {
+  if (placement().parallel == 1) return Stage::ExportWeights(path);
+  std::map<std::string, std::string> metadata;
+  ASSIGN_OR_RETURN(engine::NamedTensors named, engine().ExportTensors(&metadata));
+  if (replica() != 0) return absl::OkStatus();
+  const parallel::ParallelGroup group{placement().parallel_communicator, placement().timeout};
+  for (auto& [name, tensor] : named) {
+    const auto shard = model_->shards().find(name);
+    if (shard == model_->shards().end()) continue;
+    std::vector<int64_t> shape = tensor.sizes().vec();
+    shape[shard->second.dim] = shard->second.full;
+    at::Tensor full = at::zeros(shape, tensor.options());
+    full.narrow(shard->second.dim, shard->second.range.begin, shard->second.range.size()).copy_(tensor);
+    parallel::WaitOrThrow(group.comm->AllReduceSum(full), group);
+    tensor = full;
+  }
+  if (parallel_index() != 0) return absl::OkStatus();
+  return engine::WriteSafetensors(path, named, metadata);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <utility>
@@ -53,7 +54,8 @@ Stage::Stage(const char* group, const jobspec::JobConfig& job, std::shared_ptr<c
 Stage::~Stage() = default;
 
 absl::Status Stage::Build(std::shared_ptr<torch::nn::Module> model,
-                          std::shared_ptr<engine::Communicator> communicator) {
+                          std::shared_ptr<engine::Communicator> communicator,
+                          const std::vector<std::string>& left_out_of_norm) {
   const bool vision = std::string_view(group_) == "vision";
   const int vision_ranks = vision ? placement_.group_size : placement_.peer_group_size;
   ASSIGN_OR_RETURN(engine::Config vision_config,
@@ -63,14 +65,23 @@ absl::Status Stage::Build(std::shared_ptr<torch::nn::Module> model,
   engine::Config config = vision_config;
   if (!vision) {
     ASSIGN_OR_RETURN(config, GroupEngineConfig(job_.llm.engine_json, "llm.engine.", job_.schedule,
-                                               placement_.group_size));
+                                               communicator->world_size()));
+  } else if (placement_.parallel > 1) {
+    // The engine's group spans the sequence-parallel ranks, which share their samples: DeepSpeed's
+    // batch arithmetic (train_batch_size = micro * accumulation * world) does not hold there. It is
+    // a check only; jobspec validated the batch over the replicas.
+    config.train_batch_size.reset();
+    config.train_micro_batch_size_per_gpu.reset();
   }
   RETURN_IF_ERROR(FreezeParameters(*model, vision ? job_.vision.freeze : job_.llm.freeze, group_));
   model->to(placement_.device);
   model_ = std::move(model);
   communicator_ = std::move(communicator);
   ASSIGN_OR_RETURN(engine_, engine::Engine::Create(model_, communicator_, config));
-  if (job_.schedule.gradient_clipping > 0) {
+  if (!left_out_of_norm.empty()) engine_->LeaveOutOfGradNorm(left_out_of_norm);
+  if (!vision && placement_.parallel > 1) {
+    engine_->SetGradNormCombiner([this](double squares) { return CombineTensorParallelSquares(squares); });
+  } else if (job_.schedule.gradient_clipping > 0) {
     engine_->SetGradNormCombiner([this](double squares) { return CombineGradSquares(squares); });
   }
   return absl::OkStatus();
@@ -85,7 +96,7 @@ void Stage::SetPhase(const char* phase) {
 }
 
 bool Stage::collective_generation() const {
-  return engine_->config().zero.stage == 3 && placement_.group_size > 1;
+  return engine_->config().zero.stage == 3 && engine_->world_size() > 1;
 }
 
 absl::StatusOr<StepResult> Stage::RunStep(int64_t step) {
@@ -108,7 +119,10 @@ absl::StatusOr<StepResult> Stage::RunStep(int64_t step) {
   step_ = step;
   result->compute_s = Seconds(Clock::now() - start) - result->wait_s;
   result->skipped = engine_->skipped_steps() != skipped_before;
-  result->grad_norm = engine_->last_grad_norm();
+  // With tensor parallelism each engine group holds a part of the model: the replica's sum.
+  result->grad_norm = std::string_view(group_) == "llm" && placement_.parallel > 1
+                          ? std::sqrt(tensor_parallel_squares_)
+                          : engine_->last_grad_norm();
   result->lr = engine_->last_lr();
   return result;
 }
@@ -157,20 +171,39 @@ absl::Status Stage::SaveCheckpoint(int64_t step, const std::string& directory) {
     status = absl::UnavailableError(absl::StrCat("cannot create ", directory, ": ", ec.message()));
   if (status.ok()) status = SaveExtras(directory);
   // Every rank takes part even after a local error, so the group's collectives stay matched.
-  status.Update(engine_->SaveCheckpoint((fs::path(directory) / group_).string(), client_state));
+  status.Update(engine_->SaveCheckpoint((fs::path(directory) / CheckpointGroupDirectory()).string(), client_state));
   SetPhase("idle");
   return status;
 }
 
 absl::Status Stage::Export(const std::string& path) {
   SetPhase("checkpoint");
-  absl::Status status = engine_->ExportSafetensors(path);
+  absl::Status status;
+  try {
+    status = ExportWeights(path);
+  } catch (const std::exception& e) {
+    status = TorchError(absl::StrCat(group_, " rank ", placement_.rank, ": export"), e);
+  }
   SetPhase("idle");
   return status;
 }
 
+absl::Status Stage::ExportWeights(const std::string& path) { return engine_->ExportSafetensors(path); }
+
+std::string Stage::CheckpointGroupDirectory() const {
+  if (std::string_view(group_) != "llm" || placement_.parallel == 1) return group_;
+  return absl::StrCat(group_, "/tensor-", parallel_index(), "-of-", placement_.parallel);
+}
+
 absl::StatusOr<ResumePoint> Stage::Resume(const std::string& checkpoint) {
-  ASSIGN_OR_RETURN(ResumePoint resume, LoadGroupCheckpoint(*engine_, checkpoint, group_));
+  const std::string directory = CheckpointGroupDirectory();
+  std::error_code ec;
+  if (!fs::exists(fs::path(checkpoint) / directory, ec)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", checkpoint, " has no ", directory, ": it was saved at another llm.parallel.tensor than ",
+        placement_.parallel, ", which a resume does not change"));
+  }
+  ASSIGN_OR_RETURN(ResumePoint resume, LoadGroupCheckpoint(*engine_, checkpoint, directory));
   sampler_.Seek(resume.position);
   step_ = resume.step;
   return resume;
@@ -201,6 +234,15 @@ absl::Status Stage::WaitSends(std::vector<std::unique_ptr<transport::SendHandle>
   for (auto& send : sends) status.Update(send->Wait(placement_.timeout));
   sends.clear();
   return status;
+}
+
+absl::StatusOr<double> Stage::CombineTensorParallelSquares(double squares) {
+  at::Tensor total = at::full({1}, squares, at::TensorOptions().dtype(at::kFloat).device(placement_.device));
+  const absl::Status reduced = placement_.parallel_communicator->AllReduceSum(total)->Wait(placement_.timeout);
+  if (!reduced.ok()) return reduced;
+  tensor_parallel_squares_ = total.cpu().item<double>();
+  if (job_.schedule.gradient_clipping > 0) return CombineGradSquares(tensor_parallel_squares_);
+  return tensor_parallel_squares_;
 }
 
 // Rank r sends its group's squares to every peer rank p with p % group_size == r, and receives the

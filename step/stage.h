@@ -54,11 +54,28 @@ class Engine;
 namespace tandem::step {
 
 // Where one stage runs.
+//
+// NOTE [Parallel sets]
+// A group of group_size ranks with `parallel` > 1 is group_size / parallel data-parallel replicas
+// of `parallel` ranks each: rank = replica * parallel + index. The ranks of one replica share its
+// samples and split its model: tensor parallelism in the LLM group (index is the tensor-parallel
+// rank), sequence parallelism in the vision group (index is the sequence-parallel rank). Samples
+// are owned by replicas (step/ownership.h over the replica count). Embeddings go from each vision
+// rank (its positions of its replica's rows) to every rank of the LLM replica owning the rows;
+// gradients come back from index 0 of that LLM replica only, split by positions.
+// Communicators: the LLM engine reduces over its data-parallel ranks (one engine group per tensor
+// index: ZeRO partitions over replicas only); the vision engine over the whole group (each
+// sequence-parallel rank's gradient covers its positions, so the whole group's sum is the
+// gradient, as DeepSpeed reduces over its sequence-data-parallel group). `parallel_communicator`
+// joins the ranks of this rank's replica.
 struct Placement {
   std::string transfer_key;  // TransferTag::job_id of this job attempt
   int rank = 0;
   int group_size = 1;
   int peer_group_size = 1;  // ranks of the other group
+  int parallel = 1;         // ranks of one replica of this group (NOTE [Parallel sets])
+  int peer_parallel = 1;    // of the other group
+  std::shared_ptr<engine::Communicator> parallel_communicator;  // the replica's ranks; null at 1
   c10::Device device{c10::kCPU};
   std::chrono::milliseconds timeout{300000};  // every transfer and collective
   std::string run_dir;  // LLM rank 0 writes tokenizer.json there at setup; "" writes nothing
@@ -99,6 +116,9 @@ class Stage {
   absl::Status SaveCheckpoint(int64_t step, const std::string& directory);
   // Writes the group's full weights as safetensors (rank 0 writes; every rank must call it).
   absl::Status Export(const std::string& path);
+  // The directory of <checkpoint> this rank's group saves its shards in: <group>, or with tensor
+  // parallelism llm/tensor-<index>-of-<parallel> (one engine group per tensor index).
+  std::string CheckpointGroupDirectory() const;
   // Loads the group's shards <checkpoint>/<group> (collective) and continues from their step and
   // data position.
   absl::StatusOr<ResumePoint> Resume(const std::string& checkpoint);
@@ -109,8 +129,11 @@ class Stage {
         StageProgress* progress);
   // Moves `model` (built under the group's seed) to the placement's device, wraps it in an engine
   // with the group's config over `communicator`, and decides the dtype embeddings cross in.
+  // `left_out_of_norm`: parameters another rank of the replica counts in the gradient norm
+  // (Engine::LeaveOutOfGradNorm).
   absl::Status Build(std::shared_ptr<torch::nn::Module> model,
-                     std::shared_ptr<engine::Communicator> communicator);
+                     std::shared_ptr<engine::Communicator> communicator,
+                     const std::vector<std::string>& left_out_of_norm = {});
 
   // The group's part of one step: `batches` are the sample indices of every micro-batch.
   virtual absl::StatusOr<StepResult> Train(int64_t step,
@@ -121,15 +144,21 @@ class Stage {
   // After the last evaluation batch, or after a failed one: waits for what is still in flight.
   virtual absl::Status FinishEvaluation() { return absl::OkStatus(); }
   virtual absl::Status SaveExtras(const std::string& directory) { return absl::OkStatus(); }
+  // The whole model as Export writes it; the LLM stage assembles tensor-parallel shards.
+  virtual absl::Status ExportWeights(const std::string& path);
 
   const jobspec::JobConfig& job() const { return job_; }
   int64_t MicroBatchSize() const { return job_.schedule.global_batch / job_.schedule.micro_batches; }
-  // The rows of an `samples`-sample micro-batch this rank owns, and the peer ranks sharing them.
-  SampleRange Mine(int64_t samples) const {
-    return OwnedSamples(placement_.rank, placement_.group_size, samples);
-  }
+  // NOTE [Parallel sets]: this rank's replica and its index in it, and the replica counts.
+  int replica() const { return placement_.rank / placement_.parallel; }
+  int parallel_index() const { return placement_.rank % placement_.parallel; }
+  int replicas() const { return placement_.group_size / placement_.parallel; }
+  int peer_replicas() const { return placement_.peer_group_size / placement_.peer_parallel; }
+  // The rows of an `samples`-sample micro-batch this rank's replica owns, and the peer replicas
+  // sharing them (peer rank = replica * peer_parallel + index).
+  SampleRange Mine(int64_t samples) const { return OwnedSamples(replica(), replicas(), samples); }
   std::vector<std::pair<int, SampleRange>> Overlaps(SampleRange mine, int64_t samples) const {
-    return PeerOverlaps(mine, placement_.peer_group_size, samples);
+    return PeerOverlaps(mine, peer_replicas(), samples);
   }
   transport::TransferTag Tag(transport::TransferKind kind, int64_t step, int64_t micro_batch,
                              SampleRange samples, int source_rank) const {
@@ -163,6 +192,9 @@ class Stage {
   // The engine's GradNormCombiner under schedule.gradient_clipping: exchanges the groups' squared
   // gradient norms for the step running (step_ + 1) and returns their sum.
   absl::StatusOr<double> CombineGradSquares(double group_squares);
+  // With tensor parallelism: sums the engine groups' squares over the replica's ranks (each
+  // parameter counted once: Engine::LeaveOutOfGradNorm), then combines as above under clipping.
+  absl::StatusOr<double> CombineTensorParallelSquares(double squares);
 
   const char* group_;
   const jobspec::JobConfig job_;
@@ -176,6 +208,7 @@ class Stage {
   std::unique_ptr<engine::Engine> engine_;
   at::ScalarType embedding_dtype_ = at::kFloat;
   int64_t step_ = 0;
+  double tensor_parallel_squares_ = 0.0;  // the last step's, with tensor parallelism
 };
 
 // InternalError "<what>: <message>", without LibTorch's backtrace for a c10::Error.

@@ -41,7 +41,8 @@ class VisionStage : public Stage {
     {
       std::lock_guard<std::mutex> lock(ModelInitMutex());
       torch::manual_seed(VisionModelSeed(job().schedule.seed));
-      model_ = models::VisionEncoder(job().vision.model);
+      model_ = models::VisionEncoder(job().vision.model,
+                                     parallel::ParallelGroup{placement().parallel_communicator, placement().timeout});
     }
     // hf::ResolvePretrainedModels gave the shape; the weights are the checkpoint's (the projector
     // stays as initialised for a tower alone).
@@ -74,6 +75,11 @@ class VisionStage : public Stage {
   // The images of `indices` (one micro-batch; this rank reads the rows `mine`), taken from
   // prefetched_ when it holds the same indices.
   absl::StatusOr<at::Tensor> Images(const std::vector<int64_t>& indices, SampleRange mine);
+  // Sends `rows` of `embeddings` (whose first row is sample mine.begin) to every rank of LLM
+  // replica `replica` (NOTE [Parallel sets]).
+  absl::Status SendToReplica(transport::TransferKind kind, int64_t step, int64_t micro_batch, int replica,
+                             SampleRange rows, const at::Tensor& embeddings, SampleRange mine, StepResult* result,
+                             std::vector<std::unique_ptr<transport::SendHandle>>* sends);
   // Reads the next step's first micro-batch into prefetched_ without advancing the sampler. A read
   // that fails is dropped: the step that needs the batch reads it again and reports the error.
   void Prefetch(SampleRange mine);
@@ -112,14 +118,13 @@ absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
     SetPhase("transfer");
     for (const auto& [peer, overlap] : Overlaps(mine, b)) {
       if (!vision_frozen()) {
-        TransferTag grad_tag = Tag(TransferKind::kGradients, step, k, overlap, peer);
+        // The gradient comes from the first rank of the LLM replica.
+        TransferTag grad_tag = Tag(TransferKind::kGradients, step, k, overlap, peer * placement().peer_parallel);
         RETURN_IF_ERROR(Expect(grad_tag, Rows(f.grad, overlap, mine.begin)));
         f.grad_tags.push_back(grad_tag);
       }
-      ASSIGN_OR_RETURN(auto send, Send(peer, Tag(TransferKind::kEmbeddings, step, k, overlap,
-                                                 placement().rank),
-                                       Rows(f.sent, overlap, mine.begin), &result));
-      f.sends.push_back(std::move(send));
+      RETURN_IF_ERROR(SendToReplica(TransferKind::kEmbeddings, step, k, peer, overlap, f.sent, mine, &result,
+                                    &f.sends));
     }
     in_flight.push_back(std::move(f));
     if (k == last && step < job().schedule.steps) Prefetch(mine);
@@ -129,6 +134,19 @@ absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
     }
   }
   return result;
+}
+
+absl::Status VisionStage::SendToReplica(TransferKind kind, int64_t step, int64_t micro_batch, int replica,
+                                        SampleRange rows, const at::Tensor& embeddings, SampleRange mine,
+                                        StepResult* result,
+                                        std::vector<std::unique_ptr<transport::SendHandle>>* sends) {
+  const int parallel = placement().peer_parallel;
+  for (int peer = replica * parallel; peer < (replica + 1) * parallel; ++peer) {
+    ASSIGN_OR_RETURN(auto send, Send(peer, Tag(kind, step, micro_batch, rows, placement().rank),
+                                     Rows(embeddings, rows, mine.begin), result));
+    sends->push_back(std::move(send));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<at::Tensor> VisionStage::Images(const std::vector<int64_t>& indices,
@@ -177,10 +195,8 @@ absl::StatusOr<EvalCounts> VisionStage::EvaluateBatch(int64_t step, int64_t batc
   }
   std::vector<std::unique_ptr<transport::SendHandle>> handles;
   for (const auto& [peer, overlap] : Overlaps(mine, n)) {
-    ASSIGN_OR_RETURN(auto send, Send(peer, Tag(TransferKind::kEvalEmbeddings, step, batch_index,
-                                               overlap, placement().rank),
-                                     Rows(embeddings, overlap, mine.begin), nullptr));
-    handles.push_back(std::move(send));
+    RETURN_IF_ERROR(SendToReplica(TransferKind::kEvalEmbeddings, step, batch_index, peer, overlap, embeddings, mine,
+                                  nullptr, &handles));
   }
   eval_sends_.emplace_back(embeddings, std::move(handles));
   while (eval_sends_.size() > kPipelineDepth) {

@@ -22,6 +22,9 @@ TEST(JobConfigToJson, RoundTripsToAnEqualConfig) {
       json::parse(R"({"bf16": {"enabled": true}, "optimizer": {"type": "AdamW",
       "params": {"lr": 3e-4, "betas": [0.9, 0.95]}}, "zero_optimization": {"stage": 3}})");
   spec["vision"]["freeze"] = {"patch_embed.*", "blocks.0.*"};
+  spec["vision"]["parallel"] = {{"sequence", 2}};
+  spec["llm"]["actors"] = 2;
+  spec["llm"]["parallel"] = {{"tensor", 2}};
   spec["llm"]["model"] = {{"hidden", 96},
                           {"heads", 6},
                           {"kv_heads", 2},
@@ -37,6 +40,8 @@ TEST(JobConfigToJson, RoundTripsToAnEqualConfig) {
   EXPECT_EQ(original.max_restarts, 7);
   EXPECT_EQ(original.vision.freeze, (std::vector<std::string>{"patch_embed.*", "blocks.0.*"}));
   EXPECT_TRUE(original.llm.freeze.empty());
+  EXPECT_EQ(original.vision.sequence_parallel, 2);
+  EXPECT_EQ(original.llm.tensor_parallel, 2);
   std::string text = JobConfigToJson(original);
   absl::StatusOr<JobConfig> again = ParseJobSpecJson(text, "round-trip");
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << text;

@@ -58,6 +58,7 @@ inline void ExpectSameConfig(const JobConfig& a, const JobConfig& b) {
   EXPECT_EQ(a.vision.actors, b.vision.actors);
   EXPECT_EQ(a.vision.engine_json, b.vision.engine_json);
   EXPECT_EQ(a.vision.freeze, b.vision.freeze);
+  EXPECT_EQ(a.vision.sequence_parallel, b.vision.sequence_parallel);
   EXPECT_EQ(a.vision.model.preset, b.vision.model.preset);
   EXPECT_EQ(a.vision.model.image_size, b.vision.model.image_size);
   EXPECT_EQ(a.vision.model.channels, b.vision.model.channels);
@@ -73,6 +74,7 @@ inline void ExpectSameConfig(const JobConfig& a, const JobConfig& b) {
   EXPECT_EQ(a.llm.actors, b.llm.actors);
   EXPECT_EQ(a.llm.engine_json, b.llm.engine_json);
   EXPECT_EQ(a.llm.freeze, b.llm.freeze);
+  EXPECT_EQ(a.llm.tensor_parallel, b.llm.tensor_parallel);
   EXPECT_EQ(a.llm.model.preset, b.llm.model.preset);
   EXPECT_EQ(a.llm.model.hidden, b.llm.model.hidden);
   EXPECT_EQ(a.llm.model.layers, b.llm.model.layers);

@@ -173,8 +173,70 @@ TEST(ValidateJobConfig, MicroBatchSmallerThanActors) {
   spec["llm"]["actors"] = 5;  // micro-batch 8 / 2 = 4
   EXPECT_EQ(Error(spec),
             "job.json: schedule.global_batch: a micro-batch (global_batch / micro_batches = 8 / 2 "
-            "= 4 samples) must "
-            "hold at least one sample for every rank (llm.actors = 5)");
+            "= 4 samples) must hold at least one sample for every data-parallel rank (llm.actors = 5)");
+  // The ranks of one tensor-parallel set share their samples: 8 ranks are 4 replicas of 2.
+  spec["llm"]["actors"] = 8;
+  spec["llm"]["parallel"] = {{"tensor", 2}};
+  const JobConfig config = ExpectValid(spec.dump());
+  EXPECT_EQ(config.llm.tensor_parallel, 2);
+  EXPECT_EQ(config.llm.replicas(), 4);
+  spec["llm"]["actors"] = 10;
+  EXPECT_EQ(Error(spec),
+            "job.json: schedule.global_batch: a micro-batch (global_batch / micro_batches = 8 / 2 = 4 samples) must "
+            "hold at least one sample for every data-parallel rank (llm.actors / llm.parallel.tensor = 5)");
+}
+
+TEST(ValidateJobConfig, ParallelDegrees) {
+  json spec = BaseSpec();  // vit-tiny: 4 heads, 16 positions; llm-tiny: 4 heads, 4 KV heads, MLP 172
+  spec["vision"]["parallel"] = {{"sequence", 2}};
+  EXPECT_EQ(ExpectValid(spec.dump()).vision.sequence_parallel, 2);
+  spec["vision"]["parallel"] = {{"sequence", 4}};
+  EXPECT_EQ(Error(spec), "job.json: vision.parallel.sequence: must divide vision.actors (2) into replicas of 4 "
+                         "ranks, got 4");
+  spec["vision"]["actors"] = 3;
+  spec["vision"]["parallel"] = {{"sequence", 3}};
+  EXPECT_EQ(Error(spec), "job.json: vision.parallel.sequence: must divide vision.model.heads (4), got 3");
+  spec["vision"]["model"]["heads"] = 2;
+  spec["vision"]["model"]["hidden"] = 64;
+  spec["vision"]["actors"] = 6;
+  spec["vision"]["parallel"] = {{"sequence", 2}};
+  EXPECT_TRUE(ExpectValid(spec.dump()).vision.sequence_parallel == 2);
+  spec["vision"]["model"]["image_size"] = 24;  // 9 positions
+  EXPECT_EQ(Error(spec), "job.json: vision.parallel.sequence: must divide the 9 positions of an image "
+                         "((image_size / patch_size)^2), got 2");
+  spec["vision"]["parallel"] = {{"tensor", 2}};
+  EXPECT_THAT(Error(spec), StartsWith("job.json: vision.parallel.tensor: is the LLM group's"));
+
+  spec = BaseSpec();
+  spec["llm"]["actors"] = 3;
+  spec["llm"]["parallel"] = {{"tensor", 3}};
+  EXPECT_EQ(Error(spec), "job.json: llm.parallel.tensor: must divide llm.model.heads (4), got 3");
+  spec["llm"]["actors"] = 4;
+  spec["llm"]["parallel"] = {{"tensor", 4}};
+  spec["llm"]["model"]["heads"] = 8;
+  spec["llm"]["model"]["kv_heads"] = 2;  // each KV head serves two ranks
+  EXPECT_EQ(ExpectValid(spec.dump()).llm.tensor_parallel, 4);
+  spec["llm"]["actors"] = 2;
+  spec["llm"]["parallel"] = {{"tensor", 2}};
+  spec["llm"]["model"]["heads"] = 4;
+  spec["llm"]["model"]["kv_heads"] = 4;
+  spec["llm"]["model"]["mlp_hidden"] = 171;
+  EXPECT_EQ(Error(spec), "job.json: llm.parallel.tensor: must divide llm.model.mlp_hidden (171), got 2");
+  spec["llm"]["model"]["mlp_hidden"] = 172;
+  spec["llm"]["model"]["hidden"] = 48;
+  spec["llm"]["model"]["heads"] = 6;
+  spec["llm"]["model"]["kv_heads"] = 3;
+  spec["llm"]["actors"] = 4;
+  spec["llm"]["parallel"] = {{"tensor", 4}};
+  EXPECT_EQ(Error(spec), "job.json: llm.parallel.tensor: must divide llm.model.heads (6), got 4");
+  spec["llm"]["actors"] = 2;
+  spec["llm"]["parallel"] = {{"tensor", 2}};
+  EXPECT_EQ(Error(spec), "job.json: llm.parallel.tensor: must divide llm.model.kv_heads (3) or be a multiple of "
+                         "it (each KV head then serves several ranks), got 2");
+  spec["llm"]["parallel"] = {{"sequence", 2}};
+  EXPECT_THAT(Error(spec), StartsWith("job.json: llm.parallel.sequence: is the vision group's"));
+  spec["llm"]["parallel"] = {{"tensor", 0}};
+  EXPECT_THAT(Error(spec), StartsWith("job.json: llm.parallel.tensor: must be"));
 }
 
 TEST(ValidateJobConfig, ModelDivisibility) {

@@ -58,22 +58,37 @@ jobspec::JobConfig TinyJob(int stage, double clipping = 0, const std::string& vi
 
 struct Outcome {
   std::vector<double> losses;  // per step, summed over the LLM ranks
+  std::vector<double> llm_grad_norms;  // per step, LLM rank 0's (its group's gradient norm)
   int64_t llm_bytes_sent = 0;  // gradients sent back to the vision ranks, all steps
   EvalCounts eval;             // after the last step, summed over the LLM ranks
   std::map<std::string, at::Tensor> vision_weights;  // vision rank 0's after the last step
   std::vector<absl::Status> errors;
 };
 
-// Runs `steps` steps and one evaluation with nv vision and nl LLM ranks, each on a thread.
-// At `fail_step` (0: never) vision rank 0 fails before its step, to see a failure end every rank
-// promptly.
-Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_step = 0) {
+// Communicators as actors/worker.cc makes them (NOTE [Parallel sets] in step/stage.h): the vision
+// engine's over the whole group and one per sequence-parallel replica; the LLM engine's one per
+// tensor index over the replicas, and one per tensor-parallel replica.
+struct Groups {
+  Groups(int nv, int sv, int nl, int tl) : vision(nv, "vision") {
+    for (int r = 0; r < nv / sv; ++r) sequence.push_back(std::make_unique<engine::FakeGroup>(sv, "vision/sp" + std::to_string(r)));
+    for (int t = 0; t < tl; ++t) data.push_back(std::make_unique<engine::FakeGroup>(nl / tl, "llm/dp" + std::to_string(t)));
+    for (int r = 0; r < nl / tl; ++r) tensor.push_back(std::make_unique<engine::FakeGroup>(tl, "llm/tp" + std::to_string(r)));
+  }
+  engine::FakeGroup vision;
+  std::vector<std::unique_ptr<engine::FakeGroup>> sequence, data, tensor;
+};
+
+// Runs `steps` steps and one evaluation with nv vision and nl LLM ranks, each on a thread; sv and
+// tl are the sequence- and tensor-parallel degrees. At `fail_step` (0: never) vision rank 0 fails
+// before its step, to see a failure end every rank promptly.
+Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_step = 0, int sv = 1, int tl = 1) {
   absl::StatusOr<std::shared_ptr<const JobData>> data = OpenJobData(job);
   EXPECT_TRUE(data.ok()) << data.status();
-  engine::FakeGroup vision_group(nv, "vision"), llm_group(nl, "llm");
+  Groups groups(nv, sv, nl, tl);
   transport::InProcessFabric fabric("stages#1", nv, nl, kTimeout);
   Outcome outcome;
   outcome.losses.assign(job.schedule.steps, 0.0);
+  outcome.llm_grad_norms.assign(job.schedule.steps, 0.0);
   std::mutex mu;
   auto rank_main = [&](bool vision, int rank) {
     Placement placement;
@@ -81,11 +96,17 @@ Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_st
     placement.rank = rank;
     placement.group_size = vision ? nv : nl;
     placement.peer_group_size = vision ? nl : nv;
+    placement.parallel = vision ? sv : tl;
+    placement.peer_parallel = vision ? tl : sv;
     placement.timeout = kTimeout;
+    const int replica = rank / placement.parallel, index = rank % placement.parallel;
+    if (placement.parallel > 1) {
+      placement.parallel_communicator = (vision ? groups.sequence : groups.tensor)[replica]->rank(index);
+    }
     auto create = vision ? CreateVisionStage : CreateLlmStage;
     absl::Status status;
     absl::StatusOr<std::unique_ptr<Stage>> stage =
-        create(job, *data, placement, vision ? vision_group.rank(rank) : llm_group.rank(rank),
+        create(job, *data, placement, vision ? groups.vision.rank(rank) : groups.data[index]->rank(replica),
                fabric.Endpoint(vision ? 0 : 1, rank), nullptr);
     status = stage.status();
     for (int64_t step = 1; status.ok() && step <= job.schedule.steps; ++step) {
@@ -98,6 +119,7 @@ Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_st
       if (status.ok() && !vision) {
         std::lock_guard<std::mutex> lock(mu);
         outcome.losses[step - 1] += result->loss;
+        if (rank == 0) outcome.llm_grad_norms[step - 1] = result->grad_norm;
         outcome.llm_bytes_sent += result->bytes_sent;
       }
     }
@@ -164,6 +186,48 @@ TEST_P(StagesTest, LossesEqualOneRankEachForEveryGroupShape) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ZeroStages, StagesTest, ::testing::Values(0, 1, 2, 3));
+
+// Tensor parallelism in the LLM group and sequence parallelism in the vision group, alone and
+// together, with ZeRO over the replicas: the losses of one rank each (fp32), and every held-out
+// sample scored once.
+class StagesParallelTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(StagesParallelTest, TensorAndSequenceParallelLossesEqualOneRankEach) {
+  const jobspec::JobConfig job = TinyJob(GetParam());
+  const Outcome reference = RunStages(job, 1, 1);
+  ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+  struct Layout {
+    int nv, sv, nl, tl;
+  };
+  for (const Layout& l : std::vector<Layout>{{1, 1, 2, 2}, {2, 2, 1, 1}, {2, 2, 4, 2}, {4, 2, 2, 2}}) {
+    SCOPED_TRACE(absl::StrCat("vision ", l.nv, " ranks (sequence ", l.sv, ") x llm ", l.nl, " ranks (tensor ", l.tl,
+                              ") at ZeRO stage ", GetParam()));
+    const Outcome run = RunStages(job, l.nv, l.nl, 0, l.sv, l.tl);
+    ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+    ExpectLossesMatch(run.losses, reference.losses);
+    EXPECT_EQ(run.eval.samples, 12);
+    EXPECT_EQ(run.eval.tokens, reference.eval.tokens);
+    for (const auto& [name, value] : reference.vision_weights) {
+      ASSERT_TRUE(run.vision_weights.count(name)) << name;
+      EXPECT_TRUE(at::allclose(run.vision_weights.at(name), value, 1e-4, 1e-5)) << name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ZeroStages, StagesParallelTest, ::testing::Values(1, 3));
+
+TEST(StagesParallelClippingTest, WholeModelClippingCountsEachParameterOnceUnderTensorParallelism) {
+  const Outcome reference = RunStages(TinyJob(1, 0.05), 1, 1);
+  ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+  const Outcome run = RunStages(TinyJob(1, 0.05), 2, 4, 0, 2, 2);
+  ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+  ExpectLossesMatch(run.losses, reference.losses);
+  // The LLM's gradient norm counts the norms' weights once, not once per tensor-parallel rank.
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_NEAR(run.llm_grad_norms[step], reference.llm_grad_norms[step], 1e-5 * reference.llm_grad_norms[step])
+        << "step " << step + 1;
+  }
+}
 
 // Whole-model clipping: the groups exchange their squared norms over the transport, and a 2 x 3
 // run takes the one-rank run's clipped steps; the clip scales every step, so the losses move away
