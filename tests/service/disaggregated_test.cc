@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "tests/service/service_testing.h"
-#include "rundir/run_log.h"
+#include "tests/service/run_losses.h"
 
 namespace tandem {
 namespace {
@@ -52,18 +52,10 @@ std::string JobSpec(int vision_actors, int llm_actors, int stage,
 })");
 }
 
+using testing::Losses;
 using testing::Outcome;
 
 Outcome RunTandem(const std::string& args) { return testing::Tandem("run " + args); }
-
-std::vector<double> Losses(const std::string& run_dir) {
-  std::vector<rundir::StepRecord> steps;
-  std::vector<rundir::EvalRecord> evals;
-  EXPECT_TRUE(rundir::ReadMetrics(run_dir + "/metrics.jsonl", &steps, &evals).ok()) << run_dir;
-  std::vector<double> losses;
-  for (const auto& s : steps) losses.push_back(s.loss);
-  return losses;
-}
 
 // Per step, within a relative 1e-4 of the colocated reference.
 void ExpectLossesMatch(const std::vector<double>& losses, const std::vector<double>& reference) {

@@ -18,13 +18,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/safetensors.h"
-#include "rundir/run_log.h"
+#include "tests/service/run_losses.h"
 #include "tests/service/service_testing.h"
 
 namespace tandem {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::Losses;
 constexpr int kSteps = 20;
 
 struct Layout {
@@ -43,15 +44,6 @@ std::string JobSpec(const Layout& l, int stage) {
                       R"(}, "model": {"preset": "llm-tiny"}, "engine": )", engine, R"(},
   "schedule": {"global_batch": 12, "micro_batches": 2, "steps": )", kSteps, R"(, "seed": 11, "eval_every": 10}
 })");
-}
-
-std::vector<double> Losses(const std::string& run_dir) {
-  std::vector<rundir::StepRecord> steps;
-  std::vector<rundir::EvalRecord> evals;
-  EXPECT_TRUE(rundir::ReadMetrics(run_dir + "/metrics.jsonl", &steps, &evals).ok()) << run_dir;
-  std::vector<double> losses;
-  for (const auto& s : steps) losses.push_back(s.loss);
-  return losses;
 }
 
 std::map<std::string, at::Tensor> Weights(const std::string& path) {
