@@ -45,7 +45,14 @@ std::string Printable(std::string_view text) {
 std::string DescribeOutcome(const v1::Job& job) {
   if (job.state() == v1::JOB_STATE_SUCCEEDED && !job.summary_json().empty()) {
     absl::StatusOr<rundir::RunSummary> summary = rundir::ParseSummaryJson(job.summary_json());
-    if (summary.ok()) return Printable(rundir::SummaryText(*summary));
+    if (summary.ok()) {
+      // The text is lines of its own; what came from users is escaped.
+      rundir::RunSummary printable = *summary;
+      printable.job_name = Printable(printable.job_name);
+      printable.run_dir = Printable(printable.run_dir);
+      printable.last_checkpoint = Printable(printable.last_checkpoint);
+      return rundir::SummaryText(printable);
+    }
   }
   return absl::StrCat(job.job_id(), " ", StateName(job.state()), job.message().empty() ? "" : ": ",
                       Printable(job.message()), "\n");

@@ -9,6 +9,7 @@ set(TANDEM_LAYERS
   "common kernels proto"
   "platform engine_config tokenizer rundir rpc"
   "engine transport data"
+  "parallel"
   "models"
   "jobspec"
   "hf"

@@ -74,6 +74,16 @@ class LlmStage : public Stage {
     return data().text->words()->Save((fs::path(directory) / "tokenizer.json").string());
   }
 
+  int64_t parameters() const override {
+    int64_t whole = 0;
+    for (const auto& item : model_->named_parameters()) {
+      const auto shard = model_->shards().find(item.key());
+      const int64_t numel = item.value().numel();
+      whole += shard == model_->shards().end() ? numel : numel / shard->second.range.size() * shard->second.full;
+    }
+    return whole;
+  }
+
   // Tensor parallelism: every rank holds its shards; the first rank of replica 0 writes the whole
   // model, each split parameter summed over the replica from zero-padded shards.
   absl::Status ExportWeights(const std::string& path) override;

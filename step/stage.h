@@ -97,7 +97,8 @@ class Stage {
   const char* group() const { return group_; }  // "vision", "llm"
   const Placement& placement() const { return placement_; }
   const JobData& data() const { return *data_; }
-  int64_t parameters() const;
+  // The group's model's parameters, whole (with tensor parallelism, not only this rank's shards).
+  virtual int64_t parameters() const;
   // The last completed step: 0, the resumed checkpoint's, or the last RunStep's.
   int64_t step() const { return step_; }
   engine::Engine& engine() { return *engine_; }

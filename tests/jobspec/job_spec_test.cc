@@ -18,6 +18,15 @@ namespace {
 
 using ::testing::StartsWith;
 
+TEST(JobSpec, ParallelShapesExampleLoads) {
+  absl::StatusOr<JobConfig> config = LoadJobSpecFile(kExamples + "/shapes_vlm_parallel.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->vision.sequence_parallel, 2);
+  EXPECT_EQ(config->vision.replicas(), 1);
+  EXPECT_EQ(config->llm.tensor_parallel, 2);
+  EXPECT_EQ(config->llm.replicas(), 1);
+}
+
 TEST(JobSpec, ShapesExampleLoads) {
   absl::StatusOr<JobConfig> config = LoadJobSpecFile(kExamples + "/shapes_vlm.json");
   ASSERT_TRUE(config.ok()) << config.status();

@@ -90,10 +90,12 @@ class ParallelServiceTest : public ::testing::TestWithParam<int> {
     std::ofstream(path) << spec;
     const testing::Outcome run =
         testing::Tandem(absl::StrCat("run ", path, " ", flags, " --threads 1 --run-dir ", dir_, "/", name));
+    last_output_ = run.output;
     return run.exit_code == 0 ? "" : run.output;
   }
 
-  std::string dir_;
+  std::string dir_, last_output_;
+
 };
 
 TEST_P(ParallelServiceTest, LossesAndFinalWeightsEqualColocated) {
@@ -111,6 +113,9 @@ TEST_P(ParallelServiceTest, LossesAndFinalWeightsEqualColocated) {
                                           l.tensor);
     SCOPED_TRACE(absl::StrCat(name, " at ZeRO stage ", stage));
     ASSERT_EQ(Run(name, JobSpec(l, stage), ""), "");
+    // The summary's lines are lines, not escaped newlines.
+    EXPECT_THAT(last_output_, ::testing::HasSubstr("\n  final loss"));
+    EXPECT_THAT(last_output_, ::testing::Not(::testing::HasSubstr("\\x0a")));
     const std::vector<double> losses = Losses(dir_ + "/" + name);
     ASSERT_EQ(losses.size(), reference.size());
     for (size_t i = 0; i < losses.size(); ++i) {

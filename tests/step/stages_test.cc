@@ -59,6 +59,7 @@ jobspec::JobConfig TinyJob(int stage, double clipping = 0, const std::string& vi
 struct Outcome {
   std::vector<double> losses;  // per step, summed over the LLM ranks
   std::vector<double> llm_grad_norms;  // per step, LLM rank 0's (its group's gradient norm)
+  int64_t llm_parameters = 0;          // the LLM stage's count, the same on every rank
   int64_t llm_bytes_sent = 0;  // gradients sent back to the vision ranks, all steps
   EvalCounts eval;             // after the last step, summed over the LLM ranks
   std::map<std::string, at::Tensor> vision_weights;  // vision rank 0's after the last step
@@ -109,6 +110,11 @@ Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_st
         create(job, *data, placement, vision ? groups.vision.rank(rank) : groups.data[index]->rank(replica),
                fabric.Endpoint(vision ? 0 : 1, rank), nullptr);
     status = stage.status();
+    if (status.ok() && !vision) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (outcome.llm_parameters != 0 && outcome.llm_parameters != (*stage)->parameters()) outcome.llm_parameters = -1;
+      if (outcome.llm_parameters == 0) outcome.llm_parameters = (*stage)->parameters();
+    }
     for (int64_t step = 1; status.ok() && step <= job.schedule.steps; ++step) {
       if (vision && rank == 0 && step == fail_step) {
         status = absl::DataLossError("vision rank 0 lost its data");
@@ -207,6 +213,7 @@ TEST_P(StagesParallelTest, TensorAndSequenceParallelLossesEqualOneRankEach) {
     ExpectLossesMatch(run.losses, reference.losses);
     EXPECT_EQ(run.eval.samples, 12);
     EXPECT_EQ(run.eval.tokens, reference.eval.tokens);
+    EXPECT_EQ(run.llm_parameters, reference.llm_parameters);  // the whole model's, on every rank
     for (const auto& [name, value] : reference.vision_weights) {
       ASSERT_TRUE(run.vision_weights.count(name)) << name;
       EXPECT_TRUE(at::allclose(run.vision_weights.at(name), value, 1e-4, 1e-5)) << name;
