@@ -8,6 +8,7 @@
 // The loss and the engines' sum reduction make the group sums equal one process's gradients.
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -23,6 +24,7 @@
 #include "models/vision_encoder.h"
 #include "parallel/collectives.h"
 #include "step/stage.h"
+#include "step/tensor_parallel_checkpoint.h"
 
 namespace tandem::step {
 namespace {
@@ -83,6 +85,10 @@ class LlmStage : public Stage {
     }
     return whole;
   }
+
+  // A checkpoint saved at another tensor-parallel degree is resharded into a scratch directory first
+  // (step/tensor_parallel_checkpoint.h).
+  absl::StatusOr<ResumePoint> LoadGroup(const std::string& checkpoint) override;
 
   // Tensor parallelism: every rank holds its shards; the first rank of replica 0 writes the whole
   // model, each split parameter summed over the replica from zero-padded shards.
@@ -263,6 +269,34 @@ absl::Status LlmStage::AwaitEmbeddings(const Incoming& incoming, const at::Tenso
     Rows(leaf, staged.rows, mine.begin).narrow(1, staged.features.begin, staged.features.size()).copy_(staged.buffer);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<ResumePoint> LlmStage::LoadGroup(const std::string& checkpoint) {
+  ASSIGN_OR_RETURN(const int saved, SavedTensorParallelDegree(checkpoint));
+  if (saved == placement().parallel) return Stage::LoadGroup(checkpoint);
+  std::string pattern = (fs::temp_directory_path() / "tandem-reshard-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot create a scratch directory like ", pattern));
+  }
+  // Every rank of the engine's group loads (collective): they all read the same files.
+  const absl::Status resharded =
+      ReshardLlmCheckpoint(checkpoint, model_->config(), placement().parallel, parallel_index(), pattern);
+  absl::StatusOr<ResumePoint> resume = absl::UnknownError("unset");
+  if (!resharded.ok()) {
+    resume = resharded;
+  } else if (auto state = engine().LoadCheckpoint(pattern); state.ok()) {
+    resume = ParseCheckpointClientState(*state, checkpoint);
+  } else {
+    resume = state.status();
+  }
+  std::error_code ec;
+  fs::remove_all(pattern, ec);
+  if (!resume.ok()) {
+    return absl::Status(resume.status().code(),
+                        absl::StrCat("resuming ", checkpoint, " saved at llm.parallel.tensor ", saved, " at ",
+                                     placement().parallel, ": ", resume.status().message()));
+  }
+  return resume;
 }
 
 absl::Status LlmStage::ExportWeights(const std::string& path) {

@@ -195,15 +195,12 @@ std::string Stage::CheckpointGroupDirectory() const {
   return absl::StrCat(group_, "/tensor-", parallel_index(), "-of-", placement_.parallel);
 }
 
+absl::StatusOr<ResumePoint> Stage::LoadGroup(const std::string& checkpoint) {
+  return LoadGroupCheckpoint(*engine_, checkpoint, CheckpointGroupDirectory());
+}
+
 absl::StatusOr<ResumePoint> Stage::Resume(const std::string& checkpoint) {
-  const std::string directory = CheckpointGroupDirectory();
-  std::error_code ec;
-  if (!fs::exists(fs::path(checkpoint) / directory, ec)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", checkpoint, " has no ", directory, ": it was saved at another llm.parallel.tensor than ",
-        placement_.parallel, ", which a resume does not change"));
-  }
-  ASSIGN_OR_RETURN(ResumePoint resume, LoadGroupCheckpoint(*engine_, checkpoint, directory));
+  ASSIGN_OR_RETURN(ResumePoint resume, LoadGroup(checkpoint));
   sampler_.Seek(resume.position);
   step_ = resume.step;
   return resume;

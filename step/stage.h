@@ -147,6 +147,9 @@ class Stage {
   virtual absl::Status SaveExtras(const std::string& directory) { return absl::OkStatus(); }
   // The whole model as Export writes it; the LLM stage assembles tensor-parallel shards.
   virtual absl::Status ExportWeights(const std::string& path);
+  // Loads the group's part of <checkpoint> into the engine (collective); the LLM stage reshards a
+  // checkpoint saved at another tensor-parallel degree.
+  virtual absl::StatusOr<ResumePoint> LoadGroup(const std::string& checkpoint);
 
   const jobspec::JobConfig& job() const { return job_; }
   int64_t MicroBatchSize() const { return job_.schedule.global_batch / job_.schedule.micro_batches; }

@@ -82,7 +82,10 @@ struct Groups {
 // Runs `steps` steps and one evaluation with nv vision and nl LLM ranks, each on a thread; sv and
 // tl are the sequence- and tensor-parallel degrees. At `fail_step` (0: never) vision rank 0 fails
 // before its step, to see a failure end every rank promptly.
-Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_step = 0, int sv = 1, int tl = 1) {
+// `save_step` (0: none) saves a checkpoint of both groups into `checkpoint` after that step;
+// `resume` starts from a checkpoint.
+Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_step = 0, int sv = 1, int tl = 1,
+                  int64_t save_step = 0, const std::string& checkpoint = "", const std::string& resume = "") {
   absl::StatusOr<std::shared_ptr<const JobData>> data = OpenJobData(job);
   EXPECT_TRUE(data.ok()) << data.status();
   Groups groups(nv, sv, nl, tl);
@@ -115,7 +118,13 @@ Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_st
       if (outcome.llm_parameters != 0 && outcome.llm_parameters != (*stage)->parameters()) outcome.llm_parameters = -1;
       if (outcome.llm_parameters == 0) outcome.llm_parameters = (*stage)->parameters();
     }
-    for (int64_t step = 1; status.ok() && step <= job.schedule.steps; ++step) {
+    int64_t first_step = 1;
+    if (status.ok() && !resume.empty()) {
+      absl::StatusOr<ResumePoint> point = (*stage)->Resume(resume);
+      status = point.status();
+      if (status.ok()) first_step = point->step + 1;
+    }
+    for (int64_t step = first_step; status.ok() && step <= job.schedule.steps; ++step) {
       if (vision && rank == 0 && step == fail_step) {
         status = absl::DataLossError("vision rank 0 lost its data");
         break;
@@ -128,6 +137,7 @@ Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_st
         if (rank == 0) outcome.llm_grad_norms[step - 1] = result->grad_norm;
         outcome.llm_bytes_sent += result->bytes_sent;
       }
+      if (status.ok() && step == save_step) status = (*stage)->SaveCheckpoint(step, checkpoint);
     }
     if (status.ok() && vision) {
       // Collective at stages 1-3: every vision rank takes part, rank 0 keeps the values.
@@ -222,6 +232,43 @@ TEST_P(StagesParallelTest, TensorAndSequenceParallelLossesEqualOneRankEach) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ZeroStages, StagesParallelTest, ::testing::Values(1, 3));
+
+// A checkpoint saved at one tensor-parallel degree resumes at another with the losses of the run
+// that never stopped: TP 2 to 1, 1 to 2, and TP 2 over two replicas at ZeRO 3 to TP 4.
+TEST(StagesParallelResumeTest, ACheckpointResumesAtAnotherTensorParallelDegree) {
+  struct Move {
+    int stage, nl_from, tl_from, nl_to, tl_to;
+  };
+  for (const Move& m : std::vector<Move>{{1, 2, 2, 1, 1}, {1, 1, 1, 2, 2}, {3, 4, 2, 4, 4}}) {
+    SCOPED_TRACE(absl::StrCat("ZeRO ", m.stage, ": ", m.nl_from, " LLM ranks at TP ", m.tl_from, " to ", m.nl_to,
+                              " at TP ", m.tl_to));
+    const jobspec::JobConfig job = TinyJob(m.stage);
+    const std::string dir = absl::StrCat(::testing::TempDir(), "/tp-resume-", ::getpid());
+    std::filesystem::remove_all(dir);
+    const Outcome whole = RunStages(job, 1, m.nl_from, 0, 1, m.tl_from, /*save_step=*/2, dir);
+    ASSERT_TRUE(whole.errors.empty()) << whole.errors.front();
+    ASSERT_TRUE(std::filesystem::exists(dir + "/llm")) << dir;
+    const Outcome resumed = RunStages(job, 1, m.nl_to, 0, 1, m.tl_to, 0, "", dir);
+    ASSERT_TRUE(resumed.errors.empty()) << resumed.errors.front();
+    EXPECT_EQ(resumed.losses[0], 0.0);  // steps 1 and 2 did not run again
+    ExpectLossesMatch({resumed.losses[2], resumed.losses[3]}, {whole.losses[2], whole.losses[3]});
+    std::filesystem::remove_all(dir);
+  }
+}
+
+TEST(StagesParallelResumeTest, AMissingTensorIndexIsNamed) {
+  const jobspec::JobConfig job = TinyJob(1);
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/tp-missing-", ::getpid());
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(RunStages(job, 1, 2, 0, 1, 2, /*save_step=*/2, dir).errors.empty());
+  std::filesystem::remove(dir + "/llm/tensor-1-of-2/complete");
+  const Outcome resumed = RunStages(job, 1, 1, 0, 1, 1, 0, "", dir);
+  ASSERT_FALSE(resumed.errors.empty());
+  EXPECT_THAT(resumed.errors.front().message(),
+              HasSubstr("saved at llm.parallel.tensor 2 at 1: checkpoint: " + dir +
+                        "/llm/tensor-1-of-2 is incomplete or missing"));
+  std::filesystem::remove_all(dir);
+}
 
 TEST(StagesParallelClippingTest, WholeModelClippingCountsEachParameterOnceUnderTensorParallelism) {
   const Outcome reference = RunStages(TinyJob(1, 0.05), 1, 1);
