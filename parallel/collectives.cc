@@ -29,9 +29,11 @@ void Remember(AutogradContext* ctx, const ParallelGroup& group) {
   ctx->saved_data["timeout_ms"] = static_cast<int64_t>(group.timeout.count());
 }
 
-// x summed over the group into a fresh tensor (x itself is left alone).
+// x summed over the group into a fresh tensor (x itself is left alone). The ranks of a group hold
+// tensors of one shape, so an empty one (a replica without samples) issues nothing on every rank.
 at::Tensor SumOverGroup(const at::Tensor& x, const ParallelGroup& group) {
   at::Tensor sum = x.contiguous().clone();
+  if (sum.numel() == 0) return sum;
   WaitOrThrow(group.comm->AllReduceSum(sum), group);
   return sum;
 }
@@ -45,7 +47,7 @@ at::Tensor SwapToHeads(const at::Tensor& x, const ParallelGroup& group) {
               group.comm->group_name(), "'");
   at::Tensor send = x.reshape({batch, local, g, heads / g, dim}).permute({2, 0, 1, 3, 4}).contiguous();
   at::Tensor received = at::empty_like(send);
-  WaitOrThrow(group.comm->AllToAll(send, received), group);
+  if (send.numel() > 0) WaitOrThrow(group.comm->AllToAll(send, received), group);
   // Chunk s holds rank s's positions: they come s-th in the sequence.
   return received.permute({1, 0, 2, 3, 4}).reshape({batch, g * local, heads / g, dim});
 }
@@ -59,7 +61,7 @@ at::Tensor SwapToSequence(const at::Tensor& x, const ParallelGroup& group) {
               " ranks of group '", group.comm->group_name(), "'");
   at::Tensor send = x.reshape({batch, g, seq / g, heads, dim}).permute({1, 0, 2, 3, 4}).contiguous();
   at::Tensor received = at::empty_like(send);
-  WaitOrThrow(group.comm->AllToAll(send, received), group);
+  if (send.numel() > 0) WaitOrThrow(group.comm->AllToAll(send, received), group);
   // Chunk s holds rank s's heads for this rank's positions.
   return received.permute({1, 2, 0, 3, 4}).reshape({batch, seq / g, g * heads, dim});
 }

@@ -167,6 +167,22 @@ TEST(SequenceParallel, UlyssesAttentionMatchesTheWholeSequence) {
   }
 }
 
+// A replica without samples (the last evaluation batch) runs the model on an empty batch: every rank
+// of the group holds the same empty shape and issues nothing.
+TEST(SequenceParallel, AnEmptyBatchIssuesNoCollective) {
+  engine::FakeGroup fake(2, "vision/sp0");
+  ExpectNoErrors(OnRanks(
+      2,
+      [](const ParallelGroup& g) {
+        const at::Tensor heads = SequenceToHeads(torch::zeros({0, 3, 4, 2}), g);
+        EXPECT_EQ(heads.sizes(), (std::vector<int64_t>{0, 6, 2, 2}));
+        EXPECT_EQ(HeadsToSequence(heads, g).sizes(), (std::vector<int64_t>{0, 3, 4, 2}));
+        EXPECT_EQ(ReduceFromGroup(torch::zeros({0, 5}), g).numel(), 0);
+        EXPECT_EQ(g.comm->last_sequence(), 0);
+      },
+      &fake));
+}
+
 TEST(TensorParallel, GatherLastDimAssemblesUnevenShares) {
   const at::Tensor whole = torch::arange(14, torch::kFloat).view({2, 7});
   std::mutex mu;
