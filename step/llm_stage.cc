@@ -310,10 +310,11 @@ absl::Status LlmStage::ExportWeights(const std::string& path) {
     if (shard == model_->shards().end()) continue;
     std::vector<int64_t> shape = tensor.sizes().vec();
     shape[shard->second.dim] = shard->second.full;
-    at::Tensor full = at::zeros(shape, tensor.options());
+    // On the group's device (NCCL reduces CUDA tensors); the export is written from the host.
+    at::Tensor full = at::zeros(shape, tensor.options().device(device()));
     full.narrow(shard->second.dim, shard->second.range.begin, shard->second.range.size()).copy_(tensor);
     parallel::WaitOrThrow(group.comm->AllReduceSum(full), group);
-    tensor = full;
+    tensor = full.cpu();
   }
   if (parallel_index() != 0) return absl::OkStatus();
   return engine::WriteSafetensors(path, named, metadata);
