@@ -16,6 +16,7 @@
 #include "engine/communicator.h"
 #include "engine/engine.h"
 #include "models/layers.h"
+#include "step/tensor_parallel_checkpoint.h"
 
 namespace tandem::step {
 namespace {
@@ -79,7 +80,7 @@ absl::Status Stage::Build(std::shared_ptr<torch::nn::Module> model,
   communicator_ = std::move(communicator);
   ASSIGN_OR_RETURN(engine_, engine::Engine::Create(model_, communicator_, config));
   if (!left_out_of_norm.empty()) engine_->LeaveOutOfGradNorm(left_out_of_norm);
-  if (!vision && placement_.parallel > 1) {
+  if (tensor_parallel()) {
     engine_->SetGradNormCombiner([this](double squares) { return CombineTensorParallelSquares(squares); });
   } else if (job_.schedule.gradient_clipping > 0) {
     engine_->SetGradNormCombiner([this](double squares) { return CombineGradSquares(squares); });
@@ -120,7 +121,7 @@ absl::StatusOr<StepResult> Stage::RunStep(int64_t step) {
   result->compute_s = Seconds(Clock::now() - start) - result->wait_s;
   result->skipped = engine_->skipped_steps() != skipped_before;
   // With tensor parallelism each engine group holds a part of the model: the replica's sum.
-  result->grad_norm = std::string_view(group_) == "llm" && placement_.parallel > 1
+  result->grad_norm = tensor_parallel()
                           ? std::sqrt(tensor_parallel_squares_)
                           : engine_->last_grad_norm();
   result->lr = engine_->last_lr();
@@ -191,8 +192,7 @@ absl::Status Stage::Export(const std::string& path) {
 absl::Status Stage::ExportWeights(const std::string& path) { return engine_->ExportSafetensors(path); }
 
 std::string Stage::CheckpointGroupDirectory() const {
-  if (std::string_view(group_) != "llm" || placement_.parallel == 1) return group_;
-  return absl::StrCat(group_, "/tensor-", parallel_index(), "-of-", placement_.parallel);
+  return tensor_parallel() ? LlmCheckpointDirectory(placement_.parallel, parallel_index()) : group_;
 }
 
 absl::StatusOr<ResumePoint> Stage::LoadGroup(const std::string& checkpoint) {

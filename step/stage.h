@@ -158,6 +158,8 @@ class Stage {
   int parallel_index() const { return placement_.rank % placement_.parallel; }
   int replicas() const { return placement_.group_size / placement_.parallel; }
   int peer_replicas() const { return placement_.peer_group_size / placement_.peer_parallel; }
+  // The LLM group split by tensor parallelism (the vision group's `parallel` is sequence parallelism).
+  bool tensor_parallel() const { return std::string_view(group_) == "llm" && placement_.parallel > 1; }
   // The rows of an `samples`-sample micro-batch this rank's replica owns, and the peer replicas
   // sharing them (peer rank = replica * peer_parallel + index).
   SampleRange Mine(int64_t samples) const { return OwnedSamples(replica(), replicas(), samples); }

@@ -192,9 +192,8 @@ absl::StatusOr<int> SavedTensorParallelDegree(const std::string& checkpoint) {
       "checkpoint: ", llm.string(), " holds neither an engine checkpoint nor tensor-<i>-of-<T> directories"));
 }
 
-std::string TensorParallelCheckpointDirectory(const std::string& checkpoint, int degree, int index) {
-  const fs::path llm = fs::path(checkpoint) / "llm";
-  return degree == 1 ? llm.string() : (llm / absl::StrCat("tensor-", index, "-of-", degree)).string();
+std::string LlmCheckpointDirectory(int degree, int index) {
+  return degree == 1 ? "llm" : absl::StrCat("llm/tensor-", index, "-of-", degree);
 }
 
 absl::Status ReshardLlmCheckpoint(const std::string& checkpoint, const models::LlmConfig& config, int size,
@@ -202,7 +201,7 @@ absl::Status ReshardLlmCheckpoint(const std::string& checkpoint, const models::L
   ASSIGN_OR_RETURN(const int saved, SavedTensorParallelDegree(checkpoint));
   std::vector<SavedGroup> groups;
   for (int i = 0; i < saved; ++i) {
-    ASSIGN_OR_RETURN(SavedGroup group, OpenSavedGroup(TensorParallelCheckpointDirectory(checkpoint, saved, i)));
+    ASSIGN_OR_RETURN(SavedGroup group, OpenSavedGroup((fs::path(checkpoint) / LlmCheckpointDirectory(saved, i)).string()));
     groups.push_back(std::move(group));
   }
   const engine::SafetensorsHeader& first = groups[0].shards[0];

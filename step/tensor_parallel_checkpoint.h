@@ -21,8 +21,9 @@ namespace tandem::step {
 // itself, T when it holds tensor-<i>-of-<T>/ directories. FailedPrecondition when it is neither.
 absl::StatusOr<int> SavedTensorParallelDegree(const std::string& checkpoint);
 
-// The engine checkpoint directory of tensor index `index` of `degree` under <checkpoint>/llm.
-std::string TensorParallelCheckpointDirectory(const std::string& checkpoint, int degree, int index);
+// Where, relative to a checkpoint, the LLM group's tensor index `index` of `degree` saves its engine
+// checkpoint: "llm" at degree 1, else "llm/tensor-<index>-of-<degree>".
+std::string LlmCheckpointDirectory(int degree, int index);
 
 // Writes into `scratch` (an empty directory) the checkpoint of tensor index `index` of `size` cut
 // from <checkpoint>/llm saved at another degree. FailedPrecondition for a missing or incomplete
