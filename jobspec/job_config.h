@@ -30,6 +30,14 @@ struct VisionGroupConfig {
   int32_t replicas() const { return actors / sequence_parallel; }  // data-parallel ranks
 };
 
+// How the image embeddings reach the ranks of a tensor-parallel LLM replica (llm.parallel.embeddings):
+// every rank receives them from the vision ranks, or the first receives them and broadcasts them
+// over the replica's communicator (NOTE [Parallel sets] in step/stage.h).
+enum class EmbeddingRoute { kEachRank, kBroadcast };
+inline const char* EmbeddingRouteName(EmbeddingRoute route) {
+  return route == EmbeddingRoute::kBroadcast ? "broadcast" : "each_rank";
+}
+
 struct LlmGroupConfig {
   std::string pool = "llm";
   int32_t actors = 1;
@@ -42,6 +50,7 @@ struct LlmGroupConfig {
   std::string pretrained;
   std::string chat_template;  // with `pretrained`: "chatml", "llama3", "tandem"; "" = detected
   int32_t tensor_parallel = 1;  // ranks each model splits over (llm.parallel.tensor)
+  EmbeddingRoute embeddings = EmbeddingRoute::kEachRank;  // llm.parallel.embeddings
   int32_t replicas() const { return actors / tensor_parallel; }  // data-parallel ranks
 };
 

@@ -92,7 +92,8 @@ std::string JobConfigToJson(const JobConfig& config) {
                 {"actors", config.llm.actors},
                 {"engine", Engine(config.llm.engine_json)},
                 {"freeze", config.llm.freeze},
-                {"parallel", {{"tensor", config.llm.tensor_parallel}}}};
+                {"parallel",
+                 {{"tensor", config.llm.tensor_parallel}, {"embeddings", EmbeddingRouteName(config.llm.embeddings)}}}};
   if (config.llm.pretrained.empty()) {
     out["llm"]["model"] = LlmModel(config.llm.model);
   } else {

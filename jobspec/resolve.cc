@@ -174,6 +174,10 @@ absl::StatusOr<JobConfig> Resolve(const tandem::v1::JobSpec& spec) {
     return PathError("vision.parallel.tensor", "is the LLM group's (llm.parallel.tensor); the vision group splits "
                                                "by sequence (vision.parallel.sequence)");
   }
+  if (vision.parallel().has_embeddings()) {
+    return PathError("vision.parallel.embeddings", "is the LLM group's (llm.parallel.embeddings): how the "
+                                                   "embeddings reach its tensor-parallel ranks");
+  }
   if (vision.parallel().has_sequence()) config.vision.sequence_parallel = vision.parallel().sequence();
   if (config.vision.new_projector && config.vision.pretrained.empty()) {
     return PathError("vision.new_projector", "needs a pretrained vision tower (vision.pretrained or pretrained)");
@@ -195,6 +199,14 @@ absl::StatusOr<JobConfig> Resolve(const tandem::v1::JobSpec& spec) {
                                               "splits by tensor (llm.parallel.tensor)");
   }
   if (llm.parallel().has_tensor()) config.llm.tensor_parallel = llm.parallel().tensor();
+  if (llm.parallel().has_embeddings()) {
+    const std::string& route = llm.parallel().embeddings();
+    if (route == "broadcast") {
+      config.llm.embeddings = EmbeddingRoute::kBroadcast;
+    } else if (route != "each_rank") {
+      return PathError("llm.parallel.embeddings", "must be \"each_rank\" or \"broadcast\", got ", Quoted(route));
+    }
+  }
   if (!config.llm.chat_template.empty() && config.llm.pretrained.empty()) {
     return PathError("llm.chat_template", "needs a pretrained LLM (llm.pretrained or pretrained): Tandem's own "
                                           "LLM reads the \"tandem\" format");

@@ -1,13 +1,15 @@
 // The LLM group's half of the step (stage.h).
 //
 //   expect every embedding slice of the step up front -> for each micro-batch k: await its slices
-//   into one leaf -> loss = cross-entropy sum over the labelled tokens (the caption, or the
+//   into one leaf (or, under llm.parallel.embeddings "broadcast", the replica's first rank awaits
+//   them and broadcasts the leaf) -> loss = cross-entropy sum over the labelled tokens (the caption, or the
 //   answers: data/text_codec.h) / labelled tokens of the whole global batch
 //   -> loss.backward() -> send leaf.grad() slices back to the vision ranks -> engine step
 //
 // The loss and the engines' sum reduction make the group sums equal one process's gradients.
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -100,10 +102,11 @@ class LlmStage : public Stage {
     return at::empty({rows, patches(), width()}, at::TensorOptions().dtype(embedding_dtype()));
   }
 
-  // The embedding slices of one micro-batch (NOTE [Parallel sets] in stage.h): from each vision rank
-  // owning rows of `mine`, its positions of them. With sequence parallelism a slice is not
-  // contiguous in `leaf` [rows, patches, width]: it lands in a buffer of its own, copied into place
-  // by AwaitEmbeddings.
+  // The embedding slices of one micro-batch (NOTE [Parallel sets] in stage.h): from each vision
+  // rank owning rows of `mine`, its positions of them; none on ranks past the first of a replica
+  // under embeddings_broadcast(). With sequence parallelism a slice is not contiguous in `host`
+  // [rows, patches, width]: it lands in a buffer of its own, copied into place by
+  // ReceiveEmbeddings.
   struct Incoming {
     std::vector<TransferTag> tags;
     struct Staged {
@@ -114,9 +117,12 @@ class LlmStage : public Stage {
     std::vector<Staged> staged;
   };
   absl::StatusOr<Incoming> ExpectEmbeddings(TransferKind kind, int64_t step, int64_t micro_batch, SampleRange mine,
-                                            int64_t samples, const at::Tensor& leaf);
-  absl::Status AwaitEmbeddings(const Incoming& incoming, const at::Tensor& leaf, SampleRange mine,
-                               StepResult* result);
+                                            int64_t samples, const at::Tensor& host);
+  // Awaits the slices into `host` and returns the embeddings on the device; under
+  // embeddings_broadcast() the replica's first rank broadcasts them to the others (collective over
+  // the replica: every rank calls it for the same micro-batches in the same order).
+  absl::StatusOr<at::Tensor> ReceiveEmbeddings(const Incoming& incoming, const at::Tensor& host, SampleRange mine,
+                                               StepResult* result);
   // The positions of the image that vision rank `index` of a replica computes.
   parallel::Range Features(int index) const {
     return models::VisionFeatureRange(job().vision.model, placement().peer_parallel, index);
@@ -133,7 +139,7 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
   // Tokens of the whole global batch (text only): the loss divides by all its target tokens.
   std::vector<at::Tensor> tokens, labels;
   int64_t global_targets = 0;
-  std::vector<at::Tensor> leaves;
+  std::vector<at::Tensor> hosts;  // where each micro-batch's embeddings land
   std::vector<Incoming> incoming(batches.size());
   for (size_t k = 0; k < batches.size(); ++k) {
     ASSIGN_OR_RETURN(data::TokenBatch text, data::MakeTokenBatch(*data().datasets.train, batches[k],
@@ -142,9 +148,9 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
     global_targets += mb.targets;
     tokens.push_back(Rows(mb.tokens, mine, 0).to(device()));
     labels.push_back(Rows(mb.labels, mine, 0).to(device()));
-    leaves.push_back(EmbeddingBuffer(mine.size()));
+    hosts.push_back(EmbeddingBuffer(mine.size()));
     ASSIGN_OR_RETURN(incoming[k], ExpectEmbeddings(TransferKind::kEmbeddings, step, static_cast<int64_t>(k),
-                                                   mine, b, leaves[k]));
+                                                   mine, b, hosts[k]));
   }
   // Only the replica's first rank sends gradients back and reports the loss: its peers compute the
   // same (NOTE [Parallel sets]).
@@ -153,9 +159,9 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
   std::vector<std::unique_ptr<transport::SendHandle>> sends;
   for (size_t k = 0; k < batches.size(); ++k) {
     SetPhase("transfer");
-    RETURN_IF_ERROR(AwaitEmbeddings(incoming[k], leaves[k], mine, &result));
+    ASSIGN_OR_RETURN(const at::Tensor embeddings, ReceiveEmbeddings(incoming[k], hosts[k], mine, &result));
     SetPhase("forward");
-    at::Tensor leaf = leaves[k].to(device()).detach().requires_grad_(!vision_frozen());
+    at::Tensor leaf = embeddings.detach().requires_grad_(!vision_frozen());
     at::Tensor loss;
     {
       auto autocast = engine().Autocast();
@@ -204,7 +210,7 @@ absl::StatusOr<EvalCounts> LlmStage::EvaluateBatch(int64_t step, int64_t batch_i
   at::Tensor images = EmbeddingBuffer(mine.size());
   ASSIGN_OR_RETURN(const Incoming incoming,
                    ExpectEmbeddings(TransferKind::kEvalEmbeddings, step, batch_index, mine, n, images));
-  RETURN_IF_ERROR(AwaitEmbeddings(incoming, images, mine, nullptr));
+  ASSIGN_OR_RETURN(images, ReceiveEmbeddings(incoming, images, mine, nullptr));
   // Every rank reads the whole batch's prompts, so that a bad sample fails every rank alike and all
   // agree on the number of tokens to generate: one past the longest answer. A rank without samples
   // still steps the generation (ZeRO-3 gathers are collective) with one placeholder row.
@@ -221,7 +227,7 @@ absl::StatusOr<EvalCounts> LlmStage::EvaluateBatch(int64_t step, int64_t batch_i
   std::vector<std::vector<int64_t>> generated;
   {
     auto autocast = engine().Autocast();
-    generated = models::GenerateGreedyBatch(model_, mine.empty() ? at::Tensor() : images.to(device()),
+    generated = models::GenerateGreedyBatch(model_, mine.empty() ? at::Tensor() : images,
                                             prompts.prompts, text.pad_id(), text.stop_ids(),
                                             std::min(longest + 1, job().data.max_text_tokens),
                                             /*stop_when_done=*/!collective_generation());
@@ -241,19 +247,20 @@ absl::StatusOr<EvalCounts> LlmStage::EvaluateBatch(int64_t step, int64_t batch_i
 
 absl::StatusOr<LlmStage::Incoming> LlmStage::ExpectEmbeddings(TransferKind kind, int64_t step, int64_t micro_batch,
                                                               SampleRange mine, int64_t samples,
-                                                              const at::Tensor& leaf) {
+                                                              const at::Tensor& host) {
   Incoming incoming;
+  if (embeddings_broadcast() && parallel_index() != 0) return incoming;  // the first rank's to receive
   const int parallel = placement().peer_parallel;
   for (const auto& [peer, overlap] : Overlaps(mine, samples)) {
     for (int index = 0; index < parallel; ++index) {
       const int source = peer * parallel + index;
       incoming.tags.push_back(Tag(kind, step, micro_batch, overlap, source));
       if (parallel == 1) {
-        RETURN_IF_ERROR(Expect(incoming.tags.back(), Rows(leaf, overlap, mine.begin)));
+        RETURN_IF_ERROR(Expect(incoming.tags.back(), Rows(host, overlap, mine.begin)));
         continue;
       }
       const parallel::Range features = Features(index);
-      Incoming::Staged staged{at::empty({overlap.size(), features.size(), width()}, leaf.options()), overlap,
+      Incoming::Staged staged{at::empty({overlap.size(), features.size(), width()}, host.options()), overlap,
                               features};
       RETURN_IF_ERROR(Expect(incoming.tags.back(), staged.buffer));
       incoming.staged.push_back(std::move(staged));
@@ -262,13 +269,22 @@ absl::StatusOr<LlmStage::Incoming> LlmStage::ExpectEmbeddings(TransferKind kind,
   return incoming;
 }
 
-absl::Status LlmStage::AwaitEmbeddings(const Incoming& incoming, const at::Tensor& leaf, SampleRange mine,
-                                       StepResult* result) {
+absl::StatusOr<at::Tensor> LlmStage::ReceiveEmbeddings(const Incoming& incoming, const at::Tensor& host,
+                                                       SampleRange mine, StepResult* result) {
   for (const TransferTag& tag : incoming.tags) RETURN_IF_ERROR(Await(tag, result));
   for (const Incoming::Staged& staged : incoming.staged) {
-    Rows(leaf, staged.rows, mine.begin).narrow(1, staged.features.begin, staged.features.size()).copy_(staged.buffer);
+    Rows(host, staged.rows, mine.begin).narrow(1, staged.features.begin, staged.features.size()).copy_(staged.buffer);
   }
-  return absl::OkStatus();
+  if (!embeddings_broadcast() || mine.empty()) return host.to(device());
+  // On the device, where NCCL broadcasts; the first rank's embeddings overwrite the others' buffers.
+  at::Tensor embeddings =
+      parallel_index() == 0 ? host.to(device()) : at::empty(host.sizes(), host.options().device(device()));
+  const auto start = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(placement().parallel_communicator->Broadcast(embeddings, 0)->Wait(placement().timeout));
+  if (result != nullptr) {
+    result->wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return embeddings;
 }
 
 absl::StatusOr<ResumePoint> LlmStage::LoadGroup(const std::string& checkpoint) {

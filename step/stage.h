@@ -61,8 +61,10 @@ namespace tandem::step {
 // samples and split its model: tensor parallelism in the LLM group (index is the tensor-parallel
 // rank), sequence parallelism in the vision group (index is the sequence-parallel rank). Samples
 // are owned by replicas (step/ownership.h over the replica count). Embeddings go from each vision
-// rank (its positions of its replica's rows) to every rank of the LLM replica owning the rows;
-// gradients come back from index 0 of that LLM replica only, split by positions.
+// rank (its positions of its replica's rows) to every rank of the LLM replica owning the rows, or
+// with llm.parallel.embeddings "broadcast" to its index 0 only, which assembles them on its device
+// and broadcasts them over `parallel_communicator` (embeddings_broadcast()); gradients come back
+// from index 0 of that LLM replica only, split by positions.
 // Communicators: the LLM engine reduces over its data-parallel ranks (one engine group per tensor
 // index: ZeRO partitions over replicas only); the vision engine over the whole group (each
 // sequence-parallel rank's gradient covers its positions, so the whole group's sum is the
@@ -160,6 +162,12 @@ class Stage {
   int peer_replicas() const { return placement_.peer_group_size / placement_.peer_parallel; }
   // The LLM group split by tensor parallelism (the vision group's `parallel` is sequence parallelism).
   bool tensor_parallel() const { return std::string_view(group_) == "llm" && placement_.parallel > 1; }
+  // llm.parallel.embeddings is "broadcast" and the LLM group is tensor-parallel: only index 0 of an
+  // LLM replica receives embeddings, and broadcasts them to the replica (NOTE [Parallel sets]).
+  bool embeddings_broadcast() const {
+    const int tensor = std::string_view(group_) == "llm" ? placement_.parallel : placement_.peer_parallel;
+    return job_.llm.embeddings == jobspec::EmbeddingRoute::kBroadcast && tensor > 1;
+  }
   // The rows of an `samples`-sample micro-batch this rank's replica owns, and the peer replicas
   // sharing them (peer rank = replica * peer_parallel + index).
   SampleRange Mine(int64_t samples) const { return OwnedSamples(replica(), replicas(), samples); }

@@ -76,7 +76,7 @@ class VisionStage : public Stage {
   // prefetched_ when it holds the same indices.
   absl::StatusOr<at::Tensor> Images(const std::vector<int64_t>& indices, SampleRange mine);
   // Sends `rows` of `embeddings` (whose first row is sample mine.begin) to every rank of LLM
-  // replica `replica` (NOTE [Parallel sets]).
+  // replica `replica`, or to its first rank under embeddings_broadcast() (NOTE [Parallel sets]).
   absl::Status SendToReplica(transport::TransferKind kind, int64_t step, int64_t micro_batch, int replica,
                              SampleRange rows, const at::Tensor& embeddings, SampleRange mine, StepResult* result,
                              std::vector<std::unique_ptr<transport::SendHandle>>* sends);
@@ -141,7 +141,8 @@ absl::Status VisionStage::SendToReplica(TransferKind kind, int64_t step, int64_t
                                         StepResult* result,
                                         std::vector<std::unique_ptr<transport::SendHandle>>* sends) {
   const int parallel = placement().peer_parallel;
-  for (int peer = replica * parallel; peer < (replica + 1) * parallel; ++peer) {
+  const int receivers = embeddings_broadcast() ? 1 : parallel;  // the first broadcasts them
+  for (int peer = replica * parallel; peer < replica * parallel + receivers; ++peer) {
     ASSIGN_OR_RETURN(auto send, Send(peer, Tag(kind, step, micro_batch, rows, placement().rank),
                                      Rows(embeddings, rows, mine.begin), result));
     sends->push_back(std::move(send));

@@ -24,7 +24,7 @@ TEST(JobConfigToJson, RoundTripsToAnEqualConfig) {
   spec["vision"]["freeze"] = {"patch_embed.*", "blocks.0.*"};
   spec["vision"]["parallel"] = {{"sequence", 2}};
   spec["llm"]["actors"] = 2;
-  spec["llm"]["parallel"] = {{"tensor", 2}};
+  spec["llm"]["parallel"] = {{"tensor", 2}, {"embeddings", "broadcast"}};
   spec["llm"]["model"] = {{"hidden", 96},
                           {"heads", 6},
                           {"kv_heads", 2},
@@ -42,6 +42,7 @@ TEST(JobConfigToJson, RoundTripsToAnEqualConfig) {
   EXPECT_TRUE(original.llm.freeze.empty());
   EXPECT_EQ(original.vision.sequence_parallel, 2);
   EXPECT_EQ(original.llm.tensor_parallel, 2);
+  EXPECT_EQ(original.llm.embeddings, EmbeddingRoute::kBroadcast);
   std::string text = JobConfigToJson(original);
   absl::StatusOr<JobConfig> again = ParseJobSpecJson(text, "round-trip");
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << text;

@@ -75,6 +75,7 @@ inline void ExpectSameConfig(const JobConfig& a, const JobConfig& b) {
   EXPECT_EQ(a.llm.engine_json, b.llm.engine_json);
   EXPECT_EQ(a.llm.freeze, b.llm.freeze);
   EXPECT_EQ(a.llm.tensor_parallel, b.llm.tensor_parallel);
+  EXPECT_EQ(a.llm.embeddings, b.llm.embeddings);
   EXPECT_EQ(a.llm.model.preset, b.llm.model.preset);
   EXPECT_EQ(a.llm.model.hidden, b.llm.model.hidden);
   EXPECT_EQ(a.llm.model.layers, b.llm.model.layers);

@@ -239,6 +239,21 @@ TEST(ValidateJobConfig, ParallelDegrees) {
   EXPECT_THAT(Error(spec), StartsWith("job.json: llm.parallel.tensor: must be"));
 }
 
+TEST(ValidateJobConfig, EmbeddingRoute) {
+  json spec = BaseSpec();
+  EXPECT_EQ(ExpectValid(spec.dump()).llm.embeddings, EmbeddingRoute::kEachRank);
+  spec["llm"]["actors"] = 2;
+  spec["llm"]["parallel"] = {{"tensor", 2}, {"embeddings", "broadcast"}};
+  EXPECT_EQ(ExpectValid(spec.dump()).llm.embeddings, EmbeddingRoute::kBroadcast);
+  spec["llm"]["parallel"] = {{"tensor", 2}, {"embeddings", "each_rank"}};
+  EXPECT_EQ(ExpectValid(spec.dump()).llm.embeddings, EmbeddingRoute::kEachRank);
+  spec["llm"]["parallel"] = {{"tensor", 2}, {"embeddings", "scatter"}};
+  EXPECT_EQ(Error(spec), "job.json: llm.parallel.embeddings: must be \"each_rank\" or \"broadcast\", got \"scatter\"");
+  spec = BaseSpec();
+  spec["vision"]["parallel"] = {{"embeddings", "broadcast"}};
+  EXPECT_THAT(Error(spec), StartsWith("job.json: vision.parallel.embeddings: is the LLM group's"));
+}
+
 TEST(ValidateJobConfig, ModelDivisibility) {
   json spec = BaseSpec();
   spec["vision"]["model"]["heads"] = 5;

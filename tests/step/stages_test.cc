@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/counting_communicator.h"
 #include "engine/engine.h"
 #include "engine/fake_communicator.h"
 #include "jobspec/job_spec.h"
@@ -61,6 +62,8 @@ struct Outcome {
   std::vector<double> llm_grad_norms;  // per step, LLM rank 0's (its group's gradient norm)
   int64_t llm_parameters = 0;          // the LLM stage's count, the same on every rank
   int64_t llm_bytes_sent = 0;  // gradients sent back to the vision ranks, all steps
+  int64_t vision_bytes_sent = 0;  // embeddings sent to the LLM ranks, all steps
+  int64_t tensor_broadcast_bytes = 0;  // handed to broadcasts of the LLM replicas, all ranks
   EvalCounts eval;             // after the last step, summed over the LLM ranks
   std::map<std::string, at::Tensor> vision_weights;  // vision rank 0's after the last step
   std::vector<absl::Status> errors;
@@ -104,8 +107,11 @@ Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_st
     placement.peer_parallel = vision ? tl : sv;
     placement.timeout = kTimeout;
     const int replica = rank / placement.parallel, index = rank % placement.parallel;
+    std::shared_ptr<engine::CountingCommunicator> counted;
     if (placement.parallel > 1) {
-      placement.parallel_communicator = (vision ? groups.sequence : groups.tensor)[replica]->rank(index);
+      counted = std::make_shared<engine::CountingCommunicator>(
+          (vision ? groups.sequence : groups.tensor)[replica]->rank(index));
+      placement.parallel_communicator = counted;
     }
     auto create = vision ? CreateVisionStage : CreateLlmStage;
     absl::Status status;
@@ -137,6 +143,10 @@ Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_st
         if (rank == 0) outcome.llm_grad_norms[step - 1] = result->grad_norm;
         outcome.llm_bytes_sent += result->bytes_sent;
       }
+      if (status.ok() && vision) {
+        std::lock_guard<std::mutex> lock(mu);
+        outcome.vision_bytes_sent += result->bytes_sent;
+      }
       if (status.ok() && step == save_step) status = (*stage)->SaveCheckpoint(step, checkpoint);
     }
     if (status.ok() && vision) {
@@ -157,6 +167,10 @@ Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_st
         std::lock_guard<std::mutex> lock(mu);
         outcome.eval += *counts;
       }
+    }
+    if (counted != nullptr && !vision) {
+      std::lock_guard<std::mutex> lock(mu);
+      outcome.tensor_broadcast_bytes += counted->counts().broadcast_bytes;
     }
     if (!status.ok()) {
       {
@@ -232,6 +246,36 @@ TEST_P(StagesParallelTest, TensorAndSequenceParallelLossesEqualOneRankEach) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ZeroStages, StagesParallelTest, ::testing::Values(1, 3));
+
+// llm.parallel.embeddings "broadcast": one copy of each embedding slice crosses to an LLM replica,
+// whose first rank broadcasts the assembled micro-batch; the losses are those of "each_rank" to the
+// bit, and every held-out sample is still scored once.
+TEST(StagesEmbeddingRouteTest, BroadcastInsideTheReplicaSendsOneCopyAndGivesTheSameLosses) {
+  jobspec::JobConfig job = TinyJob(1);
+  const Outcome reference = RunStages(job, 1, 1);
+  ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+  // 2 vision replicas of 2 sequence ranks, 2 LLM replicas of 2 tensor ranks.
+  const Outcome each = RunStages(job, 4, 4, 0, 2, 2);
+  ASSERT_TRUE(each.errors.empty()) << each.errors.front();
+  job.llm.embeddings = jobspec::EmbeddingRoute::kBroadcast;
+  const Outcome broadcast = RunStages(job, 4, 4, 0, 2, 2);
+  ASSERT_TRUE(broadcast.errors.empty()) << broadcast.errors.front();
+  ExpectLossesMatch(broadcast.losses, reference.losses);
+  EXPECT_EQ(broadcast.losses, each.losses);
+  EXPECT_EQ(broadcast.eval.samples, 12);
+  EXPECT_EQ(broadcast.eval.tokens, each.eval.tokens);
+  EXPECT_EQ(broadcast.eval.correct_tokens, each.eval.correct_tokens);
+  // fp32 [samples, 16 patches, 64 wide]: 4 steps of 12 samples train, 12 are evaluated.
+  const int64_t sample_bytes = 16 * 64 * 4;
+  EXPECT_EQ(each.vision_bytes_sent, 2 * kSteps * 12 * sample_bytes);  // to both tensor ranks
+  EXPECT_EQ(broadcast.vision_bytes_sent, kSteps * 12 * sample_bytes);
+  EXPECT_EQ(each.tensor_broadcast_bytes, 0);
+  // Each of a replica's 2 ranks hands the micro-batch's embeddings to the broadcast.
+  EXPECT_EQ(broadcast.tensor_broadcast_bytes, 2 * (kSteps * 12 + 12) * sample_bytes);
+  // The gradients still come back from each replica's first rank alone.
+  EXPECT_EQ(broadcast.llm_bytes_sent, each.llm_bytes_sent);
+  EXPECT_EQ(broadcast.llm_bytes_sent, kSteps * 12 * sample_bytes);
+}
 
 // A checkpoint saved at one tensor-parallel degree resumes at another with the losses of the run
 // that never stopped: TP 2 to 1, 1 to 2, and TP 2 over two replicas at ZeRO 3 to TP 4.
