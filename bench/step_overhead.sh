@@ -27,11 +27,7 @@ sed -E -e 's/"actors": *[0-9]+/"actors": 1/g' -e "s/\"steps\": *[0-9]+/\"steps\"
     "$job" > "$work/job.json"
 cp -r "$(dirname "$job")"/jsonl "$work/" 2>/dev/null || true
 
-step_ms() {  # metrics.jsonl -> one step time in ms per line, after step 20
-  grep -v '"eval"' "$1" | sed -E 's/.*"elapsed_s":([0-9.eE+-]+).*/\1/' |
-    awk 'NR > 21 { print ($1 - prev) * 1000 } { prev = $1 }'
-}
-median() { sort -g | awk '{ v[n++] = $1 } END { print v[int(n / 2)] }'; }
+source bench/step_times.sh  # step_ms, median
 
 for round in $(seq "$rounds"); do
   "$tandem" --log-level warning run "$work/job.json" --colocated --threads "$threads" \

@@ -3,7 +3,8 @@
 // communicators per dimension, embeddings and gradients over gRPC) gives, in fp32, the per-step
 // losses of `tandem run JOB --colocated` within 1e-4 relative over 20 steps and its final
 // parameters within 1e-5 relative (each tensor within 1e-4), for LLM TP 2 (two replicas) and TP 4,
-// vision SP 2 (two replicas), and TP 2 x SP 2, with ZeRO stages 1 and 3 over the replicas.
+// vision SP 2 (two replicas), and TP 2 x SP 2 (its embeddings sent to each tensor rank, and
+// broadcast by a replica's first rank), with ZeRO stages 1 and 3 over the replicas.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -30,6 +31,7 @@ constexpr int kSteps = 20;
 
 struct Layout {
   int vision_actors, sequence, llm_actors, tensor;
+  const char* embeddings = "each_rank";  // llm.parallel.embeddings
 };
 
 // The equivalence job of disaggregated_test.cc with a parallel layout; fp32 engines at ZeRO `stage`.
@@ -40,8 +42,8 @@ std::string JobSpec(const Layout& l, int stage) {
   "data": {"shapes": {"seed": 5, "train_samples": 512, "eval_samples": 12}, "max_text_tokens": 12},
   "vision": {"actors": )", l.vision_actors, R"(, "parallel": {"sequence": )", l.sequence,
                       R"(}, "model": {"preset": "vit-tiny"}, "engine": )", engine, R"(},
-  "llm": {"actors": )", l.llm_actors, R"(, "parallel": {"tensor": )", l.tensor,
-                      R"(}, "model": {"preset": "llm-tiny"}, "engine": )", engine, R"(},
+  "llm": {"actors": )", l.llm_actors, R"(, "parallel": {"tensor": )", l.tensor, R"(, "embeddings": ")",
+                      l.embeddings, R"("}, "model": {"preset": "llm-tiny"}, "engine": )", engine, R"(},
   "schedule": {"global_batch": 12, "micro_batches": 2, "steps": )", kSteps, R"(, "seed": 11, "eval_every": 10}
 })");
 }
@@ -104,9 +106,10 @@ TEST_P(ParallelServiceTest, LossesAndFinalWeightsEqualColocated) {
   const auto reference_llm = Weights(dir_ + "/colocated/llm.safetensors");
   ASSERT_FALSE(reference_llm.empty());
 
-  for (const Layout& l : std::vector<Layout>{{1, 1, 4, 2}, {1, 1, 4, 4}, {4, 2, 1, 1}, {2, 2, 4, 2}}) {
+  for (const Layout& l : std::vector<Layout>{
+           {1, 1, 4, 2}, {1, 1, 4, 4}, {4, 2, 1, 1}, {2, 2, 4, 2}, {2, 2, 4, 2, "broadcast"}}) {
     const std::string name = absl::StrCat("vision", l.vision_actors, "-sp", l.sequence, "-llm", l.llm_actors, "-tp",
-                                          l.tensor);
+                                          l.tensor, "-", l.embeddings);
     SCOPED_TRACE(absl::StrCat(name, " at ZeRO stage ", stage));
     ASSERT_EQ(Run(name, JobSpec(l, stage), ""), "");
     // The summary's lines are lines, not escaped newlines.
