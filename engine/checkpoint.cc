@@ -36,7 +36,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <limits>
 #include <mutex>
 
 #include "absl/strings/numbers.h"
@@ -45,16 +44,15 @@
 #include "absl/strings/str_split.h"
 #include "common/atomic_file.h"
 #include "common/status_macros.h"
+#include "engine/checkpoint_format.h"
 #include "engine/engine.h"
 #include "engine/safetensors.h"
-#include "nlohmann/json.hpp"
 
 namespace tandem::engine {
 namespace {
 
 using Metadata = std::map<std::string, std::string>;
 
-constexpr char kCompleteMarker[] = "complete";
 constexpr char kClientPrefix[] = "client.";
 // Metadata every shard of one save holds with the same value (or all leave out).
 constexpr const char* kGroupKeys[] = {"world_size",
@@ -67,10 +65,6 @@ constexpr const char* kGroupKeys[] = {"world_size",
                                       "global_steps",
                                       "micro_steps",
                                       "skipped_steps"};
-
-std::string ShardName(int rank, int world) {
-  return absl::StrCat("rank_", rank, "_of_", world, ".safetensors");
-}
 
 std::string PrecisionName(const Config& config) {
   if (!config.bf16_enabled) return "fp32";
@@ -117,12 +111,6 @@ absl::Status CheckParameterManifest(const std::string& path, const std::string& 
 
 using ShardHeader = SafetensorsHeader;
 
-// A metadata value of a shard; nullptr when absent.
-const std::string* Meta(const ShardHeader& shard, const std::string& key) {
-  auto it = shard.metadata.find(key);
-  return it == shard.metadata.end() ? nullptr : &it->second;
-}
-
 // InvalidArgument unless the shard holds `name` as `numel` elements of `type`.
 absl::Status CheckTensor(const ShardHeader& shard, const std::string& name, at::ScalarType type,
                          int64_t numel) {
@@ -144,27 +132,6 @@ absl::StatusOr<at::Tensor> ReadShardTensor(const ShardHeader& shard, const std::
   return tensor.view({-1});
 }
 
-// The world size of the save the "complete" marker closed.
-absl::StatusOr<int> SavedWorldSize(const std::string& marker) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(marker));
-  auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object() || !json.contains("world_size") ||
-      !json["world_size"].is_number_integer() || json["world_size"].get<int64_t>() < 1 ||
-      json["world_size"].get<int64_t>() > std::numeric_limits<int>::max()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint: ", marker, ": no valid world_size"));
-  }
-  return static_cast<int>(json["world_size"].get<int64_t>());
-}
-
-// Real parameter elements [global, global + length) of the flattened model that sit at
-// [local, local + length) of a domain tensor.
-struct Segment {
-  int64_t global = 0;
-  int64_t local = 0;
-  int64_t length = 0;
-};
-
 // One copy from a saved domain tensor into this rank's new domain.
 struct Piece {
   int64_t source = 0;
@@ -172,33 +139,13 @@ struct Piece {
   int64_t length = 0;
 };
 
-// The real elements of `rank`'s domain in a group of `world` ranks at ZeRO `stage` whose units hold
-// `unit_elements` each (Engine::DomainStart / DomainLength and NOTE [Units]); `domain_elements`
-// receives the domain's length, padding included.
-std::vector<Segment> DomainSegments(const std::vector<int64_t>& unit_elements, int world, int stage,
-                                    int rank, int64_t* domain_elements) {
-  std::vector<Segment> segments;
-  int64_t global = 0, local = 0;
-  for (int64_t numel : unit_elements) {
-    const int64_t padded = (numel + world - 1) / world * world;
-    const int64_t start = stage == 0 ? 0 : rank * (padded / world);
-    const int64_t length = stage == 0 ? padded : padded / world;
-    const int64_t real_end = std::min(start + length, numel);
-    if (real_end > start) segments.push_back({global + start, local, real_end - start});
-    local += length;
-    global += numel;
-  }
-  *domain_elements = local;
-  return segments;
-}
-
 // The overlaps of two segment lists, each sorted by `global`.
-std::vector<Piece> Overlap(const std::vector<Segment>& source, const std::vector<Segment>& target) {
+std::vector<Piece> Overlap(const std::vector<DomainSegment>& source, const std::vector<DomainSegment>& target) {
   std::vector<Piece> pieces;
   size_t i = 0, j = 0;
   while (i < source.size() && j < target.size()) {
-    const Segment& s = source[i];
-    const Segment& t = target[j];
+    const DomainSegment& s = source[i];
+    const DomainSegment& t = target[j];
     const int64_t begin = std::max(s.global, t.global);
     const int64_t end = std::min(s.global + s.length, t.global + t.length);
     if (begin < end) {
@@ -211,29 +158,6 @@ std::vector<Piece> Overlap(const std::vector<Segment>& source, const std::vector
     }
   }
   return pieces;
-}
-
-absl::StatusOr<std::vector<int64_t>> ParseUnitElements(const ShardHeader& shard,
-                                                       int64_t num_parameters) {
-  const std::string* value = Meta(shard, "unit_elements");
-  std::vector<int64_t> elements;
-  int64_t total = 0;
-  bool ok = value != nullptr && (!value->empty() || num_parameters == 0);
-  if (ok && !value->empty()) {
-    for (absl::string_view part : absl::StrSplit(*value, ',')) {
-      int64_t numel = 0;
-      ok = absl::SimpleAtoi(part, &numel) && numel > 0 &&
-           !__builtin_add_overflow(total, numel, &total);
-      if (!ok) break;
-      elements.push_back(numel);
-    }
-  }
-  if (!ok || total != num_parameters) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint: ", shard.path, ": unit_elements is ", value ? *value : "absent",
-                     ", not the element counts of units holding ", num_parameters, " parameters"));
-  }
-  return elements;
 }
 
 }  // namespace
@@ -290,13 +214,13 @@ absl::Status Engine::SaveCheckpoint(const std::string& directory,
       {"parameters", absl::StrJoin(ParameterManifest(layout_, param_dtype_), "\n")},
   };
   for (const auto& [key, value] : client_state) metadata[kClientPrefix + key] = value;
-  const std::string shard = directory + "/" + ShardName(rank(), world_size());
+  const std::string shard = directory + "/" + CheckpointShardName(rank(), world_size());
   RETURN_IF_ERROR(WriteSafetensors(shard, tensors, metadata));
   RETURN_IF_ERROR(SaveFrozen(directory));
   RETURN_IF_ERROR(Wait(communicator_->Barrier()));
   if (rank() == 0) {
     RETURN_IF_ERROR(WriteFileAtomically(
-        directory + "/" + kCompleteMarker,
+        directory + "/" + kCheckpointCompleteMarker,
         absl::StrCat("{\"global_steps\": ", global_steps_, ", \"world_size\": ", world_size(),
                      ", \"zero_stage\": ", config_.zero.stage, "}\n")));
   }
@@ -305,15 +229,15 @@ absl::Status Engine::SaveCheckpoint(const std::string& directory,
 
 absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
     const std::string& directory) {
-  const std::string marker = directory + "/" + kCompleteMarker;
+  const std::string marker = directory + "/" + kCheckpointCompleteMarker;
   if (!std::filesystem::exists(marker)) {
     return absl::FailedPreconditionError(absl::StrCat("checkpoint: ", directory,
                                                       " is incomplete or missing (no '",
-                                                      kCompleteMarker, "' marker)"));
+                                                      kCheckpointCompleteMarker, "' marker)"));
   }
   ASSIGN_OR_RETURN(const int saved_world, SavedWorldSize(marker));
   auto read_header = [&](int saved_rank) -> absl::StatusOr<ShardHeader> {
-    const std::string path = directory + "/" + ShardName(saved_rank, saved_world);
+    const std::string path = directory + "/" + CheckpointShardName(saved_rank, saved_world);
     if (!std::filesystem::exists(path)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "checkpoint: ", path, " is missing (the checkpoint was written by a group of ",
@@ -322,13 +246,13 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
     return ReadSafetensorsHeader(path);
   };
   auto same = [](const ShardHeader& shard, const std::string& key, const std::string& want) {
-    const std::string* value = Meta(shard, key);
+    const std::string* value = CheckpointMeta(shard, key);
     return value != nullptr && *value == want;
   };
   auto expect = [&](const ShardHeader& shard, const std::string& key,
                     const std::string& want) -> absl::Status {
     if (same(shard, key, want)) return absl::OkStatus();
-    const std::string* value = Meta(shard, key);
+    const std::string* value = CheckpointMeta(shard, key);
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint: ", shard.path, ": ", key, " is ", value ? *value : "absent",
                      ", this engine has ", want,
@@ -341,7 +265,7 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
   ASSIGN_OR_RETURN(ShardHeader first, read_header(first_rank));
   RETURN_IF_ERROR(expect(first, "precision", PrecisionName(config_)));
   // Checkpoints written before the manifest existed are matched by their size alone.
-  if (const std::string* saved = Meta(first, "parameters")) {
+  if (const std::string* saved = CheckpointMeta(first, "parameters")) {
     RETURN_IF_ERROR(CheckParameterManifest(first.path, *saved,
                                            ParameterManifest(layout_, param_dtype_)));
   }
@@ -352,7 +276,7 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
         absl::StrCat("checkpoint: ", first.path, ": world_size disagrees with ", marker));
   }
   const std::string unit_elements = UnitElements(layout_);
-  const bool has_units = Meta(first, "unit_elements") != nullptr;
+  const bool has_units = CheckpointMeta(first, "unit_elements") != nullptr;
   const bool same_layout = saved_world == world_size() &&
                            same(first, "zero_stage", std::to_string(config_.zero.stage)) &&
                            same(first, "domain_elements", std::to_string(domain_elements_)) &&
@@ -371,7 +295,7 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
   auto take_metadata = [&](const ShardHeader& shard) -> absl::Status {
     metadata = shard.metadata;
     auto number = [&](const std::string& key, int64_t* out) {
-      const std::string* value = Meta(shard, key);
+      const std::string* value = CheckpointMeta(shard, key);
       return value != nullptr && absl::SimpleAtoi(*value, out);
     };
     if (!number("global_steps", &global_steps) || !number("micro_steps", &micro_steps) ||
@@ -444,8 +368,8 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
       const ShardHeader& reference = shards[0];
       for (int r = 1; r < saved_world; ++r) {
         for (const char* key : kGroupKeys) {
-          const std::string* want = Meta(reference, key);
-          const std::string* value = Meta(shards[r], key);
+          const std::string* want = CheckpointMeta(reference, key);
+          const std::string* value = CheckpointMeta(shards[r], key);
           if ((want == nullptr) != (value == nullptr) || (want != nullptr && *want != *value)) {
             return absl::FailedPreconditionError(absl::StrCat(
                 "checkpoint: ", shards[r].path, ": ", key, " is ", value ? *value : "absent",
@@ -455,8 +379,8 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
       }
       int saved_stage = -1;
       int64_t saved_domain = -1;
-      const std::string* stage_value = Meta(reference, "zero_stage");
-      const std::string* domain_value = Meta(reference, "domain_elements");
+      const std::string* stage_value = CheckpointMeta(reference, "zero_stage");
+      const std::string* domain_value = CheckpointMeta(reference, "domain_elements");
       if (stage_value == nullptr || !absl::SimpleAtoi(*stage_value, &saved_stage) ||
           saved_stage < 0 || saved_stage > 3 || domain_value == nullptr ||
           !absl::SimpleAtoi(*domain_value, &saved_domain)) {
@@ -478,9 +402,9 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
       // This rank's new domain, and the pieces of each saved domain that fill it. A saved stage-0
       // group is replicated, so rank 0's shard holds everything.
       int64_t target_domain = 0, target_elements = 0;
-      const std::vector<Segment> target = DomainSegments(
+      const std::vector<DomainSegment> target = DomainSegments(
           UnitNumels(layout_), world_size(), config_.zero.stage, rank(), &target_domain);
-      for (const Segment& segment : target) target_elements += segment.length;
+      for (const DomainSegment& segment : target) target_elements += segment.length;
       std::vector<std::vector<Piece>> pieces(saved_world);
       int64_t covered = 0;
       for (int r = 0; r < (saved_stage == 0 ? 1 : saved_world); ++r) {

@@ -22,13 +22,12 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "engine/checkpoint_format.h"
 #include "engine/engine.h"
 #include "engine/safetensors.h"
 
 namespace tandem::engine {
 namespace {
-
-constexpr char kFrozenFile[] = "frozen.safetensors";
 
 int64_t Numel(const std::vector<int64_t>& shape) {
   int64_t numel = 1;
@@ -167,13 +166,13 @@ absl::Status Engine::SaveFrozen(const std::string& directory) {
     manifest.push_back(absl::StrCat(name, " ", ShapeText(value.sizes().vec())));
     value = value.to(param_dtype_);
   }
-  return WriteSafetensors(directory + "/" + kFrozenFile, named,
+  return WriteSafetensors(directory + "/" + kCheckpointFrozenFile, named,
                           {{"format", "pt"}, {"frozen_parameters", absl::StrJoin(manifest, "\n")}});
 }
 
 absl::StatusOr<NamedTensors> Engine::ReadFrozen(const std::string& directory) const {
   if (frozen_.empty()) return NamedTensors{};
-  const std::string path = directory + "/" + kFrozenFile;
+  const std::string path = directory + "/" + kCheckpointFrozenFile;
   if (!std::filesystem::exists(path)) {
     // Checkpoints written before frozen parameters were saved: the trainable manifest matched,
     // so the frozen ones keep the values this engine was created with.

@@ -1,11 +1,12 @@
 // ReshardLlmCheckpoint (tensor_parallel_checkpoint.h). The saved layout is read as
-// engine/checkpoint.cc writes it (NOTE [Re-partitioning on load] there): each shard's tensors are
-// the concatenation of its rank's domain of every unit, a unit holding consecutive parameters in
-// the manifest's order, padded to a multiple of the world size.
+// engine/checkpoint.cc writes it (NOTE [Re-partitioning on load] there), through the pieces of the
+// format it shares (engine/checkpoint_format.h): each shard's tensors are the concatenation of its
+// rank's domain of every unit, a unit holding consecutive parameters in the manifest's order.
 #include "step/tensor_parallel_checkpoint.h"
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <utility>
@@ -17,9 +18,9 @@
 #include "absl/strings/str_split.h"
 #include "common/atomic_file.h"
 #include "common/status_macros.h"
+#include "engine/checkpoint_format.h"
 #include "engine/safetensors.h"
 #include "models/llm.h"
-#include "nlohmann/json.hpp"
 #include "parallel/shard.h"
 
 namespace tandem::step {
@@ -28,7 +29,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kOptimizerTensors[] = {"weights", "master", "exp_avg", "exp_avg_sq", "compensation"};
-constexpr char kFrozenFile[] = "frozen.safetensors";
 
 struct Parameter {
   std::string name;
@@ -53,11 +53,6 @@ struct SavedGroup {
 
 absl::Status Bad(const std::string& path, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", path, ": ", what));
-}
-
-const std::string* Meta(const engine::SafetensorsHeader& shard, const std::string& key) {
-  auto it = shard.metadata.find(key);
-  return it == shard.metadata.end() ? nullptr : &it->second;
 }
 
 // "<name> [<d0>, <d1>] <dtype>" per line.
@@ -85,20 +80,14 @@ absl::Status ParseManifest(const std::string& path, const std::string& text, Sav
 absl::StatusOr<SavedGroup> OpenSavedGroup(const std::string& directory) {
   SavedGroup group;
   group.directory = directory;
-  const std::string marker = directory + "/complete";
+  const std::string marker = directory + "/" + engine::kCheckpointCompleteMarker;
   if (!fs::exists(marker)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint: ", directory, " is incomplete or missing (no 'complete' marker)"));
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint: ", directory, " is incomplete or missing (no '",
+                                                      engine::kCheckpointCompleteMarker, "' marker)"));
   }
-  ASSIGN_OR_RETURN(const std::string text, ReadFile(marker));
-  const auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object() || !json.contains("world_size") || !json["world_size"].is_number_integer() ||
-      json["world_size"].get<int64_t>() < 1 || json["world_size"].get<int64_t>() > 65536) {
-    return Bad(marker, "no valid world_size");
-  }
-  group.world = static_cast<int>(json["world_size"].get<int64_t>());
+  ASSIGN_OR_RETURN(group.world, engine::SavedWorldSize(marker));
   for (int r = 0; r < group.world; ++r) {
-    const std::string path = absl::StrCat(directory, "/rank_", r, "_of_", group.world, ".safetensors");
+    const std::string path = directory + "/" + engine::CheckpointShardName(r, group.world);
     if (!fs::exists(path)) {
       return absl::FailedPreconditionError(absl::StrCat("checkpoint: ", path, " is missing"));
     }
@@ -106,25 +95,16 @@ absl::StatusOr<SavedGroup> OpenSavedGroup(const std::string& directory) {
     group.shards.push_back(std::move(header));
   }
   const engine::SafetensorsHeader& first = group.shards[0];
-  const std::string* stage = Meta(first, "zero_stage");
-  const std::string* units = Meta(first, "unit_elements");
-  const std::string* manifest = Meta(first, "parameters");
+  const std::string* stage = engine::CheckpointMeta(first, "zero_stage");
+  const std::string* manifest = engine::CheckpointMeta(first, "parameters");
   if (stage == nullptr || !absl::SimpleAtoi(*stage, &group.stage) || group.stage < 0 || group.stage > 3 ||
-      units == nullptr || manifest == nullptr) {
-    return Bad(first.path, "no zero_stage, unit_elements or parameters");
-  }
-  for (absl::string_view part : absl::StrSplit(*units, ',', absl::SkipEmpty())) {
-    int64_t numel = 0;
-    if (!absl::SimpleAtoi(part, &numel) || numel <= 0) return Bad(first.path, "unit_elements reads " + *units);
-    group.units.push_back(numel);
+      manifest == nullptr) {
+    return Bad(first.path, "no zero_stage or parameters");
   }
   RETURN_IF_ERROR(ParseManifest(first.path, *manifest, &group));
-  int64_t total = 0, listed = 0;
-  for (int64_t numel : group.units) total += numel;
+  int64_t listed = 0;
   for (const Parameter& parameter : group.parameters) listed += parameter.numel();
-  if (total != listed) {
-    return Bad(first.path, absl::StrCat("its units hold ", total, " elements and its parameters ", listed));
-  }
+  ASSIGN_OR_RETURN(group.units, engine::ParseUnitElements(first, listed));
   return group;
 }
 
@@ -135,22 +115,19 @@ absl::StatusOr<std::vector<at::Tensor>> ReadParameters(const SavedGroup& group, 
   int64_t total = 0;
   for (int64_t numel : group.units) total += numel;
   at::Tensor flat;
+  // A stage-0 group is replicated: rank 0's shard holds everything.
   for (int r = 0; r < (group.stage == 0 ? 1 : group.world); ++r) {
     ASSIGN_OR_RETURN(at::Tensor domain, engine::ReadSafetensor(group.shards[r], name));
     domain = domain.view({-1});
     if (!flat.defined()) flat = at::zeros({total}, domain.options());
-    int64_t local = 0, global = 0;
-    for (int64_t numel : group.units) {
-      const int64_t padded = (numel + group.world - 1) / group.world * group.world;
-      const int64_t start = group.stage == 0 ? 0 : r * (padded / group.world);
-      const int64_t length = group.stage == 0 ? padded : padded / group.world;
-      const int64_t real = std::min(start + length, numel) - start;
-      if (local + length > domain.numel()) {
-        return Bad(group.shards[r].path, absl::StrCat("tensor '", name, "' is shorter than its domain"));
-      }
-      if (real > 0) flat.narrow(0, global + start, real).copy_(domain.narrow(0, local, real));
-      local += length;
-      global += numel;
+    int64_t length = 0;
+    const auto segments = engine::DomainSegments(group.units, group.world, group.stage, r, &length);
+    if (domain.numel() != length) {
+      return Bad(group.shards[r].path, absl::StrCat("tensor '", name, "' holds ", domain.numel(),
+                                                    " elements, its domain ", length));
+    }
+    for (const engine::DomainSegment& segment : segments) {
+      flat.narrow(0, segment.global, segment.length).copy_(domain.narrow(0, segment.local, segment.length));
     }
   }
   std::vector<at::Tensor> parameters;
@@ -201,24 +178,24 @@ absl::Status ReshardLlmCheckpoint(const std::string& checkpoint, const models::L
   ASSIGN_OR_RETURN(const int saved, SavedTensorParallelDegree(checkpoint));
   std::vector<SavedGroup> groups;
   for (int i = 0; i < saved; ++i) {
-    ASSIGN_OR_RETURN(SavedGroup group, OpenSavedGroup((fs::path(checkpoint) / LlmCheckpointDirectory(saved, i)).string()));
+    ASSIGN_OR_RETURN(SavedGroup group,
+                     OpenSavedGroup((fs::path(checkpoint) / LlmCheckpointDirectory(saved, i)).string()));
     groups.push_back(std::move(group));
   }
   const engine::SafetensorsHeader& first = groups[0].shards[0];
+  const std::string* step = engine::CheckpointMeta(first, "global_steps");
+  if (step == nullptr) return Bad(first.path, "no global_steps");
+  const auto same_name = [](const Parameter& a, const Parameter& b) { return a.name == b.name; };
   for (const SavedGroup& group : groups) {
-    const std::string* steps = Meta(group.shards[0], "global_steps");
-    if (steps == nullptr || *steps != *Meta(first, "global_steps")) {
+    const std::string* steps = engine::CheckpointMeta(group.shards[0], "global_steps");
+    if (steps == nullptr || *steps != *step) {
       return absl::FailedPreconditionError(absl::StrCat("checkpoint: ", group.directory, " was saved at step ",
                                                         steps ? *steps : "(none)", ", ", groups[0].directory,
-                                                        " at step ", *Meta(first, "global_steps")));
+                                                        " at step ", *step));
     }
-    if (group.parameters.size() != groups[0].parameters.size()) {
+    if (!std::equal(group.parameters.begin(), group.parameters.end(), groups[0].parameters.begin(),
+                    groups[0].parameters.end(), same_name)) {
       return Bad(group.directory, "holds other parameters than " + groups[0].directory);
-    }
-    for (size_t k = 0; k < group.parameters.size(); ++k) {
-      if (group.parameters[k].name != groups[0].parameters[k].name) {
-        return Bad(group.directory, "holds other parameters than " + groups[0].directory);
-      }
     }
   }
 
@@ -262,21 +239,21 @@ absl::Status ReshardLlmCheckpoint(const std::string& checkpoint, const models::L
   metadata["unit_elements"] = total > 0 ? std::to_string(total) : "";
   metadata["domain_elements"] = std::to_string(total);
   metadata["parameters"] = absl::StrJoin(manifest, "\n");
-  RETURN_IF_ERROR(engine::WriteSafetensors(scratch + "/rank_0_of_1.safetensors", tensors, metadata));
+  RETURN_IF_ERROR(engine::WriteSafetensors(scratch + "/" + engine::CheckpointShardName(0, 1), tensors, metadata));
 
   // Frozen parameters: each index's frozen.safetensors holds its shards whole.
-  const std::string frozen0 = groups[0].directory + "/" + kFrozenFile;
+  const std::string frozen0 = groups[0].directory + "/" + engine::kCheckpointFrozenFile;
   if (fs::exists(frozen0)) {
     std::vector<std::pair<std::string, at::Tensor>> frozen;
     std::vector<std::string> frozen_manifest;
     try {
       std::vector<std::map<std::string, at::Tensor>> parts;
       for (const SavedGroup& group : groups) {
-        ASSIGN_OR_RETURN(auto values, engine::ReadSafetensors(group.directory + "/" + kFrozenFile));
+        ASSIGN_OR_RETURN(auto values,
+                         engine::ReadSafetensors(group.directory + "/" + engine::kCheckpointFrozenFile));
         parts.emplace_back(values.begin(), values.end());
       }
-      ASSIGN_OR_RETURN(auto names, engine::ReadSafetensors(frozen0));
-      for (const auto& [name, value] : names) {
+      for (const auto& [name, value] : parts[0]) {
         std::vector<at::Tensor> pieces;
         for (const auto& values : parts) {
           auto it = values.find(name);
@@ -289,11 +266,12 @@ absl::Status ReshardLlmCheckpoint(const std::string& checkpoint, const models::L
     } catch (const c10::Error& e) {
       return Bad(frozen0, e.what_without_backtrace());
     }
-    RETURN_IF_ERROR(engine::WriteSafetensors(scratch + "/" + kFrozenFile, frozen,
-                                             {{"format", "pt"}, {"frozen_parameters", absl::StrJoin(frozen_manifest, "\n")}}));
+    RETURN_IF_ERROR(
+        engine::WriteSafetensors(scratch + "/" + engine::kCheckpointFrozenFile, frozen,
+                                 {{"format", "pt"}, {"frozen_parameters", absl::StrJoin(frozen_manifest, "\n")}}));
   }
-  return WriteFileAtomically(scratch + "/complete", absl::StrCat("{\"global_steps\": ", *Meta(first, "global_steps"),
-                                                                 ", \"world_size\": 1, \"zero_stage\": 0}\n"));
+  return WriteFileAtomically(scratch + "/" + engine::kCheckpointCompleteMarker,
+                             absl::StrCat("{\"global_steps\": ", *step, ", \"world_size\": 1, \"zero_stage\": 0}\n"));
 }
 
 }  // namespace tandem::step
