@@ -25,6 +25,7 @@
 #include "common/process_exit.h"
 #include "jobspec/job_spec.h"
 #include "jobspec/job_spec_proto.h"
+#include "platform/device.h"
 #include "rpc/channel.h"
 #include "rpc/security.h"
 #include "rpc/status.h"
@@ -169,6 +170,20 @@ int RunEmbedded(const EmbeddedRunOptions& options) {
     std::fprintf(stderr, "tandem run: %s\n", std::string(spec.status().message()).c_str());
     return 2;
   }
+  // NCCL takes one rank of a communicator per device.
+  if (options.device != "cpu") {
+    const int devices = options.device == "cuda" ? options.cuda_devices : 1;
+    for (const auto& [group, actors] :
+         {std::pair<const char*, int>{"vision", config->vision.actors},
+          std::pair<const char*, int>{"llm", config->llm.actors}}) {
+      if (actors <= devices) continue;
+      std::fprintf(stderr,
+                   "tandem run: --device %s: %s.actors is %d, but its ranks would share %d CUDA "
+                   "device(s), and NCCL takes one rank of a group per device\n",
+                   options.device.c_str(), group, actors, devices);
+      return 2;
+    }
+  }
   const std::string run_dir = fs::absolute(options.run_dir).string();
   std::error_code ec;
   if (fs::exists(run_dir, ec) && !fs::is_empty(run_dir, ec)) {
@@ -227,6 +242,9 @@ int RunEmbedded(const EmbeddedRunOptions& options) {
         "--coordinator", coordinator, "--listen",
         "127.0.0.1:0"};
     if (!options.local_links) args.push_back("--no-local-links");
+    const int rank = vision ? i : i - config->vision.actors;
+    args.insert(args.end(),
+                {"--device", platform::DeviceOfRank(options.device, rank, options.cuda_devices)});
     status = supervisor.Start(name, with(std::move(args)));
     if (!status.ok()) return Fail(std::string(status.message()));
   }

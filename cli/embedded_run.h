@@ -20,6 +20,8 @@ struct EmbeddedRunOptions {
   bool json = false;
   bool interactive = false;
   bool local_links = true;  // false: the actors run with --no-local-links
+  std::string device = "cpu";  // checked by platform::CheckDevice; "cuda" spreads each group's ranks
+  int cuda_devices = 0;        // CUDA devices of this host, for "cuda"
   // Testing only: the coordinator's --test-hold-dir (coordinator/step_hold.h); "" for none.
   std::string hold_dir;
 };

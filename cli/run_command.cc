@@ -14,6 +14,7 @@
 #include "common/cpu_features.h"
 #include "common/logging.h"
 #include "jobspec/job_spec.h"
+#include "platform/device.h"
 #include "trainer/colocated.h"
 
 namespace tandem::cli {
@@ -26,6 +27,7 @@ struct RunFlags {
   std::string output = "text";
   int threads = 0;
   bool no_local_links = false;
+  std::string device = "cpu";
   std::string hold_dir;  // testing only: the coordinator's --test-hold-dir
 };
 
@@ -54,6 +56,12 @@ int Run(const RunFlags& flags, const std::string& log_level) {
     std::fprintf(stderr, "tandem run: %s\n", std::string(job.status().message()).c_str());
     return 2;
   }
+  const int cuda_devices = flags.device == "cpu" ? 0 : platform::CudaDeviceCount();
+  if (absl::Status device = platform::CheckDevice("--device", flags.device, cuda_devices, true);
+      !device.ok()) {
+    std::fprintf(stderr, "tandem run: %s\n", std::string(device.message()).c_str());
+    return 2;
+  }
   const std::string run_dir =
       flags.run_dir.empty() ? absl::StrCat("runs/", job->name, "-", Timestamp()) : flags.run_dir;
   const bool terminal = isatty(fileno(stderr)) != 0;
@@ -67,12 +75,15 @@ int Run(const RunFlags& flags, const std::string& log_level) {
     embedded.interactive = terminal;
     embedded.local_links = !flags.no_local_links;
     embedded.hold_dir = flags.hold_dir;
+    embedded.device = flags.device;
+    embedded.cuda_devices = cuda_devices;
     return RunEmbedded(embedded);
   }
   trainer::RunOptions options;
   options.run_dir = run_dir;
   options.threads = flags.threads > 0 ? flags.threads : ColocatedThreads();
   options.interactive = terminal;
+  options.device = platform::DeviceOfRank(flags.device, 0, cuda_devices);
   options.progress = flags.output == "json" && !terminal ? nullptr : stderr;
   auto summary = trainer::RunColocated(*job, options);
   if (!summary.ok()) {
@@ -119,6 +130,11 @@ void AddRunCommand(CLI::App& app, const std::string* log_level, int* exit_code) 
       "--no-local-links", flags->no_local_links,
       "Without --colocated: keep every transfer between the actors on gRPC over loopback instead "
       "of local links (Unix sockets), e.g. to measure what they save");
+  run->add_option("--device", flags->device,
+                  "cpu, cuda:N (every model on CUDA device N; with one GPU, both groups share it) "
+                  "or cuda (without --colocated, the r-th actor of each group on device r mod the "
+                  "devices; with it, cuda:0)")
+      ->capture_default_str();
   // Testing only: hidden from --help (group ""); coordinator/step_hold.h.
   run->add_option("--test-hold-dir", flags->hold_dir,
                   "Testing: the local coordinator's --test-hold-dir")

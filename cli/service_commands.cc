@@ -7,6 +7,7 @@
 #include "cli/actor_supervisor.h"
 #include "cli/security_flags.h"
 #include "coordinator/coordinator_server.h"
+#include "platform/device.h"
 
 namespace tandem::cli {
 
@@ -79,7 +80,13 @@ void AddServiceCommands(CLI::App& app, int* exit_code) {
   a->add_option(
       "--advertise", actor->advertise,
       "HOST:PORT other processes reach this actor at (default: the listen host and bound port)");
-  a->add_option("--device", actor->device, "cpu or cuda:N")->capture_default_str();
+  a->add_option("--device", actor->device, "cpu or cuda:N")
+      ->capture_default_str()
+      ->check([](const std::string& device) {
+        const int cuda_devices = device == "cpu" ? 0 : platform::CudaDeviceCount();
+        absl::Status status = platform::CheckDevice("", device, cuda_devices, false);
+        return status.ok() ? std::string() : std::string(status.message());
+      });
   a->add_option("--ready-file", actor->ready_file,
                 "Write this actor's address here once registered");
   a->add_flag(

@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #endif
 
 #include "absl/strings/str_cat.h"
@@ -17,8 +18,11 @@ absl::Status RunAdamWOnDevice(const kernels::AdamWBuffers& buffers, const kernel
                               c10::Device device) {
   c10::cuda::CUDAGuard guard(device);
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
-  if (!kernels::AdamWCuda(buffers, hyper, stream)) {
-    return absl::InternalError(absl::StrCat(__FILE__, ":", __LINE__, ": AdamW kernel launch failed"));
+  if (const int error = kernels::AdamWCuda(buffers, hyper, stream); error != cudaSuccess) {
+    const auto code = static_cast<cudaError_t>(error);
+    return absl::InternalError(absl::StrCat(__FILE__, ":", __LINE__, ": AdamW kernel on ",
+                                            device.str(), ": ", cudaGetErrorName(code), ": ",
+                                            cudaGetErrorString(code)));
   }
   return absl::OkStatus();
 }

@@ -67,8 +67,9 @@ void AdamWCpu(const AdamWBuffers& buffers, const AdamWHyper& hyper, int threads 
 double SumOfSquaresCpu(const void* data, Dtype dtype, int64_t n, int threads = 0);
 
 #ifdef TANDEM_HAVE_CUDA_KERNELS
-// `stream` is a cudaStream_t. Returns false if the launch failed (cudaGetLastError).
-bool AdamWCuda(const AdamWBuffers& buffers, const AdamWHyper& hyper, void* stream);
+// `stream` is a cudaStream_t. Returns 0 (cudaSuccess) once launched, else the cudaError_t of the
+// launch (cudaGetLastError), or cudaErrorInvalidValue for kKahan without a compensation buffer.
+int AdamWCuda(const AdamWBuffers& buffers, const AdamWHyper& hyper, void* stream);
 #endif
 
 }  // namespace tandem::kernels

@@ -197,23 +197,24 @@ LaunchFn SelectLaunchFn(const AdamWBuffers& b, bool decoupled) {
 
 }  // namespace
 
-bool AdamWCuda(const AdamWBuffers& buffers, const AdamWHyper& hyper, void* stream) {
-  if (buffers.n <= 0) return true;
+int AdamWCuda(const AdamWBuffers& buffers, const AdamWHyper& hyper, void* stream) {
+  if (buffers.n <= 0) return cudaSuccess;
   if (buffers.param_dtype == Dtype::kBFloat16 && buffers.master == nullptr &&
       buffers.rounding == Rounding::kKahan && buffers.compensation == nullptr) {
-    return false;  // kKahan needs a compensation buffer
+    return cudaErrorInvalidValue;  // kKahan needs a compensation buffer
   }
   int device = 0;
   int sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    return false;
+  if (cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) return error;
+  if (cudaError_t error = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+      error != cudaSuccess) {
+    return error;
   }
   const int64_t needed = (buffers.n + kThreadsPerBlock - 1) / kThreadsPerBlock;
   const int blocks = static_cast<int>(std::min<int64_t>(needed, int64_t{sms} * kBlocksPerSm));
   SelectLaunchFn(buffers, hyper.decoupled)(buffers, MakeConstants(hyper), blocks,
                                            static_cast<cudaStream_t>(stream));
-  return cudaGetLastError() == cudaSuccess;
+  return cudaGetLastError();
 }
 
 }  // namespace tandem::kernels

@@ -105,6 +105,7 @@ absl::Status ColocatedRun::Setup() {
   placement.transfer_key = "colocated";
   placement.timeout = kTimeout;
   try {
+    placement.device = c10::Device(options_.device);
     ASSIGN_OR_RETURN(vision_, step::CreateVisionStage(
                                   job_, data, placement,
                                   engine::CreateSingleRankCommunicator("vision"),

@@ -35,6 +35,7 @@ struct RunOptions {
   int threads = 0;                 // intra-op threads; 0 leaves LibTorch's setting
   std::FILE* progress = stderr;    // the live progress line; nullptr for none
   bool interactive = false;        // redraw the progress line in place (a terminal)
+  std::string device = "cpu";      // both models' device: "cpu" or "cuda:N" (platform/device.h)
 };
 
 absl::StatusOr<rundir::RunSummary> RunColocated(const jobspec::JobConfig& job, const RunOptions& options);
