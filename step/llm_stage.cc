@@ -99,7 +99,7 @@ class LlmStage : public Stage {
  private:
   // An empty [rows, patches, width] tensor in the dtype embeddings cross in.
   at::Tensor EmbeddingBuffer(int64_t rows) const {
-    return at::empty({rows, patches(), width()}, at::TensorOptions().dtype(embedding_dtype()));
+    return HostBuffer({rows, patches(), width()}, embedding_dtype());
   }
 
   // The embedding slices of one micro-batch (NOTE [Parallel sets] in stage.h): from each vision
@@ -177,7 +177,7 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
       RETURN_IF_ERROR(engine().Step());
       continue;
     }
-    const at::Tensor grad = leaf.grad().to(at::kCPU).contiguous();
+    const at::Tensor grad = ToHost(leaf.grad());
     SetPhase("transfer");
     for (const auto& [peer, overlap] : Overlaps(mine, b)) {
       for (int index = 0; index < placement().peer_parallel; ++index) {
@@ -275,10 +275,11 @@ absl::StatusOr<at::Tensor> LlmStage::ReceiveEmbeddings(const Incoming& incoming,
   for (const Incoming::Staged& staged : incoming.staged) {
     Rows(host, staged.rows, mine.begin).narrow(1, staged.features.begin, staged.features.size()).copy_(staged.buffer);
   }
-  if (!embeddings_broadcast() || mine.empty()) return host.to(device());
+  if (!embeddings_broadcast() || mine.empty()) return ToDevice(host);
   // On the device, where NCCL broadcasts; the first rank's embeddings overwrite the others' buffers.
   at::Tensor embeddings =
-      parallel_index() == 0 ? host.to(device()) : at::empty(host.sizes(), host.options().device(device()));
+      parallel_index() == 0 ? ToDevice(host)
+                            : at::empty(host.sizes(), at::TensorOptions().dtype(host.scalar_type()).device(device()));
   const auto start = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(placement().parallel_communicator->Broadcast(embeddings, 0)->Wait(placement().timeout));
   if (result != nullptr) {

@@ -90,6 +90,21 @@ absl::Status Stage::Build(std::shared_ptr<torch::nn::Module> model,
 
 int64_t Stage::parameters() const { return models::CountParameters(*model_); }
 
+at::Tensor Stage::HostBuffer(at::IntArrayRef sizes, at::ScalarType dtype) const {
+  return at::empty(sizes, at::TensorOptions().dtype(dtype).pinned_memory(device().is_cuda()));
+}
+
+at::Tensor Stage::ToHost(const at::Tensor& tensor) const {
+  if (tensor.is_cpu()) return tensor.contiguous();
+  at::Tensor host = HostBuffer(tensor.sizes(), tensor.scalar_type());
+  host.copy_(tensor);
+  return host;
+}
+
+at::Tensor Stage::ToDevice(const at::Tensor& host) const {
+  return host.to(device(), /*non_blocking=*/host.is_pinned());
+}
+
 void Stage::SetPhase(const char* phase) {
   if (!progress_) return;
   progress_->phase.store(phase);

@@ -194,6 +194,13 @@ class Stage {
   void SetPhase(const char* phase);
 
   c10::Device device() const { return placement_.device; }
+  // Host memory for what crosses between the groups: page-locked on a GPU placement, so copies to
+  // and from the device run at full speed and ToDevice need not wait for them.
+  at::Tensor HostBuffer(at::IntArrayRef sizes, at::ScalarType dtype) const;
+  // `tensor` (on the device) in a HostBuffer; waits for the copy.
+  at::Tensor ToHost(const at::Tensor& tensor) const;
+  // `host` on the device; from a HostBuffer the copy is queued on the current stream, not waited for.
+  at::Tensor ToDevice(const at::Tensor& host) const;
   // vision.freeze holds "*": the vision group trains nothing, runs its forward without autograd,
   // and the LLM group sends it no gradients.
   bool vision_frozen() const { return jobspec::FreezesWholeGroup(job_.vision.freeze); }

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/numbers.h"
@@ -78,9 +79,12 @@ at::ScalarType EmbeddingScalarType(const engine::Config& vision_config, const c1
   return engine::PlanCompute(vision_config, device).output_dtype;
 }
 
-at::Tensor ImagesOf(data::Batch& batch) {
+at::Tensor ImagesOf(const data::Batch& batch, bool pinned) {
   const int64_t s = batch.image_size;
-  return torch::from_blob(batch.images.data(), {batch.size, 3, s, s}, at::kFloat).clone();
+  at::Tensor images =
+      at::empty({batch.size, 3, s, s}, at::TensorOptions().dtype(at::kFloat).pinned_memory(pinned));
+  std::memcpy(images.data_ptr<float>(), batch.images.data(), batch.images.size() * sizeof(float));
+  return images;
 }
 
 TokenTensors TokensOf(data::TokenBatch& batch) {

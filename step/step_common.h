@@ -55,8 +55,9 @@ uint64_t LlmModelSeed(uint64_t job_seed);
 // dtypes, and naming the dtype in the spec resolves it.
 at::ScalarType EmbeddingScalarType(const engine::Config& vision_config, const c10::Device& device);
 
-// A micro-batch's images [b, 3, H, W] (data::MakeImageBatch; REQUIRES: b >= 1).
-at::Tensor ImagesOf(data::Batch& batch);
+// A micro-batch's images [b, 3, H, W] (data::MakeImageBatch; REQUIRES: b >= 1), in page-locked
+// memory with `pinned` (a CUDA LibTorch; copies from it to a GPU need not wait).
+at::Tensor ImagesOf(const data::Batch& batch, bool pinned = false);
 
 // A micro-batch's tokens and labels [b, T] int64 (data::MakeTokenBatch), and its targets.
 struct TokenTensors {

@@ -5,8 +5,10 @@
 // A frozen group (vision.freeze ["*"]) forwards without autograd and awaits no gradients; its
 // engine step still runs, so the group's collectives (whole-model clipping's norm exchange) match.
 //
-// The stage runs ahead by up to kPipelineDepth micro-batches so both groups stay busy, and reads the
-// next step's first micro-batch while it waits for gradients (like a DataLoader's prefetch).
+// The stage runs ahead by up to kPipelineDepth micro-batches so both groups stay busy, and its
+// ImagePrefetcher reads the images of the step's micro-batches and of the next step's on a thread of
+// its own (like a DataLoader's worker), so that rendering and decoding overlap the forward and
+// backward passes (on a GPU, into pinned memory copied to the device without a wait).
 #include <torch/torch.h>
 
 #include <deque>
@@ -20,6 +22,7 @@
 #include "engine/engine.h"
 #include "models/vision_encoder.h"
 #include "hf/pretrained_weights.h"
+#include "step/image_prefetcher.h"
 #include "step/stage.h"
 
 namespace tandem::step {
@@ -49,6 +52,16 @@ class VisionStage : public Stage {
     if (!job().vision.pretrained.empty()) RETURN_IF_ERROR(hf::LoadPretrainedVision(job().vision.pretrained, *model_, job().vision.new_projector));
     RETURN_IF_ERROR(Build(model_.ptr(), std::move(communicator)));
     model_->set_compute_dtype(engine().compute().activation_dtype);
+    // This rank's rows of every micro-batch, into pinned memory where they go to a GPU.
+    const SampleRange mine = Mine(MicroBatchSize());
+    const bool pinned = device().is_cuda();
+    prefetcher_ = std::make_unique<ImagePrefetcher>(
+        [this, mine, pinned](const std::vector<int64_t>& indices) -> absl::StatusOr<at::Tensor> {
+          ASSIGN_OR_RETURN(data::Batch batch,
+                           data::MakeImageBatch(*data().datasets.train, Sub(indices, mine)));
+          return ImagesOf(batch, pinned);
+        },
+        kPipelineDepth);
     return absl::OkStatus();
   }
 
@@ -67,28 +80,24 @@ class VisionStage : public Stage {
     std::vector<TransferTag> grad_tags;
     std::vector<std::unique_ptr<transport::SendHandle>> sends;
   };
-  struct Prefetched {
-    std::vector<int64_t> indices;  // the whole micro-batch's, as the sampler draws them
-    at::Tensor images;
-  };
-
-  // The images of `indices` (one micro-batch; this rank reads the rows `mine`), taken from
-  // prefetched_ when it holds the same indices.
-  absl::StatusOr<at::Tensor> Images(const std::vector<int64_t>& indices, SampleRange mine);
+  // The images of `indices` (one micro-batch, as the sampler draws it; this rank reads its rows),
+  // from the prefetcher.
+  absl::StatusOr<at::Tensor> Images(const std::vector<int64_t>& indices);
   // Sends `rows` of `embeddings` (whose first row is sample mine.begin) to every rank of LLM
   // replica `replica`, or to its first rank under embeddings_broadcast() (NOTE [Parallel sets]).
   absl::Status SendToReplica(transport::TransferKind kind, int64_t step, int64_t micro_batch, int replica,
                              SampleRange rows, const at::Tensor& embeddings, SampleRange mine, StepResult* result,
                              std::vector<std::unique_ptr<transport::SendHandle>>* sends);
-  // Reads the next step's first micro-batch into prefetched_ without advancing the sampler. A read
-  // that fails is dropped: the step that needs the batch reads it again and reports the error.
-  void Prefetch(SampleRange mine);
+  // Asks the prefetcher for the next step's micro-batches without advancing the sampler. A read
+  // that fails is kept: the step that needs the batch returns its error.
+  void PrefetchNextStep();
   absl::Status Finish(InFlight& f, StepResult* result);
 
   models::VisionEncoder model_{nullptr};
-  std::optional<Prefetched> prefetched_;
   // Evaluation embeddings still being sent, with the tensors the sends read from.
   std::deque<std::pair<at::Tensor, std::vector<std::unique_ptr<transport::SendHandle>>>> eval_sends_;
+  // Last: destroyed first, so its thread stops before what its reads use.
+  std::unique_ptr<ImagePrefetcher> prefetcher_;
 };
 
 absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
@@ -97,24 +106,25 @@ absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
   const int64_t b = MicroBatchSize();
   const SampleRange mine = Mine(b);
   const int64_t last = static_cast<int64_t>(batches.size()) - 1;
+  for (const auto& batch : batches) prefetcher_->Request(batch);
   std::deque<InFlight> in_flight;
   for (int64_t k = 0; k <= last; ++k) {
     SetPhase("forward");
-    ASSIGN_OR_RETURN(const at::Tensor images, Images(batches[k], mine));
+    ASSIGN_OR_RETURN(const at::Tensor images, Images(batches[k]));
     InFlight f;
     {
       // A frozen group keeps no graph: nothing of it trains, and no gradient comes back.
       torch::AutoGradMode grad_mode(!vision_frozen());
       auto autocast = engine().Autocast();
-      f.embeddings = model_->forward(images.to(device()));
+      f.embeddings = model_->forward(images.to(device(), /*non_blocking=*/images.is_pinned()));
     }
     if (f.embeddings.scalar_type() != embedding_dtype()) {
       return absl::InternalError(absl::StrCat("vision embeddings are ",
                                               c10::toString(f.embeddings.scalar_type()),
                                               ", expected ", c10::toString(embedding_dtype())));
     }
-    f.sent = f.embeddings.detach().to(at::kCPU).contiguous();
-    f.grad = at::empty_like(f.sent);
+    f.sent = ToHost(f.embeddings.detach());
+    f.grad = HostBuffer(f.sent.sizes(), f.sent.scalar_type());
     SetPhase("transfer");
     for (const auto& [peer, overlap] : Overlaps(mine, b)) {
       if (!vision_frozen()) {
@@ -127,7 +137,7 @@ absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
                                     &f.sends));
     }
     in_flight.push_back(std::move(f));
-    if (k == last && step < job().schedule.steps) Prefetch(mine);
+    if (k == last && step < job().schedule.steps) PrefetchNextStep();
     while (in_flight.size() >= kPipelineDepth || (k == last && !in_flight.empty())) {
       RETURN_IF_ERROR(Finish(in_flight.front(), &result));
       in_flight.pop_front();
@@ -150,20 +160,16 @@ absl::Status VisionStage::SendToReplica(TransferKind kind, int64_t step, int64_t
   return absl::OkStatus();
 }
 
-absl::StatusOr<at::Tensor> VisionStage::Images(const std::vector<int64_t>& indices,
-                                              SampleRange mine) {
-  std::optional<Prefetched> prefetched = std::exchange(prefetched_, std::nullopt);
-  if (prefetched && prefetched->indices == indices) return std::move(prefetched->images);
-  ASSIGN_OR_RETURN(data::Batch batch, data::MakeImageBatch(*data().datasets.train, Sub(indices, mine)));
-  return ImagesOf(batch);
+absl::StatusOr<at::Tensor> VisionStage::Images(const std::vector<int64_t>& indices) {
+  return prefetcher_->Take(indices);
 }
 
-void VisionStage::Prefetch(SampleRange mine) {
+void VisionStage::PrefetchNextStep() {
   const data::Sampler::Position next = sampler().position();
-  std::vector<int64_t> indices = sampler().Next(MicroBatchSize());
+  for (int64_t k = 0; k < job().schedule.micro_batches; ++k) {
+    prefetcher_->Request(sampler().Next(MicroBatchSize()));
+  }
   sampler().Seek(next);
-  absl::StatusOr<data::Batch> batch = data::MakeImageBatch(*data().datasets.train, Sub(indices, mine));
-  if (batch.ok()) prefetched_ = Prefetched{std::move(indices), ImagesOf(*batch)};
 }
 
 absl::Status VisionStage::Finish(InFlight& f, StepResult* result) {
@@ -172,7 +178,7 @@ absl::Status VisionStage::Finish(InFlight& f, StepResult* result) {
   RETURN_IF_ERROR(WaitSends(f.sends));
   if (!vision_frozen()) {
     SetPhase("backward");
-    f.embeddings.backward(f.grad.to(device()));
+    f.embeddings.backward(ToDevice(f.grad));
   }
   SetPhase("optimizer");
   return engine().Step();
@@ -192,7 +198,7 @@ absl::StatusOr<EvalCounts> VisionStage::EvaluateBatch(int64_t step, int64_t batc
   at::Tensor embeddings;
   {
     auto autocast = engine().Autocast();
-    embeddings = model_->forward(images.to(device())).to(at::kCPU).contiguous();
+    embeddings = ToHost(model_->forward(images.to(device())));
   }
   std::vector<std::unique_ptr<transport::SendHandle>> handles;
   for (const auto& [peer, overlap] : Overlaps(mine, n)) {
