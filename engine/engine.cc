@@ -235,6 +235,7 @@ absl::Status Engine::Initialize() {
                                           ReductionUnitElements(config_, trainable_elements)));
   RETURN_IF_ERROR(AssignOptimizerGroups());
   BuildUpdateSegments();
+  InitStreamKeys();
 
   block_unit_.assign(blocks_.size(), -1);
   for (size_t u = 0; u < layout_.units().size(); ++u) {

@@ -161,6 +161,13 @@ class Engine : public BlockHost {
   std::vector<std::pair<std::string, double>> group_lrs() const;
   const Config& config() const { return config_; }
   const Layout& layout() const { return layout_; }
+
+  // Gives parameter `name` (a trainable one: frozen ones are ignored) the random stream of shard
+  // `shard` of its weight, for stochastic rounding (NOTE [Random streams] in engine_step.cc): call
+  // it, before the first Step, for the parameters a tensor-parallel group splits, so that each
+  // rank's shard rounds with numbers of its own while the parameters every rank holds whole round
+  // alike everywhere. NotFound for a name the model does not have.
+  absl::Status SetShardStream(const std::string& name, int64_t shard);
   int rank() const { return communicator_->rank(); }
   int world_size() const { return communicator_->world_size(); }
   MemoryReport Memory() const;
@@ -214,13 +221,21 @@ class Engine : public BlockHost {
     double weight_decay = 0.0;
     double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   };
-  // A run of consecutive parameters of one optimizer group inside a unit's domain.
+  // A run of consecutive parameters of one optimizer group inside a unit's domain; one parameter's
+  // part under stochastic rounding (NOTE [Random streams] in engine_step.cc).
   struct UpdateSegment {
     int unit = 0;
     int64_t begin = 0;   // offset in the unit's domain
     int64_t length = 0;
     int group = 0;       // index in optimizer_groups_
+    int param = -1;      // under stochastic rounding: the parameter (index in params_), else -1
+    int64_t param_offset = 0;  // and the index in it of the segment's first element
   };
+  // Whether an update rounds stochastically: bf16 masters under bf16_update "stochastic", or bf16
+  // moments under bf16_optimizer_states_rounding "stochastic".
+  bool RoundsStochastically() const;
+  // Every trainable parameter's stream key from its name (NOTE [Random streams]).
+  void InitStreamKeys();
 
   // A block's frozen parameters at ZeRO-3: one flat unit, padded and sharded like a trainable one.
   struct FrozenUnit {
@@ -344,6 +359,7 @@ class Engine : public BlockHost {
   std::vector<OptimizerGroup> optimizer_groups_;
   std::vector<int> group_of_param_;  // per parameter: index in optimizer_groups_
   std::vector<UpdateSegment> segments_;
+  std::vector<uint64_t> stream_keys_;  // per trainable parameter (NOTE [Random streams])
   std::vector<BlockModule*> blocks_;
   std::vector<std::string> block_names_;  // their module paths, e.g. "blocks.3"
   std::vector<int> block_unit_;

@@ -24,6 +24,37 @@ namespace {
 
 constexpr char kComponent[] = "engine";
 
+// NOTE [Random streams]
+// Stochastic rounding draws the random numbers of element i of parameter p at step t as
+// CounterRandom(StreamSeed(seed_t, key_p), i), where seed_t comes from the config's seed and the
+// step, key_p from the parameter's name (and, for a shard of a weight a tensor-parallel group
+// splits, the shard's index: SetShardStream), and i is the element's index in the parameter. The
+// stream belongs to the parameter, not to the element's place in this engine's flat buffers, so:
+// - a parameter several engines hold whole (tensor parallelism's norms, or k and v below T KV
+//   heads) rounds alike on every one of them, however large the shards before it in the buffers
+//   are (the vocabulary's first V % T shards have a row more), and stays bit-identical;
+// - two shards of one weight, and any two parameters, draw from different streams;
+// - a rank's numbers depend neither on the ZeRO partition nor on the world size, so a checkpoint
+//   resumed at another data-parallel degree continues with the same numbers.
+// The optimizer then runs once per parameter (BuildUpdateSegments), which on a GPU is one kernel
+// launch per parameter; without stochastic rounding consecutive parameters share a launch.
+
+// FNV-1a: a hash of the name that is the same in every build and process.
+uint64_t Fingerprint(const std::string& text) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (const unsigned char c : text) hash = (hash ^ c) * 0x100000001b3ull;
+  return hash;
+}
+
+// SplitMix64's finaliser.
+uint64_t Mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t StreamSeed(uint64_t step_seed, uint64_t key) { return Mix(step_seed ^ Mix(key)); }
+
 kernels::Dtype KernelDtype(const at::Tensor& t) {
   return t.scalar_type() == at::kBFloat16 ? kernels::Dtype::kBFloat16 : kernels::Dtype::kFloat32;
 }
@@ -239,9 +270,10 @@ absl::Status Engine::ApplyUpdate(double grad_scale) {
             reinterpret_cast<uint16_t*>(compensation_.narrow(0, offset, length).data_ptr());
       }
     }
-    b.seed = seed;
-    b.seed_offset = static_cast<uint64_t>(layout_.units()[u].full_offset + DomainStart(u) +
-                                          segment.begin);
+    if (segment.param >= 0) {  // NOTE [Random streams]
+      b.seed = StreamSeed(seed, stream_keys_[segment.param]);
+      b.seed_offset = static_cast<uint64_t>(segment.param_offset);
+    }
     if (device_.is_cpu()) {
       kernels::AdamWCpu(b, hypers[segment.group]);
     } else {
@@ -249,6 +281,34 @@ absl::Status Engine::ApplyUpdate(double grad_scale) {
     }
   }
   return absl::OkStatus();
+}
+
+void Engine::InitStreamKeys() {
+  stream_keys_.clear();
+  for (const ParamSpec& param : layout_.params()) stream_keys_.push_back(Fingerprint(param.name));
+}
+
+absl::Status Engine::SetShardStream(const std::string& name, int64_t shard) {
+  const std::string key = absl::StrCat(name, "#shard", shard);
+  for (size_t i = 0; i < layout_.params().size(); ++i) {
+    if (layout_.params()[i].name == name) {
+      stream_keys_[i] = Fingerprint(key);
+      return absl::OkStatus();
+    }
+  }
+  for (const auto& [alias, index] : aliases_) {
+    if (alias == name) {
+      stream_keys_[index] = Fingerprint(key);
+      return absl::OkStatus();
+    }
+  }
+  for (const std::string& frozen : frozen_names_) {
+    if (frozen == name) return absl::OkStatus();
+  }
+  for (const auto& [alias, index] : frozen_aliases_) {
+    if (alias == name) return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat("SetShardStream: the model has no parameter ", name));
 }
 
 absl::Status Engine::AllGatherResident() {

@@ -6,7 +6,9 @@
 // A parameter belongs to the first tandem.param_groups entry with a pattern matching its name, else
 // to the default group (optimizer.params). Unless its group sets weight_decay, no_decay gives it a
 // weight decay of 0 when it is 1-D (biases, norm weights), the weight of a torch::nn::Embedding, or
-// its last name component contains "embed" or "position" (learned position tables, class tokens).
+// its last name component contains "embed", "position" or "token" (learned position tables; class,
+// distillation and register tokens: the vision encoder's class_token, timm's cls_token, dist_token
+// and reg_token, which timm's no_weight_decay() exempts too).
 // Each (group, no_decay) pair becomes an OptimizerGroup. The optimizer then runs once per segment:
 // a run of consecutive parameters of one OptimizerGroup inside a unit's domain (the part of the
 // unit this rank updates), so a ZeRO partition that splits a parameter splits its segment too, and
@@ -35,7 +37,8 @@ constexpr char kComponent[] = "engine";
 bool NameSuggestsNoDecay(const std::string& name) {
   const size_t dot = name.rfind('.');
   const std::string last = dot == std::string::npos ? name : name.substr(dot + 1);
-  return last.find("embed") != std::string::npos || last.find("position") != std::string::npos;
+  return last.find("embed") != std::string::npos || last.find("position") != std::string::npos ||
+         last.find("token") != std::string::npos;
 }
 
 double SchedulePeak(const Config& config) {
@@ -136,8 +139,18 @@ absl::Status Engine::AssignOptimizerGroups() {
   return absl::OkStatus();
 }
 
+bool Engine::RoundsStochastically() const {
+  const bool weights = param_dtype_ == at::kBFloat16 && !config_.has_separate_master() &&
+                       config_.bf16_update == Bf16Update::kStochastic;
+  const bool moments = config_.optimizer_state_dtype() == DType::kBFloat16 &&
+                       config_.bf16_optimizer_states_rounding == MomentRounding::kStochastic;
+  return weights || moments;
+}
+
 void Engine::BuildUpdateSegments() {
   segments_.clear();
+  // Under stochastic rounding each parameter draws from its own stream: one segment per parameter.
+  const bool per_parameter = RoundsStochastically();
   for (size_t u = 0; u < layout_.units().size(); ++u) {
     const Unit& unit = layout_.units()[u];
     const int64_t domain_begin = DomainStart(static_cast<int>(u));
@@ -148,12 +161,17 @@ void Engine::BuildUpdateSegments() {
           std::min(layout_.slots()[i].offset + layout_.params()[i].numel, domain_end);
       if (begin >= end) continue;
       UpdateSegment* last = segments_.empty() ? nullptr : &segments_.back();
-      if (last != nullptr && last->unit == static_cast<int>(u) &&
+      if (!per_parameter && last != nullptr && last->unit == static_cast<int>(u) &&
           last->group == group_of_param_[i] && last->begin + last->length == begin - domain_begin) {
         last->length += end - begin;
       } else {
-        segments_.push_back({static_cast<int>(u), begin - domain_begin, end - begin,
-                             group_of_param_[i]});
+        UpdateSegment segment{static_cast<int>(u), begin - domain_begin, end - begin,
+                              group_of_param_[i]};
+        if (per_parameter) {
+          segment.param = i;
+          segment.param_offset = begin - layout_.slots()[i].offset;
+        }
+        segments_.push_back(segment);
       }
     }
   }

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 #include "common/atomic_file.h"
 #include "absl/strings/string_view.h"
@@ -84,6 +85,20 @@ class Reader {
   std::string path_;
 };
 
+// Tandem's models train without dropout: a config that asks for it is refused by the key, rather
+// than trained without it unannounced. (CLIP and SigLIP name theirs attention_dropout and dropout;
+// Llama and Qwen2 attention_dropout.)
+absl::Status RefuseDropout(const Reader& r, std::initializer_list<const char*> keys) {
+  for (const char* key : keys) {
+    ASSIGN_OR_RETURN(const double p, r.Number(key, 0.0));
+    if (p != 0.0) {
+      return r.Error(key, absl::StrCat(p, " is not supported: Tandem's models train without dropout (set it to 0 "
+                                          "to train this model without it)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // CLIPVisionConfig and SiglipVisionConfig, with their defaults.
 absl::StatusOr<models::VisionConfig> ReadVision(const Reader& r, const std::string& model_type) {
   const bool clip = model_type == "clip_vision_model";
@@ -97,6 +112,7 @@ absl::StatusOr<models::VisionConfig> ReadVision(const Reader& r, const std::stri
   ASSIGN_OR_RETURN(v.patch_size, r.Int("patch_size", clip ? 32 : 16));
   ASSIGN_OR_RETURN(v.activation, r.String("hidden_act", clip ? "quick_gelu" : "gelu_pytorch_tanh"));
   ASSIGN_OR_RETURN(v.norm_eps, r.Number("layer_norm_eps", clip ? 1e-5 : 1e-6));
+  RETURN_IF_ERROR(RefuseDropout(r, {"attention_dropout", "dropout"}));
   for (const auto& [key, value] : {std::pair<const char*, int64_t>{"intermediate_size", v.mlp_hidden},
                                    {"num_hidden_layers", v.layers}, {"image_size", v.image_size}}) {
     if (value <= 0) return r.Error(key, absl::StrCat("must be positive, got ", value));
@@ -148,6 +164,7 @@ absl::StatusOr<models::LlmConfig> ReadLlm(const Reader& r, const std::string& mo
   if (act != "silu") return r.Error("hidden_act", absl::StrCat("\"", act, "\" is not supported (silu)"));
   ASSIGN_OR_RETURN(const bool mlp_bias, r.Bool("mlp_bias", false));
   if (mlp_bias) return r.Error("mlp_bias", "true is not supported");
+  RETURN_IF_ERROR(RefuseDropout(r, {"attention_dropout"}));
   if (qwen2) {
     m.attention_bias = true;  // Qwen2's q, k and v always have biases, o never
     ASSIGN_OR_RETURN(const bool sliding, r.Bool("use_sliding_window", false));

@@ -58,7 +58,7 @@ struct AdamWBuffers {
   int64_t n = 0;
   Rounding rounding = Rounding::kNearest;
   uint64_t seed = 0;
-  uint64_t seed_offset = 0;  // global index of element 0, so partitions draw disjoint streams
+  uint64_t seed_offset = 0;  // stream position of element 0 (the engine: its index in its parameter)
 };
 
 void AdamWCpu(const AdamWBuffers& buffers, const AdamWHyper& hyper, int threads = 0);

@@ -59,6 +59,11 @@ class LlmStage : public Stage {
       }
     }
     RETURN_IF_ERROR(Build(model_.ptr(), std::move(communicator), left_out));
+    // Each rank's shards round stochastically with numbers of their own; what every rank of the
+    // replica holds whole rounds alike on all of them (NOTE [Random streams] in engine_step.cc).
+    for (const auto& [name, shard] : model_->shards()) {
+      RETURN_IF_ERROR(engine().SetShardStream(name, parallel_index()));
+    }
     model_->set_compute_dtype(engine().compute().activation_dtype);
     if (placement().rank == 0 && !placement().run_dir.empty()) {
       RETURN_IF_ERROR(SaveExtras(placement().run_dir));

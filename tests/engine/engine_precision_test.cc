@@ -237,6 +237,67 @@ ClipRun TrainWithClip(double clip, const Engine::GradNormCombiner& combine_after
 // The group norm of the seeded batch, from an engine that does not clip.
 double SeededGroupNorm() { return TrainWithClip(0.0, nullptr).group_norm; }
 
+// NOTE [Random streams] in engine_step.cc. `lead` elements come before `shared` in the engine's
+// buffers (a tensor-parallel rank's vocabulary shard before its replicated norms); `shared` is the
+// same on every engine: linspace values, gradient c * 1 exactly (d/dw of sum(c * w)) from the same c.
+class StreamNet : public torch::nn::Module {
+ public:
+  explicit StreamNet(int64_t lead)
+      : lead_(register_parameter("lead", torch::zeros({lead}))),
+        shared_(register_parameter("shared", torch::linspace(0.3, 0.9, 1001))) {}
+  at::Tensor forward(const at::Tensor& c) { return (c * shared_).sum() + lead_.sum(); }
+
+ private:
+  at::Tensor lead_, shared_;
+};
+
+// `shared` after 12 steps of stochastically rounded bf16 masters and moments at lr 1e-3, below a
+// bf16 spacing of the weights (2^-9 to 2^-8): every update is a random rounding. `shard` >= 0 gives
+// `shared` that shard's stream.
+at::Tensor SharedAfterStochasticSteps(int64_t lead, int64_t shard = -1) {
+  auto model = std::make_shared<StreamNet>(lead);
+  auto config = ParseConfig(
+      R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.0}}, "seed": 7,
+          "bf16": {"enabled": true, "bf16_master_weights_and_grads": true, "bf16_optimizer_states": true},
+          "tandem": {"bf16_update": "stochastic", "bf16_optimizer_states_rounding": "stochastic"}})");
+  EXPECT_TRUE(config.ok()) << config.status();
+  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), *config);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (shard >= 0) EXPECT_TRUE((*engine)->SetShardStream("shared", shard).ok());
+  torch::manual_seed(21);
+  for (int step = 0; step < 12; ++step) {
+    model->forward(torch::randn({1001}).to(torch::kBFloat16)).backward();
+    EXPECT_TRUE((*engine)->Step().ok());
+  }
+  return model->named_parameters()["shared"].detach().clone();
+}
+
+TEST(EngineRandomStreams, AParameterRoundsAlikeWhateverPrecedesItInTheBuffers) {
+  const at::Tensor after_five = SharedAfterStochasticSteps(5);
+  EXPECT_TRUE(at::equal(after_five, SharedAfterStochasticSteps(6)));
+  EXPECT_TRUE(at::equal(after_five, SharedAfterStochasticSteps(4099)));
+  // The updates were rounded, not lost: the weights moved.
+  EXPECT_FALSE(at::equal(after_five, torch::linspace(0.3, 0.9, 1001).to(torch::kBFloat16)));
+}
+
+TEST(EngineRandomStreams, ShardsOfOneWeightRoundWithNumbersOfTheirOwn) {
+  const at::Tensor shard0 = SharedAfterStochasticSteps(5, 0);
+  const at::Tensor shard1 = SharedAfterStochasticSteps(5, 1);
+  EXPECT_TRUE(at::equal(shard0, SharedAfterStochasticSteps(6, 0)));
+  // Same values, same gradients: only the random numbers tell them apart, in many of 1001 places.
+  EXPECT_GT((shard0 != shard1).sum().item<int64_t>(), 100);
+  EXPECT_FALSE(at::equal(shard0, SharedAfterStochasticSteps(5)));
+}
+
+TEST(EngineRandomStreams, SetShardStreamNamesAnUnknownParameter) {
+  auto model = std::make_shared<StreamNet>(3);
+  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(0, kBf16Full, false));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const absl::Status status = (*engine)->SetShardStream("blocks.0.q.weight", 1);
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(status.message(), "SetShardStream: the model has no parameter blocks.0.q.weight");
+}
+
 TEST(EngineGradNormCombiner, ClipsByTheCombinedNorm) {
   const double n = SeededGroupNorm();
   ASSERT_GT(n, 0.0);

@@ -118,19 +118,22 @@ INSTANTIATE_TEST_SUITE_P(StagesAndWorlds, OptimizerGroupsTest,
                                   std::to_string(std::get<1>(info.param));
                          });
 
-// A model with a bias, a norm weight, an embedding table and a learned position table.
+// A model with a bias, a norm weight, an embedding table, a learned position table and a class
+// token (3-D, named like the vision encoder's).
 struct DecayNet : torch::nn::Module {
   DecayNet() {
     embed = register_module("embed", torch::nn::Embedding(6, 4));
     positions = register_parameter("positions", torch::randn({1, 3, 4}));
+    class_token = register_parameter("class_token", torch::randn({1, 1, 4}));
     norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({4})));
     proj = register_module("proj", torch::nn::Linear(4, 4));
   }
   at::Tensor forward(const at::Tensor& tokens) {
-    return proj(norm(embed(tokens) + positions));
+    return proj(norm(embed(tokens) + positions + class_token));
   }
   torch::nn::Embedding embed{nullptr};
   at::Tensor positions;
+  at::Tensor class_token;
   torch::nn::LayerNorm norm{nullptr};
   torch::nn::Linear proj{nullptr};
 };
@@ -161,17 +164,18 @@ std::map<std::string, double> DecayFactors(const std::string& tandem_block) {
   return factors;
 }
 
-TEST(NoDecay, SparesBiasesNormsEmbeddingsAndPositionsByDefault) {
+TEST(NoDecay, SparesBiasesNormsEmbeddingsPositionsAndClassTokensByDefault) {
   const auto factors = DecayFactors("{}");
   EXPECT_NEAR(factors.at("proj.weight"), 1.0 - 0.1 * 0.5, 1e-6);
-  for (const char* name : {"embed.weight", "positions", "norm.weight", "proj.bias"}) {
+  for (const char* name : {"embed.weight", "positions", "class_token", "norm.weight", "proj.bias"}) {
     EXPECT_NEAR(factors.at(name), 1.0, 1e-7) << name;
   }
 }
 
 TEST(NoDecay, TurnedOffDecaysEveryParameter) {
   const auto factors = DecayFactors(R"({"no_decay": false})");
-  for (const char* name : {"proj.weight", "embed.weight", "positions", "norm.weight", "proj.bias"}) {
+  for (const char* name :
+       {"proj.weight", "embed.weight", "positions", "class_token", "norm.weight", "proj.bias"}) {
     EXPECT_NEAR(factors.at(name), 1.0 - 0.1 * 0.5, 1e-6) << name;
   }
 }

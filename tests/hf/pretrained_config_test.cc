@@ -119,6 +119,26 @@ TEST_F(PretrainedConfigErrors, NameTheFileAndTheKey) {
   EXPECT_NE(status.message().find("duplicate key"), std::string::npos) << status;
 }
 
+// Tandem's models have no dropout: a config that asks for it is refused by the key, not trained
+// without it; 0 (what released LLaVA, Llama, Qwen2, CLIP and SigLIP checkpoints write) is accepted.
+TEST_F(PretrainedConfigErrors, DropoutIsRefusedByItsKey) {
+  absl::Status status = Read(R"({"model_type": "qwen2", "attention_dropout": 0.1})");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("config.json: attention_dropout 0.1 is not supported: Tandem's models train "
+                                  "without dropout"),
+            std::string::npos)
+      << status;
+  status = Read(R"({"model_type": "llava", "text_config": {"model_type": "llama", "attention_dropout": 0.05}})");
+  EXPECT_NE(status.message().find("text_config.attention_dropout 0.05 is not supported"), std::string::npos) << status;
+  status = Read(R"({"model_type": "llava", "text_config": {"vocab_size": 32064},
+                    "vision_config": {"model_type": "clip_vision_model", "dropout": 0.1}})");
+  EXPECT_NE(status.message().find("vision_config.dropout 0.1 is not supported"), std::string::npos) << status;
+  status = Read(R"({"model_type": "siglip_vision_model", "attention_dropout": 0.2})");
+  EXPECT_NE(status.message().find("attention_dropout 0.2 is not supported"), std::string::npos) << status;
+  EXPECT_TRUE(Read(R"({"model_type": "llava", "text_config": {"vocab_size": 32064, "attention_dropout": 0.0},
+                       "vision_config": {"attention_dropout": 0.0, "dropout": 0.0}})").ok());
+}
+
 TEST_F(PretrainedConfigErrors, OlderConfigsTakeTransformersDefaults) {
   // llava-1.5's config.json writes only what differs from the defaults, and rope_theta beside rope_scaling.
   ASSERT_TRUE(Read(R"({"model_type": "llava", "vision_config": {"model_type": "clip_vision_model",

@@ -37,10 +37,13 @@ constexpr std::chrono::milliseconds kTimeout{120000};
 
 // A tiny shapes job: 2 micro-batches of 6 samples per step, fp32 engines at ZeRO stage `stage`.
 // `vision_freeze` is the vision group's freeze list as JSON ("" for none).
-jobspec::JobConfig TinyJob(int stage, double clipping = 0, const std::string& vision_freeze = "") {
+// `precision` adds keys to both engines' configs (e.g. a "bf16" block), after a comma.
+jobspec::JobConfig TinyJob(int stage, double clipping = 0, const std::string& vision_freeze = "",
+                           const std::string& precision = "") {
   const std::string engine = absl::StrCat(
       R"({"zero_optimization": {"stage": )", stage,
-      R"(, "reduce_bucket_size": 20000}, "optimizer": {"type": "AdamW", "params": {"lr": 0.002}}})");
+      R"(, "reduce_bucket_size": 20000}, "optimizer": {"type": "AdamW", "params": {"lr": 0.002}})",
+      precision.empty() ? "" : absl::StrCat(", ", precision), "}");
   const std::string spec = absl::StrCat(R"({
   "name": "stages",
   "data": {"shapes": {"seed": 5, "train_samples": 512, "eval_samples": 12}, "max_text_tokens": 12},
@@ -66,6 +69,7 @@ struct Outcome {
   int64_t tensor_broadcast_bytes = 0;  // handed to broadcasts of the LLM replicas, all ranks
   EvalCounts eval;             // after the last step, summed over the LLM ranks
   std::map<std::string, at::Tensor> vision_weights;  // vision rank 0's after the last step
+  std::vector<std::map<std::string, at::Tensor>> llm_weights;  // each LLM rank's, after the last step
   std::vector<absl::Status> errors;
 };
 
@@ -96,6 +100,7 @@ Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_st
   Outcome outcome;
   outcome.losses.assign(job.schedule.steps, 0.0);
   outcome.llm_grad_norms.assign(job.schedule.steps, 0.0);
+  outcome.llm_weights.resize(nl);
   std::mutex mu;
   auto rank_main = [&](bool vision, int rank) {
     Placement placement;
@@ -158,6 +163,15 @@ Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_st
         std::lock_guard<std::mutex> lock(mu);
         for (const auto& [name, value] : *params) outcome.vision_weights[name] = value;
         for (const auto& [name, value] : *frozen) outcome.vision_weights[name] = value;
+      }
+    }
+    if (status.ok() && !vision) {
+      // Collective over the rank's data-parallel group; each rank keeps its own shards' values.
+      absl::StatusOr<engine::NamedTensors> params = (*stage)->engine().GatherParameters();
+      status = params.status();
+      if (status.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        for (const auto& [name, value] : *params) outcome.llm_weights[rank][name] = value;
       }
     }
     if (status.ok()) {
@@ -275,6 +289,32 @@ TEST(StagesEmbeddingRouteTest, BroadcastInsideTheReplicaSendsOneCopyAndGivesTheS
   // The gradients still come back from each replica's first rank alone.
   EXPECT_EQ(broadcast.llm_bytes_sent, each.llm_bytes_sent);
   EXPECT_EQ(broadcast.llm_bytes_sent, kSteps * 12 * sample_bytes);
+}
+
+// Stochastic rounding under tensor parallelism (NOTE [Random streams] in engine/engine_step.cc): the
+// shapes vocabulary is odd, so the first rank's vocabulary shard has a row more and every later
+// parameter sits elsewhere in its engine's buffers than on the second rank; the parameters both
+// ranks hold whole (the norms' weights) must still round alike and stay bit-identical.
+TEST(StagesParallelRoundingTest, ReplicatedParametersStayBitIdenticalUnderStochasticRounding) {
+  const jobspec::JobConfig job = TinyJob(
+      1, 0, "",
+      R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true, "bf16_optimizer_states": true},
+         "tandem": {"bf16_update": "stochastic", "bf16_optimizer_states_rounding": "stochastic"})");
+  absl::StatusOr<std::shared_ptr<const JobData>> data = OpenJobData(job);
+  ASSERT_TRUE(data.ok()) << data.status();
+  ASSERT_EQ((*data)->text->vocab_size() % 2, 1) << "the case needs an odd vocabulary";
+  const Outcome outcome = RunStages(job, 1, 2, 0, 1, /*tl=*/2);
+  ASSERT_TRUE(outcome.errors.empty()) << outcome.errors[0];
+  const auto& first = outcome.llm_weights[0];
+  const auto& second = outcome.llm_weights[1];
+  ASSERT_EQ(first.size(), second.size());
+  int replicated = 0;
+  for (const auto& [name, value] : first) {
+    if (name.find("norm") == std::string::npos) continue;  // shards: each rank's own values
+    ++replicated;
+    EXPECT_TRUE(at::equal(value, second.at(name))) << name << " differs between the tensor-parallel ranks";
+  }
+  EXPECT_EQ(replicated, 2 * 2 + 1);  // two norms in each of llm-tiny's two blocks, and the final one
 }
 
 // A checkpoint saved at one tensor-parallel degree resumes at another with the losses of the run
