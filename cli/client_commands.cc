@@ -49,13 +49,6 @@ int Fail(const std::string& command, const absl::Status& status) {
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
-std::string ToJson(const google::protobuf::Message& message) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
-}
 
 bool IsActive(v1::JobState state) {
   return state == v1::JOB_STATE_QUEUED || state == v1::JOB_STATE_RUNNING ||
@@ -274,9 +267,10 @@ int Logs(const ClientFlags& flags, const std::string& job_id, bool follow) {
   watch.interactive = follow && isatty(fileno(stdout)) != 0;
   watch.from_start = true;
   watch.follow = follow;
+  watch.json = flags.json();
   absl::StatusOr<v1::Job> job = WatchJob(*stub, context.get(), job_id, watch);
   if (!job.ok()) return Fail("logs", job.status());
-  if (follow) std::printf("%s", DescribeOutcome(*job).c_str());
+  if (follow) std::printf("%s", flags.json() ? (ToJson(*job) + "\n").c_str() : DescribeOutcome(*job).c_str());
   return 0;
 }
 

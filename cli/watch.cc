@@ -2,6 +2,8 @@
 
 #include <ctime>
 
+#include <google/protobuf/util/json_util.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "rpc/status.h"
@@ -9,6 +11,14 @@
 #include "rundir/summary.h"
 
 namespace tandem::cli {
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
 
 std::string StateName(v1::JobState state) {
   std::string name = v1::JobState_Name(state);
@@ -70,7 +80,9 @@ absl::StatusOr<v1::Job> WatchJob(v1::Coordinator::Stub& stub, grpc::ClientContex
   v1::Job last;
   bool have_job = false;
   while (reader->Read(&update)) {
-    if (update.has_step() && options.progress) {
+    if (update.has_event() && options.progress && options.json) {
+      std::fprintf(options.progress, "%s\n", ToJson(update.event()).c_str());
+    } else if (update.has_step() && options.progress && !options.json) {
       const v1::StepMetrics& m = update.step();
       printer.Update({m.step(), m.steps(), m.loss(), m.samples_per_s(), m.elapsed_s(), ""});
     } else if (update.has_event() && options.progress) {

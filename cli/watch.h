@@ -17,6 +17,7 @@ struct WatchOptions {
   bool interactive = false;      // redraw the progress line in place
   bool from_start = false;       // replay the recorded events first
   bool follow = true;
+  bool json = false;             // events as JSON lines (tandem.v1.JobEvent), no progress line
 };
 
 // Streams the job's updates until it ends (or, without follow, until what is recorded was sent) and
@@ -28,6 +29,9 @@ absl::StatusOr<v1::Job> WatchJob(v1::Coordinator::Stub& stub, grpc::ClientContex
 // it is safe to print on a terminal: control characters, C1 controls included, become "\x1b"-style
 // escapes, so no escape sequence reaches the terminal. Other UTF-8 is kept.
 std::string Printable(std::string_view text);
+
+// A message as the CLI prints it with --output json: one line, the proto's field names.
+std::string ToJson(const google::protobuf::Message& message);
 
 // "SUCCEEDED", ... without the enum's prefix.
 std::string StateName(v1::JobState state);

@@ -329,6 +329,7 @@ std::string JobRunner::Laggards() const {
 
 void JobRunner::Run() {
   ++job_.attempt;
+  damaged_checkpoint_.clear();
   SetState(JobState::kRunning, "");
   absl::Status status = Guarded("the job's runner", [&] { return Execute(); });
   std::string reason;
@@ -363,7 +364,9 @@ void JobRunner::Run() {
         message = absl::StrCat(message, "; the collective waited for: ", behind);
       }
     }
-    if (lost && job_.restarts < max_restarts_) {
+    const bool damaged = !damaged_checkpoint_.empty();
+    if (damaged) message = absl::StrCat(message, "; ", damaged_checkpoint_, " is marked damaged");
+    if ((lost || damaged) && job_.restarts < max_restarts_) {
       ++job_.restarts;
       const std::optional<rundir::CheckpointInfo> checkpoint =
           rundir::LatestCheckpoint(job_.run_dir);
@@ -372,7 +375,7 @@ void JobRunner::Run() {
                                                    checkpoint ? checkpoint->directory : "the start",
                                                    " once its actors are free"));
     } else {
-      if (lost) {
+      if (lost || damaged) {
         message = absl::StrCat(message, "; gave up after ", job_.restarts,
                                " restarts (failure.max_restarts is ", max_restarts_, ")");
       }

@@ -18,7 +18,11 @@
 // stopped heartbeating, or cannot be reached to be released) and the job has restarts left
 // (failure.max_restarts), the job goes to RESTARTING and the coordinator schedules it again; the
 // next attempt resumes from the last complete checkpoint (the job's own, else the spec's
-// resume_from). Any other failure, or one restart too many, fails it. Cancel() stops the job after
+// resume_from). So does a job whose own checkpoint its actors could not load (the AssignJob error
+// names the checkpoint: a file truncated or changed since it was written): the checkpoint is
+// marked damaged (rundir::MarkCheckpointDamaged), the event log says so, and the next attempt
+// resumes from the newest intact one, or from the start. Any other failure, or one restart too
+// many, fails it. Cancel() stops the job after
 // the command in flight (Release interrupts a step that waits on transfers); Suspend() does the
 // same but leaves it RESTARTING, for a coordinator that shuts down.
 //
@@ -157,6 +161,8 @@ class JobRunner {
   std::map<std::string, std::string> lost_contact_;
   Clock::time_point attempt_start_;  // registry clock; set by Start
   int64_t max_restarts_ = 0;         // from the spec, once Execute parsed it
+  // The job's own checkpoint this attempt could not load (marked damaged); "" otherwise.
+  std::string damaged_checkpoint_;
   std::thread thread_;
 };
 

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/atomic_file.h"
@@ -54,6 +55,7 @@ struct JobRunner::Attempt {
   const rundir::RunDirLock lock;  // held while the attempt writes run_dir
   const jobspec::JobConfig job;
   const std::optional<rundir::CheckpointInfo> resume;  // nullopt: from scratch
+  bool resume_is_own = false;  // resume is one of the job's checkpoints, not the spec's resume_from
   rundir::MetricsLog metrics;
   rundir::RunLoop loop;
   SteadyClock::time_point start;        // before the assignment: the summary's elapsed_s
@@ -66,8 +68,16 @@ absl::Status JobRunner::Execute() {
   Attempt& a = *attempt;
   a.start = SteadyClock::now();
   const int64_t resume_step = a.loop.first_step() - 1;
-  RETURN_IF_ERROR(
-      AssignAll(&a.loop.summary(), a.resume ? a.resume->directory : "", resume_step));
+  const absl::Status assigned =
+      AssignAll(&a.loop.summary(), a.resume ? a.resume->directory : "", resume_step);
+  // A checkpoint of the job's own that its actors cannot load: the next attempt passes over it.
+  if (!assigned.ok() && a.resume && a.resume_is_own &&
+      absl::StrContains(assigned.message(), a.resume->directory)) {
+    RETURN_IF_ERROR(rundir::MarkCheckpointDamaged(a.resume->directory, std::string(assigned.message())));
+    damaged_checkpoint_ = a.resume->directory;
+    Event(absl::StrCat("checkpoint ", a.resume->directory, " cannot be loaded: marked damaged"));
+  }
+  RETURN_IF_ERROR(assigned);
   Event(absl::StrCat("assigned: vision ", a.job.vision.actors, " x llm ", a.job.llm.actors,
                      " actors; setup took ",
                      absl::StrFormat("%.1f", Seconds(SteadyClock::now() - a.start)), "s"));
@@ -107,6 +117,7 @@ absl::StatusOr<std::unique_ptr<JobRunner::Attempt>> JobRunner::StartAttempt() {
       WriteFileAtomically((fs::path(job_.run_dir) / "job.json").string(), job_.spec_json + "\n"));
   // Where this attempt starts: the job's own last complete checkpoint, else the one its spec names.
   std::optional<rundir::CheckpointInfo> resume = rundir::LatestCheckpoint(job_.run_dir);
+  const bool own = resume.has_value();
   if (!resume && !job.resume_from.empty()) {
     ASSIGN_OR_RETURN(resume, rundir::ReadCheckpoint(job.resume_from));
   }
@@ -119,8 +130,10 @@ absl::StatusOr<std::unique_ptr<JobRunner::Attempt>> JobRunner::StartAttempt() {
     job_.loss = metrics.steps().empty() ? 0 : metrics.steps().back().loss;
     RETURN_IF_ERROR(store_->UpdateJob(job_));
   }
-  return std::make_unique<Attempt>(job_.run_dir, std::move(lock), std::move(job), std::move(resume),
-                                   std::move(metrics));
+  auto attempt = std::make_unique<Attempt>(job_.run_dir, std::move(lock), std::move(job),
+                                           std::move(resume), std::move(metrics));
+  attempt->resume_is_own = own;
+  return attempt;
 }
 
 absl::Status JobRunner::AssignAll(rundir::RunSummary* summary, const std::string& resume_from,

@@ -32,7 +32,10 @@ absl::StatusOr<int64_t> MemoryStore::Add(const std::string& key, int64_t delta) 
     if (it != values_.end() && !absl::SimpleAtoi(it->second, &value)) {
       return absl::InvalidArgumentError(absl::StrCat("rendezvous store: key ", key, " does not hold an integer"));
     }
-    value += delta;
+    if (__builtin_add_overflow(value, delta, &value)) {
+      return absl::OutOfRangeError(absl::StrCat("rendezvous store: key ", key, ": adding ", delta,
+                                                " overflows a 64-bit integer"));
+    }
     values_[key] = std::to_string(value);
   }
   changed_.notify_all();

@@ -27,6 +27,8 @@ absl::StatusOr<Conversation> ParseOne(const json& j, const std::string& source, 
   c.source = source;
   if (j.contains("image") && !j["image"].is_null()) {
     if (!j["image"].is_string() || j["image"].get<std::string>().empty()) return error("image must be a file name");
+    // A file name ends at a NUL for the system: what follows it would be dropped unseen.
+    if (j["image"].get<std::string>().find('\0') != std::string::npos) return error("image contains a NUL character");
     const fs::path image(j["image"].get<std::string>());
     c.image = (image.is_absolute() ? image : base / image).string();
   }

@@ -82,6 +82,10 @@ absl::StatusOr<std::unique_ptr<JsonlDataset>> JsonlDataset::Open(
     sample.line = line_number;
     ASSIGN_OR_RETURN(sample.image, StringField(object, "image", where));
     ASSIGN_OR_RETURN(sample.text, StringField(object, "text", where));
+    // A file name ends at a NUL for the system: what follows it would be dropped unseen.
+    if (sample.image.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "\"image\" contains a NUL character"));
+    }
     const fs::path image(sample.image);
     sample.image_path =
         (image.is_absolute() ? image : directory / image).lexically_normal().string();

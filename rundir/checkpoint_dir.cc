@@ -13,6 +13,7 @@ namespace tandem::rundir {
 namespace {
 namespace fs = std::filesystem;
 constexpr char kMarker[] = "complete";
+constexpr char kDamaged[] = "damaged";
 constexpr char kPrefix[] = "step-";
 }  // namespace
 
@@ -68,10 +69,15 @@ std::optional<CheckpointInfo> LatestCheckpoint(const std::string& run_dir, int64
         step > at_most || (latest && step <= latest->step)) {
       continue;
     }
+    if (fs::exists(entry.path() / kDamaged, ec)) continue;
     absl::StatusOr<CheckpointInfo> info = ReadCheckpoint(entry.path().string());
     if (info.ok() && info->step == step) latest = *std::move(info);
   }
   return latest;
+}
+
+absl::Status MarkCheckpointDamaged(const std::string& directory, const std::string& reason) {
+  return WriteFileAtomically((fs::path(directory) / kDamaged).string(), reason + "\n");
 }
 
 }  // namespace tandem::rundir

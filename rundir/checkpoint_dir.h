@@ -1,7 +1,8 @@
 // A run's checkpoints as directories: <run_dir>/checkpoints/step-NNNNNN/ holds vision/ and llm/
 // (each group's engine shards with their own `complete` marker), tokenizer.json, and a `complete`
 // marker of its own, written last, once every rank of both groups saved: a checkpoint counts only
-// then. The marker is JSON: {"step": 20, "vision_actors": 2, "llm_actors": 1}. Torch-free.
+// then. The marker is JSON: {"step": 20, "vision_actors": 2, "llm_actors": 1}. A `damaged` file
+// beside it says the checkpoint could not be loaded, and why. Torch-free.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +32,13 @@ absl::Status MarkCheckpointComplete(const CheckpointInfo& info);
 absl::StatusOr<CheckpointInfo> ReadCheckpoint(const std::string& directory);
 
 // The complete checkpoint of <run_dir>/checkpoints with the highest step at or below `at_most`;
-// nullopt when there is none. Incomplete and unreadable ones are skipped.
+// nullopt when there is none. Incomplete, unreadable and damaged ones are skipped.
 std::optional<CheckpointInfo> LatestCheckpoint(const std::string& run_dir,
                                                int64_t at_most = INT64_MAX);
+
+// Writes <directory>/damaged holding `reason`: a complete checkpoint its actors could not load (a
+// file truncated or changed since it was written). LatestCheckpoint passes over it from then on;
+// nothing of it is removed.
+absl::Status MarkCheckpointDamaged(const std::string& directory, const std::string& reason);
 
 }  // namespace tandem::rundir

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -110,6 +111,20 @@ TEST(FileStore, AddStartsFromZeroAndAcceptsNegativeDeltas) {
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->Add("n", -3).value(), -3);
   EXPECT_EQ(store->Add("n", 10).value(), 7);
+}
+
+TEST(FileStore, AddThatWouldOverflowIsOutOfRangeAndKeepsTheValue) {
+  ScratchDir dir;
+  auto store = Open(dir.path());
+  ASSERT_NE(store, nullptr);
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  ASSERT_EQ(store->Add("n", kMax).value(), kMax);
+  auto over = store->Add("n", 1);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(over.status().message().find("Add on key \"n\": adding 1 overflows a 64-bit integer"),
+            std::string::npos)
+      << over.status();
+  EXPECT_EQ(store->Get("n", milliseconds(1000)).value(), std::to_string(kMax));
 }
 
 TEST(FileStore, AddOnNonIntegerValueIsFailedPrecondition) {

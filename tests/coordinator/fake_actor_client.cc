@@ -72,6 +72,10 @@ absl::StatusOr<ActorAssignReply> FakeActors::Assign(const std::string& address,
   assignments_.emplace_back(address, assignment);
   if (absl::Status gone = Enter({address, "AssignJob", 0, ""}); !gone.ok()) return gone;
   ActorAssignReply reply;
+  if (auto failure = actors_[address].load_failures.find(assignment.resume_from);
+      failure != actors_[address].load_failures.end()) {
+    return failure->second;
+  }
   if (!assignment.resume_from.empty()) {
     absl::StatusOr<rundir::CheckpointInfo> checkpoint =
         rundir::ReadCheckpoint(assignment.resume_from);
@@ -176,6 +180,12 @@ bool FakeActors::WaitForRelease(const std::string& address, std::chrono::millise
 void FakeActors::FailStep(const std::string& address, int64_t step, absl::Status status) {
   std::lock_guard<std::mutex> lock(mu_);
   actors_[address].failures[step] = std::move(status);
+}
+
+void FakeActors::FailLoading(const std::string& address, const std::string& checkpoint,
+                             absl::Status status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  actors_[address].load_failures[checkpoint] = std::move(status);
 }
 
 void FakeActors::LoseAt(const std::string& address, int64_t step) {

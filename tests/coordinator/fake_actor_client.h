@@ -11,7 +11,7 @@
 // After a failed step, the actor's later steps answer ABORTED; a Release ends the steps waiting
 // there with CANCELLED (as an actor interrupted by Release does); AssignJob starts afresh.
 //
-// Scripting (any time, from the test's thread): FailStep, LoseAt, Lose, HoldStep and Unhold,
+// Scripting (any time, from the test's thread): FailStep, FailLoading, LoseAt, Lose, HoldStep and Unhold,
 // HoldRelease and UnholdRelease, SetStepReply, SetEvalReply. Observing: WaitForStep (blocks, with a deadline), Calls,
 // StepsDone, Assignments.
 //
@@ -58,6 +58,9 @@ class FakeActors final : public ActorClientFactory {
 
   // RunStep(step) at `address` fails with `status`.
   void FailStep(const std::string& address, int64_t step, absl::Status status);
+  // Every AssignJob at `address` that resumes from `checkpoint` fails with `status`, as an actor
+  // that cannot load it.
+  void FailLoading(const std::string& address, const std::string& checkpoint, absl::Status status);
   // From RunStep(step) at `address` on, the actor is gone: that call and every later one (Release
   // too) fail with UNAVAILABLE kUnreachable.
   void LoseAt(const std::string& address, int64_t step);
@@ -99,6 +102,7 @@ class FakeActors final : public ActorClientFactory {
     int releases_entered = 0;
     int64_t lose_at = -1;
     std::map<int64_t, absl::Status> failures;
+    std::map<std::string, absl::Status> load_failures;  // by checkpoint directory
     std::set<int64_t> held;
     std::set<int64_t> started;
     std::vector<int64_t> steps_done;

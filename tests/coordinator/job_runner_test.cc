@@ -46,12 +46,13 @@ std::string MakeTempDir() {
 
 // A job of `vision` x `llm` actors; `extra` adds top-level keys (a leading comma and the pairs).
 std::string Spec(int vision, int llm, int64_t steps, int64_t eval_every, int64_t checkpoint_every,
-                 int64_t max_restarts) {
+                 int64_t max_restarts, const std::string& resume_from = "") {
   const std::string user = absl::StrCat(
       R"({"name": "runner-test", "data": {"shapes": {}}, "vision": {"actors": )", vision,
       R"(}, "llm": {"actors": )", llm, R"(}, "schedule": {"global_batch": )", kGlobalBatch,
       R"(, "steps": )", steps, R"(, "eval_every": )", eval_every, R"(, "checkpoint_every": )",
-      checkpoint_every, R"(}, "failure": {"max_restarts": )", max_restarts, "}}");
+      checkpoint_every, R"(}, "failure": {"max_restarts": )", max_restarts, "}",
+      resume_from.empty() ? "" : absl::StrCat(R"(, "resume_from": ")", resume_from, R"(")"), "}");
   absl::StatusOr<jobspec::JobConfig> config = jobspec::ParseJobSpecJson(user, "test spec");
   EXPECT_TRUE(config.ok()) << config.status();
   return config.ok() ? jobspec::JobConfigToJson(*config) : "";
@@ -428,6 +429,58 @@ TEST_F(JobRunnerTest, RestartResumesFromTheLastCompleteCheckpoint) {
                                             " at step 2 (written by vision 1 x llm 1 actors)");
   }
   EXPECT_TRUE(resumed_event);
+}
+
+// The newest checkpoint turns out damaged (an actor cannot load it): the attempt marks it, says so,
+// and the next resumes from the newest intact checkpoint instead of failing the job.
+TEST_F(JobRunnerTest, ADamagedNewestCheckpointFallsBackToTheNewestIntactOne) {
+  const std::vector<std::string> vision = AddActors("vision", 1);
+  const std::vector<std::string> llm = AddActors("llm", 1);
+  fake_.LoseAt(llm[0], 5);
+  const std::string id = CreateJob(Spec(1, 1, 6, 0, 2, 2)).id;
+  EXPECT_EQ(RunAttempt(id, 1, 1).state, JobState::kRestarting);
+
+  // The actor that replaces the lost one cannot read step 4's shards.
+  const std::string newest = run_dir_ + "/checkpoints/step-000004";
+  const std::string intact = run_dir_ + "/checkpoints/step-000002";
+  const std::vector<std::string> llm2 = AddActors("llm", 1, /*first=*/1);
+  const std::string error =
+      absl::StrCat("checkpoint: ", newest, "/llm/rank-0.safetensors: cannot read the header");
+  fake_.FailLoading(llm2[0], newest, absl::DataLossError(error));
+  const JobRecord second = RunAttempt(id, 1, 1);
+  EXPECT_EQ(second.state, JobState::kRestarting);
+  EXPECT_THAT(second.message, HasSubstr(error));
+  EXPECT_THAT(second.message,
+              HasSubstr(absl::StrCat(newest, " is marked damaged; restart 2 of 2 (failure.max_restarts) from ",
+                                     intact, " once its actors are free")));
+  EXPECT_THAT(ReadFile(newest + "/damaged"), HasSubstr(error));
+  EXPECT_EQ(rundir::LatestCheckpoint(run_dir_)->directory, intact);
+
+  const JobRecord third = RunAttempt(id, 1, 1);
+  EXPECT_EQ(third.state, JobState::kSucceeded) << third.message;
+  EXPECT_THAT(fake_.StepsDone(llm2[0]), ElementsAre(3, 4, 5, 6));
+  std::vector<std::string> events;
+  const std::vector<JobEventRecord> records = store_->Events(id).value();
+  for (const JobEventRecord& e : records) events.push_back(e.text);
+  EXPECT_THAT(events, ::testing::Contains(absl::StrCat("checkpoint ", newest, " cannot be loaded: marked damaged")));
+  EXPECT_THAT(events, ::testing::Contains(HasSubstr(absl::StrCat("resumed from ", intact, " at step 2"))));
+}
+
+// A checkpoint the spec's resume_from names is the user's, not the job's: a failure to load it
+// fails the job and marks nothing.
+TEST_F(JobRunnerTest, AResumeFromCheckpointThatCannotBeLoadedFailsTheJob) {
+  const std::string other = MakeTempDir() + "/checkpoints/step-000002";
+  std::filesystem::create_directories(other);
+  ASSERT_TRUE(rundir::MarkCheckpointComplete({other, 2, 1, 1}).ok());
+  const std::vector<std::string> vision = AddActors("vision", 1);
+  const std::vector<std::string> llm = AddActors("llm", 1);
+  const std::string error = absl::StrCat("checkpoint: ", other, "/llm: missing");
+  fake_.FailLoading(llm[0], other, absl::DataLossError(error));
+  const std::string id = CreateJob(Spec(1, 1, 6, 0, 2, 2, other)).id;
+  const JobRecord job = RunAttempt(id, 1, 1);
+  EXPECT_EQ(job.state, JobState::kFailed);
+  EXPECT_THAT(job.message, HasSubstr(error));
+  EXPECT_FALSE(std::filesystem::exists(other + "/damaged"));
 }
 
 // A billion steps with no evaluation or checkpoint before the end is one segment of the run: its

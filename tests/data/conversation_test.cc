@@ -60,6 +60,9 @@ TEST(Conversation, BadEntriesAreNamedByIndexOrLine) {
             std::string::npos) << status;
   status = read("d.jsonl", "{\"conversations\": []}\n");
   EXPECT_NE(status.message().find("conversations must be a non-empty list"), std::string::npos) << status;
+  status = read("f.jsonl", "{\"image\": \"x.png\\u0000.txt\", \"conversations\": [{\"from\": \"human\", "
+                           "\"value\": \"<image>\"}]}\n");
+  EXPECT_NE(status.message().find("f.jsonl:1: image contains a NUL character"), std::string::npos) << status;
   status = read("e.jsonl", "{\"conversations\": \n");
   EXPECT_NE(status.message().find("e.jsonl:1: line 1"), std::string::npos) << status;
   EXPECT_EQ(ReadConversations((dir / "absent.json").string()).status().code(), absl::StatusCode::kNotFound);

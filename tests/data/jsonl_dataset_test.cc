@@ -138,6 +138,12 @@ TEST_F(JsonlDatasetTest, NonStringOrEmptyValueIsAnError) {
             jsonl_ + ":1: \"image\" is empty");
 }
 
+// "images/a.png\u0000.txt" would open images/a.png: the system ends a file name at the NUL.
+TEST_F(JsonlDatasetTest, AnImagePathWithANulIsRefused) {
+  EXPECT_EQ(Open("{\"image\": \"images/a.png\\u0000.txt\", \"text\": \"x\"}\n").status().message(),
+            jsonl_ + ":1: \"image\" contains a NUL character");
+}
+
 TEST_F(JsonlDatasetTest, MissingImageFileIsNotFoundAtOpen) {
   absl::StatusOr<std::unique_ptr<JsonlDataset>> dataset = Open(
       "{\"image\": \"images/a.png\", \"text\": \"one\"}\n"

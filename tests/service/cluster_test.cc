@@ -8,9 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 #include "tests/service/service_testing.h"
 #include "tests/testing/http.h"
 
@@ -66,6 +69,22 @@ TEST_F(ClusterTest, SubmittedJobWaitsForItsActorsThenSucceeds) {
   const Outcome followed = cluster_.Cli(absl::StrCat("logs ", id, " -f"));
   EXPECT_EQ(followed.exit_code, 0) << followed.output;
   EXPECT_THAT(followed.output, HasSubstr("SUCCEEDED"));
+  // --output json: one tandem.v1.JobEvent a line, then (with -f) the job; no progress line.
+  const Outcome as_json = cluster_.Cli(absl::StrCat("logs ", id, " -f --output json"));
+  EXPECT_EQ(as_json.exit_code, 0) << as_json.output;
+  std::vector<nlohmann::json> lines;
+  std::istringstream text(as_json.output);
+  for (std::string line; std::getline(text, line);) {
+    if (line.empty() || line[0] == '[') continue;  // the CLI's own log lines
+    lines.push_back(nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false));
+    ASSERT_FALSE(lines.back().is_discarded()) << "not JSON: " << line;
+  }
+  ASSERT_GE(lines.size(), 3u) << as_json.output;
+  EXPECT_EQ(lines.front()["sequence"], "1");  // int64 as a JSON string, as protobuf prints it
+  EXPECT_EQ(lines.front()["text"], "submitted");
+  EXPECT_TRUE(lines.front()["time"].is_number());
+  EXPECT_EQ(lines.back()["job_id"], id);
+  EXPECT_EQ(lines.back()["state"], "JOB_STATE_SUCCEEDED");
   const Outcome jobs = cluster_.Cli("jobs");
   EXPECT_THAT(jobs.output, HasSubstr("job-000001   cluster"));
   EXPECT_THAT(jobs.output, HasSubstr("SUCCEEDED"));
