@@ -7,6 +7,7 @@
 #include <ctime>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -28,6 +29,7 @@ struct RunFlags {
   int threads = 0;
   bool no_local_links = false;
   std::string device = "cpu";
+  std::vector<int64_t> profile;  // FIRST LAST, --colocated only
   std::string hold_dir;  // testing only: the coordinator's --test-hold-dir
 };
 
@@ -81,6 +83,15 @@ int Run(const RunFlags& flags, const std::string& log_level) {
   }
   trainer::RunOptions options;
   options.run_dir = run_dir;
+  if (!flags.profile.empty() && flags.profile[1] < flags.profile[0]) {
+    std::fprintf(stderr, "tandem run: --profile %lld %lld: LAST must be FIRST or later\n",
+                 static_cast<long long>(flags.profile[0]), static_cast<long long>(flags.profile[1]));
+    return 2;
+  }
+  if (!flags.profile.empty()) {
+    options.profile_first = flags.profile[0];
+    options.profile_last = flags.profile[1];
+  }
   options.threads = flags.threads > 0 ? flags.threads : ColocatedThreads();
   options.interactive = terminal;
   options.device = platform::DeviceOfRank(flags.device, 0, cuda_devices);
@@ -135,6 +146,16 @@ void AddRunCommand(CLI::App& app, const std::string* log_level, int* exit_code) 
                   "or cuda (without --colocated, the r-th actor of each group on device r mod the "
                   "devices; with it, cuda:0)")
       ->capture_default_str();
+  run->add_option("--profile", flags->profile,
+                  "With --colocated: trace steps FIRST to LAST (LibTorch's profiler: operators, and "
+                  "on a GPU its kernels) into RUN_DIR/trace.json, a Chrome trace for Perfetto")
+      ->expected(2)
+      ->needs(colocated)
+      ->check([](const std::string& value) {
+        int64_t step = 0;
+        return absl::SimpleAtoi(value, &step) && step >= 1 ? std::string()
+                                                            : std::string("a step number, 1 or more");
+      });
   // Testing only: hidden from --help (group ""); coordinator/step_hold.h.
   run->add_option("--test-hold-dir", flags->hold_dir,
                   "Testing: the local coordinator's --test-hold-dir")

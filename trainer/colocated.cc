@@ -25,6 +25,7 @@
 #include "rundir/run_log.h"
 #include "rundir/run_loop.h"
 #include "hf/pretrained_job.h"
+#include "platform/trace.h"
 #include "step/stage.h"
 #include "trainer/fiber.h"
 #include "transport/in_process.h"
@@ -224,6 +225,7 @@ absl::Status ColocatedRun::Train() {
   const auto start = Clock::now();
   double smoothed_rate = 0;
   for (int64_t step = loop.first_step(); step <= schedule.steps; ++step) {
+    if (step == options_.profile_first) RETURN_IF_ERROR(platform::StartTrace(options_.device.rfind("cuda", 0) == 0));
     const auto step_start = Clock::now();
     double loss = 0;
     RETURN_IF_ERROR(Both([&](step::Stage& stage) -> absl::Status {
@@ -239,6 +241,11 @@ absl::Status ColocatedRun::Train() {
                          vision_->engine().last_grad_norm(), llm_->engine().last_grad_norm()},
                         step_seconds, Seconds(Clock::now() - start)));
     RETURN_IF_ERROR(metrics_->Append(record));
+    if (step == options_.profile_last) {
+      RETURN_IF_ERROR(platform::SaveTrace(RunPath("trace.json")));
+      TANDEM_LOG(kInfo, kComponent) << job_.name << ": steps " << options_.profile_first << " to " << step
+                                    << " traced into " << RunPath("trace.json");
+    }
     smoothed_rate = step == loop.first_step() ? record.samples_per_s
                                               : 0.9 * smoothed_rate + 0.1 * record.samples_per_s;
     printer.Update({step, schedule.steps, loss, smoothed_rate, record.elapsed_s, ""});
@@ -277,6 +284,12 @@ absl::StatusOr<rundir::RunSummary> RunColocated(const jobspec::JobConfig& job,
                                   << " llm actors); the global batch and its loss are the same";
   }
   RETURN_IF_ERROR(jobspec::ValidateJobConfig(job));
+  if (options.profile_last > job.schedule.steps) {
+    return absl::InvalidArgumentError(absl::StrCat("--profile ", options.profile_first, " ",
+                                                   options.profile_last, ": the job has ",
+                                                   job.schedule.steps, " steps"));
+  }
+  if (options.profile_first > 0) RETURN_IF_ERROR(platform::TracingAvailable());
   ColocatedRun run(job, options);
   return run.Run();
 }

@@ -17,7 +17,7 @@
 //
 // The run directory receives job.json (the resolved spec), tokenizer.json, metrics.jsonl, loss.svg,
 // checkpoints/step-NNNNNN/{vision,llm}/, the final weights as vision.safetensors and llm.safetensors,
-// and summary.json. This header is torch-free (the CLI includes it).
+// summary.json, and with RunOptions::profile_first trace.json. This header is torch-free (the CLI includes it).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +36,10 @@ struct RunOptions {
   std::FILE* progress = stderr;    // the live progress line; nullptr for none
   bool interactive = false;        // redraw the progress line in place (a terminal)
   std::string device = "cpu";      // both models' device: "cpu" or "cuda:N" (platform/device.h)
+  // Steps [profile_first, profile_last] are traced into <run_dir>/trace.json (platform/trace.h);
+  // 0: none. REQUIRES: 1 <= profile_first <= profile_last, or both 0.
+  int64_t profile_first = 0;
+  int64_t profile_last = 0;
 };
 
 absl::StatusOr<rundir::RunSummary> RunColocated(const jobspec::JobConfig& job, const RunOptions& options);

@@ -25,21 +25,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import vlm_flops  # noqa: E402
+from kernel_kinds import kernel_kind  # noqa: E402
 
 H100_SXM_BF16_DENSE_TFLOPS = 989.4
-
-
-def kernel_kind(name):
-    n = name.lower()
-    if any(k in n for k in ("flash", "fmha", "attention", "attn")):
-        return "attention"
-    if any(k in n for k in ("gemm", "nvjet", "cutlass", "xmma", "sm90_", "cublas", "matmul")):
-        return "matmul"
-    if any(k in n for k in ("adam", "multi_tensor")):
-        return "optimizer"
-    if any(k in n for k in ("memcpy", "memset")):
-        return "copy"
-    return "elementwise and other"
 
 
 def main():

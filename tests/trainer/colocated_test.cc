@@ -107,6 +107,43 @@ TEST(ColocatedTest, WritesTheRunDirectory) {
   EXPECT_GT(summary->vision_parameters, 0);
 }
 
+// A four-step job run with --profile FIRST LAST into RUN_DIR.
+absl::StatusOr<rundir::RunSummary> RunProfiled(const std::string& run_dir, int first, int last) {
+  RunOptions options = Quiet(run_dir);
+  options.profile_first = first;
+  options.profile_last = last;
+  return RunColocated(TinyJob(4), options);
+}
+
+// --profile 2 3: the trace holds those steps' operators, the vision encoder's and the LLM's.
+TEST(ColocatedTest, ProfileTracesTheStepsItNames) {
+  const std::string run_dir = TempDir() + "/run";
+  auto summary = RunProfiled(run_dir, 2, 3);
+  // A LibTorch without Kineto (platform_report_test demands it of LibTorch 2.x) says so before
+  // the run starts.
+  if (!summary.ok() && summary.status().code() == absl::StatusCode::kUnimplemented) {
+    EXPECT_THAT(std::string(summary.status().message()), HasSubstr("built without the Kineto profiler"));
+    EXPECT_FALSE(fs::exists(run_dir));
+    return;
+  }
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  std::ifstream in(run_dir + "/trace.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr("\"traceEvents\""));
+  EXPECT_THAT(text.str(), HasSubstr("\"aten::linear\""));     // both models
+  EXPECT_THAT(text.str(), HasSubstr("\"aten::embedding\""));  // the LLM's
+  EXPECT_EQ(Steps(run_dir).size(), 4u);
+}
+
+TEST(ColocatedTest, ProfilePastTheLastStepIsRefused) {
+  const std::string run_dir = TempDir() + "/run";
+  auto summary = RunProfiled(run_dir, 3, 9);
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(summary.status().message(), "--profile 3 9: the job has 4 steps");
+  EXPECT_FALSE(fs::exists(run_dir)) << "refused before the run directory is made";
+}
+
 TEST(ColocatedTest, RefusesANonEmptyRunDirectoryAndLeavesItAlone) {
   const std::string run_dir = TempDir();
   std::ofstream(run_dir + "/precious.txt") << "keep me";
