@@ -78,6 +78,11 @@ absl::StatusOr<AssignResult> StageWorker::Assign(const Assignment& assignment,
   absl::Status status;
   try {
     status = Setup(assignment, std::move(store), std::move(transport));
+  } catch (const std::bad_alloc&) {
+    const std::string group = RoleName(assignment.role);
+    status = absl::ResourceExhaustedError(absl::StrCat(
+        "cannot build the job: out of memory building its ", group, " stage on this actor; its size comes from ", group,
+        ".model (or ", group, ".pretrained), ", group, ".actors and ", group, ".engine (ZeRO stage, bf16 states)"));
   } catch (const std::exception& e) {
     status = step::TorchError("cannot build the job", e);
   }

@@ -110,10 +110,11 @@ int SuperviseActor(const SupervisedActor& actor) {
     std::string address;
     int status = 0;
     bool stopping = false;
-    // An actor whose command thread is stuck says NOT_SERVING (actors/actor_service.h, Stuck): after
-    // kStuckChecks such answers in a row it is stopped, and started again like one that ended.
+    // An actor whose command thread is stuck says NOT_SERVING (actors/actor_service.h, Stuck), and
+    // a stopped or hung one says nothing: after kStuckChecks such checks in a row it is killed, and
+    // started again like one that ended.
     auto next_check = Clock::now() + kHealthInterval;
-    int not_serving = 0;
+    rpc::HealthStreak health_streak(kStuckChecks);
     bool stuck = false;
     while (waitpid(*pid, &status, WNOHANG) != *pid) {
       if (AwaitSignal(signals, std::chrono::milliseconds(100))) {
@@ -123,12 +124,9 @@ int SuperviseActor(const SupervisedActor& actor) {
       }
       if (!address.empty() && Clock::now() >= next_check) {
         next_check = Clock::now() + kHealthInterval;
-        const absl::Status health = rpc::CheckHealth(address, std::chrono::seconds(2), "the actor");
-        not_serving = absl::IsFailedPrecondition(health) ? not_serving + 1 : 0;
-        if (not_serving >= kStuckChecks) {
-          TANDEM_LOG(kError, kComponent) << "actor " << address << " has not served for " << not_serving
-                                         << " health checks in a row (its command thread is stuck); killing it";
-          kill(*pid, SIGKILL);  // a stuck thread would hold up a graceful stop
+        if (health_streak.Record(rpc::CheckHealth(address, std::chrono::seconds(2), "the actor"))) {
+          TANDEM_LOG(kError, kComponent) << "actor " << address << " " << health_streak.Why() << " now";
+          kill(*pid, SIGKILL);  // a stuck thread would hold up a graceful stop; a stopped one ignores SIGTERM
           waitpid(*pid, &status, 0);
           stuck = true;
           break;
@@ -147,8 +145,7 @@ int SuperviseActor(const SupervisedActor& actor) {
     if (stopping) break;
     const ProcessExit exit = ExitOf(status, oom_kills);
     const std::string why =
-        stuck ? "was stuck (health NOT_SERVING: a command ran past the command timeout) and was killed"
-              : DescribeExit(exit);
+        stuck ? health_streak.Why() : DescribeExit(exit);
     if (exit.exit_code == 2 && !stuck) {
       TANDEM_LOG(kError, kComponent)
           << "the actor " << why << " (bad flags); not starting it again";

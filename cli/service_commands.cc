@@ -38,8 +38,9 @@ void AddServiceCommands(CLI::App& app, int* exit_code) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   c->add_option("--unplaceable-timeout", *unplaceable_timeout_s,
-                "Seconds the job at the head of the queue may wait for a pool that has fewer actors "
-                "registered than it needs before it fails (busy actors are waited for without limit)")
+                "Seconds a job may wait for a pool that has fewer actors registered than it needs "
+                "before it fails; it holds no jobs behind it meanwhile (busy actors are waited for "
+                "without limit)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   c->add_option("--metrics-listen", coordinator->metrics_listen,

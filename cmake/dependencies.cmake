@@ -52,6 +52,9 @@ if(EXISTS "${TORCH_INSTALL_PREFIX}/__init__.py")
         "The OpenMP runtime of LibTorch")
   endif()
 endif()
+# The CPU kernels' threads; every target that includes LibTorch through the shared precompiled
+# header compiles with it too, since that header was made with _OPENMP defined.
+find_package(OpenMP REQUIRED)
 find_package(absl REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json REQUIRED)

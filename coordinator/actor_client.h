@@ -103,6 +103,10 @@ class ActorClient {
   // The job's attempt is over: a call that would retry (AssignJob over a channel that did not
   // open) gives up instead. Calls in flight run on; Release is never affected.
   virtual void StopRetrying() = 0;
+  // The actor is lost (it missed its heartbeats: a stopped or hung process answers nothing): every
+  // command in flight to it fails now with CANCELLED instead of at its deadline, and so does every
+  // later one. Release is never affected.
+  virtual void CancelCalls() = 0;
 };
 
 // Hands out a client per actor address (Ray's worker client pool).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -43,7 +44,8 @@ Coordinator::Coordinator(const CoordinatorOptions& options, FileLock state_lock,
       state_lock_(std::move(state_lock)),
       store_(std::move(store)),
       actors_(std::move(actors)),
-      registry_(options.heartbeat_timeout) {}
+      registry_(options.heartbeat_timeout),
+      rendezvous_(MemoryStore::Limits{.max_wait = options.runner.command_timeout + std::chrono::seconds(30)}) {}
 
 Coordinator::~Coordinator() {
   std::map<std::string, std::shared_ptr<JobRunner>> runners;
@@ -62,6 +64,19 @@ Coordinator::~Coordinator() {
   runners.clear();  // joins
 }
 
+absl::Status Coordinator::CheckStoreKey(const std::string& key) {
+  if (key.size() > MemoryStore::kMaxKeyBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("rendezvous store: a key of ", key.size(),
+                                                   " bytes; keys are at most ", MemoryStore::kMaxKeyBytes));
+  }
+  const std::string job_id = key.substr(0, key.find('/'));
+  if (job_id.size() == key.size() || RunnerOf(job_id) == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("rendezvous store: key ", absl::CHexEscape(key),
+                                                      " names no running job (keys are <job id>/<attempt>/...)"));
+  }
+  return absl::OkStatus();
+}
+
 std::shared_ptr<JobRunner> Coordinator::RunnerOf(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = runners_.find(job_id);
@@ -78,6 +93,17 @@ absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& reques
           "' is relative; give an absolute path that every actor sees (tandem submit does)"));
     }
     std::error_code ec;
+    // The state directory holds the coordinator's database and the default run directories of jobs
+    // to come (<state>/jobs/job-NNNNNN): a job given one would be resumed by, and overwritten by,
+    // the job that later gets that id.
+    const fs::path state = fs::weakly_canonical(fs::absolute(options_.state_dir), ec);
+    const fs::path wanted = fs::weakly_canonical(request.run_dir(), ec);
+    if (const auto [end, _] = std::mismatch(state.begin(), state.end(), wanted.begin(), wanted.end());
+        end == state.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("run_dir: '", request.run_dir(),
+                                                     "' is inside the coordinator's state directory ",
+                                                     state.string(), "; choose a directory outside it"));
+    }
     if (fs::exists(request.run_dir(), ec) && !fs::is_empty(request.run_dir(), ec)) {
       return absl::AlreadyExistsError(absl::StrCat("run directory ", request.run_dir(),
                                                    " already exists and is not empty; choose another"));
@@ -191,9 +217,15 @@ void Coordinator::Schedule() {
   std::erase_if(unplaceable_since_, [&](const auto& entry) {
     return std::none_of(jobs->begin(), jobs->end(), [&](const JobRecord& job) { return job.id == entry.first; });
   });
+  // Jobs start in submission order within each pool: a job that waits for busy actors holds its
+  // pools, and a later job that needs one of them waits behind it; a later job on other pools starts.
+  // A job whose pool has too few actors registered to ever hold it holds nothing: it waits (and, if
+  // it never ran, fails after --unplaceable-timeout) while the jobs behind it run.
+  std::map<std::string, std::string> held;  // pool -> the first job waiting for it
+  const auto hold = [&](const std::vector<GroupNeed>& needs, const std::string& job_id) {
+    for (const GroupNeed& need : needs) held.try_emplace(need.pool, job_id);
+  };
   for (JobRecord& job : *jobs) {
-    // A runner that just ended this job's last attempt is still finishing: next round.
-    if (runners_.count(job.id) > 0) break;
     absl::StatusOr<jobspec::JobConfig> config = jobspec::ParseJobSpecJson(job.spec_json, job.id);
     if (!config.ok()) {  // recorded by an older version that accepted it: fail it, do not block the queue
       job.state = JobState::kFailed;
@@ -203,6 +235,18 @@ void Coordinator::Schedule() {
       continue;
     }
     std::vector<GroupNeed> needs = {{config->vision.pool, config->vision.actors}, {config->llm.pool, config->llm.actors}};
+    // A runner that just ended this job's last attempt is still finishing: next round.
+    if (runners_.count(job.id) > 0) {
+      hold(needs, job.id);
+      continue;
+    }
+    const auto ahead = std::find_if(needs.begin(), needs.end(), [&](const GroupNeed& need) { return held.count(need.pool) > 0; });
+    if (ahead != needs.end()) {
+      unplaceable_since_.erase(job.id);
+      SetWaitingMessage(job, absl::StrCat("queued behind ", held[ahead->pool], " for pool '", ahead->pool, "'"));
+      hold(needs, job.id);
+      continue;
+    }
     absl::StatusOr<std::vector<std::vector<ActorEntry>>> actors = registry_.Reserve(job.id, needs);
     // Only a job that never ran times out: a RESTARTING one waits for its actors to come back (a
     // node pool being replaced) however long that takes.
@@ -212,25 +256,16 @@ void Coordinator::Schedule() {
       unplaceable_since_.erase(job.id);
     }
     if (!actors.ok()) {
-      const std::string message =
-          absl::IsResourceExhausted(actors.status())
-              ? absl::StrCat("waiting for more actors: ", actors.status().message(),
-                             job.state == JobState::kQueued
-                                 ? absl::StrCat(" (it fails after ", options_.unplaceable_timeout.count() / 1000.0,
-                                                " s without them, --unplaceable-timeout)")
-                                 : "")
-              : std::string(actors.status().message());
-      if (job.message != message) {
-        job.message = message;
-        if (store_->UpdateJob(job).ok()) {
-          (void)store_->AppendEvent(job.id, message);
-          v1::JobUpdate update;
-          update.mutable_event()->set_time(UnixNow());
-          update.mutable_event()->set_text(message);
-          feeds_.Publish(job.id, std::move(update));
-        }
-      }
-      break;  // strictly in order
+      const bool too_few = absl::IsResourceExhausted(actors.status());
+      SetWaitingMessage(job, too_few ? absl::StrCat("waiting for more actors: ", actors.status().message(),
+                                                    job.state == JobState::kQueued
+                                                        ? absl::StrCat(" (it fails after ",
+                                                                       options_.unplaceable_timeout.count() / 1000.0,
+                                                                       " s without them, --unplaceable-timeout)")
+                                                        : "")
+                                     : std::string(actors.status().message()));
+      if (!too_few || job.state == JobState::kRestarting) hold(needs, job.id);
+      continue;
     }
     auto runner = std::make_unique<JobRunner>(job, (*actors)[0], (*actors)[1], store_.get(),
                                               &feeds_, &rendezvous_, &registry_, &metrics_,
@@ -245,6 +280,17 @@ void Coordinator::Schedule() {
     runner->Start();
     runners_[job.id] = std::move(runner);
   }
+}
+
+void Coordinator::SetWaitingMessage(JobRecord& job, const std::string& message) {
+  if (job.message == message) return;
+  job.message = message;
+  if (!store_->UpdateJob(job).ok()) return;
+  (void)store_->AppendEvent(job.id, message);
+  v1::JobUpdate update;
+  update.mutable_event()->set_time(UnixNow());
+  update.mutable_event()->set_text(message);
+  feeds_.Publish(job.id, std::move(update));
 }
 
 bool Coordinator::FailIfUnplaceable(JobRecord& job, const std::string& why) {
@@ -285,6 +331,7 @@ void Coordinator::Monitor() {
       if (it == runners_.end()) continue;
       done.push_back(std::move(it->second));
       runners_.erase(it);
+      rendezvous_.DeleteWithPrefix(id + "/");  // what its last attempt's ranks set after it ended
     }
     finished_.clear();
     lock.unlock();

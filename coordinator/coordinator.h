@@ -8,9 +8,10 @@
 //   flight) RUNNING --an actor was lost, restarts left--> RESTARTING --its actors are free-->
 //   RUNNING RUNNING --a command failed, or an actor was lost with no restarts left--> FAILED
 //   RUNNING --the coordinator stops (or restarts)--> RESTARTING
-// Scheduling is strictly in order: a job that waits (for more actors than are free, or than exist)
-// holds the jobs behind it, and its message says what it waits for. Jobs on disjoint actors run at
-// once.
+// Scheduling is in submission order within each pool: a job that waits for busy actors holds its
+// pools, so later jobs that need one of them wait behind it, while later jobs on other pools start;
+// a job whose pools have fewer actors registered than it needs holds nothing. A waiting job's
+// message says what it waits for. Jobs on disjoint actors run at once.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -44,9 +45,9 @@ struct CoordinatorOptions {
   std::string state_dir;                               // tandem.db and jobs/<id>/ (default run dirs)
   std::chrono::milliseconds heartbeat_interval{1000};  // what actors are told
   std::chrono::milliseconds heartbeat_timeout{10000};  // silence after which an actor is dead
-  // How long a QUEUED job at the head of the queue may wait for a pool that has fewer actors
-  // registered than it needs (not merely busy ones) before it fails, so that it does not block the
-  // queue. A RESTARTING job waits for its actors to come back without limit.
+  // How long a QUEUED job may wait for a pool that has fewer actors registered than it needs (not
+  // merely busy ones) before it fails. A RESTARTING job waits for its actors to come back without
+  // limit, and holds its pools meanwhile.
   std::chrono::milliseconds unplaceable_timeout{600000};
   // Who holds <state_dir>/coordinator.lock, for the message of a second coordinator started on it.
   std::string holder = "coordinator";
@@ -62,6 +63,9 @@ class Coordinator {
 
   Registry& registry() { return registry_; }
   MemoryStore& rendezvous() { return rendezvous_; }
+  // The rendezvous store serves the ranks of running jobs only: a key must begin with such a job's
+  // id, so that every key goes with its job (JobRunner drops an attempt's keys when it ends).
+  absl::Status CheckStoreKey(const std::string& key);
   JobFeeds& feeds() { return feeds_; }
   JobStore& store() { return *store_; }
   const CoordinatorOptions& options() const { return options_; }
@@ -74,7 +78,7 @@ class Coordinator {
   // path for a bad spec, or threads beyond kMaxThreads; AlreadyExists for a non-empty run_dir.
   absl::StatusOr<JobRecord> Submit(const v1::SubmitJobRequest& request);
   absl::StatusOr<JobRecord> Cancel(const std::string& job_id);
-  // Starts every job at the head of the queue whose actors are free.
+  // Starts every waiting job whose actors are free and that no earlier job holds a pool against.
   void Schedule();
   // A supervisor says the actor process at `address` ended (Registry::ReportExit); its job, if any,
   // restarts at once.
@@ -83,9 +87,12 @@ class Coordinator {
  private:
   Coordinator(const CoordinatorOptions& options, FileLock state_lock, std::unique_ptr<JobStore> store,
               std::unique_ptr<ActorClientFactory> actors);
-  // Fails `job` (at the head of the queue) once its pools have been too small for
+  // Fails `job` (QUEUED) once its pools have been too small for
   // unplaceable_timeout; true when it did. REQUIRES: mu_ held.
   bool FailIfUnplaceable(JobRecord& job, const std::string& why);
+  // Records why a queued job is not starting (its message, an event, its watchers), once per change.
+  // REQUIRES: mu_ held.
+  void SetWaitingMessage(JobRecord& job, const std::string& message);
   void Monitor();  // liveness and cleanup, on its own thread
   void Finish(const JobRecord& job);  // a queued job ended without running
 
@@ -106,7 +113,7 @@ class Coordinator {
   bool stopping_ = false;
   std::map<std::string, std::shared_ptr<JobRunner>> runners_;  // running jobs
   std::vector<std::string> finished_;                          // runners to join
-  // Since when each job at the head of the queue has found a pool too small for it.
+  // Since when each waiting job has found a pool too small for it.
   std::map<std::string, Clock::time_point> unplaceable_since_;
   std::thread monitor_;
 };

@@ -220,6 +220,7 @@ grpc::Status CoordinatorService::StoreSet(grpc::ServerContext* context,
                                           const v1::StoreSetRequest* request,
                                           v1::StoreSetResponse*) {
   TANDEM_AUTHORIZE(context);
+  if (absl::Status key = coordinator_->CheckStoreKey(request->key()); !key.ok()) return ToGrpc(key);
   return ToGrpc(coordinator_->rendezvous().Set(request->key(), request->value()));
 }
 
@@ -227,6 +228,7 @@ grpc::Status CoordinatorService::StoreGet(grpc::ServerContext* context,
                                           const v1::StoreGetRequest* request,
                                           v1::StoreGetResponse* response) {
   TANDEM_AUTHORIZE(context);
+  if (absl::Status key = coordinator_->CheckStoreKey(request->key()); !key.ok()) return ToGrpc(key);
   absl::StatusOr<std::string> value =
       coordinator_->rendezvous().Get(request->key(), std::chrono::milliseconds(std::max<int64_t>(0, request->timeout_ms())));
   if (!value.ok()) return ToGrpc(value.status());
@@ -238,6 +240,7 @@ grpc::Status CoordinatorService::StoreAdd(grpc::ServerContext* context,
                                           const v1::StoreAddRequest* request,
                                           v1::StoreAddResponse* response) {
   TANDEM_AUTHORIZE(context);
+  if (absl::Status key = coordinator_->CheckStoreKey(request->key()); !key.ok()) return ToGrpc(key);
   absl::StatusOr<int64_t> value = coordinator_->rendezvous().Add(request->key(), request->delta());
   if (!value.ok()) return ToGrpc(value.status());
   response->set_value(*value);
@@ -248,6 +251,7 @@ grpc::Status CoordinatorService::StoreCheck(grpc::ServerContext* context,
                                             const v1::StoreCheckRequest* request,
                                             v1::StoreCheckResponse* response) {
   TANDEM_AUTHORIZE(context);
+  if (absl::Status key = coordinator_->CheckStoreKey(request->key()); !key.ok()) return ToGrpc(key);
   absl::StatusOr<bool> present = coordinator_->rendezvous().Check(request->key());
   if (!present.ok()) return ToGrpc(present.status());
   response->set_present(*present);
@@ -258,6 +262,7 @@ grpc::Status CoordinatorService::StoreDelete(grpc::ServerContext* context,
                                              const v1::StoreDeleteRequest* request,
                                              v1::StoreDeleteResponse*) {
   TANDEM_AUTHORIZE(context);
+  if (absl::Status key = coordinator_->CheckStoreKey(request->key()); !key.ok()) return ToGrpc(key);
   return ToGrpc(coordinator_->rendezvous().Delete(request->key()));
 }
 

@@ -3,7 +3,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <condition_variable>
+#include <functional>
 #include <mutex>
+#include <set>
 
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -42,7 +44,8 @@ class GrpcActorClient final : public ActorClient {
     request.set_resume_from(assignment.resume_from);
     v1::AssignJobResponse response;
     for (int attempt = 1;; ++attempt) {
-      const grpc::Status status = stub_->AssignJob(Deadline().get(), request, &response);
+      const grpc::Status status =
+          Command([&](grpc::ClientContext* context) { return stub_->AssignJob(context, request, &response); });
       if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
           attempt >= options_.assign_attempts || WaitToRetry(assignment.job_id, status)) {
         RETURN_IF_ERROR(rpc::FromGrpc(status));
@@ -63,7 +66,7 @@ class GrpcActorClient final : public ActorClient {
     request.set_job_id(job_id);
     request.set_step(step);
     v1::RunStepResponse response;
-    RETURN_IF_ERROR(rpc::FromGrpc(stub_->RunStep(Deadline().get(), request, &response)));
+    RETURN_IF_ERROR(rpc::FromGrpc(Command([&](grpc::ClientContext* context) { return stub_->RunStep(context, request, &response); })));
     ActorStepReply reply;
     reply.loss = response.loss();
     reply.grad_norm = response.grad_norm();
@@ -80,7 +83,7 @@ class GrpcActorClient final : public ActorClient {
     request.set_job_id(job_id);
     request.set_step(step);
     v1::EvaluateResponse response;
-    RETURN_IF_ERROR(rpc::FromGrpc(stub_->Evaluate(Deadline().get(), request, &response)));
+    RETURN_IF_ERROR(rpc::FromGrpc(Command([&](grpc::ClientContext* context) { return stub_->Evaluate(context, request, &response); })));
     return ActorEvalReply{response.samples(), response.exact(), response.tokens(),
                           response.correct_tokens()};
   }
@@ -92,7 +95,7 @@ class GrpcActorClient final : public ActorClient {
     request.set_step(step);
     request.set_directory(directory);
     v1::SaveCheckpointResponse response;
-    return rpc::FromGrpc(stub_->SaveCheckpoint(Deadline().get(), request, &response));
+    return rpc::FromGrpc(Command([&](grpc::ClientContext* context) { return stub_->SaveCheckpoint(context, request, &response); }));
   }
 
   absl::Status Export(const std::string& job_id, const std::string& path) override {
@@ -100,7 +103,7 @@ class GrpcActorClient final : public ActorClient {
     request.set_job_id(job_id);
     request.set_path(path);
     v1::ExportResponse response;
-    return rpc::FromGrpc(stub_->Export(Deadline().get(), request, &response));
+    return rpc::FromGrpc(Command([&](grpc::ClientContext* context) { return stub_->Export(context, request, &response); }));
   }
 
   absl::Status Release(const std::string& job_id, const std::string& reason) override {
@@ -121,9 +124,25 @@ class GrpcActorClient final : public ActorClient {
     stop_.notify_all();
   }
 
+  void CancelCalls() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    for (grpc::ClientContext* context : in_flight_) context->TryCancel();
+  }
+
  private:
-  std::unique_ptr<grpc::ClientContext> Deadline() const {
-    return rpc::ContextWithTimeout(options_.command_deadline);
+  // Makes one command call under the command deadline, cancellable by CancelCalls.
+  grpc::Status Command(const std::function<grpc::Status(grpc::ClientContext*)>& call) {
+    const std::unique_ptr<grpc::ClientContext> context = rpc::ContextWithTimeout(options_.command_deadline);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cancelled_) return grpc::Status(grpc::StatusCode::CANCELLED, "the actor was lost; its commands are cancelled");
+      in_flight_.insert(context.get());
+    }
+    const grpc::Status status = call(context.get());
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_.erase(context.get());
+    return status;
   }
 
   // Logs the failed AssignJob and waits to try again; true when StopRetrying ended the retries.
@@ -142,6 +161,8 @@ class GrpcActorClient final : public ActorClient {
   std::mutex mu_;
   std::condition_variable stop_;
   bool stopped_ = false;  // guarded by mu_
+  bool cancelled_ = false;  // guarded by mu_
+  std::set<grpc::ClientContext*> in_flight_;  // guarded by mu_
 };
 
 }  // namespace

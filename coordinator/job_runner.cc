@@ -113,7 +113,11 @@ void JobRunner::ActorLost(const std::string& actor_id, const std::string& what) 
   }
   cancelled_ = true;
   hold_.Interrupt();
-  for (const auto& m : members_) m->client->StopRetrying();
+  for (const auto& m : members_) {
+    m->client->StopRetrying();
+    // A stopped process answers nothing: the step waiting on it ends now, not at its deadline.
+    if (m->actor.id == actor_id) m->client->CancelCalls();
+  }
   ReleaseAll(absl::StrCat("actor ", actor_id, " was lost"));
 }
 

@@ -147,9 +147,13 @@ void MetricsHttpServer::Serve() {
     for (const Connection& c : connections) close(c.fd);
   };
   while (true) {
-    // The listener only while there is room: further clients wait in the kernel's backlog.
-    std::vector<pollfd> fds = {{stop_fd_, POLLIN, 0},
-                               {listen_fd_, static_cast<short>(connections.size() < kMaxConnections ? POLLIN : 0), 0}};
+    // A newcomer is taken while there is room, or a client still sending its request to make room
+    // (below); when every client is being answered, further ones wait in the kernel's backlog.
+    const auto has_room = [&] {
+      return connections.size() < kMaxConnections ||
+             std::any_of(connections.begin(), connections.end(), [](const Connection& c) { return c.response.empty(); });
+    };
+    std::vector<pollfd> fds = {{stop_fd_, POLLIN, 0}, {listen_fd_, static_cast<short>(has_room() ? POLLIN : 0), 0}};
     SteadyClock::time_point next_deadline = SteadyClock::time_point::max();
     for (const Connection& c : connections) {
       fds.push_back({c.fd, static_cast<short>(c.response.empty() ? POLLIN : POLLOUT), 0});
@@ -196,9 +200,19 @@ void MetricsHttpServer::Serve() {
     }
     connections = std::move(kept);
     if (fds[1].revents != 0) {
-      while (connections.size() < kMaxConnections) {
+      while (has_room()) {
         const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) break;
+        if (connections.size() >= kMaxConnections) {
+          // Full: the client that has waited longest without finishing its request makes room. A
+          // scraper sends its request as it connects, so idle connections (a port scan, a leak, an
+          // attack) cannot keep it waiting behind them.
+          const auto oldest = std::min_element(connections.begin(), connections.end(), [](const Connection& a, const Connection& b) {
+            return a.response.empty() != b.response.empty() ? a.response.empty() : a.deadline < b.deadline;
+          });
+          close(oldest->fd);
+          connections.erase(oldest);
+        }
         connections.push_back({fd, "", "", 0, SteadyClock::now() + std::chrono::seconds(kRequestSeconds)});
       }
     }

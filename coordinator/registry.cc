@@ -4,15 +4,27 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "jobspec/job_spec.h"
 
 namespace tandem::coordinator {
+namespace {
+
+constexpr size_t kMaxAddressLength = 255;  // a DNS name and a port
+
+}  // namespace
 
 Registry::Registry(std::chrono::milliseconds heartbeat_timeout, std::function<Clock::time_point()> now)
     : heartbeat_timeout_(heartbeat_timeout), now_(std::move(now)) {}
 
 absl::StatusOr<std::string> Registry::Register(const std::string& pool, const std::string& device,
                                                const std::string& address) {
-  if (pool.empty()) return absl::InvalidArgumentError("RegisterActor: pool is empty");
+  if (absl::Status bad = jobspec::CheckPoolName(pool); !bad.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("RegisterActor: pool ", bad.message()));
+  }
+  if (address.size() > kMaxAddressLength || device.size() > kMaxAddressLength) {
+    return absl::InvalidArgumentError(absl::StrCat("RegisterActor: an address or device of more than ",
+                                                   kMaxAddressLength, " characters"));
+  }
   if (address.empty()) return absl::InvalidArgumentError("RegisterActor: address is empty");
   std::lock_guard<std::mutex> lock(mu_);
   actors_.erase(std::remove_if(actors_.begin(), actors_.end(), [&](const ActorEntry& a) { return a.address == address; }),

@@ -5,6 +5,7 @@
 #include <optional>
 #include <utility>
 
+#include "common/quote.h"
 #include "common/strict_json.h"
 
 namespace tandem::engine::internal {
@@ -15,7 +16,7 @@ bool Contains(Keys keys, std::string_view key) {
   return std::find(keys.begin(), keys.end(), key) != keys.end();
 }
 
-std::string Quoted(std::string_view s) { return absl::StrCat("\"", Sv(s), "\""); }
+std::string Quoted(std::string_view s) { return QuoteForMessage(s); }
 
 std::string Got(const json& v) {
   if (v.is_string()) {

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <tuple>
 #include <sstream>
 #include "common/atomic_file.h"
 #include "absl/strings/string_view.h"
@@ -113,9 +114,13 @@ absl::StatusOr<models::VisionConfig> ReadVision(const Reader& r, const std::stri
   ASSIGN_OR_RETURN(v.activation, r.String("hidden_act", clip ? "quick_gelu" : "gelu_pytorch_tanh"));
   ASSIGN_OR_RETURN(v.norm_eps, r.Number("layer_norm_eps", clip ? 1e-5 : 1e-6));
   RETURN_IF_ERROR(RefuseDropout(r, {"attention_dropout", "dropout"}));
-  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"intermediate_size", v.mlp_hidden},
-                                   {"num_hidden_layers", v.layers}, {"image_size", v.image_size}}) {
-    if (value <= 0) return r.Error(key, absl::StrCat("must be positive, got ", value));
+  for (const auto& [key, value, max] :
+       {std::tuple<const char*, int64_t, int64_t>{"intermediate_size", v.mlp_hidden, models::kMaxMlpWidth},
+        {"num_hidden_layers", v.layers, models::kMaxLayers}, {"image_size", v.image_size, models::kMaxImageSize},
+        {"hidden_size", v.hidden, models::kMaxWidth}, {"num_attention_heads", v.heads, models::kMaxHeads}}) {
+    if (value <= 0 || value > max) {
+      return r.Error(key, absl::StrCat("must be between 1 and ", max, ", got ", value));
+    }
   }
   if (v.channels != 3) return r.Error("num_channels", absl::StrCat("must be 3 (RGB images), got ", v.channels));
   if (v.hidden <= 0 || v.heads <= 0 || v.hidden % v.heads != 0) {
@@ -173,10 +178,14 @@ absl::StatusOr<models::LlmConfig> ReadLlm(const Reader& r, const std::string& mo
     ASSIGN_OR_RETURN(const bool bias, r.Bool("attention_bias", false));
     if (bias) return r.Error("attention_bias", "true (biases on q, k, v and o) is not supported for llama");
   }
-  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"vocab_size", m.vocab_size},
-                                   {"hidden_size", m.hidden}, {"intermediate_size", m.mlp_hidden},
-                                   {"num_hidden_layers", m.layers}, {"max_position_embeddings", m.max_seq_len}}) {
-    if (value <= 0) return r.Error(key, absl::StrCat("must be positive, got ", value));
+  for (const auto& [key, value, max] :
+       {std::tuple<const char*, int64_t, int64_t>{"vocab_size", m.vocab_size, models::kMaxVocabulary},
+        {"hidden_size", m.hidden, models::kMaxWidth}, {"intermediate_size", m.mlp_hidden, models::kMaxMlpWidth},
+        {"num_hidden_layers", m.layers, models::kMaxLayers}, {"max_position_embeddings", m.max_seq_len, models::kMaxSequence},
+        {"num_attention_heads", m.heads, models::kMaxHeads}, {"num_key_value_heads", m.kv_heads, models::kMaxHeads}}) {
+    if (value <= 0 || value > max) {
+      return r.Error(key, absl::StrCat("must be between 1 and ", max, ", got ", value));
+    }
   }
   if (m.head_dim < 0 || m.head_dim % 2 != 0) {
     return r.Error("head_dim", absl::StrCat("must be even and positive for rotary positions, got ", m.head_dim));

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/quote.h"
 
 namespace tandem::jobspec::internal {
 
@@ -30,7 +31,7 @@ inline absl::Status WithSource(const absl::Status& status, std::string_view sour
   return absl::Status(status.code(), absl::StrCat(Sv(source), ": ", status.message()));
 }
 
-// "\"text\"", for values quoted in messages.
-inline std::string Quoted(std::string_view s) { return absl::StrCat("\"", Sv(s), "\""); }
+// "\"text\"", for values quoted in messages: escaped and cut short (common/quote.h).
+inline std::string Quoted(std::string_view s) { return QuoteForMessage(s); }
 
 }  // namespace tandem::jobspec::internal

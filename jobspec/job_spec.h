@@ -44,6 +44,14 @@ absl::StatusOr<JobConfig> LoadJobSpecFile(const std::string& path);
 // built in code.
 absl::Status ValidateJobConfig(const JobConfig& config);
 
+// Names that reach logs, metrics labels and `tandem jobs`: a job's `name` is a file name of at most
+// kMaxNameLength characters of A-Z a-z 0-9 . _ -; a pool name (a spec's group pool, an actor's
+// --pool) is at most kMaxPoolNameLength of the same characters, as a Kubernetes label value is.
+inline constexpr size_t kMaxNameLength = 128;
+inline constexpr size_t kMaxPoolNameLength = 63;
+// OK, or InvalidArgument saying what is wrong with `pool` ("must not be empty", ...), without a path.
+absl::Status CheckPoolName(std::string_view pool);
+
 // The resolved spec as JSON that ParseJobSpecJson reads back into the same JobConfig: every spec
 // field written out (presets kept by name and also expanded into explicit fields), snake_case names
 // in the order of job.proto, 2-space indent, no trailing newline, engine configs embedded as JSON

@@ -53,6 +53,9 @@ bool IsNameChar(char c) {
 
 absl::Status CheckName(const std::string& name) {
   if (name.empty()) return PathError("name", "is required (it names the run directory)");
+  if (name.size() > kMaxNameLength) {
+    return PathError("name", "must be at most ", kMaxNameLength, " characters, got ", name.size());
+  }
   if (!std::all_of(name.begin(), name.end(), IsNameChar) || name == "." || name == "..") {
     return PathError(
         "name",
@@ -61,6 +64,23 @@ absl::Status CheckName(const std::string& name) {
   }
   return absl::OkStatus();
 }
+
+}  // namespace
+
+absl::Status CheckPoolName(std::string_view pool) {
+  if (pool.empty()) return absl::InvalidArgumentError("must not be empty");
+  if (pool.size() > kMaxPoolNameLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("must be at most ", kMaxPoolNameLength, " characters, got ", pool.size()));
+  }
+  if (!std::all_of(pool.begin(), pool.end(), IsNameChar)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("must be of the characters A-Z a-z 0-9 . _ -, got ", Quoted(pool)));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
 
 absl::Status CheckData(const data::DataConfig& data) {
   switch (data.kind) {
@@ -86,7 +106,7 @@ absl::Status CheckData(const data::DataConfig& data) {
 }
 
 absl::Status CheckGroup(std::string_view group, const std::string& pool, int32_t actors) {
-  if (pool.empty()) return PathError(JoinPath(group, "pool"), "must not be empty");
+  if (absl::Status bad = CheckPoolName(pool); !bad.ok()) return PathError(JoinPath(group, "pool"), bad.message());
   return Between(JoinPath(group, "actors"), actors, 1, kMaxActors);
 }
 
@@ -99,16 +119,16 @@ absl::Status MultipleOf(std::string_view path_a, int64_t a, std::string_view nam
 }
 
 absl::Status CheckVisionModel(const models::VisionConfig& m, const models::LlmConfig& llm) {
-  RETURN_IF_ERROR(AtLeast("vision.model.image_size", m.image_size, 1));
+  RETURN_IF_ERROR(Between("vision.model.image_size", m.image_size, 1, models::kMaxImageSize));
   if (m.channels != 3) {
     return PathError("vision.model.channels", "must be 3 (the datasets produce RGB images), got ",
                      m.channels);
   }
-  RETURN_IF_ERROR(AtLeast("vision.model.patch_size", m.patch_size, 1));
-  RETURN_IF_ERROR(AtLeast("vision.model.hidden", m.hidden, 1));
-  RETURN_IF_ERROR(AtLeast("vision.model.layers", m.layers, 1));
-  RETURN_IF_ERROR(AtLeast("vision.model.heads", m.heads, 1));
-  RETURN_IF_ERROR(AtLeast("vision.model.mlp_hidden", m.mlp_hidden, 1));
+  RETURN_IF_ERROR(Between("vision.model.patch_size", m.patch_size, 1, models::kMaxImageSize));
+  RETURN_IF_ERROR(Between("vision.model.hidden", m.hidden, 1, models::kMaxWidth));
+  RETURN_IF_ERROR(Between("vision.model.layers", m.layers, 1, models::kMaxLayers));
+  RETURN_IF_ERROR(Between("vision.model.heads", m.heads, 1, models::kMaxHeads));
+  RETURN_IF_ERROR(Between("vision.model.mlp_hidden", m.mlp_hidden, 1, models::kMaxMlpWidth));
   RETURN_IF_ERROR(MultipleOf("vision.model.image_size", m.image_size, "patch_size", m.patch_size));
   RETURN_IF_ERROR(MultipleOf("vision.model.hidden", m.hidden, "heads", m.heads));
   if (m.positions != "learned" && m.positions != "sincos") {
@@ -124,12 +144,13 @@ absl::Status CheckVisionModel(const models::VisionConfig& m, const models::LlmCo
 }
 
 absl::Status CheckLlmModel(const models::LlmConfig& m) {
-  RETURN_IF_ERROR(AtLeast("llm.model.hidden", m.hidden, 1));
-  RETURN_IF_ERROR(AtLeast("llm.model.layers", m.layers, 1));
-  RETURN_IF_ERROR(AtLeast("llm.model.heads", m.heads, 1));
-  RETURN_IF_ERROR(AtLeast("llm.model.kv_heads", m.kv_heads, 1));
-  RETURN_IF_ERROR(AtLeast("llm.model.mlp_hidden", m.mlp_hidden, 1));
-  RETURN_IF_ERROR(AtLeast("llm.model.max_seq_len", m.max_seq_len, 1));
+  RETURN_IF_ERROR(Between("llm.model.hidden", m.hidden, 1, models::kMaxWidth));
+  RETURN_IF_ERROR(Between("llm.model.layers", m.layers, 1, models::kMaxLayers));
+  RETURN_IF_ERROR(Between("llm.model.heads", m.heads, 1, models::kMaxHeads));
+  RETURN_IF_ERROR(Between("llm.model.kv_heads", m.kv_heads, 1, models::kMaxHeads));
+  RETURN_IF_ERROR(Between("llm.model.mlp_hidden", m.mlp_hidden, 1, models::kMaxMlpWidth));
+  RETURN_IF_ERROR(Between("llm.model.max_seq_len", m.max_seq_len, 1, models::kMaxSequence));
+  RETURN_IF_ERROR(Between("llm.model.head_dim", m.head_dim, 0, models::kMaxWidth));
   RETURN_IF_ERROR(MultipleOf("llm.model.hidden", m.hidden, "heads", m.heads));
   RETURN_IF_ERROR(MultipleOf("llm.model.heads", m.heads, "kv_heads", m.kv_heads));
   if ((m.hidden / m.heads) % 2 != 0) {
@@ -139,7 +160,7 @@ absl::Status CheckLlmModel(const models::LlmConfig& m) {
   }
   RETURN_IF_ERROR(Positive("llm.model.rope_theta", m.rope_theta));
   RETURN_IF_ERROR(Positive("llm.model.norm_eps", m.norm_eps));
-  return AtLeast("llm.model.vocab_size", m.vocab_size, 0);
+  return Between("llm.model.vocab_size", m.vocab_size, 0, models::kMaxVocabulary);
 }
 
 // How messages name a group's data-parallel ranks: "llm.actors", or "llm.actors / llm.parallel.tensor".

@@ -11,6 +11,18 @@
 
 namespace tandem::models {
 
+// The largest sizes a model may have, whether a spec or a Hugging Face config gives them: several
+// times today's largest models (Llama 3 405B: width 16384, 126 layers, 128 heads; InternViT-6B:
+// 3200 wide, 45 layers), and small enough that no product of them overflows 64 bits, so that a
+// spec asking for 2^62 layers is refused at submit rather than grown until the kernel kills it.
+inline constexpr int64_t kMaxWidth = 65536;          // hidden, head_dim
+inline constexpr int64_t kMaxMlpWidth = 1 << 20;     // mlp_hidden
+inline constexpr int64_t kMaxLayers = 1024;
+inline constexpr int64_t kMaxHeads = 1024;           // heads, kv_heads
+inline constexpr int64_t kMaxImageSize = 8192;       // pixels a side
+inline constexpr int64_t kMaxSequence = 1 << 20;     // max_seq_len
+inline constexpr int64_t kMaxVocabulary = 1 << 24;
+
 // ViT encoder plus LLaVA's projector to the LLM width. Output: [batch, num_features(), output_dim].
 struct VisionConfig {
   std::string preset;            // the preset these values started from ("" if none)

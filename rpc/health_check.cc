@@ -24,4 +24,19 @@ absl::Status CheckHealth(const std::string& address, std::chrono::milliseconds t
   return absl::OkStatus();
 }
 
+bool HealthStreak::Record(const absl::Status& check) {
+  failed_ = check.ok() ? 0 : failed_ + 1;
+  last_ = check;
+  return failed_ >= limit_;
+}
+
+std::string HealthStreak::Why() const {
+  if (absl::IsFailedPrecondition(last_)) {
+    return absl::StrCat("was stuck (health NOT_SERVING ", failed_,
+                        " times in a row: a command ran past the command timeout) and was killed");
+  }
+  return absl::StrCat("did not answer ", failed_, " health checks in a row (stopped or hung: ", last_.message(),
+                      ") and was killed");
+}
+
 }  // namespace tandem::rpc

@@ -20,4 +20,22 @@ namespace tandem::rpc {
 absl::Status CheckHealth(const std::string& address, std::chrono::milliseconds timeout,
                          const std::string& what);
 
+// A supervisor's count of a live process's failed health checks in a row (`tandem actor
+// --supervise`): NOT_SERVING (a command thread stuck past its timeout) and no answer at all (a
+// stopped or hung process: SIGSTOP, a debugger, a livelock) count alike; SERVING starts over. Not
+// thread-safe.
+class HealthStreak {
+ public:
+  explicit HealthStreak(int limit) : limit_(limit) {}
+  // Records one check; true once `limit` checks in a row have failed.
+  bool Record(const absl::Status& check);
+  // Why the process is to be killed: "was stuck (...)" or "did not answer ...".
+  std::string Why() const;
+
+ private:
+  const int limit_;
+  int failed_ = 0;
+  absl::Status last_;
+};
+
 }  // namespace tandem::rpc

@@ -3,6 +3,7 @@
 #include <grpcpp/client_context.h>
 #include <grpcpp/security/auth_metadata_processor.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 
 namespace tandem::rpc {
 namespace {
@@ -42,6 +44,15 @@ absl::StatusOr<std::string> ReadFlagFile(const char* flag, const std::string& pa
     return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is empty"));
   }
   return text.str();
+}
+
+absl::Status CheckTokenLength(const std::string& token, const std::string& where) {
+  if (token.size() < kMinTokenLength || token.size() > kMaxTokenLength) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": a token of ", token.size(), " characters; a token has ",
+                                                   kMinTokenLength, " to ", kMaxTokenLength,
+                                                   " (e.g. openssl rand -hex 32)"));
+  }
+  return absl::OkStatus();
 }
 
 // Compares in time independent of where the texts differ.
@@ -71,12 +82,14 @@ absl::StatusOr<Security> LoadSecurity(const SecurityFlags& flags) {
     absl::StatusOr<std::string> token = ReadFlagFile("--token-file", flags.token_file);
     if (!token.ok()) return token.status();
     security.token = std::string(absl::StripAsciiWhitespace(*token));
+    RETURN_IF_ERROR(CheckTokenLength(security.token, absl::StrCat("--token-file: ", flags.token_file)));
   } else if (const char* env = std::getenv(kTokenEnvironment); env != nullptr) {
     security.token = std::string(absl::StripAsciiWhitespace(env));
     if (security.token.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("$", kTokenEnvironment, " is set but empty; unset it or give a token"));
     }
+    RETURN_IF_ERROR(CheckTokenLength(security.token, absl::StrCat("$", kTokenEnvironment)));
   }
   if (flags.tls_cert.empty() != flags.tls_key.empty()) {
     return absl::InvalidArgumentError(
@@ -190,15 +203,23 @@ grpc::Status Authorize(const grpc::ServerContext& context) {
     presented = std::string_view(found->second.data(), found->second.size());
   const std::string_view bearer(kBearer);
   const bool has_bearer = presented.substr(0, bearer.size()) == bearer;
+  static GuessThrottle* throttle = new GuessThrottle();
+  const std::string host = PeerHost(context.peer());
+  if (!throttle->Allows(host, GuessThrottle::Clock::now())) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        absl::StrCat(host, " presented ", GuessThrottle::kMaxWrongTokens,
+                                     " wrong tokens within a minute: its calls are refused until the minute ends"));
+  }
   if (has_bearer && SameSecret(presented.substr(bearer.size()), security.token)) {
     return grpc::Status::OK;
   }
   const char* what = found == metadata.end() ? "no token" : "a wrong token";
   static std::mutex mu;
   static std::set<std::string>* logged = new std::set<std::string>();
-  const std::string host = PeerHost(context.peer());
+  if (found != metadata.end()) throttle->Refused(host, GuessThrottle::Clock::now());
   {
     std::lock_guard<std::mutex> lock(mu);
+    if (logged->size() >= GuessThrottle::kMaxHosts) logged->clear();  // bounded: hosts may be logged again
     if (logged->insert(host).second) {
       TANDEM_LOG(kWarning, kComponent)
           << "refused a call from " << context.peer() << " with " << what
@@ -208,6 +229,27 @@ grpc::Status Authorize(const grpc::ServerContext& context) {
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                       absl::StrCat(what, ": calls need the cluster's token (--token-file or $",
                                    kTokenEnvironment, ")"));
+}
+
+bool GuessThrottle::Allows(const std::string& host, Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = hosts_.find(host);
+  return it == hosts_.end() || now - it->second.start >= kWindow || it->second.wrong < kMaxWrongTokens;
+}
+
+void GuessThrottle::Refused(const std::string& host, Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (hosts_.size() >= kMaxHosts && hosts_.count(host) == 0) {
+    std::erase_if(hosts_, [&](const auto& entry) { return now - entry.second.start >= kWindow; });
+    if (hosts_.size() >= kMaxHosts) {  // every window is current: forget the oldest
+      hosts_.erase(std::min_element(hosts_.begin(), hosts_.end(), [](const auto& a, const auto& b) {
+        return a.second.start < b.second.start;
+      }));
+    }
+  }
+  Window& window = hosts_[host];
+  if (window.wrong == 0 || now - window.start >= kWindow) window = Window{now, 0};
+  ++window.wrong;
 }
 
 std::string RandomToken() {

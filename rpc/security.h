@@ -21,7 +21,10 @@
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/status.h>
 
+#include <chrono>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -30,6 +33,10 @@ namespace tandem::rpc {
 
 // The environment variable that holds the token when no --token-file is given.
 inline constexpr char kTokenEnvironment[] = "TANDEM_TOKEN";
+// A token is 16 to 4096 characters: a shorter one is guessed, a longer one does not fit gRPC's
+// metadata. RandomToken makes 64.
+inline constexpr size_t kMinTokenLength = 16;
+inline constexpr size_t kMaxTokenLength = 4096;
 
 // Paths as given on the command line; empty: not given.
 struct SecurityFlags {
@@ -47,7 +54,8 @@ struct Security {
 
 // Reads the files `flags` name; the token comes from --token-file, else from $TANDEM_TOKEN (with
 // surrounding whitespace removed). InvalidArgument naming the flag and the file when one cannot be
-// read, is empty, or when --tls-cert and --tls-key are not given together.
+// read, is empty, holds a token shorter than kMinTokenLength or longer than kMaxTokenLength, or
+// when --tls-cert and --tls-key are not given together.
 absl::StatusOr<Security> LoadSecurity(const SecurityFlags& flags);
 
 // Sets this process's settings. Call once from main, before any channel or server exists.
@@ -62,8 +70,33 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials();
 void AttachToken(grpc::ClientContext& context);
 
 // OK when the call carries the installed token (or none is installed); UNAUTHENTICATED otherwise,
-// logged once per peer host.
+// logged once per peer host. A host that presented kMaxWrongTokens wrong tokens within a minute is
+// refused without a comparison until that minute ends (GuessThrottle).
 grpc::Status Authorize(const grpc::ServerContext& context);
+
+// Counts each peer host's wrong tokens (a call without one guesses nothing) per minute-long window,
+// so a token cannot be guessed at the rate the server answers. Bounded: it remembers at most kMaxHosts hosts, forgetting the oldest
+// windows first. Thread-safe.
+class GuessThrottle {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr int kMaxWrongTokens = 100;
+  static constexpr size_t kMaxHosts = 4096;
+  static constexpr Clock::duration kWindow = std::chrono::minutes(1);
+
+  // False while `host` has used up its wrong tokens in its current window.
+  bool Allows(const std::string& host, Clock::time_point now);
+  // Counts one wrong token from `host`.
+  void Refused(const std::string& host, Clock::time_point now);
+
+ private:
+  struct Window {
+    Clock::time_point start;
+    int wrong = 0;
+  };
+  std::mutex mu_;
+  std::map<std::string, Window> hosts_;  // guarded by mu_
+};
 
 // A random token of 32 bytes in hex, for a process that starts its own cluster (`tandem run`).
 std::string RandomToken();

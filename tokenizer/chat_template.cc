@@ -42,7 +42,7 @@ absl::StatusOr<ChatFormat> DetectChatFormat(const std::string& chat_template) {
     ChatFormat format{"chatml", ""};
     // The default system message as a literal: "...system\n<text><|im_end|>", the newline written
     // as is or escaped inside a Jinja string ("\\n", as Qwen2.5's template has it).
-    for (const std::string newline : {std::string("\n"), std::string("\\n")}) {
+    for (const std::string& newline : {std::string("\n"), std::string("\\n")}) {
       const std::string open = absl::StrCat(kImStart, "system", newline);
       const size_t at = chat_template.find(open);
       if (at == std::string::npos) continue;

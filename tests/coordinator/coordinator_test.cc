@@ -39,10 +39,11 @@ class SharedFakes final : public ActorClientFactory {
   FakeActors* fakes_;
 };
 
-v1::SubmitJobRequest Request(int vision, int llm, int64_t steps, const std::string& name = "coordinator-test") {
+v1::SubmitJobRequest Request(int vision, int llm, int64_t steps, const std::string& name = "coordinator-test",
+                             const std::string& vision_pool = "vision", const std::string& llm_pool = "llm") {
   const std::string json = absl::StrCat(R"({"name": ")", name, R"(", "data": {"shapes": {}}, "vision": {"actors": )", vision,
-                                        R"(}, "llm": {"actors": )", llm, R"(}, "schedule": {"global_batch": 8, "steps": )",
-                                        steps, "}}");
+                                        R"(, "pool": ")", vision_pool, R"("}, "llm": {"actors": )", llm, R"(, "pool": ")",
+                                        llm_pool, R"("}, "schedule": {"global_batch": 8, "steps": )", steps, "}}");
   v1::SubmitJobRequest request;
   *request.mutable_spec() = jobspec::ParseJobSpecProto(json, "test spec").value();
   return request;
@@ -134,6 +135,98 @@ TEST_F(CoordinatorTest, ASecondCoordinatorOnTheStateDirectoryRefusesNamingTheFir
                            "/coordinator.lock\\)"));
   coordinator_.reset();  // the lock goes with the first
   EXPECT_TRUE(Create().ok());
+}
+
+// <state>/jobs/job-000002 is the run directory the second job will get by default.
+TEST_F(CoordinatorTest, ARunDirectoryInsideTheStateDirectoryIsRefusedAtSubmit) {
+  Start();
+  for (const std::string& inside : {state_dir_ + "/jobs/job-000002", state_dir_ + "/../" +
+                                    fs::path(state_dir_).filename().string() + "/elsewhere", state_dir_}) {
+    v1::SubmitJobRequest request = Request(1, 1, 4);
+    request.set_run_dir(inside);
+    absl::StatusOr<JobRecord> job = coordinator_->Submit(request);
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << inside;
+    EXPECT_EQ(job.status().message(), absl::StrCat("run_dir: '", inside, "' is inside the coordinator's state directory ",
+                                                   state_dir_, "; choose a directory outside it"));
+  }
+  v1::SubmitJobRequest beside = Request(1, 1, 4);
+  beside.set_run_dir(state_dir_ + "-run");  // a sibling whose name starts with the state directory's
+  absl::StatusOr<JobRecord> job = coordinator_->Submit(beside);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->run_dir, state_dir_ + "-run");
+  EXPECT_EQ(coordinator_->store().ListJobs().value().size(), 1u);
+}
+
+// The rendezvous store serves running jobs' keys, and drops them when the job ends.
+TEST_F(CoordinatorTest, TheRendezvousStoreTakesOnlyKeysOfARunningJob) {
+  const JobRecord running = StartHeldJob(std::chrono::minutes(10), "running", 2);
+  const std::string key = running.id + "/1/vision/rank0";
+  EXPECT_TRUE(coordinator_->CheckStoreKey(key).ok());
+  ASSERT_TRUE(coordinator_->rendezvous().Set(key, "10.0.0.1:1").ok());
+  const absl::Status stray = coordinator_->CheckStoreKey("job-999999/1/x");
+  EXPECT_EQ(stray.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(stray.message(), "rendezvous store: key job-999999/1/x names no running job (keys are <job id>/<attempt>/...)");
+  EXPECT_EQ(coordinator_->CheckStoreKey("no-slash\x1b[2J").message(),
+            "rendezvous store: key no-slash\\x1b[2J names no running job (keys are <job id>/<attempt>/...)");
+  EXPECT_EQ(coordinator_->CheckStoreKey(std::string(2000, 'k')).code(), absl::StatusCode::kInvalidArgument);
+  fakes_.Unhold("llm0:1");
+  ASSERT_TRUE(WaitForState(running.id, JobState::kSucceeded));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (coordinator_->CheckStoreKey(key).ok() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(coordinator_->CheckStoreKey(key).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(coordinator_->rendezvous().Check(key).value()) << "the job's keys went with it";
+}
+
+// A job whose pool nobody serves waits, saying why, while a later job on served pools runs.
+TEST_F(CoordinatorTest, AJobForAnUnservedPoolDoesNotHoldLaterJobsOnOtherPools) {
+  Start(std::chrono::minutes(10));
+  AddActors("vision", 1);
+  AddActors("llm", 1);
+  absl::StatusOr<JobRecord> ghost = coordinator_->Submit(Request(1, 1, 4, "ghost", "vision", "ghost-llm"));
+  ASSERT_TRUE(ghost.ok()) << ghost.status();
+  absl::StatusOr<JobRecord> later = coordinator_->Submit(Request(1, 1, 2, "later"));
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_TRUE(WaitForState(later->id, JobState::kSucceeded));
+  const JobRecord waiting = coordinator_->store().GetJob(ghost->id).value();
+  EXPECT_EQ(waiting.state, JobState::kQueued);
+  EXPECT_EQ(waiting.message,
+            "waiting for more actors: pool 'ghost-llm' has 0 actors registered and the job needs 1 (it fails after "
+            "600 s without them, --unplaceable-timeout)");
+}
+
+// Within a pool jobs start in submission order: a job waiting for busy actors holds its pools
+// against later jobs, and only those pools.
+TEST_F(CoordinatorTest, AJobWaitingForBusyActorsHoldsItsPoolsAndNoOthers) {
+  const JobRecord first = StartHeldJob(std::chrono::minutes(10), "first", 2);
+  AddActors("other-vision", 1);
+  AddActors("other-llm", 1);
+  AddActors("free-vision", 1);
+  AddActors("free-llm", 1);
+  absl::StatusOr<JobRecord> second = coordinator_->Submit(Request(1, 1, 2, "second"));
+  // Behind the second for 'llm'; waiting, it holds 'other-vision' too, so the fourth waits behind it.
+  absl::StatusOr<JobRecord> third = coordinator_->Submit(Request(1, 1, 2, "third", "other-vision", "llm"));
+  absl::StatusOr<JobRecord> fourth = coordinator_->Submit(Request(1, 1, 2, "fourth", "other-vision", "other-llm"));
+  absl::StatusOr<JobRecord> fifth = coordinator_->Submit(Request(1, 1, 2, "fifth", "free-vision", "free-llm"));
+  ASSERT_TRUE(second.ok() && third.ok() && fourth.ok() && fifth.ok());
+  EXPECT_TRUE(WaitForState(fifth->id, JobState::kSucceeded));
+  EXPECT_EQ(coordinator_->store().GetJob(fourth->id).value().message,
+            absl::StrCat("queued behind ", third->id, " for pool 'other-vision'"));
+  EXPECT_EQ(coordinator_->store().GetJob(second->id).value().message,
+            "waiting for 1 actors of pool 'vision' (0 free of 1 registered) and 1 actors of pool 'llm' (0 free of 1 "
+            "registered)");
+  const JobRecord behind = coordinator_->store().GetJob(third->id).value();
+  EXPECT_EQ(behind.state, JobState::kQueued);
+  EXPECT_EQ(behind.message, absl::StrCat("queued behind ", second->id, " for pool 'llm'"));
+  fakes_.Unhold("llm0:1");
+  EXPECT_TRUE(WaitForState(third->id, JobState::kSucceeded));
+  EXPECT_TRUE(WaitForState(second->id, JobState::kSucceeded));
+  EXPECT_TRUE(WaitForState(fourth->id, JobState::kSucceeded));
+  EXPECT_LE(coordinator_->store().GetJob(second->id).value().started_at,
+            coordinator_->store().GetJob(third->id).value().started_at)
+      << "the second job started first";
+  EXPECT_TRUE(WaitForState(first.id, JobState::kSucceeded));
 }
 
 TEST_F(CoordinatorTest, AJobForMoreActorsThanThePoolHasWaitsSayingSoThenFailsAndTheQueueMovesOn) {

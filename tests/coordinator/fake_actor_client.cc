@@ -49,6 +49,7 @@ class FakeActors::Client final : public ActorClient {
     return actors_->Release(address_, reason);
   }
   void StopRetrying() override {}
+  void CancelCalls() override {}
 
  private:
   FakeActors* const actors_;

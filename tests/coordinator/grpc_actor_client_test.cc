@@ -37,9 +37,16 @@ class ScriptedActor final : public v1::Actor::Service {
     response->set_step(9);
     return grpc::Status::OK;
   }
-  grpc::Status RunStep(grpc::ServerContext*, const v1::RunStepRequest* request,
+  grpc::Status RunStep(grpc::ServerContext* context, const v1::RunStepRequest* request,
                        v1::RunStepResponse* response) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    ++step_calls_;
+    called_.notify_all();
+    // A hung actor: the step answers when the client gives up (or after ten minutes).
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+    while (hang_steps_ && !context->IsCancelled() && std::chrono::steady_clock::now() < give_up) {
+      called_.wait_for(lock, std::chrono::milliseconds(10));
+    }
     if (!step_status_.ok()) return step_status_;
     response->set_loss(0.5 * static_cast<double>(request->step()));
     response->set_grad_norm(0.25);
@@ -60,6 +67,14 @@ class ScriptedActor final : public v1::Actor::Service {
     std::lock_guard<std::mutex> lock(mu_);
     assign_failures_ = times;
     assign_failure_ = std::move(status);
+  }
+  void HangSteps() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hang_steps_ = true;
+  }
+  bool WaitForStepCalls(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return called_.wait_for(lock, std::chrono::minutes(2), [&] { return step_calls_ >= n; });
   }
   void FailSteps(grpc::Status status) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -86,6 +101,8 @@ class ScriptedActor final : public v1::Actor::Service {
   mutable std::mutex mu_;
   std::condition_variable called_;
   int assign_calls_ = 0;
+  int step_calls_ = 0;
+  bool hang_steps_ = false;
   int assign_failures_ = 0;
   grpc::Status assign_failure_;
   grpc::Status step_status_;
@@ -106,9 +123,9 @@ class GrpcActorClientTest : public ::testing::Test {
   }
   void TearDown() override { server_->Shutdown(std::chrono::system_clock::now()); }
 
-  std::unique_ptr<ActorClient> Connect(std::chrono::milliseconds retry_delay) {
-    GrpcActorClientOptions options = GrpcActorClientOptions::ForCommandTimeout(
-        std::chrono::seconds(60));
+  std::unique_ptr<ActorClient> Connect(std::chrono::milliseconds retry_delay,
+                                       std::chrono::milliseconds command_timeout = std::chrono::seconds(60)) {
+    GrpcActorClientOptions options = GrpcActorClientOptions::ForCommandTimeout(command_timeout);
     options.assign_retry_delay = retry_delay;
     return GrpcActorClientFactory(options).Connect(address_, "llm-0 (llm rank 1, test)");
   }
@@ -198,6 +215,22 @@ TEST_F(GrpcActorClientTest, StopRetryingEndsTheWaitBetweenAttempts) {
   ASSERT_EQ(assigned.wait_for(std::chrono::minutes(2)), std::future_status::ready);
   EXPECT_EQ(assigned.get().status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(actor_.assign_calls(), 1);
+}
+
+// A lost actor's step fails at once, not at the command deadline (ten minutes here), and so does
+// every later command; a Release still goes out.
+TEST_F(GrpcActorClientTest, CancelCallsEndsAStepInFlightAndRefusesLaterCommands) {
+  actor_.HangSteps();
+  std::unique_ptr<ActorClient> client = Connect(std::chrono::seconds(1), std::chrono::minutes(10));
+  auto step = std::async(std::launch::async, [&] { return client->RunStep("job-000007", 4); });
+  ASSERT_TRUE(actor_.WaitForStepCalls(1));
+  client->CancelCalls();
+  ASSERT_EQ(step.wait_for(std::chrono::minutes(2)), std::future_status::ready);
+  EXPECT_EQ(step.get().status().code(), absl::StatusCode::kCancelled);
+  const absl::StatusOr<ActorStepReply> later = client->RunStep("job-000007", 5);
+  EXPECT_EQ(later.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(later.status().message(), "the actor was lost; its commands are cancelled");
+  EXPECT_TRUE(client->Release("job-000007", "lost").ok());
 }
 
 TEST_F(GrpcActorClientTest, RunStepReadsTheReplyAndAddsAHintToUnavailable) {

@@ -156,6 +156,31 @@ TEST(MetricsHttpTest, SlowAndIdleClientsHoldNeitherAScrapeNorShutdown) {
   close(slow);
 }
 
+// More idle clients than are served at once: the oldest of them makes room for each newcomer, so a
+// scrape is answered now, not after every idle client's deadline (200 of them once held a scrape
+// for half a minute, past Prometheus' 10 s timeout).
+TEST(MetricsHttpTest, ManyIdleConnectionsDoNotQueueAScrapeBehindThem) {
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start("127.0.0.1:0", [] { return std::string("tandem_up 1\n"); });
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = (*server)->address();
+  std::vector<int> idle;
+  for (int i = 0; i < 200; ++i) {
+    idle.push_back(testing::HttpConnect(address));
+    ASSERT_GE(idle.back(), 0);
+  }
+  EXPECT_THAT(testing::HttpGet(address, "/metrics"), HasSubstr("tandem_up 1\n"));
+  // Answered while the idle clients' deadlines are still ahead: the newest of them are still open
+  // (a closed one reads 0 bytes; an open one has nothing to read).
+  int open = 0;
+  for (int fd : idle) {
+    char byte;
+    open += recv(fd, &byte, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN ? 1 : 0;
+  }
+  EXPECT_GE(open, 20);
+  for (int fd : idle) close(fd);
+}
+
 TEST(MetricsHttpTest, BadOrTakenAddressesAreNamed) {
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> bad =
       MetricsHttpServer::Start("localhost", [] { return std::string(); });

@@ -38,6 +38,18 @@ TEST_F(RegistryTest, RegisterRejectsEmptyPoolOrAddress) {
   EXPECT_EQ(registry_.Register("vision", "cpu", "").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Pool names reach logs, metrics labels and `tandem actors`: bounded, and of name characters.
+TEST_F(RegistryTest, RegisterRejectsPoolNamesThatCouldForgeLogLinesAndOverlongFields) {
+  EXPECT_EQ(registry_.Register("gpu\nERROR forged", "cpu", "h:1").status().message(),
+            "RegisterActor: pool must be of the characters A-Z a-z 0-9 . _ -, got \"gpu\\nERROR forged\"");
+  EXPECT_EQ(registry_.Register(std::string(64, 'p'), "cpu", "h:1").status().message(),
+            "RegisterActor: pool must be at most 63 characters, got 64");
+  EXPECT_EQ(registry_.Register("vision", "cpu", std::string(256, 'h')).status().message(),
+            "RegisterActor: an address or device of more than 255 characters");
+  EXPECT_TRUE(registry_.List().empty());
+  EXPECT_TRUE(registry_.Register(std::string(63, 'p'), "cuda:0", "h:1").ok());
+}
+
 TEST_F(RegistryTest, ReserveTakesEveryGroupOldestFirst) {
   Add("vision", 1);
   Add("vision", 2);

@@ -263,7 +263,9 @@ at::Tensor SharedAfterStochasticSteps(int64_t lead, int64_t shard = -1) {
   EXPECT_TRUE(config.ok()) << config.status();
   auto engine = Engine::Create(model, CreateSingleRankCommunicator(), *config);
   EXPECT_TRUE(engine.ok()) << engine.status();
-  if (shard >= 0) EXPECT_TRUE((*engine)->SetShardStream("shared", shard).ok());
+  if (shard >= 0) {
+    EXPECT_TRUE((*engine)->SetShardStream("shared", shard).ok());
+  }
   torch::manual_seed(21);
   for (int step = 0; step < 12; ++step) {
     model->forward(torch::randn({1001}).to(torch::kBFloat16)).backward();

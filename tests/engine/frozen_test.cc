@@ -131,7 +131,9 @@ TEST_P(FrozenTest, TrainsTheRestAsTorchAndKeepsFrozenOnesFixed) {
     const int64_t domain = stage == 0 ? trainable_elements : trainable_elements / world;
     EXPECT_GE(memory.optimizer_bytes, 8 * domain);
     EXPECT_LE(memory.optimizer_bytes, 8 * (domain + units * (world - 1)));
-    if (world == 1) EXPECT_EQ(memory.grad_bytes, 4 * trainable_elements);
+    if (world == 1) {
+      EXPECT_EQ(memory.grad_bytes, 4 * trainable_elements);
+    }
     if (stage < 3) {
       EXPECT_EQ(memory.frozen_bytes, 4 * frozen_elements);
     } else {

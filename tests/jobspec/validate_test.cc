@@ -32,6 +32,29 @@ TEST(ValidateJobConfig, Name) {
             "\"..\"), got \"my job\"");
   spec["name"] = "..";
   EXPECT_THAT(Error(spec), StartsWith("job.json: name: must be a file name"));
+  spec["name"] = std::string(129, 'n');  // a 3 MB name once broke `tandem jobs`
+  EXPECT_EQ(Error(spec), "job.json: name: must be at most 128 characters, got 129");
+  spec["name"] = std::string(128, 'n');
+  ExpectValid(spec.dump());
+}
+
+TEST(ValidateJobConfig, PoolNames) {
+  json spec = BaseSpec();
+  spec["vision"]["pool"] = "";
+  EXPECT_EQ(Error(spec), "job.json: vision.pool: must not be empty");
+  spec["vision"]["pool"] = std::string(64, 'p');
+  EXPECT_EQ(Error(spec), "job.json: vision.pool: must be at most 63 characters, got 64");
+  spec["vision"]["pool"] = "vision";
+  spec["llm"]["pool"] = "gpu\x1b[31m pool";
+  EXPECT_EQ(Error(spec), "job.json: llm.pool: must be of the characters A-Z a-z 0-9 . _ -, got \"gpu\\x1b[31m pool\"");
+}
+
+// Quoted values are escaped and cut short: a megabyte of input is not a megabyte of message.
+TEST(ValidateJobConfig, LongValuesAreQuotedCutShort) {
+  json spec = BaseSpec();
+  spec["name"] = std::string(70, 'a') + " b";
+  EXPECT_EQ(Error(spec), "job.json: name: must be a file name of the characters A-Z a-z 0-9 . _ - (not \".\" or "
+                         "\"..\"), got \"" + std::string(64, 'a') + "\"... (72 bytes)");
 }
 
 TEST(ValidateJobConfig, Freeze) {
@@ -130,6 +153,17 @@ TEST(ValidateJobConfig, NumbersHaveUpperBounds) {
   spec = BaseSpec();
   spec["data"]["shapes"]["train_samples"] = 2000000000;
   EXPECT_EQ(Error(spec), "job.json: data.shapes.train_samples: must be <= 1000000000, got 2000000000");
+  // Model sizes: a spec once asked for 2^63-1 layers and the actor grew until the kernel killed it.
+  spec = BaseSpec();
+  spec["llm"]["model"]["layers"] = 9223372036854775807;
+  EXPECT_EQ(Error(spec), "job.json: llm.model.layers: must be <= 1024, got 9223372036854775807");
+  spec = BaseSpec();
+  spec["vision"]["model"]["image_size"] = 4611686018427387904;  // 2^62, whose patch count overflows
+  spec["vision"]["model"]["patch_size"] = 1;
+  EXPECT_EQ(Error(spec), "job.json: vision.model.image_size: must be <= 8192, got 4611686018427387904");
+  spec = BaseSpec();
+  spec["llm"]["model"]["hidden"] = 131072;
+  EXPECT_EQ(Error(spec), "job.json: llm.model.hidden: must be <= 65536, got 131072");
   spec = BaseSpec();
   spec["schedule"]["eval_every"] = 1;
   spec["schedule"]["checkpoint_every"] = 9223372036854775807;

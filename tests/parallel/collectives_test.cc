@@ -105,7 +105,9 @@ TEST(VocabParallel, CrossEntropyMatchesTheWholeVocabularyWithUnevenShares) {
       ExpectClose(local, loss, "loss");
       ExpectClose(mine.grad(), logits.grad().narrow(1, columns.begin, columns.size()), "logits gradient");
     }));
-    if (size == 3) EXPECT_EQ(shares, (std::vector<int64_t>{3, 2, 2}));
+    if (size == 3) {
+      EXPECT_EQ(shares, (std::vector<int64_t>{3, 2, 2}));
+    }
   }
 }
 

@@ -177,9 +177,15 @@ TEST_F(SecurityTest, JobRunsWithTheTokenFromAFileOrTheEnvironmentAndNotWithout) 
       without.output,
       HasSubstr("no token: calls need the cluster's token (--token-file or $TANDEM_TOKEN)"));
   const Outcome wrong = testing::Tandem(absl::StrCat("jobs --coordinator ", cluster_.address()),
-                                        "TANDEM_TOKEN=guess");
+                                        "TANDEM_TOKEN=a-guess-of-the-right-length");
   EXPECT_EQ(wrong.exit_code, 1);
   EXPECT_THAT(wrong.output, HasSubstr("a wrong token"));
+  // A token too short to resist guessing is refused before any call is made.
+  const Outcome short_token = testing::Tandem(absl::StrCat("jobs --coordinator ", cluster_.address()),
+                                              "TANDEM_TOKEN=guess");
+  EXPECT_EQ(short_token.exit_code, 2);
+  EXPECT_THAT(short_token.output,
+              HasSubstr("$TANDEM_TOKEN: a token of 5 characters; a token has 16 to 4096 (e.g. openssl rand -hex 32)"));
 
   // An actor without the token is refused at registration and says so, at once.
   const std::string log = cluster_.dir() + "/tokenless-actor.log";

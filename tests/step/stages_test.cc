@@ -401,7 +401,9 @@ TEST(StagesFreezeTest, AWhollyFrozenVisionGroupGetsNoGradientsAndStaysFixed) {
   ASSERT_FALSE(run.vision_weights.empty());
   for (const auto& [name, value] : run.vision_weights) {
     EXPECT_TRUE(at::equal(value, reference.vision_weights.at(name))) << name;
-    if (name == "projector.linear_2.weight") EXPECT_FALSE(at::equal(value, trained.vision_weights.at(name)));
+    if (name == "projector.linear_2.weight") {
+      EXPECT_FALSE(at::equal(value, trained.vision_weights.at(name)));
+    }
   }
 }
 
