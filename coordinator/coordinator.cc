@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "coordinator/job_record_proto.h"
 #include "jobspec/job_spec.h"
@@ -65,13 +65,9 @@ Coordinator::~Coordinator() {
 }
 
 absl::Status Coordinator::CheckStoreKey(const std::string& key) {
-  if (key.size() > MemoryStore::kMaxKeyBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("rendezvous store: a key of ", key.size(),
-                                                   " bytes; keys are at most ", MemoryStore::kMaxKeyBytes));
-  }
-  const std::string job_id = key.substr(0, key.find('/'));
-  if (job_id.size() == key.size() || RunnerOf(job_id) == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("rendezvous store: key ", absl::CHexEscape(key),
+  const size_t slash = key.find('/');
+  if (slash == std::string::npos || RunnerOf(key.substr(0, slash)) == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("rendezvous store: key ", QuoteForMessage(key),
                                                       " names no running job (keys are <job id>/<attempt>/...)"));
   }
   return absl::OkStatus();
@@ -96,8 +92,13 @@ absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& reques
     // The state directory holds the coordinator's database and the default run directories of jobs
     // to come (<state>/jobs/job-NNNNNN): a job given one would be resumed by, and overwritten by,
     // the job that later gets that id.
-    const fs::path state = fs::weakly_canonical(fs::absolute(options_.state_dir), ec);
-    const fs::path wanted = fs::weakly_canonical(request.run_dir(), ec);
+    const auto resolved = [](const fs::path& path) {
+      std::error_code unresolved;
+      const fs::path canonical = fs::weakly_canonical(path, unresolved);
+      return unresolved ? path.lexically_normal() : canonical;
+    };
+    const fs::path state = resolved(fs::absolute(options_.state_dir));
+    const fs::path wanted = resolved(request.run_dir());
     if (const auto [end, _] = std::mismatch(state.begin(), state.end(), wanted.begin(), wanted.end());
         end == state.end()) {
       return absl::InvalidArgumentError(absl::StrCat("run_dir: '", request.run_dir(),

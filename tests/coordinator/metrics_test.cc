@@ -165,13 +165,16 @@ TEST(MetricsHttpTest, ManyIdleConnectionsDoNotQueueAScrapeBehindThem) {
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string address = (*server)->address();
   std::vector<int> idle;
+  const auto first_idle = std::chrono::steady_clock::now();
   for (int i = 0; i < 200; ++i) {
     idle.push_back(testing::HttpConnect(address));
     ASSERT_GE(idle.back(), 0);
   }
   EXPECT_THAT(testing::HttpGet(address, "/metrics"), HasSubstr("tandem_up 1\n"));
-  // Answered while the idle clients' deadlines are still ahead: the newest of them are still open
-  // (a closed one reads 0 bytes; an open one has nothing to read).
+  // Queued behind them, the scrape would wait until every idle client in front of it had reached the
+  // 5 s deadline of its exchange.
+  EXPECT_LT(std::chrono::steady_clock::now() - first_idle, std::chrono::seconds(5));
+  // The newest idle clients are still served (a closed one reads 0 bytes; an open one has nothing).
   int open = 0;
   for (int fd : idle) {
     char byte;
