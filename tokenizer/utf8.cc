@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "tokenizer/jinja/value.h"
+
 namespace tandem::tokenizer {
 namespace {
 
@@ -53,25 +55,7 @@ std::vector<std::string> Utf8Characters(std::string_view text) {
   return out;
 }
 
-std::string Utf8Encode(char32_t cp) {
-  std::string out;
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return out;
-}
+std::string Utf8Encode(char32_t cp) { return jinja::Encode(cp); }
 
 std::string Utf8Lossy(std::string_view bytes) {
   std::string out;
