@@ -30,7 +30,7 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   generate->add_flag("--chat", request->chat,
                      "Wrap the prompt as one user turn of the model's chat template, with a generation prompt");
   generate->add_option("--chat-template", request->chat_template,
-                       "With --chat: chatml, llama3 or tandem (default: detected from the tokenizer's template)")
+                       "With --chat: a built-in template, chatml, llama3 or tandem (default: the model's own, run)")
       ->check(CLI::IsMember({"chatml", "llama3", "tandem"}));
   generate->add_option("--output", *output, "text: the generated text; json: {\"text\", \"token_ids\", \"prompt_tokens\"}")
       ->capture_default_str()

@@ -100,20 +100,21 @@ absl::StatusOr<std::vector<Conversation>> ReadConversations(const std::string& p
 
 absl::StatusOr<EncodedConversation> EncodeConversation(const Conversation& conversation,
                                                        const tokenizer::HfTokenizer& tokenizer,
-                                                       const tokenizer::ChatFormat& format, int64_t image_tokens) {
-  return EncodeMessages(conversation.messages, conversation.source, tokenizer, format, image_tokens,
+                                                       const tokenizer::ChatTemplate& chat, int64_t image_tokens) {
+  return EncodeMessages(conversation.messages, conversation.source, tokenizer, chat, image_tokens,
                         /*add_generation_prompt=*/false);
 }
 
 absl::StatusOr<EncodedConversation> EncodeMessages(const std::vector<tokenizer::ChatMessage>& messages,
                                                    const std::string& source, const tokenizer::HfTokenizer& tokenizer,
-                                                   const tokenizer::ChatFormat& format, int64_t image_tokens,
+                                                   const tokenizer::ChatTemplate& chat, int64_t image_tokens,
                                                    bool add_generation_prompt) {
   const auto image_id = tokenizer.TokenToId(kImage);
   if (!image_id) return absl::InvalidArgumentError("the tokenizer has no \"<image>\" token");
   EncodedConversation out;
-  for (const auto& piece :
-       tokenizer::RenderChatPieces(format, messages, tokenizer.bos_token(), add_generation_prompt)) {
+  auto pieces = chat.RenderPieces(messages, add_generation_prompt);
+  if (!pieces.ok()) return absl::Status(pieces.status().code(), absl::StrCat(source, ": ", pieces.status().message()));
+  for (const auto& piece : *pieces) {
     auto ids = tokenizer.Encode(piece.text, /*add_special_tokens=*/false);
     if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", ids.status().message()));
     for (int64_t id : *ids) {

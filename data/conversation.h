@@ -6,11 +6,12 @@
 // "from" is "human", "gpt" or "system" (also "user" and "assistant"); "image" is optional and
 // relative to the file. A conversation with an image has exactly one "<image>", in a human turn.
 //
-// EncodeConversation renders it with a chat template (tokenizer/chat_template.h) and tokenizes it
-// piece by piece without adding special tokens again (the template writes them, as
-// apply_chat_template tokenizes). Labels are the ids of the assistant turns' content and their
-// end-of-turn token and kIgnore everywhere else, so the loss is on the answers only; "<image>"
-// becomes `image_tokens` copies of its id, never a target.
+// EncodeConversation renders it with the model's chat template (tokenizer/chat_template.h) and
+// tokenizes it piece by piece without adding special tokens again (the template writes them, as
+// apply_chat_template tokenizes). Labels are the ids of the template's trained pieces (each
+// assistant turn and its end of turn, or its {% generation %} blocks) and kIgnore everywhere else,
+// so the loss is on the answers only; "<image>" becomes `image_tokens` copies of its id, never a
+// target.
 //
 // Errors: ReadConversations names the file and the entry ("train.json: [3]: conversations[1].from
 // \"bot\" is not human, gpt or system", "train.jsonl:12: ..."); EncodeConversation names a missing
@@ -43,11 +44,11 @@ struct EncodedConversation {
 
 absl::StatusOr<EncodedConversation> EncodeConversation(const Conversation& conversation,
                                                        const tokenizer::HfTokenizer& tokenizer,
-                                                       const tokenizer::ChatFormat& format, int64_t image_tokens);
-// EncodeConversation of bare messages, optionally with the format's generation prompt after them.
+                                                       const tokenizer::ChatTemplate& chat, int64_t image_tokens);
+// EncodeConversation of bare messages, optionally with the template's generation prompt after them.
 absl::StatusOr<EncodedConversation> EncodeMessages(const std::vector<tokenizer::ChatMessage>& messages,
                                                    const std::string& source, const tokenizer::HfTokenizer& tokenizer,
-                                                   const tokenizer::ChatFormat& format, int64_t image_tokens,
+                                                   const tokenizer::ChatTemplate& chat, int64_t image_tokens,
                                                    bool add_generation_prompt);
 
 }  // namespace tandem::data

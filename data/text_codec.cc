@@ -12,13 +12,6 @@ namespace {
 
 constexpr char kImage[] = "<image>";
 
-// The token that ends an assistant turn in `format`.
-std::string EndOfTurn(const tokenizer::ChatFormat& format) {
-  if (format.name == "chatml") return "<|im_end|>";
-  if (format.name == "llama3") return "<|eot_id|>";
-  return "<eos>";
-}
-
 }  // namespace
 
 std::string ConversationWords(const std::vector<tokenizer::ChatMessage>& messages) {
@@ -32,20 +25,19 @@ std::string ConversationWords(const std::vector<tokenizer::ChatMessage>& message
 TextCodec TextCodec::Words(Tokenizer tokenizer) {
   TextCodec codec;
   codec.words_ = std::move(tokenizer);
-  codec.format_ = tokenizer::ChatFormat{"tandem", ""};
   return codec;
 }
 
-absl::StatusOr<TextCodec> TextCodec::Hf(tokenizer::HfTokenizer tokenizer, tokenizer::ChatFormat format,
+absl::StatusOr<TextCodec> TextCodec::Hf(tokenizer::HfTokenizer tokenizer, tokenizer::ChatTemplate chat,
                                         int64_t image_tokens) {
   const auto image = tokenizer.TokenToId(kImage);
   if (!image) return absl::InvalidArgumentError("the tokenizer has no \"<image>\" token");
   const auto eos = tokenizer.eos_id();
-  const std::string turn_end = EndOfTurn(format);
-  const auto end = tokenizer.TokenToId(turn_end);
+  const std::string& turn_end = chat.end_of_turn();
+  const auto end = turn_end.empty() ? eos : tokenizer.TokenToId(turn_end);
   if (!end) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the tokenizer has no \"", turn_end, "\" token, which ends a turn in the ", format.name, " format"));
+    return absl::InvalidArgumentError(absl::StrCat("the tokenizer has no \"", turn_end, "\" token, which ends a turn in ",
+                                                   chat.name(), "'s chat template"));
   }
   // transformers' LLaVA recipes pad with the pad token, else with eos; the padding is never a
   // target and a causal model never attends to it from the positions before.
@@ -57,7 +49,7 @@ absl::StatusOr<TextCodec> TextCodec::Hf(tokenizer::HfTokenizer tokenizer, tokeni
   codec.pad_id_ = *pad;
   codec.image_token_id_ = *image;
   codec.image_tokens_ = image_tokens;
-  codec.format_ = std::move(format);
+  codec.chat_ = std::move(chat);
   codec.hf_ = std::move(tokenizer);
   return codec;
 }
@@ -71,7 +63,7 @@ std::string TextCodec::Decode(const std::vector<int64_t>& ids) const {
 
 absl::StatusOr<EncodedConversation> TextCodec::Encode(const std::vector<tokenizer::ChatMessage>& messages,
                                                       const std::string& source) const {
-  if (hf_) return EncodeMessages(messages, source, *hf_, format_, image_tokens_, /*add_generation_prompt=*/false);
+  if (hf_) return EncodeMessages(messages, source, *hf_, *chat_, image_tokens_, /*add_generation_prompt=*/false);
   EncodedConversation out;
   for (const auto& message : messages) {
     const bool answer = message.role == "assistant";
@@ -96,7 +88,7 @@ absl::StatusOr<TextCodec::Prompt> TextCodec::EncodePrompt(const std::vector<toke
   Prompt prompt;
   if (hf_) {
     ASSIGN_OR_RETURN(auto encoded,
-                     EncodeMessages(asked, source, *hf_, format_, image_tokens_, /*add_generation_prompt=*/true));
+                     EncodeMessages(asked, source, *hf_, *chat_, image_tokens_, /*add_generation_prompt=*/true));
     prompt.ids = std::move(encoded.ids);
   } else {
     ASSIGN_OR_RETURN(auto encoded, Encode(asked, source));

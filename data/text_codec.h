@@ -8,7 +8,7 @@
 //          differently there); the text is the "tandem" chat format without the image mark:
 //          (user words) <bos> (answer words) <eos> ... A caption is the answer to a user turn
 //          holding only the image, so it reads <bos> caption <eos>.
-//   Hf     A Hugging Face tokenizer and chat format (tokenizer/chat_template.h): LLaVA's layout, the
+//   Hf     A Hugging Face tokenizer and chat template (tokenizer/chat_template.h): LLaVA's layout, the
 //          rendered conversation with `image_tokens` copies of the "<image>" id, which the image's
 //          embedding rows replace.
 //
@@ -33,9 +33,9 @@ namespace tandem::data {
 class TextCodec {
  public:
   static TextCodec Words(Tokenizer tokenizer);
-  // InvalidArgument when the tokenizer lacks "<image>", a pad or eos token, or the format's
+  // InvalidArgument when the tokenizer lacks "<image>", a pad or eos token, or the template's
   // end-of-turn token.
-  static absl::StatusOr<TextCodec> Hf(tokenizer::HfTokenizer tokenizer, tokenizer::ChatFormat format,
+  static absl::StatusOr<TextCodec> Hf(tokenizer::HfTokenizer tokenizer, tokenizer::ChatTemplate chat,
                                       int64_t image_tokens);
 
   // The whole conversation. `source` names the sample in errors.
@@ -57,7 +57,7 @@ class TextCodec {
   // -1 in the Words layout.
   int64_t image_token_id() const { return image_token_id_; }
   int64_t pad_id() const { return pad_id_; }
-  // Generation stops at any of these (the format's end-of-turn token and the tokenizer's eos).
+  // Generation stops at any of these (the template's end-of-turn token and the tokenizer's eos).
   const std::vector<int64_t>& stop_ids() const { return stop_ids_; }
   int64_t vocab_size() const;
   std::string Decode(const std::vector<int64_t>& ids) const;
@@ -71,7 +71,7 @@ class TextCodec {
 
   std::optional<Tokenizer> words_;
   std::optional<tokenizer::HfTokenizer> hf_;
-  tokenizer::ChatFormat format_;
+  std::optional<tokenizer::ChatTemplate> chat_;
   int64_t image_tokens_ = 0;
   int64_t image_token_id_ = -1;
   int64_t pad_id_ = Tokenizer::kPad;

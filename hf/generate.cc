@@ -100,12 +100,13 @@ absl::StatusOr<GenerateResult> GenerateOrThrow(const GenerateRequest& request) {
   std::string text = request.prompt;
   bool add_special_tokens = true;
   if (request.chat) {
-    absl::StatusOr<tokenizer::ChatFormat> format =
-        request.chat_template.empty() ? tokenizer::DetectChatFormat(model.tokenizer.chat_template())
-                                      : tokenizer::ChatFormatByName(request.chat_template);
-    if (!format.ok()) return absl::InvalidArgumentError(absl::StrCat(request.model_dir, ": ", format.status().message()));
-    text = tokenizer::RenderChat(*format, {{"user", request.prompt}}, model.tokenizer.bos_token(),
-                                 /*add_generation_prompt=*/true);
+    absl::StatusOr<tokenizer::ChatTemplate> chat = tokenizer::ChatTemplate::For(request.chat_template, model.tokenizer);
+    if (!chat.ok()) return absl::InvalidArgumentError(absl::StrCat(request.model_dir, ": ", chat.status().message()));
+    absl::StatusOr<std::string> rendered = chat->Render({{"user", request.prompt}}, /*add_generation_prompt=*/true);
+    if (!rendered.ok()) {
+      return absl::Status(rendered.status().code(), absl::StrCat(request.model_dir, ": ", rendered.status().message()));
+    }
+    text = *std::move(rendered);
     add_special_tokens = false;  // the template wrote them, as apply_chat_template tokenizes
   }
   ASSIGN_OR_RETURN(const std::vector<int64_t> ids, model.tokenizer.Encode(text, add_special_tokens));

@@ -4,8 +4,8 @@
 //
 // The prompt is raw text in which "<image>" marks where the image goes. It is tokenized with the
 // model's tokenizer, with the special tokens its post-processor adds (a BOS); with `chat` the
-// chat template (tokenizer/chat_template.h: "chatml", "llama3" or "tandem", detected from the tokenizer or
-// named) first makes it one user turn with a generation prompt, and the result is tokenized as
+// chat template (tokenizer/chat_template.h: the model's own, run by the Jinja interpreter, or a
+// built-in one named "chatml", "llama3" or "tandem") first makes it one user turn with a generation prompt, and the result is tokenized as
 // transformers' apply_chat_template does, without adding special tokens again. Each image token
 // becomes one token per image feature, and the image, decoded, resized and cropped as
 // preprocessor_config.json says, feeds them. Decoding is greedy and stops at an end-of-sequence
@@ -31,7 +31,7 @@ struct GenerateRequest {
   std::string prompt;
   int64_t max_new_tokens = 64;
   bool chat = false;
-  std::string chat_template;  // "chatml", "llama3" or "tandem"; "" detects it from the tokenizer
+  std::string chat_template;  // "chatml", "llama3" or "tandem"; "" runs the model's own
   int threads = 0;            // intra-op threads; 0 leaves LibTorch's default
 };
 

@@ -48,7 +48,7 @@ struct LlmGroupConfig {
   // `model` (hf::ResolvePretrainedModels), whose weights the LLM stage loads and whose tokenizer
   // the job uses; "" = from scratch with the word tokenizer.
   std::string pretrained;
-  std::string chat_template;  // with `pretrained`: "chatml", "llama3", "tandem"; "" = detected
+  std::string chat_template;  // with `pretrained`: "chatml", "llama3", "tandem"; "" = the model's own
   int32_t tensor_parallel = 1;  // ranks each model splits over (llm.parallel.tensor)
   EmbeddingRoute embeddings = EmbeddingRoute::kEachRank;  // llm.parallel.embeddings
   int32_t replicas() const { return actors / tensor_parallel; }  // data-parallel ranks

@@ -20,9 +20,7 @@ absl::StatusOr<data::TextCodec> OpenPretrainedText(const jobspec::JobConfig& job
   auto tokenizer = tokenizer::HfTokenizer::Load(job.llm.pretrained);
   if (!tokenizer.ok()) return Prefixed("llm.pretrained", tokenizer.status());
   tokenizer->AddSpecialToken("<image>");  // as hf::ResolvePretrainedModels placed it
-  absl::StatusOr<tokenizer::ChatFormat> format =
-      job.llm.chat_template.empty() ? tokenizer::DetectChatFormat(tokenizer->chat_template())
-                                    : tokenizer::ChatFormatByName(job.llm.chat_template);
+  absl::StatusOr<tokenizer::ChatTemplate> format = tokenizer::ChatTemplate::For(job.llm.chat_template, *tokenizer);
   if (!format.ok()) {
     return Prefixed("llm.chat_template",
                     job.llm.chat_template.empty()

@@ -2,107 +2,173 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
+#include "common/status_macros.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/jinja/template.h"
 
 namespace tandem::tokenizer {
 namespace {
 
-constexpr char kImStart[] = "<|im_start|>";
-constexpr char kImEnd[] = "<|im_end|>";
+constexpr char kImage[] = "<image>";
 
-// Python's str.strip(), which Jinja's trim filter is.
-std::string Trim(const std::string& s) {
-  const char* space = " \t\n\r\f\v";
-  const size_t begin = s.find_first_not_of(space);
-  if (begin == std::string::npos) return "";
-  return s.substr(begin, s.find_last_not_of(space) - begin + 1);
+constexpr char kChatml[] =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+constexpr char kLlama3[] =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim "
+    "+ '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+
+// A message's content as a processor template reads it: image and text parts.
+jinja::Value StructuredContent(const std::string& content) {
+  jinja::List parts;
+  size_t begin = 0;
+  while (true) {
+    const size_t at = content.find(kImage, begin);
+    const std::string text = content.substr(begin, at == std::string::npos ? std::string::npos : at - begin);
+    if (!text.empty()) {
+      jinja::Dict part;
+      part.Set("type", jinja::Value::String("text"));
+      part.Set("text", jinja::Value::String(text));
+      parts.push_back(jinja::Value::MakeDict(std::move(part)));
+    }
+    if (at == std::string::npos) break;
+    jinja::Dict image;
+    image.Set("type", jinja::Value::String("image"));
+    parts.push_back(jinja::Value::MakeDict(std::move(image)));
+    begin = at + sizeof(kImage) - 1;
+  }
+  return jinja::Value::MakeList(std::move(parts));
 }
 
 }  // namespace
 
-absl::StatusOr<ChatFormat> ChatFormatByName(const std::string& name) {
-  if (name == "tandem") return ChatFormat{"tandem", ""};
-  if (name == "chatml") return ChatFormat{"chatml", "You are a helpful assistant."};
-  if (name == "llama3") return ChatFormat{"llama3", ""};
+SpecialTokens SpecialTokensOf(const HfTokenizer& tokenizer) {
+  return SpecialTokens{tokenizer.bos_token(), tokenizer.eos_token(), tokenizer.pad_token(), tokenizer.unk_token()};
+}
+
+absl::StatusOr<ChatTemplate> ChatTemplate::Compile(const std::string& name, const std::string& source,
+                                                   SpecialTokens tokens, bool structured_content) {
+  auto parsed = jinja::Template::Parse(source);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", parsed.status().message()));
+  }
+  ChatTemplate t;
+  t.name_ = name;
+  t.template_ = std::make_shared<const jinja::Template>(*std::move(parsed));
+  t.tokens_ = std::move(tokens);
+  t.structured_ = structured_content;
+  // The end of a turn: what follows an answer, read from a probe conversation.
+  const std::string answer = "Tandem probes the end of a turn";
+  auto probe = t.RenderRaw({{"user", "Hi"}, {"assistant", answer}}, false);
+  if (probe.ok()) {
+    t.has_generation_blocks_ = !probe->generation.empty();
+    const size_t at = probe->text.rfind(answer);
+    if (at != std::string::npos) {
+      std::string after = probe->text.substr(at + answer.size());
+      const size_t begin = after.find_first_not_of(" \t\n");
+      if (begin != std::string::npos) {
+        after = after.substr(begin);
+        t.end_of_turn_ = after.substr(0, after.find_first_of(" \t\n"));
+      }
+    }
+  }
+  return t;
+}
+
+absl::StatusOr<ChatTemplate> ChatTemplate::Named(const std::string& name, SpecialTokens tokens) {
+  if (name == "tandem") return Compile(name, kTandemChatTemplate, std::move(tokens), false);
+  if (name == "chatml") return Compile(name, kChatml, std::move(tokens), false);
+  if (name == "llama3") return Compile(name, kLlama3, std::move(tokens), false);
   return absl::InvalidArgumentError(absl::StrCat("chat template \"", name, "\" is not known (chatml, llama3, tandem)"));
 }
 
-absl::StatusOr<ChatFormat> DetectChatFormat(const std::string& chat_template) {
-  if (chat_template.empty()) return absl::InvalidArgumentError("the tokenizer has no chat template");
-  if (chat_template == kTandemChatTemplate) return ChatFormat{"tandem", ""};
-  if (absl::StrContains(chat_template, "Cutting Knowledge Date")) {
+absl::StatusOr<ChatTemplate> ChatTemplate::OfTokenizer(const HfTokenizer& tokenizer) {
+  if (tokenizer.chat_template().empty()) {
     return absl::InvalidArgumentError(
-        "the chat template is Llama 3.1's (a dated system header, tools), which is not supported: name "
-        "\"llama3\" to use Llama 3's");
+        "the tokenizer has no chat template (chat_template.jinja, chat_template.json, processor_config.json or "
+        "tokenizer_config.json): name one in the job spec");
   }
-  if (absl::StrContains(chat_template, "<|start_header_id|>") && absl::StrContains(chat_template, "<|eot_id|>")) {
-    return ChatFormat{"llama3", ""};
-  }
-  if (absl::StrContains(chat_template, kImStart) && absl::StrContains(chat_template, kImEnd)) {
-    ChatFormat format{"chatml", ""};
-    // The default system message as a literal: "...system\n<text><|im_end|>", the newline written
-    // as is or escaped inside a Jinja string ("\\n", as Qwen2.5's template has it).
-    for (const std::string& newline : {std::string("\n"), std::string("\\n")}) {
-      const std::string open = absl::StrCat(kImStart, "system", newline);
-      const size_t at = chat_template.find(open);
-      if (at == std::string::npos) continue;
-      const size_t begin = at + open.size();
-      const size_t end = chat_template.find(kImEnd, begin);
-      if (end == std::string::npos) continue;
-      std::string text = chat_template.substr(begin, end - begin);
-      if (text.find('\'') != std::string::npos || text.find("{{") != std::string::npos) continue;  // not a literal
-      format.default_system = absl::StrReplaceAll(text, {{"\\n", "\n"}});
-      break;
-    }
-    return format;
-  }
-  return absl::InvalidArgumentError("the chat template is neither ChatML nor Llama 3's: name one in the job spec");
+  return Compile(tokenizer.chat_template_file(), tokenizer.chat_template(), SpecialTokensOf(tokenizer),
+                 tokenizer.chat_template_structured());
 }
 
-std::vector<ChatPiece> RenderChatPieces(const ChatFormat& format, const std::vector<ChatMessage>& messages,
-                                        const std::string& bos_token, bool add_generation_prompt) {
-  std::vector<ChatPiece> out;
-  const auto add = [&](std::string text, bool trained) {
-    if (!text.empty()) out.push_back({std::move(text), trained});
-  };
-  if (format.name == "tandem") {
-    for (const ChatMessage& message : messages) {
-      const bool answer = message.role == "assistant";
-      add(message.content, answer);
-      add(answer ? "<eos>" : "<bos>", answer);
-    }
-    return out;
+absl::StatusOr<ChatTemplate> ChatTemplate::For(const std::string& name, const HfTokenizer& tokenizer) {
+  return name.empty() ? OfTokenizer(tokenizer) : Named(name, SpecialTokensOf(tokenizer));
+}
+
+absl::StatusOr<ChatTemplate::Render_> ChatTemplate::RenderRaw(const std::vector<ChatMessage>& messages,
+                                                              bool add_generation_prompt) const {
+  jinja::List list;
+  for (const ChatMessage& m : messages) {
+    jinja::Dict message;
+    message.Set("role", jinja::Value::String(m.role));
+    message.Set("content", structured_ ? StructuredContent(m.content) : jinja::Value::String(m.content));
+    list.push_back(jinja::Value::MakeDict(std::move(message)));
   }
-  if (format.name == "llama3") {
+  jinja::Dict variables;
+  variables.Set("messages", jinja::Value::MakeList(std::move(list)));
+  variables.Set("tools", jinja::Value::None());
+  variables.Set("documents", jinja::Value::None());
+  variables.Set("add_generation_prompt", jinja::Value::Bool(add_generation_prompt));
+  const std::pair<const char*, const std::string*> special[] = {
+      {"bos_token", &tokens_.bos}, {"eos_token", &tokens_.eos}, {"pad_token", &tokens_.pad}, {"unk_token", &tokens_.unk}};
+  for (const auto& [key, value] : special) {
+    if (!value->empty()) variables.Set(key, jinja::Value::String(*value));
+  }
+  auto rendered = template_->Render(variables);
+  if (!rendered.ok()) {
+    return absl::Status(rendered.status().code(), absl::StrCat(name_, ": ", rendered.status().message()));
+  }
+  return Render_{std::move(rendered->text), std::move(rendered->generation)};
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
+                                                 bool add_generation_prompt) const {
+  ASSIGN_OR_RETURN(Render_ r, RenderRaw(messages, add_generation_prompt));
+  return std::move(r.text);
+}
+
+absl::StatusOr<std::vector<ChatPiece>> ChatTemplate::RenderPieces(const std::vector<ChatMessage>& messages,
+                                                                  bool add_generation_prompt) const {
+  ASSIGN_OR_RETURN(Render_ whole, RenderRaw(messages, add_generation_prompt));
+  std::vector<std::pair<size_t, size_t>> trained;
+  if (has_generation_blocks_) {
+    trained = whole.generation;
+  } else {
     for (size_t i = 0; i < messages.size(); ++i) {
-      const bool answer = messages[i].role == "assistant";
-      if (i == 0) add(bos_token, false);
-      add(absl::StrCat("<|start_header_id|>", messages[i].role, "<|end_header_id|>\n\n"), false);
-      add(Trim(messages[i].content), answer);
-      add("<|eot_id|>", answer);
+      if (messages[i].role != "assistant") continue;
+      const std::vector<ChatMessage> before(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i));
+      const std::vector<ChatMessage> through(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      ASSIGN_OR_RETURN(Render_ prompt, RenderRaw(before, /*add_generation_prompt=*/true));
+      ASSIGN_OR_RETURN(Render_ answered, RenderRaw(through, /*add_generation_prompt=*/false));
+      if (!absl::StartsWith(answered.text, prompt.text) || !absl::StartsWith(whole.text, answered.text)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name_, ": the template does not render the conversation before message ", i,
+            " as the start of the conversation through it, so the assistant's text cannot be told apart; give the "
+            "template {% generation %} blocks or name a chat template in the job spec"));
+      }
+      size_t end = answered.text.size();
+      if (!end_of_turn_.empty()) {
+        const size_t at = answered.text.find(end_of_turn_, prompt.text.size());
+        if (at != std::string::npos) end = at + end_of_turn_.size();
+      }
+      trained.emplace_back(prompt.text.size(), end);
     }
-    if (add_generation_prompt) add("<|start_header_id|>assistant<|end_header_id|>\n\n", false);
-    return out;
   }
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const bool answer = messages[i].role == "assistant";
-    if (i == 0 && messages[0].role != "system" && !format.default_system.empty()) {
-      add(absl::StrCat(kImStart, "system\n", format.default_system, kImEnd, "\n"), false);
-    }
-    add(absl::StrCat(kImStart, messages[i].role, "\n"), false);
-    add(messages[i].content, answer);
-    add(kImEnd, answer);
-    add("\n", false);
+  std::vector<ChatPiece> pieces;
+  size_t at = 0;
+  for (const auto& [begin, end] : trained) {
+    if (begin > at) pieces.push_back({whole.text.substr(at, begin - at), false});
+    if (end > begin) pieces.push_back({whole.text.substr(begin, end - begin), true});
+    at = std::max(at, end);
   }
-  if (add_generation_prompt) add(absl::StrCat(kImStart, "assistant\n"), false);
-  return out;
-}
-
-std::string RenderChat(const ChatFormat& format, const std::vector<ChatMessage>& messages,
-                       const std::string& bos_token, bool add_generation_prompt) {
-  std::string out;
-  for (const ChatPiece& piece : RenderChatPieces(format, messages, bos_token, add_generation_prompt)) out += piece.text;
-  return out;
+  if (at < whole.text.size()) pieces.push_back({whole.text.substr(at), false});
+  return pieces;
 }
 
 }  // namespace tandem::tokenizer

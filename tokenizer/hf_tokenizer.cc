@@ -135,6 +135,7 @@ absl::StatusOr<HfTokenizer> HfTokenizer::LoadOrThrow(const std::string& director
     if (j.contains("bos_token")) t.bos_ = TokenText(j["bos_token"]);
     if (j.contains("eos_token")) t.eos_ = TokenText(j["eos_token"]);
     if (j.contains("pad_token")) t.pad_ = TokenText(j["pad_token"]);
+    if (j.contains("unk_token")) t.unk_ = TokenText(j["unk_token"]);
   }
   if (config) {
     const std::string type = config->value("tokenizer_class", std::string());
@@ -145,20 +146,37 @@ absl::StatusOr<HfTokenizer> HfTokenizer::LoadOrThrow(const std::string& director
       if (config->value("add_bos_token", true) && t.bos_id()) t.prefix_.push_back(*t.bos_id());
       if (config->value("add_eos_token", false) && t.eos_id()) t.suffix_.push_back(*t.eos_id());
     }
-    if (config->contains("chat_template")) {
-      const json& chat = (*config)["chat_template"];
-      if (chat.is_string()) {
-        t.chat_template_ = chat.get<std::string>();
-      } else if (chat.is_array()) {  // named templates: the "default" one
-        for (const auto& named : chat) {
-          if (named.value("name", std::string()) == "default") t.chat_template_ = named.value("template", std::string());
+  }
+  // Later sources win: tokenizer_config.json, processor_config.json, chat_template.json, chat_template.jinja.
+  const auto chat_template_of = [&](const std::optional<json>& file, const char* name, bool structured) {
+    if (!file || !file->is_object() || !file->contains("chat_template")) return;
+    const json& chat = (*file)["chat_template"];
+    std::string text;
+    if (chat.is_string()) {
+      text = chat.get<std::string>();
+    } else if (chat.is_array()) {  // named templates: the "default" one
+      for (const auto& named : chat) {
+        if (named.is_object() && named.value("name", std::string()) == "default" && named.contains("template") &&
+            named["template"].is_string()) {
+          text = named["template"].get<std::string>();
         }
       }
     }
-  }
+    if (text.empty()) return;
+    t.chat_template_ = std::move(text);
+    t.chat_template_file_ = name;
+    t.chat_template_structured_ = structured;
+  };
+  chat_template_of(config, "tokenizer_config.json", false);
+  ASSIGN_OR_RETURN(const auto processor, ReadJsonFile(dir / "processor_config.json"));
+  chat_template_of(processor, "processor_config.json", true);
+  ASSIGN_OR_RETURN(const auto chat_json, ReadJsonFile(dir / "chat_template.json"));
+  chat_template_of(chat_json, "chat_template.json", true);
   std::error_code ec;
   if (fs::exists(dir / "chat_template.jinja", ec)) {
     ASSIGN_OR_RETURN(t.chat_template_, ReadUserFile((dir / "chat_template.jinja").string()));
+    t.chat_template_file_ = "chat_template.jinja";
+    t.chat_template_structured_ = false;
   }
   return t;
 }

@@ -55,8 +55,17 @@ class HfTokenizer {
   std::optional<int64_t> bos_id() const { return TokenToId(bos_); }
   std::optional<int64_t> eos_id() const { return TokenToId(eos_); }
   std::optional<int64_t> pad_id() const { return TokenToId(pad_); }
-  // The chat template: chat_template.jinja, or tokenizer_config.json's chat_template ("" if none).
+  const std::string& unk_token() const { return unk_; }
+  // The chat template, from the first of these that has one: chat_template.jinja,
+  // chat_template.json's "chat_template" (a processor's, as transformers 4.4x saves it),
+  // processor_config.json's "chat_template" (transformers 5's processor), tokenizer_config.json's
+  // "chat_template" (a string, or the "default" of a list of named ones); "" if none.
   const std::string& chat_template() const { return chat_template_; }
+  // The file it came from, for errors ("" if none).
+  const std::string& chat_template_file() const { return chat_template_file_; }
+  // Whether it is a processor's, which reads each message's content as a list of image and text
+  // parts (chat_template.json, processor_config.json).
+  bool chat_template_structured() const { return chat_template_structured_; }
 
  private:
   static absl::StatusOr<HfTokenizer> LoadOrThrow(const std::string& directory);
@@ -83,7 +92,8 @@ class HfTokenizer {
   Decoder decoder_;
   std::vector<Added> added_;  // longest content first
   std::vector<int64_t> prefix_, suffix_;  // the post-processor's template around the sequence
-  std::string bos_, eos_, pad_, chat_template_;
+  std::string bos_, eos_, pad_, unk_, chat_template_, chat_template_file_;
+  bool chat_template_structured_ = false;
 };
 
 }  // namespace tandem::tokenizer

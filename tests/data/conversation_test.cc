@@ -29,7 +29,7 @@ TEST_P(ConversationReference, IdsAndLabelsEqualTransformers) {
   EXPECT_EQ((*conversations)[1].messages[0].role, "system");
   auto tokenizer = tokenizer::HfTokenizer::Load(kFixtures + "/" + GetParam());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-  auto format = tokenizer::DetectChatFormat(tokenizer->chat_template());
+  auto format = tokenizer::ChatTemplate::OfTokenizer(*tokenizer);
   ASSERT_TRUE(format.ok());
   for (size_t i = 0; i < conversations->size(); ++i) {
     auto encoded = EncodeConversation((*conversations)[i], *tokenizer, *format, expected["image_tokens"].get<int64_t>());

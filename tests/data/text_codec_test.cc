@@ -72,7 +72,7 @@ class TextCodecHf : public ::testing::TestWithParam<std::string> {};
 TEST_P(TextCodecHf, EqualsEncodeConversationAndPromptsWithTheGenerationPrompt) {
   auto tokenizer = tokenizer::HfTokenizer::Load(kFixtures + "/" + GetParam());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-  auto format = tokenizer::DetectChatFormat(tokenizer->chat_template());
+  auto format = tokenizer::ChatTemplate::OfTokenizer(*tokenizer);
   ASSERT_TRUE(format.ok()) << format.status();
   auto codec = TextCodec::Hf(*tokenizer, *format, /*image_tokens=*/3);
   ASSERT_TRUE(codec.ok()) << codec.status();
@@ -105,8 +105,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TextCodecHf, ::testing::Values("clip_llama", 
 TEST(TextCodecHfErrors, FormatEndOfTurnMustBeAToken) {
   auto tokenizer = tokenizer::HfTokenizer::Load(kFixtures + "/clip_llama");
   ASSERT_TRUE(tokenizer.ok());
-  auto status = TextCodec::Hf(*tokenizer, tokenizer::ChatFormat{"chatml", ""}, 3).status();
-  EXPECT_THAT(std::string(status.message()), HasSubstr("no \"<|im_end|>\" token, which ends a turn in the chatml format"));
+  auto chatml = tokenizer::ChatTemplate::Named("chatml", tokenizer::SpecialTokensOf(*tokenizer));
+  ASSERT_TRUE(chatml.ok()) << chatml.status();
+  auto status = TextCodec::Hf(*tokenizer, *chatml, 3).status();
+  EXPECT_THAT(std::string(status.message()), HasSubstr("no \"<|im_end|>\" token, which ends a turn in chatml's chat template"));
 }
 
 // Every word of the shapes conversations is in the vocabulary of the shapes captions' dataset.
