@@ -4,7 +4,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "tokenizer/hf_tokenizer.h"
-#include "tokenizer/jinja/template.h"
 
 namespace tandem::tokenizer {
 namespace {
@@ -101,7 +100,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::For(const std::string& name, const Hf
   return name.empty() ? OfTokenizer(tokenizer) : Named(name, SpecialTokensOf(tokenizer));
 }
 
-absl::StatusOr<ChatTemplate::Render_> ChatTemplate::RenderRaw(const std::vector<ChatMessage>& messages,
+absl::StatusOr<jinja::Rendered> ChatTemplate::RenderRaw(const std::vector<ChatMessage>& messages,
                                                               bool add_generation_prompt) const {
   jinja::List list;
   for (const ChatMessage& m : messages) {
@@ -120,22 +119,22 @@ absl::StatusOr<ChatTemplate::Render_> ChatTemplate::RenderRaw(const std::vector<
   for (const auto& [key, value] : special) {
     if (!value->empty()) variables.Set(key, jinja::Value::String(*value));
   }
-  auto rendered = template_->Render(variables);
+  absl::StatusOr<jinja::Rendered> rendered = template_->Render(variables);
   if (!rendered.ok()) {
     return absl::Status(rendered.status().code(), absl::StrCat(name_, ": ", rendered.status().message()));
   }
-  return Render_{std::move(rendered->text), std::move(rendered->generation)};
+  return rendered;
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
                                                  bool add_generation_prompt) const {
-  ASSIGN_OR_RETURN(Render_ r, RenderRaw(messages, add_generation_prompt));
+  ASSIGN_OR_RETURN(jinja::Rendered r, RenderRaw(messages, add_generation_prompt));
   return std::move(r.text);
 }
 
 absl::StatusOr<std::vector<ChatPiece>> ChatTemplate::RenderPieces(const std::vector<ChatMessage>& messages,
                                                                   bool add_generation_prompt) const {
-  ASSIGN_OR_RETURN(Render_ whole, RenderRaw(messages, add_generation_prompt));
+  ASSIGN_OR_RETURN(jinja::Rendered whole, RenderRaw(messages, add_generation_prompt));
   std::vector<std::pair<size_t, size_t>> trained;
   if (has_generation_blocks_) {
     trained = whole.generation;
@@ -144,8 +143,8 @@ absl::StatusOr<std::vector<ChatPiece>> ChatTemplate::RenderPieces(const std::vec
       if (messages[i].role != "assistant") continue;
       const std::vector<ChatMessage> before(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i));
       const std::vector<ChatMessage> through(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-      ASSIGN_OR_RETURN(Render_ prompt, RenderRaw(before, /*add_generation_prompt=*/true));
-      ASSIGN_OR_RETURN(Render_ answered, RenderRaw(through, /*add_generation_prompt=*/false));
+      ASSIGN_OR_RETURN(jinja::Rendered prompt, RenderRaw(before, /*add_generation_prompt=*/true));
+      ASSIGN_OR_RETURN(jinja::Rendered answered, RenderRaw(through, /*add_generation_prompt=*/false));
       if (!absl::StartsWith(answered.text, prompt.text) || !absl::StartsWith(whole.text, answered.text)) {
         return absl::InvalidArgumentError(absl::StrCat(
             name_, ": the template does not render the conversation before message ", i,

@@ -32,10 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-
-namespace tandem::jinja {
-class Template;
-}
+#include "tokenizer/jinja/template.h"
 
 namespace tandem::tokenizer {
 
@@ -84,11 +81,7 @@ class ChatTemplate {
   const std::string& end_of_turn() const { return end_of_turn_; }
 
  private:
-  struct Render_ {
-    std::string text;
-    std::vector<std::pair<size_t, size_t>> generation;
-  };
-  absl::StatusOr<Render_> RenderRaw(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  absl::StatusOr<jinja::Rendered> RenderRaw(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
 
   std::string name_;
   std::shared_ptr<const jinja::Template> template_;

@@ -19,12 +19,7 @@ absl::Status Error(int line, std::string_view message) {
 // Python's "\s+" over UTF-8: the byte length of the whitespace run starting at `at`.
 size_t SpaceRun(std::string_view text, size_t at) {
   size_t i = at;
-  while (i < text.size()) {
-    const std::vector<size_t> offsets = CodePointOffsets(text.substr(i, 4));
-    const size_t length = offsets.size() > 1 ? offsets[1] : 1;
-    const std::vector<char32_t> cps = Decode(text.substr(i, length));
-    if (cps.empty() || !IsPythonSpace(cps[0])) break;
-    i += length;
+  for (size_t length = 0; i < text.size() && IsPythonSpace(DecodeAt(text, i, &length)); i += length) {
   }
   return i - at;
 }

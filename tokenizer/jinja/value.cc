@@ -419,32 +419,25 @@ bool IsPythonSpace(char32_t cp) {
          cp == 0x3000;
 }
 
+char32_t DecodeAt(std::string_view text, size_t at, size_t* length) {
+  const unsigned char c = text[at];
+  const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+  *length = 1;
+  if (n <= 1 || at + n > text.size()) return c;
+  char32_t cp = c & (0xff >> (n + 1));
+  for (size_t k = 1; k < n; ++k) {
+    const unsigned char next = text[at + k];
+    if ((next & 0xc0) != 0x80) return c;
+    cp = (cp << 6) | (next & 0x3f);
+  }
+  *length = n;
+  return cp;
+}
+
 std::vector<char32_t> Decode(std::string_view text) {
   std::vector<char32_t> out;
   out.reserve(text.size());
-  for (size_t i = 0; i < text.size();) {
-    const unsigned char c = text[i];
-    int length = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    if (length == 0 || i + length > text.size()) {
-      out.push_back(c);
-      ++i;
-      continue;
-    }
-    char32_t cp = length == 1 ? c : c & (0xff >> (length + 1));
-    bool valid = true;
-    for (int k = 1; k < length; ++k) {
-      const unsigned char next = text[i + k];
-      if ((next & 0xc0) != 0x80) valid = false;
-      cp = (cp << 6) | (next & 0x3f);
-    }
-    if (!valid) {
-      out.push_back(c);
-      ++i;
-      continue;
-    }
-    out.push_back(cp);
-    i += length;
-  }
+  for (size_t i = 0, length = 0; i < text.size(); i += length) out.push_back(DecodeAt(text, i, &length));
   return out;
 }
 
@@ -471,12 +464,9 @@ std::string Encode(char32_t cp) {
 std::vector<size_t> CodePointOffsets(std::string_view text) {
   std::vector<size_t> offsets;
   size_t i = 0;
-  for (char32_t cp : Decode(text)) {
+  for (size_t length = 0; i < text.size(); i += length) {
     offsets.push_back(i);
-    // An invalid byte decoded as itself is one byte long.
-    const size_t length = cp < 0x80 ? 1 : Encode(cp).size();
-    const bool valid = length > 1 && i + length <= text.size() && text.compare(i, length, Encode(cp)) == 0;
-    i += valid ? length : 1;
+    DecodeAt(text, i, &length);
   }
   offsets.push_back(text.size());
   return offsets;

@@ -119,7 +119,10 @@ absl::StatusOr<bool> Less(const Value& a, const Value& b);
 std::string FloatRepr(double f);
 // Python's str.isspace for one code point.
 bool IsPythonSpace(char32_t cp);
-// The code points of UTF-8 text; an invalid byte decodes as itself (0x80-0xFF).
+// The code point at byte `at` of UTF-8 text and its byte `length`; an invalid byte decodes as
+// itself (0x80-0xFF), one byte long.
+char32_t DecodeAt(std::string_view text, size_t at, size_t* length);
+// The code points of UTF-8 text, as DecodeAt reads them.
 std::vector<char32_t> Decode(std::string_view text);
 std::string Encode(char32_t cp);
 // Byte offsets of each code point's start in `text`, and text.size() at the end.
