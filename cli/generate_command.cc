@@ -32,7 +32,9 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   generate->add_option("--chat-template", request->chat_template,
                        "With --chat: a built-in template, chatml, llama3 or tandem (default: the model's own, run)")
       ->check(CLI::IsMember({"chatml", "llama3", "tandem"}));
-  generate->add_option("--output", *output, "text: the generated text; json: {\"text\", \"token_ids\", \"prompt_tokens\"}")
+  generate->add_option("--output", *output,
+                       "text: the generated text; json: {\"text\", \"token_ids\", \"prompt_tokens\", "
+                       "\"prompt_token_ids\" (image tokens expanded), \"prompt_text\" (what was tokenized)}")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));
   generate->add_option("--threads", request->threads, "Intra-op threads (default: LibTorch's)")
@@ -49,6 +51,8 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
       j["text"] = result->text;
       j["token_ids"] = result->token_ids;
       j["prompt_tokens"] = result->prompt_tokens;
+      j["prompt_token_ids"] = result->prompt_token_ids;
+      j["prompt_text"] = result->prompt_text;
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
       std::printf("%s\n", result->text.c_str());

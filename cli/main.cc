@@ -1,5 +1,5 @@
 // tandem: one binary, one subcommand per verb (DESIGN §1): run, coordinator, actor, submit, status,
-// jobs, actors, logs, cancel, doctor, export, generate.
+// jobs, actors, logs, cancel, doctor, export, generate, tokenize.
 #include <CLI/CLI.hpp>
 
 #include <string>
@@ -10,6 +10,7 @@
 #include "cli/generate_command.h"
 #include "cli/run_command.h"
 #include "cli/service_commands.h"
+#include "cli/tokenize_command.h"
 #include "common/blas_info.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   tandem::cli::AddDoctorCommand(app, &exit_code);
   tandem::cli::AddExportCommand(app, &exit_code);
   tandem::cli::AddGenerateCommand(app, &exit_code);
+  tandem::cli::AddTokenizeCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

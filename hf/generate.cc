@@ -131,6 +131,8 @@ absl::StatusOr<GenerateResult> GenerateOrThrow(const GenerateRequest& request) {
   }
   GenerateResult result;
   result.prompt_tokens = static_cast<int64_t>(prompt.size());
+  result.prompt_token_ids = prompt;
+  result.prompt_text = text;
   result.token_ids = models::GenerateGreedyCached(model.llm, features, prompt, model.stop_ids, request.max_new_tokens);
   result.text = model.tokenizer.Decode(result.token_ids, /*skip_special_tokens=*/true);
   return result;

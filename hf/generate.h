@@ -39,6 +39,9 @@ struct GenerateResult {
   std::string text;                // the new tokens decoded, special tokens skipped
   std::vector<int64_t> token_ids;  // the new tokens
   int64_t prompt_tokens = 0;       // the prompt's length with the image tokens expanded
+  // The prompt as the model reads it: its ids, each image token repeated once per image feature.
+  std::vector<int64_t> prompt_token_ids;
+  std::string prompt_text;  // the text that was tokenized: the prompt, or its chat-template render
 };
 
 absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request);

@@ -63,7 +63,10 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Compile(const std::string& name, cons
   t.structured_ = structured_content;
   // The end of a turn: what follows an answer, read from a probe conversation.
   const std::string answer = "Tandem probes the end of a turn";
+  // Some templates insist on a system message first; a template that renders neither probe leaves
+  // end_of_turn empty, and generation then stops at EOS alone.
   auto probe = t.RenderRaw({{"user", "Hi"}, {"assistant", answer}}, false);
+  if (!probe.ok()) probe = t.RenderRaw({{"system", "Be brief."}, {"user", "Hi"}, {"assistant", answer}}, false);
   if (probe.ok()) {
     t.has_generation_blocks_ = !probe->generation.empty();
     const size_t at = probe->text.rfind(answer);

@@ -36,6 +36,7 @@ TEST_P(GenerateReference, TokensAndTextEqualTransformers) {
     ASSERT_TRUE(result.ok()) << result.status();
     EXPECT_EQ(result->token_ids, run["token_ids"].get<std::vector<int64_t>>()) << request.prompt;
     EXPECT_EQ(result->prompt_tokens, run["prompt_tokens"].get<int64_t>()) << request.prompt;
+    EXPECT_EQ(result->prompt_token_ids, run["prompt_token_ids"].get<std::vector<int64_t>>()) << request.prompt;
     EXPECT_EQ(result->text, run["text"].get<std::string>()) << request.prompt;
   }
 }

@@ -84,6 +84,16 @@ TEST(ChatTemplate, TrainsEachAnswerAndItsEndOfTurn) {
   EXPECT_EQ(tandem->end_of_turn(), "<eos>");
 }
 
+TEST(ChatTemplate, FindsTheEndOfTurnOfATemplateThatWantsASystemMessageFirst) {
+  auto strict = ChatTemplate::Compile(
+      "strict.jinja",
+      "{% if messages[0].role != 'system' %}{{ raise_exception('system first') }}{% endif %}"
+      "{% for m in messages %}{{ m.content }}<end>\n{% endfor %}",
+      kTokens, false);
+  ASSERT_TRUE(strict.ok()) << strict.status();
+  EXPECT_EQ(strict->end_of_turn(), "<end>");
+}
+
 // LLaVA's processor template reads structured content and marks the answers with generation blocks.
 TEST(ChatTemplate, AProcessorTemplateGetsPartsAndItsGenerationBlocksAreTheMask) {
   auto llava = ChatTemplate::Compile("chat_template.json", ReadTemplate("llava_processor.jinja"), kTokens, true);
