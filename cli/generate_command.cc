@@ -17,7 +17,8 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
       "generate", "Greedy generation from a Hugging Face LLaVA directory: an image and a prompt in, text out");
   generate->add_option("--model", request->model_dir,
                        "A Hugging Face LLaVA directory (config.json, *.safetensors, tokenizer.json, "
-                       "preprocessor_config.json), a finished Tandem run directory or one of its checkpoints")
+                       "preprocessor_config.json or transformers 5's processor_config.json), a finished Tandem run "
+                       "directory or one of its checkpoints")
       ->required();
   generate->add_option("--image", request->image_path, "PNG or JPEG image; the prompt marks it with <image>");
   generate->add_option("--prompt", request->prompt,

@@ -1,6 +1,8 @@
 #include "data/image_preprocessor.h"
 
 #include <cmath>
+#include <filesystem>
+#include <utility>
 #include <fstream>
 #include <sstream>
 
@@ -56,7 +58,42 @@ Image Crop(const Image& image, int64_t top, int64_t left, int64_t height, int64_
   return out;
 }
 
-absl::StatusOr<ImagePreprocessor> ReadImagePreprocessorOrThrow(const std::string& path);
+absl::StatusOr<ImagePreprocessor> ParsePreprocessorOrThrow(const std::string& path, const json& root);
+
+absl::StatusOr<json> ReadJsonObject(const std::string& path) {
+  ASSIGN_OR_RETURN(const std::string text, ReadUserFile(path));
+  auto parsed = ParseJsonStrict(text);
+  if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
+  if (!parsed->is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": must hold a JSON object"));
+  return *std::move(parsed);
+}
+
+// The settings and the name errors give them: preprocessor_config.json, else processor_config.json's
+// "image_processor" object (transformers 5 saves no preprocessor_config.json).
+absl::StatusOr<std::pair<json, std::string>> ModelSettings(const std::string& directory) {
+  const std::string preprocessor = absl::StrCat(directory, "/preprocessor_config.json");
+  const std::string processor = absl::StrCat(directory, "/processor_config.json");
+  std::error_code ec;
+  if (std::filesystem::exists(preprocessor, ec) || !std::filesystem::exists(processor, ec)) {
+    ASSIGN_OR_RETURN(json root, ReadJsonObject(preprocessor));
+    return std::make_pair(std::move(root), preprocessor);
+  }
+  ASSIGN_OR_RETURN(const json root, ReadJsonObject(processor));
+  const auto it = root.find("image_processor");
+  if (it == root.end() || !it->is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        processor, ": image_processor must be an object (the directory has no preprocessor_config.json either)"));
+  }
+  return std::make_pair(*it, absl::StrCat(processor, ": image_processor"));
+}
+
+absl::StatusOr<ImagePreprocessor> ParsePreprocessor(const std::string& path, const json& root) {
+  try {  // a value of the wrong JSON type (a null flag, say) is an error naming the file
+    return ParsePreprocessorOrThrow(path, root);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": a value of the wrong type: ", e.what()));
+  }
+}
 
 }  // namespace
 
@@ -67,21 +104,24 @@ int64_t ImagePreprocessor::output_size() const {
 
 
 absl::StatusOr<ImagePreprocessor> ReadImagePreprocessor(const std::string& path) {
-  try {  // a value of the wrong JSON type (a null flag, say) is an error naming the file
-    return ReadImagePreprocessorOrThrow(path);
-  } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": a value of the wrong type: ", e.what()));
-  }
+  ASSIGN_OR_RETURN(const json root, ReadJsonObject(path));
+  return ParsePreprocessor(path, root);
+}
+
+absl::StatusOr<ImagePreprocessor> ReadModelImagePreprocessor(const std::string& directory) {
+  ASSIGN_OR_RETURN(const auto settings, ModelSettings(directory));
+  return ParsePreprocessor(settings.second, settings.first);
+}
+
+absl::StatusOr<std::string> ModelImagePreprocessorJson(const std::string& directory) {
+  ASSIGN_OR_RETURN(const auto settings, ModelSettings(directory));
+  RETURN_IF_ERROR(ParsePreprocessor(settings.second, settings.first).status());
+  return settings.first.dump(2);
 }
 
 namespace {
 
-absl::StatusOr<ImagePreprocessor> ReadImagePreprocessorOrThrow(const std::string& path) {
-  ASSIGN_OR_RETURN(const std::string text, ReadUserFile(path));
-  auto parsed = ParseJsonStrict(text);
-  if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
-  if (!parsed->is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": must hold a JSON object"));
-  const json& root = *parsed;
+absl::StatusOr<ImagePreprocessor> ParsePreprocessorOrThrow(const std::string& path, const json& root) {
   ImagePreprocessor p;
   p.do_resize = root.value("do_resize", true);
   if (p.do_resize) {

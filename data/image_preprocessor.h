@@ -1,5 +1,5 @@
-// A Hugging Face checkpoint's preprocessor_config.json (CLIPImageProcessor, SiglipImageProcessor and
-// their PIL variants), and the geometry it describes: resize (the shortest edge to a length, or to
+// A Hugging Face checkpoint's preprocessor_config.json, or transformers 5's processor_config.json
+// (its "image_processor"), for CLIPImageProcessor, SiglipImageProcessor and their PIL variants, and the geometry it describes: resize (the shortest edge to a length, or to
 // a height and width), center crop, then rescale and normalise. Resizing is Pillow's
 // (data/pil_resize.h), as transformers' PIL processors do it; transformers 5's torchvision
 // processors resize in floating point and may differ by a step of 1/255 in places.
@@ -38,6 +38,13 @@ struct ImagePreprocessor {
 };
 
 absl::StatusOr<ImagePreprocessor> ReadImagePreprocessor(const std::string& path);
+// A model directory's image settings: its preprocessor_config.json, or where it has none and a
+// processor_config.json (as transformers 5 saves a processor), that file's "image_processor"
+// object; errors name the file (and "image_processor") and the key.
+absl::StatusOr<ImagePreprocessor> ReadModelImagePreprocessor(const std::string& directory);
+// Those settings as a preprocessor_config.json would hold them (what `tandem export` writes),
+// after checking that they read.
+absl::StatusOr<std::string> ModelImagePreprocessorJson(const std::string& directory);
 
 // Resize then crop. InvalidArgument when the result is not square or the crop does not fit.
 absl::StatusOr<Image> Preprocess(const ImagePreprocessor& preprocessor, const Image& image);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
 #include "common/status_macros.h"
+#include "data/image_preprocessor.h"
 #include "data/tokenizer.h"
 #include "engine/communicator.h"
 #include "engine/engine.h"
@@ -389,7 +390,7 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
     ids.pad = pretrained.pad_token_id >= 0 ? Json(pretrained.pad_token_id) : Json(nullptr);
     RETURN_IF_ERROR(WriteJson(dir / "config.json", LlavaConfig(v, m, m.image_token_id, ids)));
     for (const char* file : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                             "chat_template.jinja", "generation_config.json"}) {
+                             "chat_template.jinja", "chat_template.json", "generation_config.json"}) {
       std::error_code ec;
       const fs::path from = fs::path(job.llm.pretrained) / file;
       if (!fs::exists(from, ec)) continue;
@@ -399,10 +400,8 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
     RETURN_IF_ERROR(AddImageToken(dir, m.image_token_id));
   }
   if (!job.vision.pretrained.empty()) {  // the tower's own preprocessing
-    std::error_code ec;
-    fs::copy_file(fs::path(job.vision.pretrained) / "preprocessor_config.json", dir / "preprocessor_config.json", ec);
-    if (ec) return absl::InternalError(absl::StrCat(job.vision.pretrained, "/preprocessor_config.json: ", ec.message()));
-    return absl::OkStatus();
+    ASSIGN_OR_RETURN(const std::string settings, data::ModelImagePreprocessorJson(job.vision.pretrained));
+    return WriteFileAtomically((dir / "preprocessor_config.json").string(), settings + "\n");
   }
   const double mean = 0.5, std = 0.5;
   return WriteJson(dir / "preprocessor_config.json",

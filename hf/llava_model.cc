@@ -63,11 +63,11 @@ absl::StatusOr<LlavaModel> LoadLlavaOrThrow(const std::string& directory) {
                                                    " model, not a LLaVA one (model_type \"llava\")"));
   }
   const fs::path dir(directory);
-  ASSIGN_OR_RETURN(model.preprocessor, data::ReadImagePreprocessor((dir / "preprocessor_config.json").string()));
+  ASSIGN_OR_RETURN(model.preprocessor, data::ReadModelImagePreprocessor(directory));
   models::VisionConfig vision = *model.config.vision;
   if (model.preprocessor.output_size() != vision.image_size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        directory, ": preprocessor_config.json makes images of ", model.preprocessor.output_size(),
+        directory, ": its image processor makes images of ", model.preprocessor.output_size(),
         " pixels, config.json's vision tower takes ", vision.image_size));
   }
   vision.image_mean = model.preprocessor.image_mean;

@@ -63,12 +63,12 @@ absl::Status ResolveVision(jobspec::JobConfig& job) {
                                  dir, ": its projector outputs ", vision.output_dim, " wide, the LLM is ", hidden)));
   }
   vision.output_dim = hidden;
-  const std::string file = (std::filesystem::path(dir) / "preprocessor_config.json").string();
-  auto preprocessor = data::ReadImagePreprocessor(file);
+  auto preprocessor = data::ReadModelImagePreprocessor(dir);
   if (!preprocessor.ok()) return Prefixed(kVision, preprocessor.status());
   if (preprocessor->output_size() != vision.image_size) {
     return Prefixed(kVision, absl::InvalidArgumentError(absl::StrCat(
-                                 file, ": makes images of ", preprocessor->output_size(), " pixels, the tower takes ",
+                                 dir, ": its image processor makes images of ", preprocessor->output_size(),
+                                 " pixels, the tower takes ",
                                  vision.image_size)));
   }
   vision.image_mean = preprocessor->image_mean;

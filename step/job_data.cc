@@ -52,8 +52,7 @@ absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(const jobspec::JobCon
                                                            const std::string& resume_checkpoint) {
   std::shared_ptr<const data::ImagePreprocessor> preprocessor;
   if (!job.vision.pretrained.empty()) {
-    const auto file = std::filesystem::path(job.vision.pretrained) / "preprocessor_config.json";
-    auto read = data::ReadImagePreprocessor(file.string());
+    auto read = data::ReadModelImagePreprocessor(job.vision.pretrained);
     if (!read.ok()) return Prefixed("vision.pretrained", read.status());
     preprocessor = std::make_shared<const data::ImagePreprocessor>(*std::move(read));
   }

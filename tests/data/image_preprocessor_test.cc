@@ -89,5 +89,43 @@ TEST(PilResize, AnUnchangedSizeKeepsTheValues) {
   }
 }
 
+// transformers 5 saves a processor's image settings inside processor_config.json, with no
+// preprocessor_config.json: the same settings read the same, and errors name the nested object.
+TEST(ImagePreprocessor, ReadsTransformers5sProcessorConfig) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("processor_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const nlohmann::json settings = testing::ReadJsonFile(kFixtures + "/clip_llama/preprocessor_config.json");
+  std::ofstream(dir / "processor_config.json")
+      << nlohmann::json{{"processor_class", "LlavaProcessor"}, {"image_processor", settings}}.dump();
+  auto p = ReadModelImagePreprocessor(dir.string());
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->shortest_edge, 36);
+  EXPECT_EQ(p->output_size(), 30);
+  EXPECT_DOUBLE_EQ(p->image_mean[0], 0.48145466);
+  auto written = ModelImagePreprocessorJson(dir.string());
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(nlohmann::json::parse(*written), settings);
+
+  nlohmann::json bad = settings;
+  bad["resample"] = 1;
+  std::ofstream(dir / "processor_config.json") << nlohmann::json{{"image_processor", bad}}.dump();
+  EXPECT_EQ(std::string(ReadModelImagePreprocessor(dir.string()).status().message()),
+            (dir / "processor_config.json").string() +
+                ": image_processor: resample number 1 is not supported (2 bilinear, 3 bicubic)");
+  std::ofstream(dir / "processor_config.json") << R"({"processor_class": "LlavaProcessor"})";
+  EXPECT_NE(ReadModelImagePreprocessor(dir.string()).status().message().find(
+                "processor_config.json: image_processor must be an object (the directory has no "
+                "preprocessor_config.json either)"),
+            std::string::npos);
+  // preprocessor_config.json, where there is one, wins.
+  fs::copy_file(kFixtures + "/siglip_qwen2/preprocessor_config.json", dir / "preprocessor_config.json");
+  auto siglip = ReadModelImagePreprocessor(dir.string());
+  ASSERT_TRUE(siglip.ok()) << siglip.status();
+  EXPECT_FALSE(siglip->do_center_crop);
+  fs::remove_all(dir);
+  EXPECT_EQ(ReadModelImagePreprocessor(dir.string()).status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace tandem::data
