@@ -10,6 +10,12 @@
 
 namespace tandem::cli {
 
+void AddChatTemplateOption(CLI::App& command, std::string& chat_template) {
+  command.add_option("--chat-template", chat_template,
+                     "With --chat: a built-in template, chatml, llama3 or tandem (default: the model's own, run)")
+      ->check(CLI::IsMember({"chatml", "llama3", "tandem"}));
+}
+
 void AddGenerateCommand(CLI::App& app, int* exit_code) {
   auto request = std::make_shared<hf::GenerateRequest>();
   auto output = std::make_shared<std::string>("text");
@@ -30,9 +36,7 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::PositiveNumber);
   generate->add_flag("--chat", request->chat,
                      "Wrap the prompt as one user turn of the model's chat template, with a generation prompt");
-  generate->add_option("--chat-template", request->chat_template,
-                       "With --chat: a built-in template, chatml, llama3 or tandem (default: the model's own, run)")
-      ->check(CLI::IsMember({"chatml", "llama3", "tandem"}));
+  AddChatTemplateOption(*generate, request->chat_template);
   generate->add_option("--output", *output,
                        "text: the generated text; json: {\"text\", \"token_ids\", \"prompt_tokens\", "
                        "\"prompt_token_ids\" (image tokens expanded), \"prompt_text\" (what was tokenized)}")

@@ -10,8 +10,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+
 namespace tandem::cli {
 
 void AddGenerateCommand(CLI::App& app, int* exit_code);
+// --chat-template NAME (chatml, llama3, tandem), as generate and tokenize take it.
+void AddChatTemplateOption(CLI::App& command, std::string& chat_template);
 
 }  // namespace tandem::cli

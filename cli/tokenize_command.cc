@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "cli/generate_command.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/hf_tokenizer.h"
 
@@ -60,9 +61,7 @@ void AddTokenizeCommand(CLI::App& app, int* exit_code) {
   tokenize->add_option("text", request->text, "The text; <image> stays one token")->required();
   tokenize->add_flag("--chat", request->chat,
                      "Make the text one user turn of the model's chat template, with a generation prompt");
-  tokenize->add_option("--chat-template", request->chat_template,
-                       "With --chat: a built-in template, chatml, llama3 or tandem (default: the model's own, run)")
-      ->check(CLI::IsMember({"chatml", "llama3", "tandem"}));
+  AddChatTemplateOption(*tokenize, request->chat_template);
   tokenize->add_option("--output", *output,
                        "text: the tokenized text, the ids and the pieces; json: {\"text\", \"ids\", \"tokens\"}")
       ->capture_default_str()
