@@ -127,25 +127,49 @@ typename StateMap::key_type OptimizerStateKey(const StateMap&, const at::Tensor&
   }
 }
 
-// softmax(q k^T / sqrt(d) + causal mask) v over the last two dims; q, k, v [..., seq, head_dim].
-// On CUDA with LibTorch 2.x, at::scaled_dot_product_attention (its flash and memory-efficient
-// kernels). On the CPU, every version runs the math written out: 2.x's CPU flash kernel, which
-// at::scaled_dot_product_attention picks there, trained the shapes example at half the speed
-// (bench/README.md, "Tandem against plain PyTorch"), and a CPU run then does the same arithmetic
-// on 1.13 and 2.x. The math holds a [seq, seq] score matrix per head, which CPU-sized models afford.
+// k or v [B, kv_heads, S, d] repeated to q's `heads` [B, heads, S, d]: query head h reads KV head
+// h / (heads / kv_heads), as HF's repeat_kv.
+inline at::Tensor RepeatKvHeads(const at::Tensor& kv, int64_t heads) {
+  const int64_t batch = kv.size(0), kv_heads = kv.size(1), seq = kv.size(2), dim = kv.size(3);
+  if (kv_heads == heads) return kv;
+  return kv.unsqueeze(2).expand({batch, kv_heads, heads / kv_heads, seq, dim}).reshape({batch, heads, seq, dim});
+}
+
+// softmax(q k^T / sqrt(d) + causal mask) v over the last two dims; q [B, heads, seq, head_dim], k
+// and v [B, kv_heads, keys, head_dim] with heads a multiple of kv_heads (grouped-query attention:
+// query head h reads KV head h / (heads / kv_heads)).
+// On CUDA with LibTorch 2.x, at::scaled_dot_product_attention (cuDNN's, flash or memory-efficient
+// kernels), from 2.5 with enable_gqa, so that the kernel reads each KV head for its group of query
+// heads instead of copies made for each (and summed again in backward). On the CPU, every version
+// runs the math written out: 2.x's CPU flash kernel, which at::scaled_dot_product_attention picks
+// there, trained the shapes example at half the speed (bench/README.md, "Tandem against plain
+// PyTorch"), and a CPU run then does the same arithmetic on 1.13 and 2.x. The math holds a
+// [seq, seq] score matrix per head, which CPU-sized models afford.
 inline at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
                                             const at::Tensor& v, bool is_causal) {
-#if TANDEM_TORCH_AT_LEAST(2, 0)
+  const int64_t heads = q.size(1);
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && k.size(1) == v.size(1) && k.size(1) > 0 &&
+                  heads % k.size(1) == 0,
+              "attention: q [B, heads, S, d] and k, v [B, kv_heads, S, d] with heads a multiple of kv_heads, got ",
+              q.sizes(), ", ", k.sizes(), " and ", v.sizes());
+#if TANDEM_TORCH_AT_LEAST(2, 5)
   if (!q.device().is_cpu()) {
-    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, is_causal);
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, is_causal,
+                                            /*scale=*/{}, /*enable_gqa=*/k.size(1) != heads);
+  }
+#elif TANDEM_TORCH_AT_LEAST(2, 0)
+  if (!q.device().is_cpu()) {
+    return at::scaled_dot_product_attention(q, RepeatKvHeads(k, heads), RepeatKvHeads(v, heads),
+                                            /*attn_mask=*/{}, /*dropout_p=*/0.0, is_causal);
   }
 #endif
-  auto scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  const at::Tensor keys = RepeatKvHeads(k, heads), values = RepeatKvHeads(v, heads);
+  auto scores = at::matmul(q, keys.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
   if (is_causal) {
-    auto mask = at::ones({q.size(-2), k.size(-2)}, q.options().dtype(at::kBool)).triu(1);
+    auto mask = at::ones({q.size(-2), keys.size(-2)}, q.options().dtype(at::kBool)).triu(1);
     scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   }
-  return at::matmul(at::softmax(scores, -1), v);
+  return at::matmul(at::softmax(scores, -1), values);
 }
 
 }  // namespace tandem::compat

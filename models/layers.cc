@@ -1,9 +1,14 @@
 #include "models/layers.h"
 
 #include <torch/torch.h>
+#if __has_include(<ATen/ops/_fused_rms_norm.h>)
+#include <ATen/ops/_fused_rms_norm.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#endif
 
 #include <array>
 #include <cmath>
+#include <tuple>
 
 namespace tandem::models {
 
@@ -14,6 +19,15 @@ int64_t CountParameters(const torch::nn::Module& module) {
 }
 
 at::Tensor RmsNormForward(const at::Tensor& x, const at::Tensor& weight, double eps) {
+#if __has_include(<ATen/ops/_fused_rms_norm.h>)
+  // On a GPU, LibTorch's fused kernel: one kernel forward and one backward, where the written-out
+  // form below launches eight and twelve (NOTE [Fused kernels on a GPU]). Outside autocast, so
+  // that it keeps x's dtype as the written-out form does.
+  if (x.is_cuda() && weight.scalar_type() == x.scalar_type()) {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, weight, eps));
+  }
+#endif
   const at::Tensor xf = x.to(at::kFloat);
   const at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return weight * normed.to(x.scalar_type());
@@ -96,11 +110,48 @@ RotaryTables MakeRotaryTables(int64_t head_dim, int64_t max_seq_len, double thet
   return {angles.cos().to(torch::kFloat), angles.sin().to(torch::kFloat)};
 }
 
-at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+namespace {
+
+// rotate_half(x) = [-x2, x1] for the halves x1, x2 of the last dim, and its transpose [u2, -u1].
+at::Tensor RotateHalf(const at::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
-  const at::Tensor xf = x.to(at::kFloat);
-  const at::Tensor rotated = at::cat({-xf.narrow(-1, half, half), xf.narrow(-1, 0, half)}, -1);
-  return (xf * cos.to(at::kFloat) + rotated * sin.to(at::kFloat)).to(x.scalar_type());
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+at::Tensor RotateHalfTransposed(const at::Tensor& u) {
+  const int64_t half = u.size(-1) / 2;
+  return at::cat({u.narrow(-1, half, half), -u.narrow(-1, 0, half)}, -1);
+}
+
+// NOTE [Rotary backward]: y = x cos + R x sin with R = rotate_half is one autograd function, whose
+// backward is dx = g cos + R^T (g sin): two multiplies, a rotation and an add. Autograd of the
+// written-out form zero-fills a tensor for each half's gradient, copies the half in and adds them up
+// (slice_backward): 6% of the GPU time of a Qwen2-0.5B-sized step on an
+// H100 (bench/README.md, "On a GPU"). The arithmetic is that of the written-out form: each product
+// and sum in fp32 from the same operands (a bf16 operand times an fp32 one is computed in fp32, as
+// after a cast), so the results are the same bits.
+struct RotaryFunction : public torch::autograd::Function<RotaryFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
+                            const at::Tensor& sin) {
+    const at::Tensor cos32 = cos.to(at::kFloat), sin32 = sin.to(at::kFloat);
+    ctx->save_for_backward({cos32, sin32});
+    ctx->saved_data["dtype"] = static_cast<int64_t>(x.scalar_type());
+    return (x * cos32 + RotateHalf(x) * sin32).to(x.scalar_type());
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const at::Tensor& g = grads[0];
+    return {(g * saved[0] + RotateHalfTransposed(g * saved[1])).to(dtype), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  return RotaryFunction::apply(x, cos, sin);
 }
 
 void InitNormal(at::Tensor& tensor, double std) {

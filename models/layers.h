@@ -39,6 +39,12 @@ int64_t CountParameters(const torch::nn::Module& module);
 // y = weight * (x / sqrt(mean(x^2 over the last dim) + eps)): the normalisation is computed in fp32 and
 // cast back to x's dtype before the weight multiply, as HF Llama does, so y has the promoted dtype of x
 // and weight (the models keep both in the parameter dtype).
+//
+// NOTE [Fused kernels on a GPU]: on a CUDA tensor with a weight of its dtype, LibTorch 2.8+'s fused
+// RMSNorm (at::_fused_rms_norm) computes the same formula in one kernel, weight multiply included in
+// fp32, and rounds once: within one bf16 rounding of the written-out form, which launches eight
+// kernels forward and twelve backward (tests/models/models_cuda_test.cc holds them to it). On the
+// CPU, and with LibTorch 1.13, the written-out form: CPU results are the same on every version.
 at::Tensor RmsNormForward(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 // RMSNorm with a learned scale (no bias), parameter "weight" [dim] initialised to ones.
@@ -82,7 +88,7 @@ RotaryTables MakeRotaryTables(int64_t head_dim, int64_t max_seq_len, double thet
 
 // x * cos + rotate_half(x) * sin, where rotate_half(x) = [-x2, x1] for the halves x1, x2 of the last dim.
 // x [..., seq, head_dim]; cos/sin [seq, head_dim] (rows of the tables for the positions of x).
-// Computed in fp32; returns x's dtype.
+// Computed in fp32; returns x's dtype. One autograd function (NOTE [Rotary backward] in layers.cc).
 at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 // Initialisation (models/README.md): weight ~ normal(0, std), bias (if any) zero. Draws from the default

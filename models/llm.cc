@@ -68,12 +68,7 @@ class LlmAttentionImpl : public torch::nn::Module {
       cache->keys = k;
       cache->values = v;
     }
-    const int64_t keys = k.size(2);
-    if (kv_heads_ != heads_) {  // query head h reads kv head h / (heads / kv_heads), as HF repeat_kv
-      const int64_t repeat = heads_ / kv_heads_;
-      k = k.unsqueeze(2).expand({batch, kv_heads_, repeat, keys, head_dim_}).reshape({batch, heads_, keys, head_dim_});
-      v = v.unsqueeze(2).expand({batch, kv_heads_, repeat, keys, head_dim_}).reshape({batch, heads_, keys, head_dim_});
-    }
+    // Query head h reads KV head h / (heads / kv_heads), as HF's repeat_kv.
     const at::Tensor out = compat::ScaledDotProductAttention(q, k, v, causal);
     return parallel::ReduceFromGroup(LinearAs(o_, out.transpose(1, 2).reshape({batch, seq, heads_ * head_dim_})),
                                      *tp_);
@@ -263,24 +258,30 @@ LlmImpl::LlmImpl(const LlmConfig& config, parallel::ParallelGroup tensor_paralle
 }
 
 at::Tensor LlmImpl::forward(const at::Tensor& prefix, const at::Tensor& tokens) {
-  return Forward(prefix, tokens, nullptr, nullptr);
+  return Forward(prefix, tokens, nullptr, nullptr, nullptr);
 }
 
 at::Tensor LlmImpl::ForwardLast(const at::Tensor& prefix, const at::Tensor& tokens, const at::Tensor& last) {
   TORCH_CHECK(last.defined() && last.dim() == 1 && last.size(0) == tokens.size(0), "Llm: last must be [",
               tokens.size(0), "], got ", last.defined() ? last.sizes() : at::IntArrayRef{});
-  return Forward(prefix, tokens, nullptr, &last);
+  return Forward(prefix, tokens, nullptr, &last, nullptr);
+}
+
+at::Tensor LlmImpl::ForwardRows(const at::Tensor& prefix, const at::Tensor& tokens, const at::Tensor& rows) {
+  TORCH_CHECK(rows.defined() && rows.dim() == 1 && rows.scalar_type() == at::kLong,
+              "Llm: rows must be int64 [N], got ", rows.defined() ? rows.sizes() : at::IntArrayRef{});
+  return Forward(prefix, tokens, nullptr, nullptr, &rows);
 }
 
 at::Tensor LlmImpl::ForwardCached(const at::Tensor& prefix, const at::Tensor& tokens, KvCache& cache) {
   if (cache.layers.empty()) cache.layers.resize(blocks_.size());
   TORCH_CHECK(cache.layers.size() == blocks_.size(), "Llm: a KV cache of ", cache.layers.size(),
               " layers for a model of ", blocks_.size());
-  return Forward(prefix, tokens, &cache, nullptr);
+  return Forward(prefix, tokens, &cache, nullptr, nullptr);
 }
 
 at::Tensor LlmImpl::Forward(const at::Tensor& prefix, const at::Tensor& tokens, KvCache* cache,
-                            const at::Tensor* last) {
+                            const at::Tensor* last, const at::Tensor* rows) {
   const auto& c = config_;
   TORCH_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.size(1) >= 1,
               "Llm: tokens must be [batch, text_len >= 1], got ",
@@ -335,15 +336,17 @@ at::Tensor LlmImpl::Forward(const at::Tensor& prefix, const at::Tensor& tokens, 
   if (cache != nullptr) {
     x = norm_(x.narrow(1, seq - 1, 1));
   } else if (last != nullptr) {
-    const at::Tensor rows = torch::arange(batch, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
-    x = norm_(x.narrow(1, patches, text).index({rows, last->to(x.device())}).unsqueeze(1));
+    const at::Tensor batch_rows = torch::arange(batch, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
+    x = norm_(x.narrow(1, patches, text).index({batch_rows, last->to(x.device())}).unsqueeze(1));
+  } else if (rows != nullptr) {
+    x = norm_(x.narrow(1, patches, text).reshape({batch * text, x.size(2)}).index_select(0, rows->to(x.device())));
   } else {
     x = norm_(x.narrow(1, patches, text));
   }
   // The head is column-parallel over the vocabulary: this rank's logits.
   x = parallel::CopyToGroup(x, *tensor_parallel_);
   at::Tensor logits = c.tie_embeddings ? at::linear(x, embed_->weight.to(x.scalar_type())) : LinearAs(head_, x);
-  if (cache == nullptr && last == nullptr) return logits;
+  if (cache == nullptr && last == nullptr) return logits;  // forward's, or ForwardRows
   return parallel::GatherLastDim(logits, c.vocab_size, *tensor_parallel_);  // generation reads all of them
 }
 
@@ -378,6 +381,27 @@ TokenLoss LabelLoss(const at::Tensor& logits, const at::Tensor& labels, const pa
 
 TokenLoss LabelLoss(const Llm& llm, const at::Tensor& logits, const at::Tensor& labels) {
   return LabelLoss(logits, labels, llm->tensor_parallel(), llm->vocab_columns());
+}
+
+TokenLoss ForwardLabelLoss(Llm& llm, const at::Tensor& prefix, const at::Tensor& tokens, const at::Tensor& labels) {
+  TORCH_CHECK(tokens.defined() && labels.defined() && tokens.dim() == 2 && labels.sizes() == tokens.sizes(),
+              "ForwardLabelLoss: tokens and labels must both be [batch, T], got ",
+              tokens.defined() ? tokens.sizes() : at::IntArrayRef{}, " and ",
+              labels.defined() ? labels.sizes() : at::IntArrayRef{});
+  const int64_t length = labels.size(1);
+  const parallel::Range whole{0, llm->config().vocab_size};
+  const parallel::Range& columns = llm->tensor_parallel().active() ? llm->vocab_columns() : whole;
+  // Position t of row b predicts labels[b, t + 1]: the rows b * T + t of the text positions whose
+  // next label is a target.
+  const at::Tensor next = labels.narrow(1, 1, std::max<int64_t>(length - 1, 0));
+  const at::Tensor targeted = next.ne(kIgnoreLabel).nonzero();  // [N, 2]: (b, t)
+  const at::Tensor rows = targeted.select(1, 0) * length + targeted.select(1, 1);
+  const at::Tensor logits = llm->ForwardRows(prefix, tokens, rows);
+  TokenLoss loss;
+  loss.sum = parallel::VocabParallelCrossEntropySum(logits, next.reshape({-1}).index_select(0, rows - targeted.select(1, 0)),
+                                                    columns, llm->tensor_parallel());
+  loss.count = rows.size(0);
+  return loss;
 }
 
 TokenLoss CaptionLoss(const at::Tensor& logits, const at::Tensor& tokens, int64_t pad_id) {

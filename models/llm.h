@@ -92,6 +92,9 @@ class LlmImpl : public torch::nn::Module {
   // positions never reach the head (a [B, T, vocab] tensor is large with a real vocabulary). Whole
   // also on a tensor-parallel rank (gathered over the group), as are ForwardCached's.
   at::Tensor ForwardLast(const at::Tensor& prefix, const at::Tensor& tokens, const at::Tensor& last);
+  // forward's logits at the text positions rows (flat indices b * T + t into [B, T] tokens) only:
+  // [N, this rank's vocabulary columns], as forward's (ForwardLabelLoss below).
+  at::Tensor ForwardRows(const at::Tensor& prefix, const at::Tensor& tokens, const at::Tensor& rows);
 
   const LlmConfig& config() const { return config_; }
 
@@ -110,7 +113,8 @@ class LlmImpl : public torch::nn::Module {
   const std::vector<std::shared_ptr<engine::BlockModule>>& blocks() const { return blocks_; }
 
  private:
-  at::Tensor Forward(const at::Tensor& prefix, const at::Tensor& tokens, KvCache* cache, const at::Tensor* last);
+  at::Tensor Forward(const at::Tensor& prefix, const at::Tensor& tokens, KvCache* cache, const at::Tensor* last,
+                     const at::Tensor* rows);
 
   // Replaces the data of the parameters of `module` (named `prefix` + their names) by this rank's
   // shards and records them in shards_.
@@ -153,6 +157,12 @@ parallel::Shard LlmParameterShard(const LlmConfig& config, std::string_view name
 TokenLoss LabelLoss(const at::Tensor& logits, const at::Tensor& labels, const parallel::ParallelGroup& group = {},
                     const parallel::Range& columns = {});
 TokenLoss LabelLoss(const Llm& llm, const at::Tensor& logits, const at::Tensor& labels);
+
+// LabelLoss(llm, llm->forward(prefix, tokens), labels), with the head applied to the positions that
+// predict a target only (Llm::ForwardRows): a caption's few tokens among a sequence of image and
+// prompt positions need a few rows of [positions, vocabulary] logits, not all of them, and the
+// gradient of the others is not filled with zeros.
+TokenLoss ForwardLabelLoss(Llm& llm, const at::Tensor& prefix, const at::Tensor& tokens, const at::Tensor& labels);
 
 // LabelLoss with tokens [B, T] = <bos> w1 .. wn <eos> <pad> ... as their own labels, the pad_id
 // targets ignored.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "engine/compat.h"
 #include "models/layers.h"
@@ -37,8 +38,10 @@ class VisionAttentionImpl : public torch::nn::Module {
       qkv = parallel::SequenceToHeads(qkv.transpose(2, 3).reshape({batch, seq, heads_, 3 * dim}), *sp_);
       qkv = qkv.view({batch, qkv.size(1), qkv.size(2), 3, dim}).transpose(2, 3);
     }
-    qkv = qkv.permute({2, 0, 3, 1, 4});  // [3, B, heads / S, N, head_dim]
-    at::Tensor out = compat::ScaledDotProductAttention(qkv[0], qkv[1], qkv[2], /*is_causal=*/false);
+    // [3, B, heads / S, N, head_dim], unbound: its backward stacks the three gradients in one
+    // kernel, where selecting each zero-fills a [3, ...] gradient and adds them up.
+    const std::vector<at::Tensor> q_k_v = qkv.permute({2, 0, 3, 1, 4}).unbind(0);
+    at::Tensor out = compat::ScaledDotProductAttention(q_k_v[0], q_k_v[1], q_k_v[2], /*is_causal=*/false);
     out = parallel::HeadsToSequence(out.transpose(1, 2), *sp_);  // [B, n, heads, head_dim]
     return LinearAs(proj_, out.reshape({batch, seq, hidden}));
   }
@@ -273,7 +276,9 @@ at::Tensor VisionEncoderImpl::ForwardNormalized(const at::Tensor& pixels) {
     // Only the grid rows holding this rank's patches go through the patch embedding.
     const int64_t row0 = first / c.grid(), rows = (last + c.grid() - 1) / c.grid() - row0;
     const at::Tensor band = pixels.narrow(2, row0 * c.patch_size, rows * c.patch_size);
-    x = Conv2dAs(patch_embed_, band.to(dtype)).flatten(2).transpose(1, 2).to(dtype);  // [B, rows * grid, hidden]
+    // [B, rows * grid, hidden], made contiguous: the residual stream would otherwise keep the
+    // convolution's channel-first layout through every block, each layer norm copying it.
+    x = Conv2dAs(patch_embed_, band.to(dtype)).flatten(2).transpose(1, 2).to(dtype).contiguous();
     x = x.narrow(1, first - row0 * c.grid(), last - first);
   }
   if (c.class_token && positions_range_.begin == 0) {

@@ -170,8 +170,7 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
     at::Tensor loss;
     {
       auto autocast = engine().Autocast();
-      at::Tensor logits = model_->forward(leaf, tokens[k]);
-      loss = models::LabelLoss(model_, logits, labels[k]).sum /
+      loss = models::ForwardLabelLoss(model_, leaf, tokens[k], labels[k]).sum /
              static_cast<double>(std::max<int64_t>(global_targets, 1));
     }
     SetPhase("backward");

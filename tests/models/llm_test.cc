@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/communicator.h"
@@ -256,6 +257,76 @@ TEST(RotaryTest, AttentionScoreDependsOnlyOnRelativePosition) {
   // The rotation preserves norms.
   const at::Tensor q9 = ApplyRotary(q, tables.cos.narrow(0, 9, 1), tables.sin.narrow(0, 9, 1));
   EXPECT_NEAR(q9.norm().item<double>(), q.norm().item<double>(), 1e-5);
+}
+
+// ApplyRotary's own backward (NOTE [Rotary backward]) gives autograd's result for the rotation
+// written out, bit for bit, in fp32 and in bf16: the same products and sums from the same operands.
+TEST(RotaryTest, OwnBackwardEqualsAutogradOfTheWrittenOutRotation) {
+  torch::manual_seed(0);
+  const RotaryTables tables = MakeRotaryTables(8, 16, 10000.0);
+  const at::Tensor cos = tables.cos.narrow(0, 2, 5), sin = tables.sin.narrow(0, 2, 5);
+  const auto written_out = [&](const at::Tensor& x) {
+    const at::Tensor xf = x.to(at::kFloat);
+    const at::Tensor rotated = at::cat({-xf.narrow(-1, 4, 4), xf.narrow(-1, 0, 4)}, -1);
+    return (xf * cos + rotated * sin).to(x.scalar_type());
+  };
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const at::Tensor input = torch::randn({2, 3, 5, 8}).to(dtype);
+    const at::Tensor upstream = torch::randn({2, 3, 5, 8}).to(dtype);
+    const at::Tensor a = input.clone().requires_grad_(true), b = input.clone().requires_grad_(true);
+    const at::Tensor ya = ApplyRotary(a, cos, sin), yb = written_out(b);
+    ya.backward(upstream);
+    yb.backward(upstream);
+    EXPECT_EQ(ya.scalar_type(), dtype);
+    EXPECT_EQ(a.grad().scalar_type(), dtype);
+    EXPECT_TRUE(torch::equal(ya, yb)) << dtype;
+    EXPECT_TRUE(torch::equal(a.grad(), b.grad())) << dtype;
+    EXPECT_GT(a.grad().abs().sum().item<double>(), 0.0);
+  }
+}
+
+// The head on the targeted positions only gives LabelLoss of the whole forward: the same loss and
+// count, the same gradients for the prefix and every parameter, in a batch with ignored labels, a
+// row without targets and image tokens among the text.
+TEST_F(LlmTest, ForwardLabelLossEqualsLabelLossOfTheWholeForward) {
+  LlmConfig c = TinyConfig();
+  c.image_token_id = 5;
+  Llm llm(c);
+  at::Tensor tokens = torch::randint(6, 20, {3, 8}, torch::kLong);
+  tokens.narrow(1, 1, 2).fill_(5);  // two image positions a row
+  at::Tensor labels = tokens.clone();
+  labels.narrow(1, 0, 4).fill_(kIgnoreLabel);  // the prompt
+  labels[1].fill_(kIgnoreLabel);               // a row without targets
+  labels[2][6] = kIgnoreLabel;
+  const at::Tensor images = torch::randn({3, 2, 32});
+  const auto run = [&](bool rows_only) {
+    llm->zero_grad();
+    const at::Tensor prefix = images.clone().requires_grad_(true);
+    const TokenLoss loss = rows_only ? ForwardLabelLoss(llm, prefix, tokens, labels)
+                                     : LabelLoss(llm, llm->forward(prefix, tokens), labels);
+    loss.sum.backward();
+    std::vector<at::Tensor> grads{prefix.grad().clone()};
+    for (const auto& p : llm->parameters()) grads.push_back(p.grad().clone());
+    return std::make_tuple(loss.sum.item<double>(), loss.count, grads);
+  };
+  const auto [whole_sum, whole_count, whole_grads] = run(false);
+  const auto [rows_sum, rows_count, rows_grads] = run(true);
+  EXPECT_EQ(rows_count, 4 + 0 + 3);  // labels 4-7 of row 0, none of row 1, 4, 5 and 7 of row 2
+  EXPECT_EQ(rows_count, whole_count);
+  EXPECT_NEAR(rows_sum, whole_sum, 1e-5 * std::abs(whole_sum));
+  ASSERT_EQ(rows_grads.size(), whole_grads.size());
+  for (size_t i = 0; i < whole_grads.size(); ++i) {
+    EXPECT_LE(testing::ToleranceRatio(rows_grads[i], whole_grads[i], 1e-7, 1e-5), 1.0) << i;
+  }
+  EXPECT_GT(rows_grads[0].abs().sum().item<double>(), 0.0);  // the prefix's gradient flows
+
+  // Nothing to predict: a zero loss that still backpropagates.
+  const at::Tensor prefix = images.clone().requires_grad_(true);
+  const TokenLoss none = ForwardLabelLoss(llm, prefix, tokens, torch::full({3, 8}, kIgnoreLabel, torch::kLong));
+  EXPECT_EQ(none.count, 0);
+  EXPECT_EQ(none.sum.item<double>(), 0.0);
+  none.sum.backward();
+  EXPECT_EQ(prefix.grad().abs().sum().item<double>(), 0.0);
 }
 
 TEST(CaptionLossTest, SumsCrossEntropyOverNonPadTargets) {
