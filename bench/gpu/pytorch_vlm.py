@@ -4,9 +4,11 @@ would train it, on the batch shapes Tandem's bench spec (siglip_qwen2_bench.json
 
 transformers' LlavaForConditionalGeneration (SDPA attention), torch.optim.AdamW(fused=True) and
 clip_grad_norm_(1.0), gradient accumulation over micro-batches. Each sample is one image (its 729
-image tokens) and 256 text tokens; the loss is the text positions' cross-entropy, with the head
-applied to the text positions only, as Tandem does (transformers' own forward would also compute
-logits for the 729 image positions). Precisions, as Tandem's engine names them:
+image tokens) and 256 text tokens; the loss is the cross-entropy of the first --targets text tokens
+(default: every one after the first), with the head applied to the positions that predict them only,
+as Tandem does (transformers' own forward would also compute logits for the 729 image positions and
+every text position). scripts/gpu-check passes --targets 10: a shapes caption of Tandem's bench is
+8-9 words, one token each with the bench's tokenizer, and the end of text. Precisions, as Tandem's engine names them:
   bf16_full    bf16 weights, gradients and AdamW moments (8 bytes a parameter)
   fp32_master  fp32 weights, gradients and moments under bf16 autocast (16 bytes a parameter)
 
@@ -39,6 +41,8 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--profile-steps", type=int, default=0)
+    parser.add_argument("--targets", type=int, default=None,
+                        help="text tokens a sample that are targets (default: all but the first)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--peak-tflops", type=float, default=H100_SXM_BF16_DENSE_TFLOPS)
     args = parser.parse_args()
@@ -64,15 +68,18 @@ def main():
                          dtype=dtype)
     ids = torch.randint(0, 394, (args.micro_batch, image_tokens + text), device=args.device)
     ids[:, :image_tokens] = shape["image_token_id"]
-    targets = ids[:, image_tokens + 1:].reshape(-1)
+    targets_per_sample = text - 1 if args.targets is None else args.targets
+    if not 0 < targets_per_sample < text:
+        parser.error(f"--targets must be in [1, {text - 1}], got {targets_per_sample}")
+    targets = ids[:, image_tokens + 1:image_tokens + 1 + targets_per_sample].reshape(-1)
 
     def step():
         for _ in range(args.micro_batches):
             with torch.autocast(device_type="cuda" if cuda else "cpu", dtype=torch.bfloat16,
                                 enabled=args.precision == "fp32_master"):
                 hidden = model.model(input_ids=ids, pixel_values=pixels).last_hidden_state
-                logits = model.lm_head(hidden[:, image_tokens:])
-            loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.size(-1)), targets)
+                logits = model.lm_head(hidden[:, image_tokens:image_tokens + targets_per_sample])
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets)
             (loss / args.micro_batches).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -94,7 +101,8 @@ def main():
     step_s = statistics.median(measured)
     samples = args.micro_batch * args.micro_batches
     tokens_per_s = samples * (image_tokens + text) / step_s
-    flops = vlm_flops.training_flops_per_sample(shape) * samples / step_s
+    flops_per_sample = vlm_flops.training_flops_per_sample(shape, head_rows=targets_per_sample)
+    flops = flops_per_sample * samples / step_s
     result = {
         "precision": args.precision,
         "device": torch.cuda.get_device_name() if cuda else "cpu",
@@ -106,7 +114,8 @@ def main():
         "step_s": times,
         "tokens_per_s": tokens_per_s,
         "tflops": flops / 1e12,
-        "flops_per_sample": vlm_flops.training_flops_per_sample(shape),
+        "targets_per_sample": targets_per_sample,
+        "flops_per_sample": flops_per_sample,
         "mfu": flops / (args.peak_tflops * 1e12),
         "peak_tflops": args.peak_tflops,
         "final_loss": float(loss.detach()),

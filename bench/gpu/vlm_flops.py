@@ -4,8 +4,9 @@ Counted as PaLM's appendix B and Megatron count them: every matrix multiply is 2
 forward and twice that backward (training = 3x forward); recomputation is not counted; element-wise
 work (norms, activations, softmax, the optimizer) is not counted. Attention's two products (q k^T and
 p v) are counted at full size for the vision tower (it attends both ways) and at half for the LLM
-(causal: FlashAttention skips the masked half). The LLM's head is counted on the text positions only,
-where both Tandem and the PyTorch reference compute logits.
+(causal: FlashAttention skips the masked half). The LLM's head is counted on `head_rows` positions a
+sample: those whose next token is a target, where both Tandem and the PyTorch reference compute
+logits (every text position when not given).
 """
 
 
@@ -32,13 +33,15 @@ def llm_forward_flops(positions, text_tokens, hidden, layers, heads, kv_heads, m
     return layers * per_layer + head
 
 
-def training_flops_per_sample(shape):
-    """`shape`: the dict bench/gpu/make_llava.py writes as shape.json."""
+def training_flops_per_sample(shape, head_rows=None):
+    """`shape`: the dict bench/gpu/make_llava.py writes as shape.json; `head_rows`: the positions a
+    sample the head is applied to (default: every text position)."""
     v, l = shape["vision"], shape["llm"]
     image_tokens = (v["image_size"] // v["patch_size"]) ** 2
     positions = image_tokens + shape["text_tokens"]
     forward = (vision_forward_flops(v["image_size"], v["patch_size"], 3, v["hidden"], v["layers"],
                                     v["mlp"], l["hidden"])
-               + llm_forward_flops(positions, shape["text_tokens"], l["hidden"], l["layers"],
+               + llm_forward_flops(positions, shape["text_tokens"] if head_rows is None else head_rows,
+                                   l["hidden"], l["layers"],
                                    l["heads"], l["kv_heads"], l["mlp"], l["vocab"]))
     return 3 * forward
