@@ -170,9 +170,7 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
     at::Tensor loss;
     {
       auto autocast = engine().Autocast();
-      // The head on every text position: models::ForwardLabelLoss (the targeted positions only, as
-      // run 3 of the H100 bench measured) awaits the end-to-end chat test on LibTorch 2.x's CPU.
-      loss = models::LabelLoss(model_, model_->forward(leaf, tokens[k]), labels[k]).sum /
+      loss = models::ForwardLabelLoss(model_, leaf, tokens[k], labels[k]).sum /
              static_cast<double>(std::max<int64_t>(global_targets, 1));
     }
     SetPhase("backward");

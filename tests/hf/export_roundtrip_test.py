@@ -62,6 +62,8 @@ CLIP_SPEC = {
 
 
 # LLaVA's second stage from an export (PRETRAINED_DIR): the projector and the LLM on conversations.
+# 300 steps (15 s here): past the warm-up, at 81% held-out exact match and a loss of 0.14; at 60 steps (loss
+# 0.69, 25%) whether two images got different answers turned on the last bits of the arithmetic.
 CHAT_SPEC = {
     "name": "roundtrip-chat",
     "data": {"shapes": {"seed": 2, "train_samples": 4096, "eval_samples": 16, "conversations": True},
@@ -69,7 +71,7 @@ CHAT_SPEC = {
     "pretrained": "PRETRAINED_DIR",
     "vision": {"freeze": ["patch_embed.*", "positions", "blocks.*"], "engine": ENGINE},
     "llm": {"engine": ENGINE},
-    "schedule": {"global_batch": 32, "steps": 60, "eval_every": 0, "eval_samples": 16, "seed": 1},
+    "schedule": {"global_batch": 32, "steps": 300, "eval_every": 0, "eval_samples": 16, "seed": 1},
 }
 QUESTIONS = ["<image>\nWhat colour is the shape?", "<image>\nWhere is the shape?"]
 
