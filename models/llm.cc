@@ -356,6 +356,25 @@ void LlmImpl::set_recompute(bool recompute) {
   for (const auto& block : blocks_) block->set_recompute(recompute);
 }
 
+namespace {
+
+// The text positions that predict a target (position t of row b predicts labels[b, t + 1]) as flat
+// indices b * T + t into [B, T], and their targets. Synchronises with the device (nonzero).
+struct Targeted {
+  at::Tensor rows;
+  at::Tensor targets;
+};
+
+Targeted TargetedPositions(const at::Tensor& labels) {
+  const int64_t length = labels.size(1);
+  const at::Tensor next = labels.narrow(1, 1, std::max<int64_t>(length - 1, 0));
+  const at::Tensor targeted = next.ne(kIgnoreLabel).nonzero();  // [N, 2]: (b, t)
+  const at::Tensor b = targeted.select(1, 0), t = targeted.select(1, 1);
+  return {b * length + t, next.index({b, t})};
+}
+
+}  // namespace
+
 TokenLoss LabelLoss(const at::Tensor& logits, const at::Tensor& labels, const parallel::ParallelGroup& group,
                     const parallel::Range& columns) {
   TORCH_CHECK(logits.defined() && labels.defined() && logits.dim() == 3 && labels.dim() == 2 &&
@@ -367,16 +386,12 @@ TokenLoss LabelLoss(const at::Tensor& logits, const at::Tensor& labels, const pa
   if (length < 2) return {logits.to(at::kFloat).sum() * 0.0, 0};  // nothing to predict; keeps the graph
   // Only the labelled positions are converted to fp32: prompts, images and padding are most of a
   // conversation, and a [B, T, vocab] fp32 copy is large with a real vocabulary.
-  const at::Tensor targets = labels.narrow(1, 1, length - 1).reshape({-1});
-  const at::Tensor positions = targets.ne(kIgnoreLabel).nonzero().squeeze(1);
-  const at::Tensor predictions = logits.narrow(1, 0, length - 1).reshape({-1, vocab}).index_select(0, positions);
-  TokenLoss loss;
+  const Targeted targeted = TargetedPositions(labels);
+  const at::Tensor predictions = logits.reshape({-1, vocab}).index_select(0, targeted.rows);
   // Without a group this is cross_entropy's sum (vocab_parallel.h).
   const parallel::Range whole{0, vocab};
-  loss.sum = parallel::VocabParallelCrossEntropySum(predictions, targets.index_select(0, positions),
-                                                    group.active() ? columns : whole, group);
-  loss.count = positions.size(0);
-  return loss;
+  return {parallel::VocabParallelCrossEntropySum(predictions, targeted.targets, group.active() ? columns : whole, group),
+          targeted.rows.size(0)};
 }
 
 TokenLoss LabelLoss(const Llm& llm, const at::Tensor& logits, const at::Tensor& labels) {
@@ -388,20 +403,12 @@ TokenLoss ForwardLabelLoss(Llm& llm, const at::Tensor& prefix, const at::Tensor&
               "ForwardLabelLoss: tokens and labels must both be [batch, T], got ",
               tokens.defined() ? tokens.sizes() : at::IntArrayRef{}, " and ",
               labels.defined() ? labels.sizes() : at::IntArrayRef{});
-  const int64_t length = labels.size(1);
+  const Targeted targeted = TargetedPositions(labels);
+  const at::Tensor logits = llm->ForwardRows(prefix, tokens, targeted.rows);
   const parallel::Range whole{0, llm->config().vocab_size};
   const parallel::Range& columns = llm->tensor_parallel().active() ? llm->vocab_columns() : whole;
-  // Position t of row b predicts labels[b, t + 1]: the rows b * T + t of the text positions whose
-  // next label is a target.
-  const at::Tensor next = labels.narrow(1, 1, std::max<int64_t>(length - 1, 0));
-  const at::Tensor targeted = next.ne(kIgnoreLabel).nonzero();  // [N, 2]: (b, t)
-  const at::Tensor rows = targeted.select(1, 0) * length + targeted.select(1, 1);
-  const at::Tensor logits = llm->ForwardRows(prefix, tokens, rows);
-  TokenLoss loss;
-  loss.sum = parallel::VocabParallelCrossEntropySum(logits, next.reshape({-1}).index_select(0, rows - targeted.select(1, 0)),
-                                                    columns, llm->tensor_parallel());
-  loss.count = rows.size(0);
-  return loss;
+  return {parallel::VocabParallelCrossEntropySum(logits, targeted.targets, columns, llm->tensor_parallel()),
+          targeted.rows.size(0)};
 }
 
 TokenLoss CaptionLoss(const at::Tensor& logits, const at::Tensor& tokens, int64_t pad_id) {
