@@ -125,26 +125,24 @@ at::Tensor RotateHalfTransposed(const at::Tensor& u) {
 
 // NOTE [Rotary backward]: y = x cos + R x sin with R = rotate_half is one autograd function, whose
 // backward is dx = g cos + R^T (g sin): two multiplies, a rotation and an add. Autograd of the
-// written-out form zero-fills a tensor for each half's gradient, copies the half in and adds them up
-// (slice_backward): 6% of the GPU time of a Qwen2-0.5B-sized step on an
-// H100 (bench/README.md, "On a GPU"). The arithmetic is that of the written-out form: each product
-// and sum in fp32 from the same operands (a bf16 operand times an fp32 one is computed in fp32, as
-// after a cast), so the results are the same bits.
+// written-out form zero-fills a tensor for each half's gradient, copies the half in and adds them
+// up (slice_backward): 6% of the GPU time of a Qwen2-0.5B-sized step on an H100 (bench/README.md,
+// "On a GPU"). The arithmetic is that of the written-out form: each product and sum in fp32 from
+// the same operands (a bf16 operand times an fp32 one is computed in fp32, as after a cast), so the
+// results are the same bits. The gradient g arrives in y's dtype, which is x's.
 struct RotaryFunction : public torch::autograd::Function<RotaryFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
                             const at::Tensor& sin) {
     const at::Tensor cos32 = cos.to(at::kFloat), sin32 = sin.to(at::kFloat);
     ctx->save_for_backward({cos32, sin32});
-    ctx->saved_data["dtype"] = static_cast<int64_t>(x.scalar_type());
     return (x * cos32 + RotateHalf(x) * sin32).to(x.scalar_type());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
     const at::Tensor& g = grads[0];
-    return {(g * saved[0] + RotateHalfTransposed(g * saved[1])).to(dtype), at::Tensor(), at::Tensor()};
+    return {(g * saved[0] + RotateHalfTransposed(g * saved[1])).to(g.scalar_type()), at::Tensor(), at::Tensor()};
   }
 };
 
