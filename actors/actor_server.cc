@@ -19,6 +19,8 @@
 #include "actors/worker.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "jobspec/memory_estimate.h"
+#include "platform/device.h"
 #include "proto/tandem/v1/coordinator.grpc.pb.h"
 #include "rpc/channel.h"
 #include "rpc/status.h"
@@ -87,6 +89,7 @@ class Membership {
     request.set_pool(options_.pool);
     request.set_device(options_.device);
     request.set_address(address_);
+    request.set_memory_bytes(options_.memory_bytes);
     v1::RegisterActorResponse response;
     absl::Status status =
         rpc::FromGrpc(stub_->RegisterActor(rpc::ContextWithTimeout(std::chrono::seconds(10)).get(),
@@ -97,7 +100,9 @@ class Membership {
     actor_id_ = response.actor_id();
     interval_ = std::chrono::milliseconds(std::max<int64_t>(50, response.heartbeat_interval_ms()));
     TANDEM_LOG(kInfo, kComponent) << actor_id_ << ": registered with " << options_.coordinator
-                                  << " in pool " << options_.pool << ", serving on " << address_;
+                                  << " in pool " << options_.pool << ", serving on " << address_ << ", offering a job "
+                                  << (options_.memory_bytes > 0 ? jobspec::FormatBytes(options_.memory_bytes)
+                                                                : std::string("unknown memory"));
     return absl::OkStatus();
   }
 
@@ -155,7 +160,9 @@ class Membership {
 
 }  // namespace
 
-int RunActor(const ActorOptions& options) {
+int RunActor(const ActorOptions& given) {
+  ActorOptions options = given;
+  if (options.memory_bytes <= 0) options.memory_bytes = platform::DeviceMemoryBytes(options.device);
   // Signals are taken by sigwait below; every thread started from here on inherits the mask.
   sigset_t signals;
   sigemptyset(&signals);
@@ -166,6 +173,7 @@ int RunActor(const ActorOptions& options) {
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
   WorkerOptions worker_options;
   worker_options.device = options.device;
+  worker_options.memory_bytes = options.memory_bytes;
   worker_options.collective_host = host.empty() ? "127.0.0.1" : host;
   std::unique_ptr<Worker> worker = CreateWorker(worker_options);
   auto inbox = std::make_shared<transport::Inbox>();

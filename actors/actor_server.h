@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 namespace tandem::actors {
@@ -15,6 +16,9 @@ struct ActorOptions {
   // HOST:PORT other processes reach this actor at; "" = the listen host with the bound port.
   std::string advertise;
   std::string device = "cpu";  // "cpu" or "cuda:N"
+  // The memory a job may use here, which the actor tells the coordinator (a job whose group's
+  // estimated memory exceeds it is refused); 0: the device's (platform::DeviceMemoryBytes).
+  int64_t memory_bytes = 0;
   // How long to keep trying to reach the coordinator at start before giving up.
   std::chrono::milliseconds connect_timeout{60000};
   // Written (atomically) with this actor's address once it serves and is registered; "" for none.

@@ -120,8 +120,29 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext* context,
       transport::CreateGrpcTransport(inbox_, std::move(peers), transport_options);
   absl::StatusOr<AssignResult> result = absl::UnknownError("not run");
   command_timeout_ms_ = assignment.timeout.count();
+  auto cancelled = std::make_shared<std::atomic<bool>>(false);
+  assignment.cancelled = cancelled;
+  {
+    std::lock_guard<std::mutex> lock(id_mu_);
+    assigning_job_ = assignment.job_id;
+    assigning_cancelled_ = cancelled;
+    assigning_release_reason_.clear();
+  }
   commands_.Run([&] { result = worker_->Assign(assignment, std::move(store), std::move(transport)); },
                 absl::StrCat("AssignJob ", assignment.job_id));
+  std::string release_reason;
+  {
+    std::lock_guard<std::mutex> lock(id_mu_);
+    assigning_job_.clear();
+    assigning_cancelled_.reset();
+    release_reason = assigning_release_reason_;
+  }
+  if (cancelled->load()) {
+    // Released while it was built: whatever was built goes, and the job is not taken.
+    if (result.ok()) commands_.Run([&] { worker_->Release(); }, "Release");
+    TANDEM_LOG(kInfo, kComponent) << assignment.job_id << ": released while being built (" << release_reason << ")";
+    result = absl::CancelledError(absl::StrCat(assignment.job_id, " was released while this actor built it: ", release_reason));
+  }
   if (!result.ok()) {
     inbox_->ClearJob();
     TANDEM_LOG(kWarning, kComponent)
@@ -247,6 +268,14 @@ void ActorService::ReleaseCurrentJob(const std::string& reason) {
 }
 
 void ActorService::ReleaseJob(const std::string& job, const std::string& reason) {
+  {
+    // A job still being built stops at the worker's next check; AssignJob then refuses it.
+    std::lock_guard<std::mutex> lock(id_mu_);
+    if (assigning_cancelled_ != nullptr && assigning_job_ == job) {
+      if (!assigning_cancelled_->exchange(true)) assigning_release_reason_ = reason;
+      return;
+    }
+  }
   if (job_id() != job) return;  // not ours: nothing to release
   // Cancel the transfers a running command waits for, so it returns before we take the lock.
   inbox_->ClearJob();

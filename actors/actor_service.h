@@ -87,6 +87,11 @@ class ActorService final : public v1::Actor::Service {
   CommandThread commands_;  // runs every worker_ command but status()
   mutable std::mutex id_mu_;
   std::string job_id_;  // guarded by id_mu_; changes only under command_mu_
+  // The job AssignJob is building, and its cancellation flag (Assignment::cancelled), which a
+  // Release of that job sets; guarded by id_mu_.
+  std::string assigning_job_;
+  std::shared_ptr<std::atomic<bool>> assigning_cancelled_;
+  std::string assigning_release_reason_;
   std::string run_dir_;  // the current job's, from AssignJob; guarded by command_mu_
   const std::chrono::milliseconds stuck_grace_;
   std::atomic<int64_t> command_timeout_ms_{300000};  // the last assignment's

@@ -15,6 +15,7 @@
 #include "engine/communicator.h"
 #include "engine/cuda_ops.h"
 #include "hf/pretrained_job.h"
+#include "jobspec/memory_estimate.h"
 #include "step/stage.h"
 
 namespace tandem::actors {
@@ -114,12 +115,26 @@ absl::Status StageWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
   placement.timeout = a.timeout;
   placement.run_dir = a.run_dir;
 
+  // Between the phases of building, a release of the job (tandem cancel) ends the assignment.
+  const auto check_cancelled = [&a](const char* after) -> absl::Status {
+    if (a.cancelled == nullptr || !a.cancelled->load()) return absl::OkStatus();
+    return absl::CancelledError(absl::StrCat(a.job_id, " was released while this actor built it (after ", after, ")"));
+  };
   // Pretrained models' shapes come from their config.json, read here as on every rank.
   jobspec::JobConfig job = a.job;
   RETURN_IF_ERROR(hf::ResolvePretrainedModels(job));
-  ASSIGN_OR_RETURN(std::shared_ptr<const step::JobData> data, step::OpenJobData(job, a.resume_from));
-  // NOTE [Parallel sets] in step/stage.h: a replica of `parallel` ranks shares its samples.
   const bool vision = a.role == Role::kVision;
+  if (options_.memory_bytes > 0) {
+    const jobspec::Group group_of_role = vision ? jobspec::Group::kVision : jobspec::Group::kLlm;
+    ASSIGN_OR_RETURN(const jobspec::MemoryEstimate estimate, jobspec::EstimateGroupMemory(job, group_of_role));
+    RETURN_IF_ERROR(jobspec::CheckEstimateFits(
+        estimate, job, options_.memory_bytes,
+        absl::StrCat("this actor (", options_.device, "; tandem actor --memory, else its device's)")));
+  }
+  RETURN_IF_ERROR(check_cancelled("reading the models' sizes"));
+  ASSIGN_OR_RETURN(std::shared_ptr<const step::JobData> data, step::OpenJobData(job, a.resume_from));
+  RETURN_IF_ERROR(check_cancelled("opening the data"));
+  // NOTE [Parallel sets] in step/stage.h: a replica of `parallel` ranks shares its samples.
   placement.parallel = vision ? job.vision.sequence_parallel : job.llm.tensor_parallel;
   placement.peer_parallel = vision ? job.llm.tensor_parallel : job.vision.sequence_parallel;
   const int parallel = placement.parallel, replica = a.rank / parallel, index = a.rank % parallel;
@@ -139,11 +154,14 @@ absl::Status StageWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
     ASSIGN_OR_RETURN(placement.parallel_communicator,
                      engine::CreateGroupCommunicator(store, index, parallel, placement.device, group_options));
   }
+  RETURN_IF_ERROR(check_cancelled("joining the group"));
   auto create = a.role == Role::kVision ? step::CreateVisionStage : step::CreateLlmStage;
   ASSIGN_OR_RETURN(stage_, create(job, std::move(data), std::move(placement),
                                   std::move(communicator), std::move(transport), &progress_));
+  RETURN_IF_ERROR(check_cancelled("building the model and engine"));
   if (!a.resume_from.empty()) {
     ASSIGN_OR_RETURN(step::ResumePoint resume, stage_->Resume(a.resume_from));
+    RETURN_IF_ERROR(check_cancelled("loading the checkpoint"));
     step_ = resume.step;
     TANDEM_LOG(kInfo, kComponent) << a.job_id << " " << group << " rank " << a.rank
                                   << ": resumed from " << a.resume_from << " at step "

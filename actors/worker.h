@@ -45,6 +45,9 @@ struct Assignment {
   int threads = 0;          // intra-op threads; 0 leaves LibTorch's default
   int64_t attempt = 1;      // which time the job runs; transfers are keyed by job and attempt
   std::string resume_from;  // a complete checkpoint directory to load, or ""
+  // Set (from another thread) when the job is released while it is being built: Assign stops at
+  // its next check, between the phases of building the stage, and returns CANCELLED. May be null.
+  std::shared_ptr<const std::atomic<bool>> cancelled;
 };
 
 // The key a job's transfers carry (TransferTag::job_id) and the inbox accepts: "<job
@@ -74,6 +77,9 @@ struct WorkerStatus {
 struct WorkerOptions {
   std::string device = "cpu";                 // "cpu" or "cuda:N"
   std::string collective_host = "127.0.0.1";  // address this rank's Gloo device binds to
+  // The memory a job may use here (`tandem actor --memory`, else the device's); 0: unknown. Assign
+  // refuses a job whose group's estimated memory (jobspec/memory_estimate.h) exceeds it.
+  int64_t memory_bytes = 0;
 };
 
 class Worker {
@@ -83,7 +89,9 @@ class Worker {
   // Builds the model and engine and joins the group through `store` (keys already scoped to this
   // group and job attempt), then loads assignment.resume_from when it is set. `transport` reaches
   // the other group's ranks. FailedPrecondition when a job is assigned already; InvalidArgument for
-  // a job this worker cannot build; the checkpoint's own error when it cannot be loaded.
+  // a job this worker cannot build; ResourceExhausted, naming the fields, for one whose estimated
+  // memory exceeds options.memory_bytes; CANCELLED once assignment.cancelled is set; the
+  // checkpoint's own error when it cannot be loaded.
   virtual absl::StatusOr<AssignResult> Assign(const Assignment& assignment, std::shared_ptr<KeyValueStore> store,
                                               std::shared_ptr<transport::Transport> transport) = 0;
   // Runs optimizer step `step` (the previous step + 1).

@@ -3,6 +3,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -18,8 +19,11 @@
 #include "absl/strings/str_format.h"
 #include "cli/security_flags.h"
 #include "cli/watch.h"
+#include "hf/pretrained_job.h"
 #include "jobspec/job_spec.h"
 #include "jobspec/job_spec_proto.h"
+#include "jobspec/memory_estimate.h"
+#include "nlohmann/json.hpp"
 #include "proto/tandem/v1/coordinator.grpc.pb.h"
 #include "rpc/channel.h"
 #include "rpc/status.h"
@@ -71,10 +75,36 @@ std::string JobLine(const v1::Job& job) {
                          job.step() > 0 ? absl::StrFormat("%.4f", job.loss()) : "-", Printable(job.message()));
 }
 
-int Submit(const ClientFlags& flags, const std::string& path, bool wait, const std::string& run_dir, int threads) {
+// `tandem submit --estimate`: each group's estimated memory on one actor, without a coordinator.
+int PrintEstimates(const ClientFlags& flags, jobspec::JobConfig config) {
+  if (absl::Status resolved = hf::ResolvePretrainedModels(config); !resolved.ok()) return Fail("submit", resolved);
+  nlohmann::json out = nlohmann::json::object();
+  for (const jobspec::Group group : {jobspec::Group::kVision, jobspec::Group::kLlm}) {
+    absl::StatusOr<jobspec::MemoryEstimate> e = jobspec::EstimateGroupMemory(config, group);
+    if (!e.ok()) return Fail("submit", e.status());
+    if (!flags.json()) {
+      std::printf("%s: %s\n", jobspec::GroupName(group), jobspec::DescribeEstimate(*e, config).c_str());
+      continue;
+    }
+    out[jobspec::GroupName(group)] = {{"total_bytes", e->total()},
+                                      {"model_state_bytes", e->model_state_bytes},
+                                      {"activation_bytes", e->activation_bytes},
+                                      {"data_bytes", e->data_bytes},
+                                      {"parameters", e->parameters},
+                                      {"rank_parameters", e->rank_parameters},
+                                      {"samples_per_rank", e->samples_per_rank},
+                                      {"positions", e->positions}};
+  }
+  if (flags.json()) std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+int Submit(const ClientFlags& flags, const std::string& path, bool wait, const std::string& run_dir, int threads,
+           bool estimate) {
   // Validate here first, so errors name the file; the coordinator validates again.
   absl::StatusOr<jobspec::JobConfig> config = jobspec::LoadJobSpecFile(path);
   if (!config.ok()) return Fail("submit", config.status());
+  if (estimate) return PrintEstimates(flags, *std::move(config));
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
@@ -245,14 +275,18 @@ int Actors(const ClientFlags& flags) {
     std::printf("%s\n", ToJson(actors).c_str());
     return 0;
   }
-  std::printf("%-12s %-8s %-8s %-22s %-6s %-12s %-8s %-10s %s\n", "ACTOR", "POOL", "DEVICE", "ADDRESS", "ALIVE", "JOB",
-              "STEP", "PHASE", "COLLECTIVE");
+  // MEMORY comes last, so that scripts reading the earlier columns by position keep working.
+  std::printf("%-12s %-8s %-8s %-22s %-6s %-12s %-8s %-10s %-10s %s\n", "ACTOR", "POOL", "DEVICE", "ADDRESS", "ALIVE",
+              "JOB", "STEP", "PHASE", "COLLECTIVE", "MEMORY");
   for (const auto& a : actors.actors()) {
     // Every field an actor reported about itself is printed escaped.
-    std::printf("%-12s %-8s %-8s %-22s %-6s %-12s %-8lld %-10s %lld\n", Printable(a.actor_id()).c_str(),
+    std::string memory = a.memory_bytes() > 0 ? jobspec::FormatBytes(a.memory_bytes()) : "-";
+    memory.erase(std::remove(memory.begin(), memory.end(), ' '), memory.end());  // one column: "80.0GiB"
+    std::printf("%-12s %-8s %-8s %-22s %-6s %-12s %-8lld %-10s %-10lld %s\n", Printable(a.actor_id()).c_str(),
                 Printable(a.pool()).c_str(), Printable(a.device()).c_str(), Printable(a.address()).c_str(),
-                a.alive() ? "yes" : "no", a.job_id().empty() ? "-" : a.job_id().c_str(), static_cast<long long>(a.step()),
-                Printable(a.phase()).c_str(), static_cast<long long>(a.last_collective()));
+                a.alive() ? "yes" : "no", a.job_id().empty() ? "-" : a.job_id().c_str(),
+                static_cast<long long>(a.step()), Printable(a.phase()).c_str(),
+                static_cast<long long>(a.last_collective()), memory.c_str());
     // Nothing is scheduled on it until its heartbeats say otherwise.
     if (!a.unhealthy().empty()) std::printf("  %s unhealthy: %s\n", a.actor_id().c_str(), Printable(a.unhealthy()).c_str());
   }
@@ -297,7 +331,7 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   struct Flags {
     ClientFlags client;
     std::string path, job_id, run_dir, prune;
-    bool wait = false, follow = false;
+    bool wait = false, follow = false, estimate = false;
     int threads = 0;
   };
   auto f = std::make_shared<Flags>();
@@ -310,10 +344,14 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   submit->add_option("--threads", f->threads,
                      "Intra-op threads per actor, 0 to 1024, for this job only (default: each actor's cores)")
       ->check(CLI::Range(0, 1024));
+  submit->add_flag("--estimate", f->estimate,
+                   "Print each group's estimated memory on one actor (model states, activations, data: the "
+                   "least it needs, which the coordinator checks against what the pool's actors offer) and "
+                   "exit without submitting");
   AddClientFlags(submit, &f->client);
   submit->callback([=] {
     *exit_code = WithSecurity("submit", f->client.security, [&] {
-      return Submit(f->client, f->path, f->wait, f->run_dir, f->threads);
+      return Submit(f->client, f->path, f->wait, f->run_dir, f->threads, f->estimate);
     });
   });
 

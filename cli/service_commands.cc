@@ -1,6 +1,7 @@
 #include "cli/service_commands.h"
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 
 #include "actors/actor_server.h"
@@ -88,6 +89,13 @@ void AddServiceCommands(CLI::App& app, int* exit_code) {
         absl::Status status = platform::CheckDevice("", device, cuda_devices, false);
         return status.ok() ? std::string() : std::string(status.message());
       });
+  a->add_option("--memory", actor->memory_bytes,
+                "Memory one job may use on this actor, e.g. 80GiB, 24G, 512MiB (KiB = 1024, kB = 1000); "
+                "default: the device's (a GPU's memory, or the host's RAM under its cgroup limit). The "
+                "coordinator refuses at submit a job whose group's estimated memory exceeds what its pool's "
+                "actors offer, and the actor refuses such an assignment")
+      ->transform(CLI::AsSizeValue(/*kb_is_1000=*/true))
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
   a->add_option("--ready-file", actor->ready_file,
                 "Write this actor's address here once registered");
   a->add_flag(

@@ -10,6 +10,7 @@
 #include "coordinator/job_record_proto.h"
 #include "jobspec/job_spec.h"
 #include "jobspec/job_spec_proto.h"
+#include "jobspec/memory_estimate.h"
 #include "rundir/checkpoint_dir.h"
 
 namespace tandem::coordinator {
@@ -79,6 +80,32 @@ std::shared_ptr<JobRunner> Coordinator::RunnerOf(const std::string& job_id) {
   return it == runners_.end() ? nullptr : it->second;
 }
 
+absl::Status Coordinator::CheckMemory(const jobspec::JobConfig& config) const {
+  const std::vector<ActorEntry> actors = registry_.List();
+  for (const jobspec::Group group : {jobspec::Group::kVision, jobspec::Group::kLlm}) {
+    const bool vision = group == jobspec::Group::kVision;
+    // A pretrained model's sizes are in its config.json, which the actors read: they check it.
+    if (!(vision ? config.vision.pretrained : config.llm.pretrained).empty()) continue;
+    const std::string& pool = vision ? config.vision.pool : config.llm.pool;
+    ASSIGN_OR_RETURN(const jobspec::MemoryEstimate estimate, jobspec::EstimateGroupMemory(config, group));
+    int registered = 0;
+    int64_t largest = 0;
+    bool unknown = false;  // an actor that states no memory checks the job itself at assignment
+    for (const ActorEntry& a : actors) {
+      if (a.pool != pool) continue;
+      ++registered;
+      largest = std::max(largest, a.memory_bytes);
+      unknown = unknown || a.memory_bytes == 0;
+    }
+    // No actor yet, or one with room: the job may run (an actor without room refuses its part).
+    if (registered == 0 || unknown || largest >= estimate.total()) continue;
+    return jobspec::CheckEstimateFits(estimate, config, largest,
+                                      absl::StrCat("the largest of pool '", pool, "''s ", registered,
+                                                   " registered actors (tandem actor --memory, else its device's)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& request) {
   ASSIGN_OR_RETURN(jobspec::JobConfig config, jobspec::JobConfigFromProto(request.spec(), "job spec"));
   config.spec_dir = request.spec_dir();
@@ -110,6 +137,7 @@ absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& reques
                                                    " already exists and is not empty; choose another"));
     }
   }
+  RETURN_IF_ERROR(CheckMemory(config));
   if (request.threads() < 0 || request.threads() > kMaxThreads) {
     return absl::InvalidArgumentError(absl::StrCat("threads: ", request.threads(), " is not between 0 (each actor's own) and ",
                                                    kMaxThreads));

@@ -34,6 +34,7 @@
 #include "coordinator/memory_store.h"
 #include "coordinator/metrics.h"
 #include "coordinator/registry.h"
+#include "jobspec/job_config.h"
 #include "proto/tandem/v1/coordinator.pb.h"
 
 namespace tandem::coordinator {
@@ -75,7 +76,9 @@ class Coordinator {
   std::string MetricsText();
 
   // Validates and records the job (QUEUED), then tries to schedule. InvalidArgument with the field
-  // path for a bad spec, or threads beyond kMaxThreads; AlreadyExists for a non-empty run_dir.
+  // path for a bad spec, or threads beyond kMaxThreads; AlreadyExists for a non-empty run_dir;
+  // ResourceExhausted, naming the fields, when a group's estimated memory (jobspec/memory_estimate.h)
+  // exceeds what every registered actor of its pool offers.
   absl::StatusOr<JobRecord> Submit(const v1::SubmitJobRequest& request);
   absl::StatusOr<JobRecord> Cancel(const std::string& job_id);
   // Starts every waiting job whose actors are free and that no earlier job holds a pool against.
@@ -95,6 +98,10 @@ class Coordinator {
   void SetWaitingMessage(JobRecord& job, const std::string& message);
   void Monitor();  // liveness and cleanup, on its own thread
   void Finish(const JobRecord& job);  // a queued job ended without running
+  // OK unless a group of `config` needs more memory than any registered actor of its pool offers (a
+  // pool with none registered, or one stating no memory, and a pretrained group are checked by the
+  // actors at assignment).
+  absl::Status CheckMemory(const jobspec::JobConfig& config) const;
 
   CoordinatorOptions options_;
   FileLock state_lock_;  // <state_dir>/coordinator.lock: one coordinator per state directory

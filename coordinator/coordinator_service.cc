@@ -20,7 +20,8 @@ grpc::Status CoordinatorService::RegisterActor(grpc::ServerContext* context,
                                                v1::RegisterActorResponse* response) {
   TANDEM_AUTHORIZE(context);
   absl::StatusOr<std::string> id =
-      coordinator_->registry().Register(request->pool(), request->device(), request->address());
+      coordinator_->registry().Register(request->pool(), request->device(), request->address(),
+                                        request->memory_bytes());
   if (!id.ok()) return ToGrpc(id.status());
   response->set_actor_id(*id);
   response->set_heartbeat_interval_ms(coordinator_->options().heartbeat_interval.count());
@@ -67,6 +68,7 @@ grpc::Status CoordinatorService::ListActors(grpc::ServerContext* context,
     info->set_last_collective(a.last_collective);
     info->set_seconds_since_heartbeat(silence);
     info->set_unhealthy(a.unhealthy);
+    info->set_memory_bytes(a.memory_bytes);
   }
   return grpc::Status::OK;
 }

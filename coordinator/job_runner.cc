@@ -93,13 +93,23 @@ void JobRunner::Suspend(const std::string& reason) { Stop(reason, /*suspend=*/tr
 void JobRunner::Stop(const std::string& reason, bool suspend) {
   {
     std::lock_guard<std::mutex> lock(reason_mu_);
-    if (stop_reason_.empty()) stop_reason_ = reason;
-    suspended_ = suspended_ || suspend;
+    // A cancel wins over a suspension (the coordinator stopping) in either order: a job the user
+    // cancelled is never resumed.
+    if (!suspend && (stop_reason_.empty() || suspended_)) {
+      stop_reason_ = reason;
+      suspended_ = false;
+    } else if (suspend && stop_reason_.empty()) {
+      stop_reason_ = reason;
+      suspended_ = true;
+    }
   }
   cancelled_ = true;
   hold_.Interrupt();
-  for (const auto& m : members_) m->client->StopRetrying();
-  ReleaseAll(reason);  // interrupts a step waiting on transfers
+  for (const auto& m : members_) {
+    m->client->StopRetrying();
+    if (assigning_) m->client->CancelCalls();  // AssignAll returns now; Release stops the building
+  }
+  ReleaseAll(reason);  // interrupts a step waiting on transfers, and an assignment being built
 }
 
 void JobRunner::ActorLost(const std::string& actor_id, const std::string& what) {

@@ -154,6 +154,9 @@ class JobRunner {
   StepHold hold_;
   std::function<void(const std::string&)> done_;
   std::atomic<bool> cancelled_{false};
+  // AssignAll is waiting for the actors to build the job: a Stop then cancels those calls, so that a
+  // job being built (a large model, a slow load) ends at once; the actors stop at Release.
+  std::atomic<bool> assigning_{false};
   std::mutex reason_mu_;
   std::string stop_reason_;  // guarded by reason_mu_
   bool suspended_ = false;   // guarded by reason_mu_

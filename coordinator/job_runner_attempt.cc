@@ -144,6 +144,14 @@ absl::Status JobRunner::AssignAll(rundir::RunSummary* summary, const std::string
   }
   const std::string prefix = absl::StrCat(job_.id, "/", job_.attempt);
   std::vector<ActorAssignReply> replies(members_.size());
+  // Set before cancelled_ is read, as Stop sets cancelled_ before reading it: a Stop either finds
+  // the calls under way and cancels them, or is seen here first.
+  assigning_ = true;
+  struct Done {
+    std::atomic<bool>& flag;
+    ~Done() { flag = false; }
+  } done{assigning_};
+  if (cancelled_) return absl::CancelledError("cancelled");
   RETURN_IF_ERROR(ForAll("AssignJob", [&](size_t i, Member& m) -> absl::Status {
     const bool vision = m.role == ActorRole::kVision;
     ActorAssignment assignment;

@@ -17,7 +17,7 @@ Registry::Registry(std::chrono::milliseconds heartbeat_timeout, std::function<Cl
     : heartbeat_timeout_(heartbeat_timeout), now_(std::move(now)) {}
 
 absl::StatusOr<std::string> Registry::Register(const std::string& pool, const std::string& device,
-                                               const std::string& address) {
+                                               const std::string& address, int64_t memory_bytes) {
   if (absl::Status bad = jobspec::CheckPoolName(pool); !bad.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("RegisterActor: pool ", bad.message()));
   }
@@ -26,6 +26,9 @@ absl::StatusOr<std::string> Registry::Register(const std::string& pool, const st
                                                    kMaxAddressLength, " characters"));
   }
   if (address.empty()) return absl::InvalidArgumentError("RegisterActor: address is empty");
+  if (memory_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("RegisterActor: memory_bytes must be >= 0, got ", memory_bytes));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   actors_.erase(std::remove_if(actors_.begin(), actors_.end(), [&](const ActorEntry& a) { return a.address == address; }),
                 actors_.end());
@@ -34,6 +37,7 @@ absl::StatusOr<std::string> Registry::Register(const std::string& pool, const st
   entry.pool = pool;
   entry.device = device.empty() ? "cpu" : device;
   entry.address = address;
+  entry.memory_bytes = memory_bytes;
   entry.last_heartbeat = now_();
   actors_.push_back(entry);
   return entry.id;

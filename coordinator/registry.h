@@ -39,6 +39,7 @@ struct ActorEntry {
   int64_t last_collective = 0;
   Clock::time_point last_heartbeat;
   std::string unhealthy;  // from the last heartbeat: why it cannot take work; "" when it can
+  int64_t memory_bytes = 0;  // what it offers a job (RegisterActorRequest.memory_bytes); 0: unknown
 };
 
 // What a job asks for: `count` actors of `pool`, in the order of the job's groups.
@@ -52,8 +53,9 @@ class Registry {
   explicit Registry(std::chrono::milliseconds heartbeat_timeout,
                     std::function<Clock::time_point()> now = [] { return Clock::now(); });
 
-  // Returns the new actor's id. InvalidArgument for an empty pool or address.
-  absl::StatusOr<std::string> Register(const std::string& pool, const std::string& device, const std::string& address);
+  // Returns the new actor's id. InvalidArgument for an empty pool or address, or negative memory.
+  absl::StatusOr<std::string> Register(const std::string& pool, const std::string& device, const std::string& address,
+                                       int64_t memory_bytes = 0);
   // Records that the actor lives. Its progress (step, phase, last collective) counts only for the
   // job it is reserved for: a report about any other job is ignored. NotFound for an unknown id.
   // `unhealthy` (why it cannot take work, "" when it can) holds until the next heartbeat; Reserve

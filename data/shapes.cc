@@ -185,7 +185,10 @@ std::vector<tokenizer::ChatMessage> ShapesDataset::Messages(int64_t index) const
 }
 
 std::vector<std::string> ShapesDataset::VocabularyTexts() const {
-  std::vector<std::string> texts = AllTexts(*this);
+  std::vector<std::string> texts;
+  const int64_t count = std::min(size_, kVocabularySamples);
+  texts.reserve(count + kQuestions.size());
+  for (int64_t i = 0; i < count; ++i) texts.push_back(Text(i));
   for (size_t q = 0; q < kQuestions.size(); ++q) texts.push_back(std::string(kQuestions[q]) + " It is a.");
   return texts;
 }

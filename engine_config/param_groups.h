@@ -1,6 +1,6 @@
-// Internal to engine_config/ (and the engine, which matches names): tandem.param_groups, the
-// optimizer parameter groups of a config (config.h's ParamGroupConfig), and the name patterns that
-// select their parameters.
+// Internal to engine_config/ (and the engine and the job's memory estimate, which match names):
+// tandem.param_groups, the optimizer parameter groups of a config (config.h's ParamGroupConfig),
+// and the name patterns that select their parameters.
 #pragma once
 
 #include <string_view>

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/compat.h"
+#include "models/parameter_list.h"
 #include "parallel/collectives.h"
 #include "parallel/vocab_parallel.h"
 
@@ -182,36 +183,15 @@ void CheckTensorParallel(const LlmConfig& c, int size) {
   TORCH_CHECK(c.vocab_size >= size, "Llm: a vocabulary of ", c.vocab_size, " for ", size, " tensor-parallel ranks");
 }
 
-bool EndsWith(std::string_view name, std::string_view suffix) {
-  return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
-}
-
 }  // namespace
 
 parallel::Shard LlmParameterShard(const LlmConfig& c, std::string_view name, int size, int rank) {
   parallel::Shard shard;
-  if (size == 1) return shard;
-  const int64_t head_dim = c.resolved_head_dim();
-  const auto even = [&](int dim, int64_t full) {
-    shard.dim = dim;
-    shard.full = full;
-    shard.range = parallel::EvenSplit(full, size, rank);
-  };
-  if (name == "embed.weight" || name == "head.weight") {
-    even(0, c.vocab_size);
-  } else if (EndsWith(name, ".attn.q.weight") || EndsWith(name, ".attn.q.bias")) {
-    even(0, c.heads * head_dim);
-  } else if ((EndsWith(name, ".attn.k.weight") || EndsWith(name, ".attn.k.bias") ||
-              EndsWith(name, ".attn.v.weight") || EndsWith(name, ".attn.v.bias")) &&
-             !ReplicatesKvHeads(c, size)) {
-    even(0, c.kv_heads * head_dim);
-  } else if (EndsWith(name, ".attn.o.weight")) {
-    even(1, c.heads * head_dim);
-  } else if (EndsWith(name, ".mlp.gate.weight") || EndsWith(name, ".mlp.up.weight")) {
-    even(0, c.mlp_hidden);
-  } else if (EndsWith(name, ".mlp.down.weight")) {
-    even(1, c.mlp_hidden);
-  }
+  const TensorSplit split = LlmParameterSplit(c, name, size);
+  if (split.dim < 0) return shard;
+  shard.dim = split.dim;
+  shard.full = split.full;
+  shard.range = parallel::EvenSplit(split.full, size, rank);
   return shard;
 }
 

@@ -11,6 +11,7 @@
 // Thread-safety: thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -29,5 +30,14 @@ absl::Status CheckDevice(const std::string& flag, const std::string& device, int
 // The device of the `rank`-th actor of a group under a checked `device`: "cuda" spreads the ranks over
 // the `cuda_devices` devices, any other value is every rank's.
 std::string DeviceOfRank(const std::string& device, int rank, int cuda_devices);
+
+// The memory a job may use on `device`: a CUDA device's total memory; for "cpu" the host's
+// physical memory (MemTotal of /proc/meminfo), or its cgroup's limit (memory.max, v1's
+// memory.limit_in_bytes) when that is lower, as in a Kubernetes pod. 0 when unknown.
+int64_t DeviceMemoryBytes(const std::string& device);
+
+// The smaller of MemTotal in `meminfo` (the text of /proc/meminfo) and a cgroup limit `limit` (the
+// text of memory.max: a byte count or "max"); 0 when neither gives a number. Exposed for tests.
+int64_t HostMemoryBytes(const std::string& meminfo, const std::string& limit);
 
 }  // namespace tandem::platform

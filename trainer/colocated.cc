@@ -25,6 +25,8 @@
 #include "rundir/run_log.h"
 #include "rundir/run_loop.h"
 #include "hf/pretrained_job.h"
+#include "jobspec/memory_estimate.h"
+#include "platform/device.h"
 #include "platform/trace.h"
 #include "step/stage.h"
 #include "trainer/fiber.h"
@@ -55,6 +57,9 @@ class ColocatedRun {
 
  private:
   absl::Status Setup();
+  // ResourceExhausted, naming the fields, when both groups' estimated memory
+  // (jobspec/memory_estimate.h) exceeds the device's (platform::DeviceMemoryBytes).
+  absl::Status CheckMemory() const;
   absl::Status Train();
   // Runs `command` on both stages at once, each a fiber of this thread that gives the thread to
   // the other while it waits on a transfer, as the coordinator runs a command on both groups. The
@@ -83,7 +88,24 @@ class ColocatedRun {
   int64_t first_step_ = 1;
 };
 
+absl::Status ColocatedRun::CheckMemory() const {
+  const int64_t memory = platform::DeviceMemoryBytes(options_.device);
+  if (memory <= 0) return absl::OkStatus();
+  jobspec::JobConfig sized = job_;
+  RETURN_IF_ERROR(hf::ResolvePretrainedModels(sized));
+  ASSIGN_OR_RETURN(const jobspec::MemoryEstimate vision, jobspec::EstimateGroupMemory(sized, jobspec::Group::kVision));
+  ASSIGN_OR_RETURN(const jobspec::MemoryEstimate llm, jobspec::EstimateGroupMemory(sized, jobspec::Group::kLlm));
+  if (vision.total() + llm.total() <= memory) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the job needs an estimated ", jobspec::FormatBytes(vision.total() + llm.total()),
+      " in one process, more than the ", jobspec::FormatBytes(memory), " of ", options_.device,
+      " here: vision needs ", jobspec::DescribeEstimate(vision, sized), "; llm needs ",
+      jobspec::DescribeEstimate(llm, sized)));
+}
+
 absl::Status ColocatedRun::Setup() {
+  // Before anything is written: a job that cannot fit leaves no run directory behind.
+  RETURN_IF_ERROR(CheckMemory());
   run_dir_ = options_.run_dir;
   std::error_code ec;
   if (fs::exists(run_dir_, ec) && !fs::is_empty(run_dir_, ec)) {

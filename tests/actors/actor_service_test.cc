@@ -40,7 +40,16 @@ class ScriptedWorker final : public Worker {
  public:
   absl::StatusOr<AssignResult> Assign(const Assignment& assignment, std::shared_ptr<KeyValueStore>,
                                       std::shared_ptr<transport::Transport>) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    ++assigns_;
+    changed_.notify_all();
+    if (hold_assign_) {
+      // A stage still being built: it stops at its next check once the job is released.
+      while (assignment.cancelled == nullptr || !assignment.cancelled->load()) {
+        changed_.wait_for(lock, std::chrono::milliseconds(1));
+      }
+      return absl::CancelledError("stopped building");
+    }
     job_ = assignment.job_id;
     step_ = 0;
     return AssignResult{};
@@ -84,6 +93,17 @@ class ScriptedWorker final : public Worker {
     return s;
   }
 
+  // Assign builds until its job is released (Assignment::cancelled).
+  void HoldAssign() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_assign_ = true;
+  }
+  // Waits (10 s at most) until Assign was entered `count` times in all.
+  bool AwaitAssigns(int count) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return changed_.wait_for(lock, std::chrono::seconds(10), [&] { return assigns_ >= count; });
+  }
+
   void FailAt(int64_t step) {
     std::lock_guard<std::mutex> lock(mu_);
     fail_at_ = step;
@@ -106,6 +126,8 @@ class ScriptedWorker final : public Worker {
   int64_t step_ = 0;
   int64_t fail_at_ = -1;
   int64_t finishable_ = 1 << 30;
+  bool hold_assign_ = false;
+  int assigns_ = 0;
   std::vector<int64_t> started_;
   std::vector<std::string> written_;
 };
@@ -122,8 +144,12 @@ class ActorServiceTest : public ::testing::Test {
     server_ = builder.BuildAndStart();
     ASSERT_NE(port, 0);
     stub_ = v1::Actor::NewStub(rpc::MakeChannel(absl::StrCat("127.0.0.1:", port)));
+    const grpc::Status status = AssignJob(kJob);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  grpc::Status AssignJob(const std::string& job) {
     v1::AssignJobRequest request;
-    request.set_job_id(kJob);
+    request.set_job_id(job);
     request.set_job_json(kSpec);
     request.set_role(v1::ROLE_VISION);
     request.set_rank(0);
@@ -132,8 +158,7 @@ class ActorServiceTest : public ::testing::Test {
     request.set_run_dir(kRunDir);
     request.set_timeout_ms(command_timeout_ms_);
     v1::AssignJobResponse response;
-    const grpc::Status status = stub_->AssignJob(Context(10000).get(), request, &response);
-    ASSERT_TRUE(status.ok()) << status.error_message();
+    return stub_->AssignJob(Context(10000).get(), request, &response);
   }
   void TearDown() override { server_->Shutdown(std::chrono::system_clock::now()); }
 
@@ -147,10 +172,10 @@ class ActorServiceTest : public ::testing::Test {
     v1::RunStepResponse response;
     return stub_->RunStep(Context(timeout_ms).get(), request, &response);
   }
-  grpc::Status Release() {
+  grpc::Status Release(const std::string& job = kJob, const std::string& reason = "test") {
     v1::ReleaseRequest request;
-    request.set_job_id(kJob);
-    request.set_reason("test");
+    request.set_job_id(job);
+    request.set_reason(reason);
     v1::ReleaseResponse response;
     return stub_->Release(Context(10000).get(), request, &response);
   }
@@ -221,6 +246,24 @@ TEST_F(ActorServiceTest, ReleaseEndsAStepWaitingForItsTurn) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(status.error_message(), "actor has no job (asked for job-000001)");
   EXPECT_TRUE(worker_.started().empty());
+}
+
+// `tandem cancel` while the actor still builds the job: the release answers at once, the building
+// stops at its next check, AssignJob answers CANCELLED with the release's reason, and the actor is
+// free for the next job.
+TEST_F(ActorServiceTest, AReleaseStopsAnAssignmentBeingBuilt) {
+  ASSERT_TRUE(Release().ok());
+  worker_.HoldAssign();
+  auto building = std::async(std::launch::async, [&] { return AssignJob("job-000002"); });
+  ASSERT_TRUE(worker_.AwaitAssigns(2));
+  ASSERT_TRUE(Release("job-000002", "cancelled by request").ok());
+  ASSERT_EQ(building.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  const grpc::Status status = building.get();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(status.error_message(), "job-000002 was released while this actor built it: cancelled by request");
+  EXPECT_EQ(worker_.status().job_id, "");
+  // A release of another job leaves an assignment alone.
+  ASSERT_TRUE(Release("job-000009").ok());
 }
 
 TEST_F(ActorServiceTest, AStepWhosePredecessorNeverComesTimesOut) {

@@ -125,6 +125,57 @@ TEST_F(CoordinatorTest, ThreadsBeyondTheBoundAreRefusedAtSubmit) {
   EXPECT_TRUE(coordinator_->Submit(request).ok());
 }
 
+// A group whose estimated memory (jobspec/memory_estimate.h) no registered actor of its pool offers
+// is refused at submit, naming where the bytes come from, and nothing is recorded; with room, or
+// with no actor registered yet (each then checks at assignment), it is taken.
+TEST_F(CoordinatorTest, AJobWhoseGroupCannotFitItsPoolsMemoryIsRefusedAtSubmit) {
+  Start();
+  const int64_t gib = int64_t{1} << 30;
+  v1::SubmitJobRequest request = Request(2, 1, 4, "big-order");
+  request.mutable_spec()->mutable_data()->mutable_shapes()->set_train_samples(300000000);  // 2.4 GB of order
+  EXPECT_TRUE(coordinator_->Submit(request).ok()) << "no actors registered: not checked at submit";
+  ASSERT_TRUE(coordinator_->registry().Register("vision", "cpu", "v0:1", gib).ok());
+  ASSERT_TRUE(coordinator_->registry().Register("llm", "cpu", "l0:1", 4 * gib).ok());
+  absl::StatusOr<JobRecord> job = coordinator_->Submit(request);
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kResourceExhausted);
+  const std::string message(job.status().message());
+  EXPECT_THAT(message, ::testing::StartsWith("vision: needs an estimated 2.2 GiB on each actor: model states "));
+  EXPECT_THAT(message, HasSubstr("data 2.2 GiB (data.shapes.train_samples: the order of 300000000 samples)"));
+  EXPECT_THAT(message, HasSubstr("more than the 1.0 GiB of the largest of pool 'vision''s 1 registered actors"));
+  ASSERT_EQ(coordinator_->store().ListJobs().value().size(), 1u);
+  // One actor with room: the job may run (it waits for a second; an actor without room refuses
+  // its part at assignment).
+  ASSERT_TRUE(coordinator_->registry().Register("vision", "cpu", "v1:1", 4 * gib).ok());
+  EXPECT_TRUE(coordinator_->Submit(request).ok());
+  // A pool whose actors state no memory is not checked here.
+  ASSERT_TRUE(coordinator_->registry().Register("small", "cpu", "s0:1", 0).ok());
+  request.mutable_spec()->mutable_vision()->set_pool("small");
+  EXPECT_TRUE(coordinator_->Submit(request).ok());
+  EXPECT_EQ(coordinator_->registry().Register("vision", "cpu", "v3:1", -1).status().message(),
+            "RegisterActor: memory_bytes must be >= 0, got -1");
+}
+
+// `tandem cancel` of a job whose actors are still building it (a large model, a slow load) ends it
+// at once: the coordinator stops waiting for the assignment and releases the actors, which stop
+// building at their next check (tests/actors/actor_service_test.cc).
+TEST_F(CoordinatorTest, CancelEndsAJobWhoseActorsAreStillBuildingIt) {
+  Start();
+  AddActors("vision", 1);
+  AddActors("llm", 1);
+  fakes_.HoldAssign("llm0:1");
+  absl::StatusOr<JobRecord> job = coordinator_->Submit(Request(1, 1, 4, "slow-build"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(fakes_.WaitForAssign("llm0:1", std::chrono::minutes(1)));
+  ASSERT_TRUE(coordinator_->Cancel(job->id).ok());
+  const bool cancelled = WaitForState(job->id, JobState::kCancelled);
+  fakes_.UnholdAssign("llm0:1");  // so that a failure here ends the test instead of hanging it
+  ASSERT_TRUE(cancelled) << coordinator_->store().GetJob(job->id).value().message;
+  EXPECT_EQ(coordinator_->store().GetJob(job->id).value().message, "cancelled by request");
+  bool released = false;
+  for (const FakeActors::Call& call : fakes_.Calls("Release")) released = released || call.address == "llm0:1";
+  EXPECT_TRUE(released) << "the actor building the job is told to stop";
+}
+
 TEST_F(CoordinatorTest, ASecondCoordinatorOnTheStateDirectoryRefusesNamingTheFirst) {
   Start();
   absl::StatusOr<std::unique_ptr<Coordinator>> second = Create(std::chrono::minutes(10), "the second");

@@ -49,7 +49,7 @@ class FakeActors::Client final : public ActorClient {
     return actors_->Release(address_, reason);
   }
   void StopRetrying() override {}
-  void CancelCalls() override {}
+  void CancelCalls() override { actors_->CancelCalls(address_); }
 
  private:
   FakeActors* const actors_;
@@ -69,9 +69,13 @@ absl::Status FakeActors::Enter(const Call& call) {
 
 absl::StatusOr<ActorAssignReply> FakeActors::Assign(const std::string& address,
                                                     const ActorAssignment& assignment) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   assignments_.emplace_back(address, assignment);
   if (absl::Status gone = Enter({address, "AssignJob", 0, ""}); !gone.ok()) return gone;
+  ++actors_[address].assigns_entered;
+  changed_.notify_all();
+  changed_.wait(lock, [&] { return !actors_[address].hold_assign || actors_[address].calls_cancelled; });
+  if (actors_[address].hold_assign) return absl::CancelledError("calls to the actor were cancelled");
   ActorAssignReply reply;
   if (auto failure = actors_[address].load_failures.find(assignment.resume_from);
       failure != actors_[address].load_failures.end()) {
@@ -160,6 +164,28 @@ absl::Status FakeActors::Release(const std::string& address, const std::string& 
   actor.released = true;
   changed_.notify_all();
   return absl::OkStatus();
+}
+
+void FakeActors::HoldAssign(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  actors_[address].hold_assign = true;
+}
+
+void FakeActors::UnholdAssign(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  actors_[address].hold_assign = false;
+  changed_.notify_all();
+}
+
+bool FakeActors::WaitForAssign(const std::string& address, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return changed_.wait_for(lock, timeout, [&] { return actors_[address].assigns_entered > 0; });
+}
+
+void FakeActors::CancelCalls(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  actors_[address].calls_cancelled = true;
+  changed_.notify_all();
 }
 
 void FakeActors::HoldRelease(const std::string& address) {

@@ -12,7 +12,7 @@
 // there with CANCELLED (as an actor interrupted by Release does); AssignJob starts afresh.
 //
 // Scripting (any time, from the test's thread): FailStep, FailLoading, LoseAt, Lose, HoldStep and Unhold,
-// HoldRelease and UnholdRelease, SetStepReply, SetEvalReply. Observing: WaitForStep (blocks, with a deadline), Calls,
+// HoldAssign, HoldRelease and UnholdRelease, SetStepReply, SetEvalReply. Observing: WaitForStep (blocks, with a deadline), Calls,
 // StepsDone, Assignments.
 //
 // Thread-safety: everything may be called from any thread.
@@ -72,6 +72,11 @@ class FakeActors final : public ActorClientFactory {
   void SetStepReply(const std::string& address,
                     std::function<ActorStepReply(int64_t step)> reply);
   void SetEvalReply(const std::string& address, ActorEvalReply reply);
+  // AssignJob at `address` blocks, once entered, until the client's CancelCalls (it then fails with
+  // CANCELLED): an actor still building a large stage. WaitForAssign waits until it was entered.
+  void HoldAssign(const std::string& address);
+  void UnholdAssign(const std::string& address);  // lets a held AssignJob answer as usual
+  bool WaitForAssign(const std::string& address, std::chrono::milliseconds timeout);
   // Release at `address` blocks, once entered, until UnholdRelease: an actor that does not answer.
   void HoldRelease(const std::string& address);
   void UnholdRelease(const std::string& address);
@@ -99,6 +104,9 @@ class FakeActors final : public ActorClientFactory {
     bool released = false;
     bool lost = false;
     bool hold_release = false;
+    bool hold_assign = false;
+    bool calls_cancelled = false;  // the client's CancelCalls was called
+    int assigns_entered = 0;
     int releases_entered = 0;
     int64_t lose_at = -1;
     std::map<int64_t, absl::Status> failures;
@@ -116,6 +124,7 @@ class FakeActors final : public ActorClientFactory {
   absl::Status SaveCheckpoint(const std::string& address, int64_t step, const std::string& dir);
   absl::Status Export(const std::string& address, const std::string& path);
   absl::Status Release(const std::string& address, const std::string& reason);
+  void CancelCalls(const std::string& address);
   // Records the call; UNAVAILABLE when the actor is gone. REQUIRES: mu_ held.
   absl::Status Enter(const Call& call);
 

@@ -123,6 +123,19 @@ TEST(TextCodecShapes, CaptionVocabularyCoversTheConversations) {
   }
 }
 
+// A job of 3e8 shapes samples once held every caption to build its word tokenizer (22 GB, and
+// 1.3e11 hashes): the vocabulary comes from the first 65,536 samples, the tokenizer of any larger
+// set is that one's, and a smaller set still uses all of its own.
+TEST(TextCodecShapes, AHugeDatasetBuildsItsVocabularyFromItsFirstSamples) {
+  const ShapesDataset huge(7, 32, Split::kTrain, 300'000'000);
+  const std::vector<std::string> texts = huge.VocabularyTexts();
+  EXPECT_EQ(texts.size(), static_cast<size_t>(ShapesDataset::kVocabularySamples) + 5);  // + the questions
+  const ShapesDataset first(7, 32, Split::kTrain, ShapesDataset::kVocabularySamples);
+  EXPECT_EQ(Tokenizer::Build(texts).words(), Tokenizer::Build(first.VocabularyTexts()).words());
+  const ShapesDataset small(7, 32, Split::kTrain, 10);
+  EXPECT_EQ(small.VocabularyTexts().size(), 10u + 5);
+}
+
 TEST(MakeTokenBatch, PadsToTheBudgetAndCountsTargets) {
   const ShapesDataset dataset(7, 32, Split::kTrain, 4);
   const TextCodec codec = TextCodec::Words(Tokenizer::Build(dataset.VocabularyTexts()));

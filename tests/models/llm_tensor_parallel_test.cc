@@ -11,6 +11,7 @@
 
 #include "engine/fake_communicator.h"
 #include "models/llm.h"
+#include "models/parameter_list.h"
 
 namespace tandem::models {
 namespace {
@@ -136,6 +137,21 @@ TEST(LlmTensorParallel, ShardsHalveTheSplitWeightsAndNameHowEachIsSplit) {
   // Everything but the norms is split in two (the vocabulary of 21 unevenly).
   const int64_t norms = 2 * 2 * 32 + 32;
   EXPECT_EQ(CountParameters(*rank1), (CountParameters(*whole) - norms - 2 * 32) / 2 + norms);
+}
+
+// What the memory estimate counts on each rank is what each rank's model holds, uneven vocabulary
+// shards and replicated KV heads included.
+TEST(LlmTensorParallel, ShardElementsCountEachRanksParameters) {
+  for (const auto& [size, config] : {std::pair{2, Config(4, 2, 21, false, true)}, std::pair{4, Config(4, 2, 23, true, false)},
+                                     std::pair{4, Config(4, 4, 22, false, false)}}) {
+    engine::FakeGroup group(size, "llm/tp0");
+    for (int rank = 0; rank < size; ++rank) {
+      Llm llm(config, parallel::ParallelGroup{group.rank(rank), std::chrono::seconds(1)});
+      int64_t listed = 0;
+      for (const ParameterInfo& p : LlmParameterList(config)) listed += LlmShardElements(config, p, size, rank);
+      EXPECT_EQ(listed, CountParameters(*llm)) << "TP " << size << " rank " << rank << " vocabulary " << config.vocab_size;
+    }
+  }
 }
 
 TEST(LlmTensorParallel, RefusesSizesThatDoNotSplit) {

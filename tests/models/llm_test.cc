@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "engine_config/config.h"
 #include "models/layers.h"
+#include "models/parameter_list.h"
 #include "tests/testing/models.h"
 
 namespace tandem::models {
@@ -119,6 +120,29 @@ TEST_F(LlmTest, ParameterCountMatchesFormula) {
       config.kv_heads = kv_heads;
       Llm llm(config);
       EXPECT_EQ(CountParameters(*llm), ExpectedLlmParameters(config)) << "tied " << tied << " kv " << kv_heads;
+    }
+  }
+}
+
+TEST_F(LlmTest, ParameterListMatchesTheModule) {
+  for (const bool tied : {true, false}) {
+    for (const bool bias : {false, true}) {
+      auto config = TinyConfig();
+      config.tie_embeddings = tied;
+      config.attention_bias = bias;
+      config.kv_heads = 2;
+      config.head_dim = 6;
+      Llm llm(config);
+      const auto built = llm->named_parameters(/*recurse=*/true);
+      const std::vector<ParameterInfo> listed = LlmParameterList(config);
+      ASSERT_EQ(listed.size(), built.size()) << "tied " << tied << " bias " << bias;
+      for (size_t i = 0; i < listed.size(); ++i) {
+        SCOPED_TRACE(listed[i].name);
+        EXPECT_EQ(listed[i].name, built[i].key());
+        EXPECT_EQ(listed[i].shape, built[i].value().sizes().vec());
+        EXPECT_FALSE(listed[i].frozen);
+        EXPECT_EQ(listed[i].in_block, listed[i].name.rfind("blocks.", 0) == 0);
+      }
     }
   }
 }

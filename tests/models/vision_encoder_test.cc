@@ -15,6 +15,7 @@
 #include "engine/compat.h"
 #include "models/layers.h"
 #include "models/llm.h"
+#include "models/parameter_list.h"
 #include "tests/testing/models.h"
 
 namespace tandem::models {
@@ -102,6 +103,40 @@ TEST_F(VisionEncoderTest, ParameterCountMatchesFormula) {
     config.channels = 1;
     EXPECT_EQ(CountParameters(*VisionEncoder(config)), ExpectedVisionParameters(config)) << positions;
   }
+}
+
+// The parameter list the memory estimate counts names every parameter the module has, in its order,
+// with its shape and whether it trains.
+void ExpectListMatchesModule(const VisionConfig& config) {
+  VisionEncoder vision(config);
+  const auto built = vision->named_parameters(/*recurse=*/true);
+  const std::vector<ParameterInfo> listed = VisionParameterList(config);
+  ASSERT_EQ(listed.size(), built.size());
+  for (size_t i = 0; i < listed.size(); ++i) {
+    SCOPED_TRACE(listed[i].name);
+    EXPECT_EQ(listed[i].name, built[i].key());
+    EXPECT_EQ(listed[i].shape, built[i].value().sizes().vec());
+    EXPECT_EQ(listed[i].frozen, !built[i].value().requires_grad());
+    EXPECT_EQ(listed[i].in_block, listed[i].name.rfind("blocks.", 0) == 0);
+  }
+}
+
+TEST_F(VisionEncoderTest, ParameterListMatchesTheModule) {
+  ExpectListMatchesModule(TinyConfig("learned"));
+  ExpectListMatchesModule(TinyConfig("sincos"));
+  // A CLIP/SigLIP-like tower: class token, no patch bias, pre/final/post norms, pooling head, a
+  // feature layer before the last block (which is then frozen), a linear projector.
+  VisionConfig tower = TinyConfig("learned");
+  tower.layers = 3;
+  tower.class_token = true;
+  tower.patch_bias = false;
+  tower.pre_norm = true;
+  tower.final_norm = true;
+  tower.post_norm = true;
+  tower.pooling_head = true;
+  tower.feature_layer = -2;
+  tower.projector = "linear";
+  ExpectListMatchesModule(tower);
 }
 
 TEST_F(VisionEncoderTest, SinCosTableEncodesRowThenColumn) {

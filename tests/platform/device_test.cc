@@ -46,5 +46,18 @@ TEST(DeviceOfRank, SpreadsRanksOverTheDevices) {
   EXPECT_EQ(DeviceOfRank("cpu", 3, 2), "cpu");
 }
 
+// What an actor offers a job on the CPU: the host's memory, or its cgroup's limit when lower (a
+// Kubernetes pod's); cgroup v1's "no limit" is a number beyond the host's.
+TEST(HostMemoryBytes, TakesTheSmallerOfTheHostAndItsCgroupLimit) {
+  const std::string meminfo = "MemTotal:       24576000 kB\nMemFree:        1000 kB\n";
+  EXPECT_EQ(HostMemoryBytes(meminfo, "max\n"), int64_t{24576000} * 1024);
+  EXPECT_EQ(HostMemoryBytes(meminfo, ""), int64_t{24576000} * 1024);
+  EXPECT_EQ(HostMemoryBytes(meminfo, "8589934592\n"), int64_t{8} << 30);
+  EXPECT_EQ(HostMemoryBytes(meminfo, "9223372036854771712\n"), int64_t{24576000} * 1024);
+  EXPECT_EQ(HostMemoryBytes("", "max"), 0);
+  EXPECT_GT(DeviceMemoryBytes("cpu"), 0) << "this host's /proc/meminfo";
+  EXPECT_EQ(DeviceMemoryBytes("cuda:99"), 0);
+}
+
 }  // namespace
 }  // namespace tandem::platform

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,7 @@
 #include "engine/engine.h"
 #include "engine/fake_communicator.h"
 #include "jobspec/job_spec.h"
+#include "jobspec/memory_estimate.h"
 #include "nlohmann/json.hpp"
 #include "engine/safetensors.h"
 #include "hf/pretrained_job.h"
@@ -86,6 +88,19 @@ struct Groups {
   std::vector<std::unique_ptr<engine::FakeGroup>> sequence, data, tensor;
 };
 
+// Rank `rank` of the vision (nv ranks, sequence-parallel sv) or LLM group (nl, tensor-parallel tl).
+Placement PlacementOf(const std::string& transfer_key, bool vision, int rank, int nv, int sv, int nl, int tl) {
+  Placement placement;
+  placement.transfer_key = transfer_key;
+  placement.rank = rank;
+  placement.group_size = vision ? nv : nl;
+  placement.peer_group_size = vision ? nl : nv;
+  placement.parallel = vision ? sv : tl;
+  placement.peer_parallel = vision ? tl : sv;
+  placement.timeout = kTimeout;
+  return placement;
+}
+
 // Runs `steps` steps and one evaluation with nv vision and nl LLM ranks, each on a thread; sv and
 // tl are the sequence- and tensor-parallel degrees. At `fail_step` (0: never) vision rank 0 fails
 // before its step, to see a failure end every rank promptly.
@@ -103,14 +118,7 @@ Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_st
   outcome.llm_weights.resize(nl);
   std::mutex mu;
   auto rank_main = [&](bool vision, int rank) {
-    Placement placement;
-    placement.transfer_key = "stages#1";
-    placement.rank = rank;
-    placement.group_size = vision ? nv : nl;
-    placement.peer_group_size = vision ? nl : nv;
-    placement.parallel = vision ? sv : tl;
-    placement.peer_parallel = vision ? tl : sv;
-    placement.timeout = kTimeout;
+    Placement placement = PlacementOf("stages#1", vision, rank, nv, sv, nl, tl);
     const int replica = rank / placement.parallel, index = rank % placement.parallel;
     std::shared_ptr<engine::CountingCommunicator> counted;
     if (placement.parallel > 1) {
@@ -379,6 +387,88 @@ TEST(StagesClippingTest, WholeModelClippingEqualsOneRankEach) {
   const Outcome run = RunStages(TinyJob(1, 0.05), 2, 3);
   ASSERT_TRUE(run.errors.empty()) << run.errors.front();
   ExpectLossesMatch(run.losses, reference.losses);
+}
+
+// Each rank's engine::MemoryReport after building its stage (no steps): model states plus frozen
+// weights, by group and rank.
+struct StageMemory {
+  std::vector<int64_t> vision, llm;
+  std::vector<absl::Status> errors;
+};
+
+StageMemory BuildStagesAndMeasure(const jobspec::JobConfig& job, const std::shared_ptr<const JobData>& data, int nv,
+                                  int nl, int tl) {
+  Groups groups(nv, 1, nl, tl);
+  transport::InProcessFabric fabric("memory#1", nv, nl, kTimeout);
+  StageMemory memory;
+  memory.vision.assign(nv, 0);
+  memory.llm.assign(nl, 0);
+  std::mutex mu;
+  auto rank_main = [&](bool vision, int rank) {
+    Placement placement = PlacementOf("memory#1", vision, rank, nv, 1, nl, tl);
+    const int replica = rank / placement.parallel, index = rank % placement.parallel;
+    if (placement.parallel > 1) placement.parallel_communicator = groups.tensor[replica]->rank(index);
+    auto create = vision ? CreateVisionStage : CreateLlmStage;
+    absl::StatusOr<std::unique_ptr<Stage>> stage =
+        create(job, data, placement, vision ? groups.vision.rank(rank) : groups.data[index]->rank(replica),
+               fabric.Endpoint(vision ? 0 : 1, rank), nullptr);
+    std::lock_guard<std::mutex> lock(mu);
+    if (!stage.ok()) {
+      memory.errors.push_back(stage.status());
+      return;
+    }
+    const engine::MemoryReport report = (*stage)->engine().Memory();
+    (vision ? memory.vision : memory.llm)[rank] = report.model_state_bytes() + report.frozen_bytes;
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < nv; ++r) threads.emplace_back(rank_main, true, r);
+  for (int r = 0; r < nl; ++r) threads.emplace_back(rank_main, false, r);
+  for (auto& t : threads) t.join();
+  return memory;
+}
+
+// The memory estimate the coordinator checks at submit (jobspec/memory_estimate.h) counts the model
+// states each rank's engine holds, at every ZeRO stage and precision, with frozen parameters and
+// tensor-parallel shards: equal but for the padding of uneven partitions (under 64 elements of a
+// unit per rank here).
+TEST(StagesMemoryTest, TheEstimatesModelStatesAreWhatEachEngineHolds) {
+  const std::string bf16 = R"("bf16": {"enabled": true})";
+  const std::string bf16_full =
+      R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true, "bf16_optimizer_states": true},
+         "tandem": {"bf16_update": "kahan"})";
+  struct Case {
+    int stage;
+    std::string precision, vision_freeze;
+    int nv, nl, tl;
+  };
+  for (const Case& c : std::vector<Case>{{0, "", "", 1, 1, 1},
+                                         {1, bf16, R"(["blocks.0.*"])", 2, 2, 1},
+                                         {2, bf16_full, "", 2, 2, 2},
+                                         {3, bf16, R"(["patch_embed.*", "blocks.1.*"])", 2, 4, 2},
+                                         {3, bf16_full, "", 3, 2, 1}}) {
+    SCOPED_TRACE(absl::StrCat("ZeRO ", c.stage, " ", c.precision, " freeze ", c.vision_freeze, " ", c.nv, "x", c.nl,
+                              " TP ", c.tl));
+    jobspec::JobConfig job = TinyJob(c.stage, 0, c.vision_freeze, c.precision);
+    job.vision.actors = c.nv;
+    job.llm.actors = c.nl;
+    job.llm.tensor_parallel = c.tl;
+    absl::StatusOr<std::shared_ptr<const JobData>> data = OpenJobData(job);
+    ASSERT_TRUE(data.ok()) << data.status();
+    const StageMemory measured = BuildStagesAndMeasure(job, *data, c.nv, c.nl, c.tl);
+    ASSERT_TRUE(measured.errors.empty()) << measured.errors.front();
+    job.llm.model.vocab_size = (*data)->text->vocab_size();
+    for (const jobspec::Group group : {jobspec::Group::kVision, jobspec::Group::kLlm}) {
+      absl::StatusOr<jobspec::MemoryEstimate> estimate = jobspec::EstimateGroupMemory(job, group);
+      ASSERT_TRUE(estimate.ok()) << estimate.status();
+      const std::vector<int64_t>& ranks = group == jobspec::Group::kVision ? measured.vision : measured.llm;
+      const int64_t most = *std::max_element(ranks.begin(), ranks.end());
+      // Padding: fewer than `ranks` elements of each unit, at most 16 bytes each, 40 units.
+      EXPECT_LE(std::abs(estimate->model_state_bytes - most), 40 * 16 * std::max(c.nv, c.nl)) << jobspec::GroupName(group);
+      if (c.nv == 1 && c.nl == 1) {
+        EXPECT_EQ(estimate->model_state_bytes, most) << jobspec::GroupName(group);
+      }
+    }
+  }
 }
 
 // A frozen vision group (vision.freeze ["*"]) trains nothing and gets no gradients back; the LLM
