@@ -1,10 +1,10 @@
-// The LibTorch half of an actor: one rank of a job's vision or LLM group (DESIGN §1, §2). On Assign it
+// The LibTorch half of an actor: one rank of a job's vision or LLM group (docs/design.md §1, §2). On Assign it
 // joins the group's communicator and builds the group's stage (step/stage.h: model, engine, the
 // group's half of the step), then runs the commands the coordinator sends through the actor's gRPC
 // service (actors/actor_service.h) on that stage: steps, evaluations, checkpoints, exports. Tensors
 // reach the other group through a transport::Transport.
 //
-// This header is plain C++ (no LibTorch, no gRPC), so the gRPC side can include it (DESIGN §6).
+// This header is plain C++ (no LibTorch, no gRPC), so the gRPC side can include it (docs/design.md §6).
 //
 // States: idle --Assign--> assigned --RunStep/Evaluate/SaveCheckpoint/Export--> assigned
 //         assigned --Release--> idle.  A failed command leaves the worker assigned; the coordinator then

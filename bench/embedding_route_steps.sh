@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Per-step time of `tandem run` with llm.parallel.embeddings "each_rank" against "broadcast" on the
-# same tensor-parallel job, measured in this one command (README "Parallelism"). Prints one table.
+# same tensor-parallel job, measured in this one command (docs/parallelism.md). Prints one table.
 #
 #   bench/embedding_route_steps.sh [JOB.json] [STEPS] [ROUNDS]
 #   (defaults: examples/shapes_vlm_parallel.json, 300, 3)

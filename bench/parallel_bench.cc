@@ -1,5 +1,5 @@
 // tandem-parallel-bench: memory and traffic per rank of tensor parallelism in the LLM and sequence
-// parallelism in the vision encoder (README "Parallelism"). For each degree it trains a few steps
+// parallelism in the vision encoder (docs/parallelism.md). For each degree it trains a few steps
 // in a fresh group of rank processes over Gloo (one replica: the degree is the group), fp32, and
 // prints one JSON line per case with the largest rank's figures, then each case's ratios against
 // degree 1 measured in the same command. Peak memory is measured as in tandem-engine-bench: RSS

@@ -12,7 +12,7 @@
 //   "not ready: A; B"                a coordinator that was asked for and does not answer, a GPU
 //                                    probe that failed
 // Notes (no native bf16 on the CPU, no CUDA device) are printed but change nothing.
-// `--output json` prints the same as one object (README.md, "tandem doctor", lists its fields).
+// `--output json` prints the same as one object (docs/service.md, "Checking a node", lists its fields).
 // Exit code 0 when ready (warnings allowed), 1 when not, 2 for bad flags (cli/main.cc).
 #pragma once
 

@@ -1,4 +1,4 @@
-// tandem: one binary, one subcommand per verb (DESIGN §1): run, coordinator, actor, submit, status,
+// tandem: one binary, one subcommand per verb (docs/design.md §1): run, coordinator, actor, submit, status,
 // jobs, actors, logs, cancel, doctor, export, generate, tokenize.
 #include <CLI/CLI.hpp>
 

@@ -1,4 +1,4 @@
-// `tandem coordinator` and `tandem actor`: the long-running processes (DESIGN §1).
+// `tandem coordinator` and `tandem actor`: the long-running processes (docs/design.md §1).
 #pragma once
 
 #include <CLI/CLI.hpp>

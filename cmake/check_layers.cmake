@@ -3,8 +3,8 @@
 #
 #   cmake -DROOT=<source tree> -P cmake/check_layers.cmake
 #
-# Fails naming each file, line and include that crosses upward. The layers, lowest first (the
-# README's "Layers" section says the same):
+# Fails naming each file, line and include that crosses upward, and when the table of layers in
+# docs/design.md (§6) differs from this list. The layers, lowest first:
 set(TANDEM_LAYERS
   "common kernels proto"
   "platform engine_config tokenizer rundir rpc"
@@ -59,5 +59,23 @@ if(checked EQUAL 0)
 endif()
 if(violations)
   message(FATAL_ERROR "includes that cross a layer upward:${violations}")
+endif()
+
+# docs/design.md shows the layers as table rows "| N | `a`, `b` |": the same, in the same order.
+if(EXISTS "${ROOT}/docs/design.md")
+  file(STRINGS "${ROOT}/docs/design.md" rows REGEX "^\\| [0-9]+ \\| `")
+  set(expected "")
+  set(layer 0)
+  foreach(folders IN LISTS TANDEM_LAYERS)
+    string(REPLACE " " "`, `" listed "${folders}")
+    list(APPEND expected "| ${layer} | `${listed}` |")
+    math(EXPR layer "${layer} + 1")
+  endforeach()
+  if(NOT "${rows}" STREQUAL "${expected}")
+    string(REPLACE ";" "\n  " rows_text "${rows}")
+    string(REPLACE ";" "\n  " expected_text "${expected}")
+    message(FATAL_ERROR "docs/design.md's table of layers differs from TANDEM_LAYERS in "
+            "cmake/check_layers.cmake:\n  ${rows_text}\nexpected:\n  ${expected_text}")
+  endif()
 endif()
 message(STATUS "layering: ${checked} files include only their own folder and lower layers")

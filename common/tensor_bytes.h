@@ -1,5 +1,5 @@
 // A tensor's bytes as plain values: how tensors cross the seam between LibTorch code and gRPC code
-// (DESIGN §6), which must never meet in one translation unit. Torch code fills it from a contiguous
+// (docs/design.md §6), which must never meet in one translation unit. Torch code fills it from a contiguous
 // tensor (data_ptr, sizes, element type); the transport reads or writes the bytes in place.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The coordinator's core (DESIGN §1, §5), apart from the gRPC plumbing (coordinator_service.h):
+// The coordinator's core (docs/design.md §1, §5), apart from the gRPC plumbing (coordinator_service.h):
 // jobs are validated and recorded before they are acknowledged, queued, gang-scheduled in
 // submission order onto free actors, and driven by one JobRunner each.
 //

@@ -1,4 +1,4 @@
-// The step driver of one running job (DESIGN §1, §2): on a thread of its own it assigns the job to
+// The step driver of one running job (docs/design.md §1, §2): on a thread of its own it assigns the job to
 // its reserved actors, then sends every step, evaluation, checkpoint and the final export to all of
 // them at once and waits for all answers, so the two groups meet only through their own data
 // dependencies inside a step. It writes the run directory (job.json, metrics.jsonl, loss.svg,

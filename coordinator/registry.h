@@ -1,4 +1,4 @@
-// The actor registry (DESIGN §1, §5): which actors exist, in which pool, whether they are alive,
+// The actor registry (docs/design.md §1, §5): which actors exist, in which pool, whether they are alive,
 // and which job each one runs. Plain C++ (no gRPC), so scheduling is tested without a server.
 //
 // An actor's life here:  Register -> free --Reserve--> assigned --Free(job)--> free

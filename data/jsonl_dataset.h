@@ -1,4 +1,4 @@
-// A dataset of real images listed in a JSON Lines file (DESIGN §4), one sample per line:
+// A dataset of real images listed in a JSON Lines file (docs/design.md §4), one sample per line:
 //   {"image": "images/cat.png", "text": "a cat on a mat"}
 //
 // Open reads and validates every line up front, so a bad file fails the job at start rather than

@@ -1,4 +1,4 @@
-// The procedural "shapes" dataset (DESIGN §4): one coloured shape on a dark background, captioned
+// The procedural "shapes" dataset (docs/design.md §4): one coloured shape on a dark background, captioned
 // "a small red circle at the top left". It needs no download and is the same from the same seed on
 // every machine.
 //

@@ -1,4 +1,4 @@
-// The collectives a ZeRO engine needs inside its group, behind one small interface (DESIGN §3).
+// The collectives a ZeRO engine needs inside its group, behind one small interface (docs/design.md §3).
 //
 // Backends: Gloo (CPU, c10d ProcessGroupGloo), NCCL (GPU, raw NCCL; built with a CUDA LibTorch),
 // single rank (world size 1, no communication) and a fake in-process group for tests that can inject

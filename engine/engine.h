@@ -1,4 +1,4 @@
-// The low-precision ZeRO engine: one rank of a data-parallel group training one module (DESIGN §3).
+// The low-precision ZeRO engine: one rank of a data-parallel group training one module (docs/design.md §3).
 //
 // Usage (each rank):
 //   auto engine = Engine::Create(model, communicator, config).value();

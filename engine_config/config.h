@@ -1,4 +1,4 @@
-// The engine's configuration: DeepSpeed's JSON keys, same names and meaning (DESIGN §3).
+// The engine's configuration: DeepSpeed's JSON keys, same names and meaning (docs/design.md §3).
 //
 // ParseConfig is strict: an unknown key, a wrong type, an out-of-range value or an unsupported combination
 // is an InvalidArgument error whose message starts with the key path, e.g.
@@ -92,7 +92,7 @@ struct ParamGroupConfig {
 // How gradients are combined across the group (Tandem extension, tandem.gradient_reduction).
 enum class GradientReduction {
   kMean,  // DeepSpeed: divide by world size and by gradient_accumulation_steps
-  kSum,   // no division: the caller normalised the loss over the global batch (DESIGN §2)
+  kSum,   // no division: the caller normalised the loss over the global batch (docs/design.md §2)
 };
 
 struct Config {

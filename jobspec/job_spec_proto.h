@@ -1,6 +1,6 @@
 // The proto side of job specs: strict JSON -> `tandem.v1.JobSpec`, and a JobSpec message (from a
 // file or from the wire) -> validated JobConfig. For the CLI and the coordinator, which link
-// protobuf; code that includes LibTorch headers must use jobspec/job_spec.h instead (DESIGN §6).
+// protobuf; code that includes LibTorch headers must use jobspec/job_spec.h instead (docs/design.md §6).
 // Stateless and thread-safe. Error messages follow jobspec/job_spec.h: "<source>: <dotted.path>:
 // <what is wrong>".
 #pragma once

@@ -226,7 +226,7 @@ absl::Status CheckSchedule(const JobConfig& c) {
   }
   RETURN_IF_ERROR(MultipleOf("schedule.global_batch", s.global_batch, "schedule.micro_batches",
                              s.micro_batches));
-  // DESIGN §2: each micro-batch is split into contiguous blocks over the data-parallel ranks of
+  // docs/design.md §2: each micro-batch is split into contiguous blocks over the data-parallel ranks of
   // each group (the ranks of one tensor- or sequence-parallel set share their block).
   const int64_t micro = s.global_batch / s.micro_batches;
   const bool vision_larger = c.vision.replicas() >= c.llm.replicas();

@@ -1,4 +1,4 @@
-// Fused Adam/AdamW over one flat partition: one pass over memory, no temporaries (DESIGN §3).
+// Fused Adam/AdamW over one flat partition: one pass over memory, no temporaries (docs/design.md §3).
 //
 // Per element i (g = grad[i] * grad_scale, all arithmetic in fp32):
 //   Adam (decoupled == false): g += weight_decay * w

@@ -1,5 +1,5 @@
 // Llm: a Llama-style decoder that reads image embeddings as a prefix before the text tokens (LLaVA
-// style; DESIGN §4). Architecture, parameter names and count formula: models/README.md.
+// style; docs/design.md §4). Architecture, parameter names and count formula: models/README.md.
 //
 //   x = [prefix ; embed(tokens)]                      [B, P + T, hidden], one causal sequence
 //   layers x block: x += o(Attn(RoPE(q(n)), RoPE(k(n)), v(n))) with n = RMSNorm(x), causal, GQA
@@ -150,7 +150,7 @@ parallel::Shard LlmParameterShard(const LlmConfig& config, std::string_view name
 
 // logits [B, T, V] from Llm::forward, labels [B, T]: logits[:, t] predicts labels[:, t + 1], and
 // positions labelled kIgnoreLabel predict nothing (nor does the last). Computed in fp32. The caller
-// normalises (DESIGN §2: divide by the global batch's count). Synchronises with the device to read
+// normalises (docs/design.md §2: divide by the global batch's count). Synchronises with the device to read
 // `count`. Of a tensor-parallel model (llm->tensor_parallel(), llm->vocab_columns()), logits holds
 // this rank's columns of the vocabulary and the loss is parallel::VocabParallelCrossEntropySum's,
 // the same on every rank.

@@ -1,5 +1,5 @@
 // VisionEncoder: a ViT without class token whose projected patch embeddings are the LLM's prefix
-// (DESIGN §4). Architecture, parameter names and count formula: models/README.md.
+// (docs/design.md §4). Architecture, parameter names and count formula: models/README.md.
 //
 //   images [B, C, H, W] float in [0, 1]  ->  (x - 0.5) / 0.5
 //   -> patch_embed Conv2d(C, hidden, kernel = stride = patch) -> [B, P, hidden] (P = (H/patch)^2,

@@ -1,4 +1,4 @@
-// What every stage of a job reads: its datasets and how their text becomes tokens (DESIGN §4).
+// What every stage of a job reads: its datasets and how their text becomes tokens (docs/design.md §4).
 // From scratch, the word tokenizer is built from the training texts; with llm.pretrained, the
 // checkpoint's tokenizer and chat template are read (data/text_codec.h). Each rank of both groups
 // opens the same data and so agrees on the vocabulary and on every sample without being told;

@@ -1,4 +1,4 @@
-// One rank's part of the training step of DESIGN §2, whichever process it runs in. A job has two
+// One rank's part of the training step of docs/design.md §2, whichever process it runs in. A job has two
 // stages, each a group of ranks:
 //
 //   VisionStage (step/vision_stage.cc)   images -> embeddings, sent to the LLM ranks owning their
@@ -11,7 +11,7 @@
 // A stage meets the other group only through a transport::Transport, and its own group only through
 // its engine's Communicator, so the same code runs as an actor (actors/worker.cc: one stage per
 // process, gRPC or local links, Gloo or NCCL) and in the colocated trainer (trainer/colocated.cc: both
-// stages in one process over step/in_process_transport.h).
+// stages in one process over transport/in_process.h).
 //
 // Every rank draws the same sample order from its own sampler (same seed), so each knows the whole
 // global batch without being told; rank r of N owns step::OwnedSamples(r, N, b) of each micro-batch.

@@ -1,4 +1,4 @@
-// What the colocated trainer and the actors share, so both run exactly the step of DESIGN §2 and a
+// What the colocated trainer and the actors share, so both run exactly the step of docs/design.md §2 and a
 // disaggregated run reproduces the colocated losses: each group's engine config, model seeds, the
 // batch-to-tensor conversion and the dtype embeddings cross in. LibTorch header (torch code only).
 #pragma once

@@ -1,4 +1,4 @@
-// Resuming an LLM checkpoint at another tensor-parallel degree (README "Parallelism"). A checkpoint
+// Resuming an LLM checkpoint at another tensor-parallel degree (docs/parallelism.md). A checkpoint
 // of a tensor-parallel LLM group holds one engine checkpoint per tensor index,
 // <checkpoint>/llm/tensor-<i>-of-<T>/ (each its replicas' ZeRO shards); at T = 1 it is <checkpoint>/llm/
 // itself. ReshardLlmCheckpoint assembles, one optimizer tensor at a time (weights, master, moments,

@@ -1,7 +1,7 @@
 // `tandem run JOB --colocated`: both stages of the step (step/stage.h) in this process, each a group
 // of one rank with its own engine, exchanging embeddings and their gradients over an in-process
 // transport (transport/in_process.h) instead of the network: the same code as a disaggregated run,
-// so its per-step losses are the reference that run must reproduce (DESIGN §2):
+// so its per-step losses are the reference that run must reproduce (docs/design.md §2):
 //
 //   for each micro-batch k of the step:
 //     E    = vision(images_k)                      under the vision engine's autocast

@@ -23,7 +23,7 @@
 namespace tandem::transport {
 
 struct GrpcTransportOptions {
-  // Bytes per TensorChunk message (DESIGN §5: about 1 MiB). REQUIRES: > 0. Default: 1 MiB.
+  // Bytes per TensorChunk message (docs/design.md §5: about 1 MiB). REQUIRES: > 0. Default: 1 MiB.
   size_t chunk_bytes = size_t{1} << 20;
   // Deadline of each send, from Send to the receiver's acknowledgement of the last byte; it
   // includes the time the receiver takes to expect the transfer. Default: 5 minutes.

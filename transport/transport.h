@@ -1,4 +1,4 @@
-// The data plane between a job's two groups, behind one small interface (DESIGN §2, §5): the actors'
+// The data plane between a job's two groups, behind one small interface (docs/design.md §2, §5): the actors'
 // step logic posts what it expects to receive, sends slices to the other group's ranks, and waits,
 // without knowing how bytes travel. The implementation (transport/grpc_transport.h) sends over
 // tandem.v1.Peer streams, or over a local link (a Unix socket, transport/local_link.h) to a peer on

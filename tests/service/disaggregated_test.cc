@@ -1,4 +1,4 @@
-// The central equivalence of DESIGN §2 through the whole service: `tandem run JOB` (a local
+// The central equivalence of docs/design.md §2 through the whole service: `tandem run JOB` (a local
 // coordinator and Nv vision plus Nl LLM actor processes exchanging embeddings and gradients over
 // gRPC) gives the per-step losses of `tandem run JOB --colocated` with fp32 engines, for Nv x Nl in
 // {1x1, 2x2, 1x2, 2x1} and ZeRO stages 0-3 (each shape and each stage at least once, the sharded

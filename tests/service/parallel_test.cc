@@ -1,4 +1,4 @@
-// Tensor and sequence parallelism through the whole service (README "Parallelism"): `tandem run
+// Tensor and sequence parallelism through the whole service (docs/parallelism.md): `tandem run
 // JOB` with llm.parallel.tensor and vision.parallel.sequence (actors as processes, Gloo
 // communicators per dimension, embeddings and gradients over gRPC) gives, in fp32, the per-step
 // losses of `tandem run JOB --colocated` within 1e-4 relative over 20 steps and its final

@@ -1,4 +1,4 @@
-// Failures through the whole service, with real processes and real kills (DESIGN §5): an actor
+// Failures through the whole service, with real processes and real kills (docs/design.md §5): an actor
 // killed with SIGKILL mid-job, the coordinator killed and started again on the same state dir, and
 // a new job that starts from another job's checkpoint with other group sizes and ZeRO stage. With
 // fp32 engines on CPU, the per-step losses after a restart equal an uninterrupted run's, and every

@@ -1,4 +1,4 @@
-// The doors (DESIGN §5) with real processes: every rpc of every service refuses a call without the
+// The doors (docs/design.md §5) with real processes: every rpc of every service refuses a call without the
 // cluster's token or with a wrong one (each method is called by name, from the services'
 // descriptors, so a handler added later without the check fails here), the health service answers
 // without one, a job runs end to end over the token-carrying data plane and over TLS, and bad flags

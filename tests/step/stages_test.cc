@@ -1,4 +1,4 @@
-// The central equivalence of DESIGN §2 inside one process: the vision and LLM stages with Nv x Nl
+// The central equivalence of docs/design.md §2 inside one process: the vision and LLM stages with Nv x Nl
 // ranks as threads (FakeGroup collectives, an in-process transport) give the per-step losses of one
 // rank each, at every ZeRO stage, with gradient accumulation and whole-model clipping. The same
 // stages run as actors in tests/service/disaggregated_test.cc; this one runs in seconds.
