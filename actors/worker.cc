@@ -20,8 +20,6 @@
 
 namespace tandem::actors {
 
-const char* RoleName(Role role) { return role == Role::kVision ? "vision" : "llm"; }
-
 std::string TransferJobKey(const std::string& job_id, int64_t attempt) {
   return absl::StrCat(job_id, "#", attempt);
 }
@@ -125,8 +123,7 @@ absl::Status StageWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
   RETURN_IF_ERROR(hf::ResolvePretrainedModels(job));
   const bool vision = a.role == Role::kVision;
   if (options_.memory_bytes > 0) {
-    const jobspec::Group group_of_role = vision ? jobspec::Group::kVision : jobspec::Group::kLlm;
-    ASSIGN_OR_RETURN(const jobspec::MemoryEstimate estimate, jobspec::EstimateGroupMemory(job, group_of_role));
+    ASSIGN_OR_RETURN(const jobspec::MemoryEstimate estimate, jobspec::EstimateGroupMemory(job, a.role));
     RETURN_IF_ERROR(jobspec::CheckEstimateFits(
         estimate, job, options_.memory_bytes,
         absl::StrCat("this actor (", options_.device, "; tandem actor --memory, else its device's)")));

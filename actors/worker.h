@@ -24,14 +24,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/kv_store.h"
+#include "common/role.h"
 #include "jobspec/job_config.h"
 #include "step/results.h"
 #include "transport/transport.h"
 
 namespace tandem::actors {
-
-enum class Role { kVision = 1, kLlm = 2 };  // values match tandem.v1.Role
-const char* RoleName(Role role);            // "vision", "llm"
 
 struct Assignment {
   std::string job_id;

@@ -170,12 +170,12 @@ absl::Status DumpParameters(const torch::nn::Module& module, const fs::path& dir
 
 const char* ScalarName(at::ScalarType type) { return type == at::kBFloat16 ? "bf16" : "fp32"; }
 
-const char* SchedulerName(engine::SchedulerType type) {
+const char* SchedulerName(engine_config::SchedulerType type) {
   switch (type) {
-    case engine::SchedulerType::kWarmupLR: return "WarmupLR";
-    case engine::SchedulerType::kWarmupDecayLR: return "WarmupDecayLR";
-    case engine::SchedulerType::kWarmupCosineLR: return "WarmupCosineLR";
-    case engine::SchedulerType::kNone: break;
+    case engine_config::SchedulerType::kWarmupLR: return "WarmupLR";
+    case engine_config::SchedulerType::kWarmupDecayLR: return "WarmupDecayLR";
+    case engine_config::SchedulerType::kWarmupCosineLR: return "WarmupCosineLR";
+    case engine_config::SchedulerType::kNone: break;
   }
   return "none";
 }
@@ -184,13 +184,13 @@ const char* SchedulerName(engine::SchedulerType type) {
 // its engine picks on this machine's CPU.
 absl::StatusOr<nlohmann::json> GroupJson(const std::string& engine_json, const std::string& prefix,
                                          const jobspec::ScheduleConfig& schedule) {
-  ASSIGN_OR_RETURN(engine::Config config,
+  ASSIGN_OR_RETURN(engine_config::Config config,
                    step::GroupEngineConfig(engine_json, prefix, schedule, /*world=*/1));
   const engine::ComputePlan plan = engine::PlanCompute(config, c10::Device(c10::kCPU));
-  const engine::OptimizerConfig& o = config.optimizer;
-  const engine::SchedulerConfig& s = config.scheduler;
+  const engine_config::OptimizerConfig& o = config.optimizer;
+  const engine_config::SchedulerConfig& s = config.scheduler;
   nlohmann::json j;
-  j["optimizer"] = {{"type", o.type == engine::OptimizerType::kAdamW ? "AdamW" : "Adam"},
+  j["optimizer"] = {{"type", o.type == engine_config::OptimizerType::kAdamW ? "AdamW" : "Adam"},
                     {"lr", o.lr},
                     {"betas", {o.beta1, o.beta2}},
                     {"eps", o.eps},
@@ -200,16 +200,16 @@ absl::StatusOr<nlohmann::json> GroupJson(const std::string& engine_json, const s
                     {"warmup_min_lr", s.warmup_min_lr},
                     {"warmup_max_lr", s.warmup_max_lr},
                     {"warmup_num_steps", s.warmup_num_steps},
-                    {"warmup_type", s.warmup_type == engine::WarmupType::kLog ? "log" : "linear"},
+                    {"warmup_type", s.warmup_type == engine_config::WarmupType::kLog ? "log" : "linear"},
                     {"total_num_steps", s.total_num_steps},
                     {"warmup_min_ratio", s.warmup_min_ratio},
                     {"cos_min_ratio", s.cos_min_ratio}};
   // With schedule.gradient_clipping set this is the whole-model bound (GroupEngineConfig copies it).
   j["gradient_clipping"] = config.gradient_clipping;
-  j["storage"] = {{"params", engine::DTypeName(config.param_dtype())},
-                  {"grads", engine::DTypeName(config.grad_dtype())},
-                  {"master", config.has_separate_master() ? "fp32" : engine::DTypeName(config.param_dtype())},
-                  {"optimizer_states", engine::DTypeName(config.optimizer_state_dtype())}};
+  j["storage"] = {{"params", engine_config::DTypeName(config.param_dtype())},
+                  {"grads", engine_config::DTypeName(config.grad_dtype())},
+                  {"master", config.has_separate_master() ? "fp32" : engine_config::DTypeName(config.param_dtype())},
+                  {"optimizer_states", engine_config::DTypeName(config.optimizer_state_dtype())}};
   j["compute"] = {{"autocast", plan.autocast},
                   {"autocast_dtype", ScalarName(plan.autocast_dtype)},
                   {"activation_dtype", ScalarName(plan.activation_dtype)},

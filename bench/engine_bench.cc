@@ -80,7 +80,7 @@ void ResetPeakRss() {
 int RunCase(const Options& o) {
   torch::set_num_threads(o.threads);
   const int64_t baseline = tandem::engine::CurrentResidentBytes();
-  auto config = tandem::engine::ParseConfig(
+  auto config = tandem::engine_config::ParseConfig(
       R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}},
           "zero_optimization": {"stage": )" + std::to_string(o.stage) +
       R"(, "reduce_bucket_size": 5000000, "allgather_bucket_size": 5000000},

@@ -105,7 +105,7 @@ int RunRank(const Options& o) {
     model = vision.ptr();
   }
   const int64_t parameters = tandem::models::CountParameters(*model);
-  auto config = tandem::engine::ParseConfig(
+  auto config = tandem::engine_config::ParseConfig(
       R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}, "zero_optimization": {"stage": 1},
           "bf16": {"enabled": false}, "tandem": {"gradient_reduction": "sum"}})");
   if (!config.ok()) return Fail(config.status());

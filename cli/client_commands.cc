@@ -79,14 +79,14 @@ std::string JobLine(const v1::Job& job) {
 int PrintEstimates(const ClientFlags& flags, jobspec::JobConfig config) {
   if (absl::Status resolved = hf::ResolvePretrainedModels(config); !resolved.ok()) return Fail("submit", resolved);
   nlohmann::json out = nlohmann::json::object();
-  for (const jobspec::Group group : {jobspec::Group::kVision, jobspec::Group::kLlm}) {
-    absl::StatusOr<jobspec::MemoryEstimate> e = jobspec::EstimateGroupMemory(config, group);
+  for (const Role role : kRoles) {
+    absl::StatusOr<jobspec::MemoryEstimate> e = jobspec::EstimateGroupMemory(config, role);
     if (!e.ok()) return Fail("submit", e.status());
     if (!flags.json()) {
-      std::printf("%s: %s\n", jobspec::GroupName(group), jobspec::DescribeEstimate(*e, config).c_str());
+      std::printf("%s: %s\n", RoleName(role), jobspec::DescribeEstimate(*e, config).c_str());
       continue;
     }
-    out[jobspec::GroupName(group)] = {{"total_bytes", e->total()},
+    out[RoleName(role)] = {{"total_bytes", e->total()},
                                       {"model_state_bytes", e->model_state_bytes},
                                       {"activation_bytes", e->activation_bytes},
                                       {"data_bytes", e->data_bytes},

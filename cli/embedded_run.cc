@@ -29,6 +29,7 @@
 #include "rpc/channel.h"
 #include "rpc/security.h"
 #include "rpc/status.h"
+#include "rundir/new_run.h"
 
 namespace tandem::cli {
 namespace {
@@ -185,12 +186,8 @@ int RunEmbedded(const EmbeddedRunOptions& options) {
     }
   }
   const std::string run_dir = fs::absolute(options.run_dir).string();
-  std::error_code ec;
-  if (fs::exists(run_dir, ec) && !fs::is_empty(run_dir, ec)) {
-    std::fprintf(
-        stderr,
-        "tandem run: run directory %s already exists and is not empty; choose another --run-dir\n",
-        run_dir.c_str());
+  if (absl::Status fresh = rundir::CheckRunDirIsNew(run_dir); !fresh.ok()) {
+    std::fprintf(stderr, "tandem run: %s\n", std::string(fresh.message()).c_str());
     return 2;
   }
 
@@ -305,6 +302,7 @@ int RunEmbedded(const EmbeddedRunOptions& options) {
     return Fail(absl::StrCat(job->name(), " ", StateName(job->state()), ": ", job->message(),
                              " (logs in ", dir, ")"));
   }
+  std::error_code ec;
   fs::remove_all(dir, ec);
   if (options.json) {
     std::printf("%s\n", job->summary_json().c_str());

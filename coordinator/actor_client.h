@@ -30,22 +30,16 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/role.h"
 
 namespace tandem::coordinator {
-
-enum class ActorRole { kVision = 1, kLlm = 2 };  // values match tandem.v1.Role
-
-// "vision", "llm".
-inline const char* ActorRoleName(ActorRole role) {
-  return role == ActorRole::kVision ? "vision" : "llm";
-}
 
 // What AssignJob tells an actor: its job, role and place in its group.
 struct ActorAssignment {
   std::string job_id;
   std::string job_json;  // the resolved job spec
   std::string spec_dir;  // directory of the spec file, for relative data paths
-  ActorRole role = ActorRole::kVision;
+  Role role = Role::kVision;
   int rank = 0;        // within the actor's group
   int group_size = 1;  // ranks in the actor's group
   std::vector<std::string> peers;  // the other group's addresses, by rank

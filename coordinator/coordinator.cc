@@ -12,6 +12,7 @@
 #include "jobspec/job_spec_proto.h"
 #include "jobspec/memory_estimate.h"
 #include "rundir/checkpoint_dir.h"
+#include "rundir/new_run.h"
 
 namespace tandem::coordinator {
 
@@ -82,12 +83,12 @@ std::shared_ptr<JobRunner> Coordinator::RunnerOf(const std::string& job_id) {
 
 absl::Status Coordinator::CheckMemory(const jobspec::JobConfig& config) const {
   const std::vector<ActorEntry> actors = registry_.List();
-  for (const jobspec::Group group : {jobspec::Group::kVision, jobspec::Group::kLlm}) {
-    const bool vision = group == jobspec::Group::kVision;
+  for (const Role role : kRoles) {
+    const bool vision = role == Role::kVision;
     // A pretrained model's sizes are in its config.json, which the actors read: they check it.
     if (!(vision ? config.vision.pretrained : config.llm.pretrained).empty()) continue;
     const std::string& pool = vision ? config.vision.pool : config.llm.pool;
-    ASSIGN_OR_RETURN(const jobspec::MemoryEstimate estimate, jobspec::EstimateGroupMemory(config, group));
+    ASSIGN_OR_RETURN(const jobspec::MemoryEstimate estimate, jobspec::EstimateGroupMemory(config, role));
     int registered = 0;
     int64_t largest = 0;
     bool unknown = false;  // an actor that states no memory checks the job itself at assignment
@@ -115,7 +116,6 @@ absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& reques
           "run_dir: '", request.run_dir(),
           "' is relative; give an absolute path that every actor sees (tandem submit does)"));
     }
-    std::error_code ec;
     // The state directory holds the coordinator's database and the default run directories of jobs
     // to come (<state>/jobs/job-NNNNNN): a job given one would be resumed by, and overwritten by,
     // the job that later gets that id.
@@ -132,10 +132,7 @@ absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& reques
                                                      "' is inside the coordinator's state directory ",
                                                      state.string(), "; choose a directory outside it"));
     }
-    if (fs::exists(request.run_dir(), ec) && !fs::is_empty(request.run_dir(), ec)) {
-      return absl::AlreadyExistsError(absl::StrCat("run directory ", request.run_dir(),
-                                                   " already exists and is not empty; choose another"));
-    }
+    RETURN_IF_ERROR(rundir::CheckRunDirIsNew(request.run_dir()));
   }
   RETURN_IF_ERROR(CheckMemory(config));
   if (request.threads() < 0 || request.threads() > kMaxThreads) {
@@ -154,15 +151,9 @@ absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& reques
   job.submitted_at = UnixNow();
   if (!config.resume_from.empty()) {
     const std::string path = jobspec::SpecPath(config.resume_from, config.spec_dir);
-    absl::StatusOr<rundir::CheckpointInfo> checkpoint = rundir::ReadCheckpoint(path);
+    absl::StatusOr<rundir::CheckpointInfo> checkpoint = rundir::ReadResumePoint(path, config.schedule.steps);
     if (!checkpoint.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("job spec: resume_from: ", checkpoint.status().message()));
-    }
-    if (checkpoint->step >= config.schedule.steps) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "job spec: resume_from: ", path, " is at step ", checkpoint->step,
-          " and schedule.steps is ", config.schedule.steps, ": nothing is left to train"));
+      return absl::InvalidArgumentError(absl::StrCat("job spec: resume_from: ", checkpoint.status().message()));
     }
   }
   {

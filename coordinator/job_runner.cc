@@ -41,7 +41,7 @@ auto Guarded(const char* what, Call&& call) -> decltype(call()) {
 }  // namespace
 
 std::string JobRunner::Member::Name() const {
-  return absl::StrCat(actor.id, " (", ActorRoleName(role), " rank ", rank, ", ", actor.address,
+  return absl::StrCat(actor.id, " (", RoleName(role), " rank ", rank, ", ", actor.address,
                       ")");
 }
 
@@ -63,7 +63,7 @@ JobRunner::JobRunner(JobRecord job, std::vector<ActorEntry> vision, std::vector<
       options_(options),
       hold_(options.hold_dir, job_.name),
       done_(std::move(done)) {
-  auto add = [&](const std::vector<ActorEntry>& group, ActorRole role) {
+  auto add = [&](const std::vector<ActorEntry>& group, Role role) {
     for (size_t r = 0; r < group.size(); ++r) {
       auto m = std::make_unique<Member>();
       m->actor = group[r];
@@ -73,8 +73,8 @@ JobRunner::JobRunner(JobRecord job, std::vector<ActorEntry> vision, std::vector<
       members_.push_back(std::move(m));
     }
   };
-  add(vision, ActorRole::kVision);
-  add(llm, ActorRole::kLlm);
+  add(vision, Role::kVision);
+  add(llm, Role::kLlm);
 }
 
 JobRunner::~JobRunner() {
@@ -334,7 +334,7 @@ std::string JobRunner::Laggards() const {
   for (const auto& m : members_) {
     for (const ActorEntry& a : actors) {
       if (a.id != m->actor.id || a.job_id != job_.id) continue;
-      ranks.push_back({ActorRoleName(m->role), m->rank,
+      ranks.push_back({RoleName(m->role), m->rank,
                        absl::StrCat(a.id, ", ", a.address), a.last_collective});
     }
   }

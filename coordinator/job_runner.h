@@ -84,7 +84,7 @@ class JobRunner {
   // One actor of the job and its place in the job's groups.
   struct Member {
     ActorEntry actor;
-    ActorRole role = ActorRole::kVision;
+    Role role = Role::kVision;
     int rank = 0;
     std::unique_ptr<ActorClient> client;
     // "vision-1 (vision rank 0, 127.0.0.1:7101)": how every message names the member.

@@ -140,7 +140,7 @@ absl::Status JobRunner::AssignAll(rundir::RunSummary* summary, const std::string
                                   int64_t resume_step) {
   std::vector<std::string> vision_addresses, llm_addresses;
   for (const auto& m : members_) {
-    (m->role == ActorRole::kVision ? vision_addresses : llm_addresses).push_back(m->actor.address);
+    (m->role == Role::kVision ? vision_addresses : llm_addresses).push_back(m->actor.address);
   }
   const std::string prefix = absl::StrCat(job_.id, "/", job_.attempt);
   std::vector<ActorAssignReply> replies(members_.size());
@@ -153,7 +153,7 @@ absl::Status JobRunner::AssignAll(rundir::RunSummary* summary, const std::string
   } done{assigning_};
   if (cancelled_) return absl::CancelledError("cancelled");
   RETURN_IF_ERROR(ForAll("AssignJob", [&](size_t i, Member& m) -> absl::Status {
-    const bool vision = m.role == ActorRole::kVision;
+    const bool vision = m.role == Role::kVision;
     ActorAssignment assignment;
     assignment.job_id = job_.id;
     assignment.job_json = job_.spec_json;
@@ -162,7 +162,7 @@ absl::Status JobRunner::AssignAll(rundir::RunSummary* summary, const std::string
     assignment.rank = m.rank;
     assignment.group_size = static_cast<int>((vision ? vision_addresses : llm_addresses).size());
     assignment.peers = vision ? llm_addresses : vision_addresses;
-    assignment.rendezvous_prefix = absl::StrCat(prefix, "/", ActorRoleName(m.role));
+    assignment.rendezvous_prefix = absl::StrCat(prefix, "/", RoleName(m.role));
     assignment.run_dir = job_.run_dir;
     assignment.timeout = options_.command_timeout;
     assignment.threads = job_.threads;
@@ -178,7 +178,7 @@ absl::Status JobRunner::AssignAll(rundir::RunSummary* summary, const std::string
     return absl::OkStatus();
   }));
   for (size_t i = 0; i < members_.size(); ++i) {
-    if (members_[i]->role == ActorRole::kVision) {
+    if (members_[i]->role == Role::kVision) {
       summary->vision_parameters = replies[i].parameters;
     } else {
       summary->llm_parameters = replies[i].parameters;
@@ -223,7 +223,7 @@ absl::Status JobRunner::RecordStep(Attempt& a, int64_t step, const StepAnswers& 
   bool vision_seen = false, llm_seen = false;
   for (size_t i = 0; i < members_.size(); ++i) {
     const ActorStepReply& r = answers[i];
-    if (members_[i]->role == ActorRole::kLlm) {
+    if (members_[i]->role == Role::kLlm) {
       sample.llm_to_vision_bytes += r.bytes_sent;
       outcome.loss += r.loss;  // each LLM rank's share of the global batch's loss
       if (!llm_seen) outcome.lr = r.lr, outcome.llm_grad_norm = r.grad_norm, llm_seen = true;
@@ -315,7 +315,7 @@ absl::Status JobRunner::CheckpointAll(Attempt& a, int64_t step) {
 
 absl::Status JobRunner::Finish(Attempt& a) {
   RETURN_IF_ERROR(ForAll("export", [&](size_t i, Member& m) {
-    const char* file = m.role == ActorRole::kVision ? "vision.safetensors" : "llm.safetensors";
+    const char* file = m.role == Role::kVision ? "vision.safetensors" : "llm.safetensors";
     return Described(m.client->Export(job_.id, a.RunPath(file)), "export");
   }));
   job_.summary_json = rundir::SummaryJson(a.loop.Finish(Seconds(SteadyClock::now() - a.start)));

@@ -24,7 +24,7 @@
 
 #include <string>
 
-#include "engine_config/config.h"
+#include "engine/config_names.h"
 #include "platform/bf16_support.h"
 
 namespace tandem::engine {

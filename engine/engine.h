@@ -74,7 +74,7 @@
 #include "engine/compute.h"
 #include "engine/layout.h"
 #include "engine/memory.h"
-#include "engine_config/config.h"
+#include "engine/config_names.h"
 
 namespace torch::autograd {
 struct Node;

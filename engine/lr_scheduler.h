@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "engine_config/config.h"
+#include "engine/config_names.h"
 
 namespace tandem::engine {
 

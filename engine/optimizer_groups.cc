@@ -71,7 +71,7 @@ absl::Status Engine::AssignOptimizerGroups() {
     int config_group = -1;
     for (size_t g = 0; g < config_.param_groups.size() && config_group < 0; ++g) {
       for (const std::string& pattern : config_.param_groups[g].params) {
-        if (MatchesNamePattern(pattern, name)) {
+        if (engine_config::MatchesNamePattern(pattern, name)) {
           config_group = static_cast<int>(g);
           break;
         }

@@ -20,7 +20,7 @@
 #include "engine_config/param_groups.h"
 #include "nlohmann/json.hpp"
 
-namespace tandem::engine {
+namespace tandem::engine_config {
 namespace {
 
 using json = nlohmann::json;
@@ -560,4 +560,4 @@ const char* DTypeName(DType dtype) {
   return "unknown";
 }
 
-}  // namespace tandem::engine
+}  // namespace tandem::engine_config

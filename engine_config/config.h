@@ -18,7 +18,7 @@
 #include "nlohmann/json_fwd.hpp"
 
 
-namespace tandem::engine {
+namespace tandem::engine_config {
 
 enum class OptimizerType { kAdam, kAdamW };
 
@@ -160,4 +160,4 @@ absl::StatusOr<Config> LoadConfigFile(const std::string& path);
 
 const char* DTypeName(DType dtype);  // "fp32" / "bf16"
 
-}  // namespace tandem::engine
+}  // namespace tandem::engine_config

@@ -8,7 +8,7 @@
 #include "common/quote.h"
 #include "common/strict_json.h"
 
-namespace tandem::engine::internal {
+namespace tandem::engine_config::internal {
 
 using json = nlohmann::json;
 
@@ -122,4 +122,4 @@ absl::Status ObjectReader::Betas(std::string_view key, double* beta1, double* be
   return absl::OkStatus();
 }
 
-}  // namespace tandem::engine::internal
+}  // namespace tandem::engine_config::internal

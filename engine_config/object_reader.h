@@ -19,7 +19,7 @@
 #include "absl/types/span.h"
 #include "nlohmann/json.hpp"
 
-namespace tandem::engine::internal {
+namespace tandem::engine_config::internal {
 
 // The keys an object may hold; anything else is an "unknown key" error.
 using Keys = absl::Span<const std::string_view>;
@@ -76,4 +76,4 @@ class ObjectReader {
   std::string child_prefix_;
 };
 
-}  // namespace tandem::engine::internal
+}  // namespace tandem::engine_config::internal

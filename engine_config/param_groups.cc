@@ -6,7 +6,7 @@
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
-namespace tandem::engine {
+namespace tandem::engine_config {
 
 bool MatchesNamePattern(std::string_view pattern, std::string_view name) {
   // Iterative glob: on a mismatch, let the last '*' swallow one more character.
@@ -85,4 +85,4 @@ absl::Status ParseParamGroups(const ObjectReader& tandem, std::vector<ParamGroup
 }
 
 }  // namespace internal
-}  // namespace tandem::engine
+}  // namespace tandem::engine_config

@@ -10,7 +10,7 @@
 #include "engine_config/config.h"
 #include "engine_config/object_reader.h"
 
-namespace tandem::engine {
+namespace tandem::engine_config {
 
 // True when `name` matches `pattern` as a whole: '*' matches any run of characters (dots
 // included), '?' any one character, anything else itself.
@@ -23,4 +23,4 @@ namespace internal {
 absl::Status ParseParamGroups(const ObjectReader& tandem, std::vector<ParamGroupConfig>* out);
 
 }  // namespace internal
-}  // namespace tandem::engine
+}  // namespace tandem::engine_config

@@ -37,7 +37,7 @@ struct Options {
 constexpr int64_t kInputs = 32;
 constexpr int64_t kOutputs = 8;
 
-std::string PrecisionName(const tandem::engine::Config& c) {
+std::string PrecisionName(const tandem::engine_config::Config& c) {
   if (!c.bf16_enabled) return "fp32";
   std::string name = c.bf16_master_weights_and_grads ? "bf16 params, grads and master weights"
                                                      : "bf16 params and grads, fp32 master weights";
@@ -54,8 +54,8 @@ int Fail(int rank, const absl::Status& status) {
 int RunRank(const Options& options) {
   torch::set_num_threads(options.threads);
   const int rank = options.rank;
-  auto config = options.config_path.empty() ? tandem::engine::ParseConfig("{}")
-                                            : tandem::engine::LoadConfigFile(options.config_path);
+  auto config = options.config_path.empty() ? tandem::engine_config::ParseConfig("{}")
+                                            : tandem::engine_config::LoadConfigFile(options.config_path);
   if (!config.ok()) return Fail(rank, config.status());
   if (options.stage >= 0) config->zero.stage = options.stage;
   auto store = tandem::OpenFileStore(options.store);
@@ -73,7 +73,7 @@ int RunRank(const Options& options) {
   auto created = Engine::Create(model, *comm, *config);
   if (!created.ok()) return Fail(rank, created.status());
   Engine& engine = **created;
-  const tandem::engine::Config& c = engine.config();
+  const tandem::engine_config::Config& c = engine.config();
   const int64_t micro_batch = c.train_micro_batch_size_per_gpu.value_or(32);
   const int gas = static_cast<int>(c.gradient_accumulation_steps);
   tandem::examples::Teacher teacher(kInputs, kOutputs, /*seed=*/42);

@@ -1,4 +1,4 @@
-// libFuzzer target: the engine config parser (engine::ParseConfig: DeepSpeed's JSON keys, strict)
+// libFuzzer target: the engine config parser (engine_config::ParseConfig: DeepSpeed's JSON keys, strict)
 // on arbitrary bytes. An error must name a key path or say the text is not JSON.
 #include <cstddef>
 #include <cstdint>
@@ -11,7 +11,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  absl::StatusOr<tandem::engine::Config> config = tandem::engine::ParseConfig(text);
+  absl::StatusOr<tandem::engine_config::Config> config = tandem::engine_config::ParseConfig(text);
   if (!config.ok() && config.status().message().empty()) {
     std::fprintf(stderr, "an error without a message (%d)\n",
                  static_cast<int>(config.status().code()));

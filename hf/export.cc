@@ -74,11 +74,11 @@ absl::Status LoadCheckpointWeights(std::shared_ptr<torch::nn::Module> training, 
                                    const std::string& directory, const std::string& group) {
   auto json = nlohmann::json::parse(engine_json, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(group, ".engine: not valid JSON"));
-  ASSIGN_OR_RETURN(engine::Config config, engine::ParseConfigJson(json, absl::StrCat(group, ".engine")));
-  config.gradient_reduction = engine::GradientReduction::kSum;
+  ASSIGN_OR_RETURN(engine_config::Config config, engine_config::ParseConfigJson(json, absl::StrCat(group, ".engine")));
+  config.gradient_reduction = engine_config::GradientReduction::kSum;
   for (auto& item : training->named_parameters(/*recurse=*/true)) {
     for (const std::string& pattern : freeze) {
-      if (engine::MatchesNamePattern(pattern, item.key())) item.value().set_requires_grad(false);
+      if (engine_config::MatchesNamePattern(pattern, item.key())) item.value().set_requires_grad(false);
     }
   }
   ASSIGN_OR_RETURN(auto engine, engine::Engine::Create(training, engine::CreateSingleRankCommunicator(group), config));

@@ -38,7 +38,7 @@ absl::StatusOr<JobConfig> ParseJobSpecJson(std::string_view json, std::string_vi
 absl::StatusOr<JobConfig> LoadJobSpecFile(const std::string& path);
 
 // Checks a resolved config: every rule of proto/tandem/v1/job.proto, the model divisibility rules,
-// the sequence budget, and each group's engine_json (engine::ParseConfigJson with the
+// the sequence budget, and each group's engine_json (engine_config::ParseConfigJson with the
 // "vision.engine." or "llm.engine." prefix, plus its agreement with `schedule`). Messages start
 // with the dotted path, without a source name. The parser calls it; call it yourself on a JobConfig
 // built in code.

@@ -19,12 +19,12 @@
 namespace tandem::jobspec {
 namespace {
 
-int64_t DtypeBytes(engine::DType dtype) { return dtype == engine::DType::kBFloat16 ? 2 : 4; }
+int64_t DtypeBytes(engine_config::DType dtype) { return dtype == engine_config::DType::kBFloat16 ? 2 : 4; }
 
 bool Frozen(const models::ParameterInfo& p, const std::vector<std::string>& freeze) {
   if (p.frozen) return true;
   return std::any_of(freeze.begin(), freeze.end(),
-                     [&](const std::string& pattern) { return engine::MatchesNamePattern(pattern, p.name); });
+                     [&](const std::string& pattern) { return engine_config::MatchesNamePattern(pattern, p.name); });
 }
 
 // Bytes of `elements` split over `ranks`, rounded up.
@@ -39,8 +39,6 @@ std::string Count(int64_t n) {
 
 }  // namespace
 
-const char* GroupName(Group group) { return group == Group::kVision ? "vision" : "llm"; }
-
 std::string FormatBytes(int64_t bytes) {
   const double b = static_cast<double>(bytes);
   if (b >= double(int64_t{1} << 40)) return absl::StrFormat("%.1f TiB", b / double(int64_t{1} << 40));
@@ -49,18 +47,18 @@ std::string FormatBytes(int64_t bytes) {
   return absl::StrFormat("%.0f KiB", std::ceil(b / 1024));
 }
 
-absl::StatusOr<MemoryEstimate> EstimateGroupMemory(const JobConfig& job, Group group) {
-  const bool vision = group == Group::kVision;
+absl::StatusOr<MemoryEstimate> EstimateGroupMemory(const JobConfig& job, Role role) {
+  const bool vision = role == Role::kVision;
   const std::string& engine_json = vision ? job.vision.engine_json : job.llm.engine_json;
   absl::StatusOr<nlohmann::json> document = ParseJsonStrict(engine_json);
   if (!document.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(GroupName(group), ".engine: ", document.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(RoleName(role), ".engine: ", document.status().message()));
   }
-  ASSIGN_OR_RETURN(const engine::Config config,
-                   engine::ParseConfigJson(*document, absl::StrCat(GroupName(group), ".engine.")));
+  ASSIGN_OR_RETURN(const engine_config::Config config,
+                   engine_config::ParseConfigJson(*document, absl::StrCat(RoleName(role), ".engine.")));
 
   MemoryEstimate e;
-  e.group = group;
+  e.role = role;
   const std::vector<std::string>& freeze = vision ? job.vision.freeze : job.llm.freeze;
   const int tensor = vision ? 1 : job.llm.tensor_parallel;
   // The engine's data-parallel group: a vision group's every rank (sequence parallelism shares
@@ -90,7 +88,7 @@ absl::StatusOr<MemoryEstimate> EstimateGroupMemory(const JobConfig& job, Group g
                                   : Split(trainable * DtypeBytes(config.grad_dtype()), ranks);
   const double per_owned = (config.has_separate_master() ? 4 : 0) +
                            2 * DtypeBytes(config.optimizer_state_dtype()) +
-                           (config.bf16_update == engine::Bf16Update::kKahan ? 2 : 0);
+                           (config.bf16_update == engine_config::Bf16Update::kKahan ? 2 : 0);
   const double optimizer = stage == 0 ? trainable * per_owned : Split(trainable * per_owned, ranks);
   const double frozen = stage == 3 ? frozen_other * weight + Split(frozen_block * weight, ranks)
                                    : (frozen_block + frozen_other) * weight;
@@ -132,8 +130,8 @@ absl::StatusOr<MemoryEstimate> EstimateGroupMemory(const JobConfig& job, Group g
 }
 
 std::string DescribeEstimate(const MemoryEstimate& e, const JobConfig& job) {
-  const bool vision = e.group == Group::kVision;
-  const std::string group = GroupName(e.group);
+  const bool vision = e.role == Role::kVision;
+  const std::string group = RoleName(e.role);
   const bool pretrained = !(vision ? job.vision.pretrained : job.llm.pretrained).empty();
   const int64_t ranks = vision ? job.vision.actors : job.llm.replicas();
   std::string model = absl::StrCat(group, pretrained ? ".pretrained" : ".model", ": ", Count(e.parameters),
@@ -160,7 +158,7 @@ std::string DescribeEstimate(const MemoryEstimate& e, const JobConfig& job) {
 absl::Status CheckEstimateFits(const MemoryEstimate& estimate, const JobConfig& job, int64_t available,
                                const std::string& where) {
   if (available <= 0 || estimate.total() <= available) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(GroupName(estimate.group), ": needs ",
+  return absl::ResourceExhaustedError(absl::StrCat(RoleName(estimate.role), ": needs ",
                                                    DescribeEstimate(estimate, job), ", more than the ",
                                                    FormatBytes(available), " of ", where));
 }

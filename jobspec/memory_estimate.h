@@ -27,14 +27,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/role.h"
 #include "jobspec/job_config.h"
 
 namespace tandem::jobspec {
 
-enum class Group { kVision, kLlm };
-
 struct MemoryEstimate {
-  Group group = Group::kVision;
+  Role role = Role::kVision;
   int64_t parameters = 0;         // the group's whole model, frozen ones included
   int64_t rank_parameters = 0;    // on the rank holding most: a tensor-parallel rank's shards
   double state_bytes_per_parameter = 0;  // model-state bytes per trainable parameter on one rank
@@ -51,10 +50,7 @@ struct MemoryEstimate {
 // with `pretrained`, its model sizes resolved (hf::ResolvePretrainedModels); a group's vocab_size
 // of 0 (the word tokenizer's, known when the job starts) counts no vocabulary. InvalidArgument
 // only for an engine block that does not parse.
-absl::StatusOr<MemoryEstimate> EstimateGroupMemory(const JobConfig& job, Group group);
-
-// "vision" or "llm".
-const char* GroupName(Group group);
+absl::StatusOr<MemoryEstimate> EstimateGroupMemory(const JobConfig& job, Role role);
 
 // "1.5 GiB", "300.0 MiB", "12 KiB".
 std::string FormatBytes(int64_t bytes);

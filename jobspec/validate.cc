@@ -257,8 +257,8 @@ absl::Status CheckEngine(std::string_view group, const std::string& engine_json,
   if (!document.ok()) return PathError(path, document.status().message());
   if (!document->is_object())
     return PathError(path, "must be an object, got ", DescribeJsonValue(*document));
-  ASSIGN_OR_RETURN(engine::Config config,
-                   engine::ParseConfigJson(*document, absl::StrCat(path, ".")));
+  ASSIGN_OR_RETURN(engine_config::Config config,
+                   engine_config::ParseConfigJson(*document, absl::StrCat(path, ".")));
 
   if (s.gradient_clipping > 0 && config.gradient_clipping > 0) {
     return PathError(JoinPath(path, "gradient_clipping"),
@@ -291,7 +291,7 @@ absl::Status CheckEngine(std::string_view group, const std::string& engine_json,
                        actors, " = ", micro / actors, " or be left out, got ", given);
     }
   }
-  // engine::Config cannot tell an explicit "mean" from the default, so look at the JSON itself.
+  // engine_config::Config cannot tell an explicit "mean" from the default, so look at the JSON itself.
   auto tandem = document->find("tandem");
   if (tandem != document->end() && tandem->is_object()) {
     auto reduction = tandem->find("gradient_reduction");

@@ -39,7 +39,7 @@ class LlmStage : public Stage {
  public:
   LlmStage(const jobspec::JobConfig& job, std::shared_ptr<const JobData> data, Placement placement,
            std::shared_ptr<transport::Transport> transport, StageProgress* progress)
-      : Stage("llm", job, std::move(data), std::move(placement), std::move(transport), progress) {}
+      : Stage(Role::kLlm, job, std::move(data), std::move(placement), std::move(transport), progress) {}
 
   absl::Status Setup(std::shared_ptr<engine::Communicator> communicator) {
     auto config = job().llm.model;

@@ -41,10 +41,10 @@ std::mutex& ModelInitMutex() {
   return mu;
 }
 
-Stage::Stage(const char* group, const jobspec::JobConfig& job, std::shared_ptr<const JobData> data,
+Stage::Stage(Role role, const jobspec::JobConfig& job, std::shared_ptr<const JobData> data,
              Placement placement, std::shared_ptr<transport::Transport> transport,
              StageProgress* progress)
-    : group_(group),
+    : role_(role),
       job_(job),
       data_(std::move(data)),
       placement_(std::move(placement)),
@@ -57,13 +57,13 @@ Stage::~Stage() = default;
 absl::Status Stage::Build(std::shared_ptr<torch::nn::Module> model,
                           std::shared_ptr<engine::Communicator> communicator,
                           const std::vector<std::string>& left_out_of_norm) {
-  const bool vision = std::string_view(group_) == "vision";
+  const bool vision = role_ == Role::kVision;
   const int vision_ranks = vision ? placement_.group_size : placement_.peer_group_size;
-  ASSIGN_OR_RETURN(engine::Config vision_config,
+  ASSIGN_OR_RETURN(engine_config::Config vision_config,
                    GroupEngineConfig(job_.vision.engine_json, "vision.engine.", job_.schedule,
                                      vision_ranks));
   embedding_dtype_ = EmbeddingScalarType(vision_config, placement_.device);
-  engine::Config config = vision_config;
+  engine_config::Config config = vision_config;
   if (!vision) {
     ASSIGN_OR_RETURN(config, GroupEngineConfig(job_.llm.engine_json, "llm.engine.", job_.schedule,
                                                communicator->world_size()));
@@ -74,7 +74,7 @@ absl::Status Stage::Build(std::shared_ptr<torch::nn::Module> model,
     config.train_batch_size.reset();
     config.train_micro_batch_size_per_gpu.reset();
   }
-  RETURN_IF_ERROR(FreezeParameters(*model, vision ? job_.vision.freeze : job_.llm.freeze, group_));
+  RETURN_IF_ERROR(FreezeParameters(*model, vision ? job_.vision.freeze : job_.llm.freeze, group()));
   model->to(placement_.device);
   model_ = std::move(model);
   communicator_ = std::move(communicator);
@@ -125,7 +125,7 @@ absl::StatusOr<StepResult> Stage::RunStep(int64_t step) {
   try {
     result = Train(step, batches);
   } catch (const std::exception& e) {
-    result = TorchError(absl::StrCat(group_, " rank ", placement_.rank, " step ", step), e);
+    result = TorchError(absl::StrCat(group(), " rank ", placement_.rank, " step ", step), e);
   }
   SetPhase("idle");
   if (!result.ok()) {
@@ -198,7 +198,7 @@ absl::Status Stage::Export(const std::string& path) {
   try {
     status = ExportWeights(path);
   } catch (const std::exception& e) {
-    status = TorchError(absl::StrCat(group_, " rank ", placement_.rank, ": export"), e);
+    status = TorchError(absl::StrCat(group(), " rank ", placement_.rank, ": export"), e);
   }
   SetPhase("idle");
   return status;
@@ -207,7 +207,7 @@ absl::Status Stage::Export(const std::string& path) {
 absl::Status Stage::ExportWeights(const std::string& path) { return engine_->ExportSafetensors(path); }
 
 std::string Stage::CheckpointGroupDirectory() const {
-  return tensor_parallel() ? LlmCheckpointDirectory(placement_.parallel, parallel_index()) : group_;
+  return tensor_parallel() ? LlmCheckpointDirectory(placement_.parallel, parallel_index()) : group();
 }
 
 absl::StatusOr<ResumePoint> Stage::LoadGroup(const std::string& checkpoint) {

@@ -34,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/role.h"
 #include "data/sampler.h"
 #include "jobspec/job_config.h"
 #include "step/exchange.h"
@@ -96,7 +97,8 @@ class Stage {
   Stage(const Stage&) = delete;
   Stage& operator=(const Stage&) = delete;
 
-  const char* group() const { return group_; }  // "vision", "llm"
+  Role role() const { return role_; }
+  const char* group() const { return RoleName(role_); }  // "vision", "llm"
   const Placement& placement() const { return placement_; }
   const JobData& data() const { return *data_; }
   // The group's model's parameters, whole (with tensor parallelism, not only this rank's shards).
@@ -127,7 +129,7 @@ class Stage {
   absl::StatusOr<ResumePoint> Resume(const std::string& checkpoint);
 
  protected:
-  Stage(const char* group, const jobspec::JobConfig& job, std::shared_ptr<const JobData> data,
+  Stage(Role role, const jobspec::JobConfig& job, std::shared_ptr<const JobData> data,
         Placement placement, std::shared_ptr<transport::Transport> transport,
         StageProgress* progress);
   // Moves `model` (built under the group's seed) to the placement's device, wraps it in an engine
@@ -161,11 +163,11 @@ class Stage {
   int replicas() const { return placement_.group_size / placement_.parallel; }
   int peer_replicas() const { return placement_.peer_group_size / placement_.peer_parallel; }
   // The LLM group split by tensor parallelism (the vision group's `parallel` is sequence parallelism).
-  bool tensor_parallel() const { return std::string_view(group_) == "llm" && placement_.parallel > 1; }
+  bool tensor_parallel() const { return role_ == Role::kLlm && placement_.parallel > 1; }
   // llm.parallel.embeddings is "broadcast" and the LLM group is tensor-parallel: only index 0 of an
   // LLM replica receives embeddings, and broadcasts them to the replica (NOTE [Parallel sets]).
   bool embeddings_broadcast() const {
-    const int tensor = std::string_view(group_) == "llm" ? placement_.parallel : placement_.peer_parallel;
+    const int tensor = role_ == Role::kLlm ? placement_.parallel : placement_.peer_parallel;
     return job_.llm.embeddings == jobspec::EmbeddingRoute::kBroadcast && tensor > 1;
   }
   // The rows of an `samples`-sample micro-batch this rank's replica owns, and the peer replicas
@@ -217,7 +219,7 @@ class Stage {
   // parameter counted once: Engine::LeaveOutOfGradNorm), then combines as above under clipping.
   absl::StatusOr<double> CombineTensorParallelSquares(double squares);
 
-  const char* group_;
+  const Role role_;
   const jobspec::JobConfig job_;
   std::shared_ptr<const JobData> data_;
   Placement placement_;

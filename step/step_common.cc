@@ -26,7 +26,7 @@ absl::Status FreezeParameters(torch::nn::Module& model, const std::vector<std::s
     if (first_name.empty()) first_name = item.key();
     bool frozen = false;
     for (size_t i = 0; i < freeze.size(); ++i) {
-      if (engine::MatchesNamePattern(freeze[i], item.key())) {
+      if (engine_config::MatchesNamePattern(freeze[i], item.key())) {
         used[i] = true;
         frozen = true;
       }
@@ -51,7 +51,7 @@ absl::Status FreezeParameters(torch::nn::Module& model, const std::vector<std::s
   return absl::OkStatus();
 }
 
-absl::StatusOr<engine::Config> GroupEngineConfig(const std::string& engine_json,
+absl::StatusOr<engine_config::Config> GroupEngineConfig(const std::string& engine_json,
                                                  std::string_view prefix,
                                                  const jobspec::ScheduleConfig& schedule,
                                                  int world) {
@@ -59,13 +59,13 @@ absl::StatusOr<engine::Config> GroupEngineConfig(const std::string& engine_json,
   if (json.is_discarded()) {
     return absl::InvalidArgumentError(absl::StrCat(std::string(prefix), ": not valid JSON"));
   }
-  ASSIGN_OR_RETURN(engine::Config config, engine::ParseConfigJson(json, prefix));
+  ASSIGN_OR_RETURN(engine_config::Config config, engine_config::ParseConfigJson(json, prefix));
   const int64_t micro = schedule.global_batch / schedule.micro_batches;
   config.train_batch_size = schedule.global_batch;
   config.train_micro_batch_size_per_gpu = std::max<int64_t>(1, micro / world);
   config.gradient_accumulation_steps = schedule.micro_batches;
   config.gradient_accumulation_steps_given = true;
-  config.gradient_reduction = engine::GradientReduction::kSum;
+  config.gradient_reduction = engine_config::GradientReduction::kSum;
   if (!config.seed) config.seed = schedule.seed;
   // Whole-model clipping: the engine clips by the combined norm its GradNormCombiner returns.
   if (schedule.gradient_clipping > 0) config.gradient_clipping = schedule.gradient_clipping;
@@ -75,7 +75,7 @@ absl::StatusOr<engine::Config> GroupEngineConfig(const std::string& engine_json,
 uint64_t VisionModelSeed(uint64_t job_seed) { return job_seed; }
 uint64_t LlmModelSeed(uint64_t job_seed) { return job_seed ^ 0x9E3779B97F4A7C15ull; }
 
-at::ScalarType EmbeddingScalarType(const engine::Config& vision_config, const c10::Device& device) {
+at::ScalarType EmbeddingScalarType(const engine_config::Config& vision_config, const c10::Device& device) {
   return engine::PlanCompute(vision_config, device).output_dtype;
 }
 

@@ -30,7 +30,7 @@ namespace tandem::step {
 // The group's engine config with the schedule's batch arithmetic filled in (the job-spec parser has
 // already rejected contradictions) and sum reduction: the trainer normalises the loss over the
 // global batch itself. `world` is the group's size. Errors name `prefix` ("vision.engine.").
-absl::StatusOr<engine::Config> GroupEngineConfig(const std::string& engine_json,
+absl::StatusOr<engine_config::Config> GroupEngineConfig(const std::string& engine_json,
                                                  std::string_view prefix,
                                                  const jobspec::ScheduleConfig& schedule,
                                                  int world);
@@ -53,7 +53,7 @@ uint64_t LlmModelSeed(uint64_t job_seed);
 // so torch_autocast.dtype "auto" needs the two groups' devices to agree on native bf16 (one host,
 // or pools of one GPU generation); where they do not, the first transfer is refused naming both
 // dtypes, and naming the dtype in the spec resolves it.
-at::ScalarType EmbeddingScalarType(const engine::Config& vision_config, const c10::Device& device);
+at::ScalarType EmbeddingScalarType(const engine_config::Config& vision_config, const c10::Device& device);
 
 // A micro-batch's images [b, 3, H, W] (data::MakeImageBatch; REQUIRES: b >= 1), in page-locked
 // memory with `pinned` (a CUDA LibTorch; copies from it to a GPU need not wait).

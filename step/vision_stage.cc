@@ -37,7 +37,7 @@ class VisionStage : public Stage {
   VisionStage(const jobspec::JobConfig& job, std::shared_ptr<const JobData> data,
               Placement placement, std::shared_ptr<transport::Transport> transport,
               StageProgress* progress)
-      : Stage("vision", job, std::move(data), std::move(placement), std::move(transport),
+      : Stage(Role::kVision, job, std::move(data), std::move(placement), std::move(transport),
               progress) {}
 
   absl::Status Setup(std::shared_ptr<engine::Communicator> communicator) {

@@ -21,6 +21,7 @@
 #include "jobspec/job_spec.h"
 #include "rundir/run_dir_lock.h"
 #include "rundir/checkpoint_dir.h"
+#include "rundir/new_run.h"
 #include "rundir/progress.h"
 #include "rundir/run_log.h"
 #include "rundir/run_loop.h"
@@ -93,8 +94,8 @@ absl::Status ColocatedRun::CheckMemory() const {
   if (memory <= 0) return absl::OkStatus();
   jobspec::JobConfig sized = job_;
   RETURN_IF_ERROR(hf::ResolvePretrainedModels(sized));
-  ASSIGN_OR_RETURN(const jobspec::MemoryEstimate vision, jobspec::EstimateGroupMemory(sized, jobspec::Group::kVision));
-  ASSIGN_OR_RETURN(const jobspec::MemoryEstimate llm, jobspec::EstimateGroupMemory(sized, jobspec::Group::kLlm));
+  ASSIGN_OR_RETURN(const jobspec::MemoryEstimate vision, jobspec::EstimateGroupMemory(sized, Role::kVision));
+  ASSIGN_OR_RETURN(const jobspec::MemoryEstimate llm, jobspec::EstimateGroupMemory(sized, Role::kLlm));
   if (vision.total() + llm.total() <= memory) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       "the job needs an estimated ", jobspec::FormatBytes(vision.total() + llm.total()),
@@ -104,14 +105,11 @@ absl::Status ColocatedRun::CheckMemory() const {
 }
 
 absl::Status ColocatedRun::Setup() {
+  run_dir_ = options_.run_dir;
+  RETURN_IF_ERROR(rundir::CheckRunDirIsNew(run_dir_));
   // Before anything is written: a job that cannot fit leaves no run directory behind.
   RETURN_IF_ERROR(CheckMemory());
-  run_dir_ = options_.run_dir;
   std::error_code ec;
-  if (fs::exists(run_dir_, ec) && !fs::is_empty(run_dir_, ec)) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "run directory ", run_dir_, " already exists and is not empty; choose another --run-dir"));
-  }
   fs::create_directories(fs::path(run_dir_) / "checkpoints", ec);
   if (ec)
     return absl::UnavailableError(absl::StrCat("cannot create ", run_dir_, ": ", ec.message()));
@@ -185,13 +183,10 @@ absl::Status ColocatedRun::Both(const std::function<absl::Status(step::Stage&)>&
 }
 
 absl::Status ColocatedRun::Resume() {
-  ASSIGN_OR_RETURN(rundir::CheckpointInfo checkpoint,
-                   rundir::ReadCheckpoint(jobspec::SpecPath(job_.resume_from, job_.spec_dir)));
-  if (checkpoint.step >= job_.schedule.steps) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "resume_from: ", checkpoint.directory, " is at step ", checkpoint.step,
-        ", and schedule.steps is ", job_.schedule.steps, ": nothing is left to train"));
-  }
+  absl::StatusOr<rundir::CheckpointInfo> resume =
+      rundir::ReadResumePoint(jobspec::SpecPath(job_.resume_from, job_.spec_dir), job_.schedule.steps);
+  if (!resume.ok()) return absl::Status(resume.status().code(), absl::StrCat("resume_from: ", resume.status().message()));
+  const rundir::CheckpointInfo& checkpoint = *resume;
   ASSIGN_OR_RETURN(step::ResumePoint vision, vision_->Resume(checkpoint.directory));
   ASSIGN_OR_RETURN(step::ResumePoint llm, llm_->Resume(checkpoint.directory));
   if (vision.step != checkpoint.step || llm.step != checkpoint.step ||

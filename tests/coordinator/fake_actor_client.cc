@@ -9,9 +9,9 @@
 
 namespace tandem::coordinator {
 
-ActorStepReply DefaultStepReply(ActorRole role, int rank, int64_t step) {
+ActorStepReply DefaultStepReply(Role role, int rank, int64_t step) {
   ActorStepReply reply;
-  if (role == ActorRole::kLlm) {
+  if (role == Role::kLlm) {
     reply.loss = (1.0 + rank) / static_cast<double>(step);
     reply.lr = 0.01 / static_cast<double>(step);
     reply.grad_norm = 0.4;
@@ -93,7 +93,7 @@ absl::StatusOr<ActorAssignReply> FakeActors::Assign(const std::string& address,
   actor.done = reply.step;
   actor.failed = actor.released = false;
   actor.started.clear();
-  const bool vision = assignment.role == ActorRole::kVision;
+  const bool vision = assignment.role == Role::kVision;
   reply.parameters = vision ? kVisionParameters : kLlmParameters;
   reply.vocab_size = kVocabSize;
   return reply;
@@ -144,7 +144,7 @@ absl::Status FakeActors::SaveCheckpoint(const std::string& address, int64_t step
   RETURN_IF_ERROR(Enter({address, "SaveCheckpoint", step, directory}));
   std::error_code ec;
   std::filesystem::create_directories(
-      std::filesystem::path(directory) / ActorRoleName(actors_[address].role), ec);
+      std::filesystem::path(directory) / RoleName(actors_[address].role), ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", directory, ": ", ec.message()));
   return absl::OkStatus();
 }

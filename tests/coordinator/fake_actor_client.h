@@ -41,7 +41,7 @@ inline constexpr char kUnreachable[] = "failed to connect to all addresses";
 
 // LLM rank r: loss (1 + r) / step (its share), lr 0.01 / step, grad norm 0.4, 10 bytes sent.
 // Vision rank r: loss 0, lr 0.02 / step, grad norm 0.3, 100 bytes sent.
-ActorStepReply DefaultStepReply(ActorRole role, int rank, int64_t step);
+ActorStepReply DefaultStepReply(Role role, int rank, int64_t step);
 
 class FakeActors final : public ActorClientFactory {
  public:
@@ -97,7 +97,7 @@ class FakeActors final : public ActorClientFactory {
  private:
   class Client;
   struct Actor {
-    ActorRole role = ActorRole::kVision;
+    Role role = Role::kVision;
     int rank = 0;
     int64_t done = 0;  // the last step completed since the assignment
     bool failed = false;

@@ -135,7 +135,7 @@ class GrpcActorClientTest : public ::testing::Test {
     a.job_id = "job-000007";
     a.job_json = "{}";
     a.spec_dir = "/specs";
-    a.role = ActorRole::kLlm;
+    a.role = Role::kLlm;
     a.rank = 1;
     a.group_size = 2;
     a.peers = {"10.0.0.1:1", "10.0.0.2:2"};

@@ -186,7 +186,7 @@ TEST_F(JobRunnerTest, RunsEveryStepInOrderOnEveryMemberAndWritesTheRunDirectory)
     const bool is_vision = address.rfind("vision", 0) == 0;
     EXPECT_EQ(a.job_id, job.id);
     EXPECT_EQ(a.job_json, spec);
-    EXPECT_EQ(a.role, is_vision ? ActorRole::kVision : ActorRole::kLlm);
+    EXPECT_EQ(a.role, is_vision ? Role::kVision : Role::kLlm);
     EXPECT_EQ(a.rank, address == vision[1] || address == llm[1] ? 1 : 0);
     EXPECT_EQ(a.group_size, 2);
     EXPECT_EQ(a.peers, is_vision ? llm : vision);

@@ -223,13 +223,13 @@ TEST(OptimizerGroups, AGroupThatMatchesNothingIsRefusedNamingIt) {
 }
 
 TEST(MatchesNamePattern, GlobOverWholeNames) {
-  EXPECT_TRUE(MatchesNamePattern("blocks.*.attn.*", "blocks.10.attn.qkv.weight"));
-  EXPECT_TRUE(MatchesNamePattern("*bias", "blocks.0.mlp.fc1.bias"));
-  EXPECT_TRUE(MatchesNamePattern("norm.weigh?", "norm.weight"));
-  EXPECT_TRUE(MatchesNamePattern("*", "x"));
-  EXPECT_FALSE(MatchesNamePattern("norm", "norm.weight"));  // whole names only
-  EXPECT_FALSE(MatchesNamePattern("*.bias", "bias"));
-  EXPECT_FALSE(MatchesNamePattern("a*b*c", "aXbXd"));
+  EXPECT_TRUE(engine_config::MatchesNamePattern("blocks.*.attn.*", "blocks.10.attn.qkv.weight"));
+  EXPECT_TRUE(engine_config::MatchesNamePattern("*bias", "blocks.0.mlp.fc1.bias"));
+  EXPECT_TRUE(engine_config::MatchesNamePattern("norm.weigh?", "norm.weight"));
+  EXPECT_TRUE(engine_config::MatchesNamePattern("*", "x"));
+  EXPECT_FALSE(engine_config::MatchesNamePattern("norm", "norm.weight"));  // whole names only
+  EXPECT_FALSE(engine_config::MatchesNamePattern("*.bias", "bias"));
+  EXPECT_FALSE(engine_config::MatchesNamePattern("a*b*c", "aXbXd"));
 }
 
 }  // namespace

@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-namespace tandem::engine {
+namespace tandem::engine_config {
 namespace {
 
 using ::testing::HasSubstr;
@@ -699,4 +699,4 @@ TEST(Config, DTypeNameNamesBothDtypes) {
 }
 
 }  // namespace
-}  // namespace tandem::engine
+}  // namespace tandem::engine_config

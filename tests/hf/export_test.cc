@@ -164,7 +164,7 @@ TEST_F(ExportTest, ACheckpointExportsItsOwnWeights) {
   const fs::path checkpoint = run_ / "checkpoints" / "step-000001";
   fs::create_directories(checkpoint);
   fs::copy_file(run_ / "tokenizer.json", checkpoint / "tokenizer.json");
-  auto config = engine::ParseConfigJson(nlohmann::json::parse(engine_json));
+  auto config = engine_config::ParseConfigJson(nlohmann::json::parse(engine_json));
   ASSERT_TRUE(config.ok()) << config.status();
   std::map<std::string, at::Tensor> saved;
   for (const auto& [group, module] : std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>{

@@ -535,7 +535,7 @@ TEST_F(LlmTest, ZeroStage3EngineTrainsLikeStage0) {
   for (const int stage : {0, 3}) {
     torch::manual_seed(9);
     Llm llm(TinyConfig());
-    auto config = engine::ParseConfig(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})");
+    auto config = engine_config::ParseConfig(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})");
     ASSERT_TRUE(config.ok()) << config.status();
     config->zero.stage = stage;
     auto engine = engine::Engine::Create(llm.ptr(), engine::CreateSingleRankCommunicator("llm"), *config);

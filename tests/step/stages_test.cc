@@ -457,15 +457,15 @@ TEST(StagesMemoryTest, TheEstimatesModelStatesAreWhatEachEngineHolds) {
     const StageMemory measured = BuildStagesAndMeasure(job, *data, c.nv, c.nl, c.tl);
     ASSERT_TRUE(measured.errors.empty()) << measured.errors.front();
     job.llm.model.vocab_size = (*data)->text->vocab_size();
-    for (const jobspec::Group group : {jobspec::Group::kVision, jobspec::Group::kLlm}) {
+    for (const Role group : {Role::kVision, Role::kLlm}) {
       absl::StatusOr<jobspec::MemoryEstimate> estimate = jobspec::EstimateGroupMemory(job, group);
       ASSERT_TRUE(estimate.ok()) << estimate.status();
-      const std::vector<int64_t>& ranks = group == jobspec::Group::kVision ? measured.vision : measured.llm;
+      const std::vector<int64_t>& ranks = group == Role::kVision ? measured.vision : measured.llm;
       const int64_t most = *std::max_element(ranks.begin(), ranks.end());
       // Padding: fewer than `ranks` elements of each unit, at most 16 bytes each, 40 units.
-      EXPECT_LE(std::abs(estimate->model_state_bytes - most), 40 * 16 * std::max(c.nv, c.nl)) << jobspec::GroupName(group);
+      EXPECT_LE(std::abs(estimate->model_state_bytes - most), 40 * 16 * std::max(c.nv, c.nl)) << RoleName(group);
       if (c.nv == 1 && c.nl == 1) {
-        EXPECT_EQ(estimate->model_state_bytes, most) << jobspec::GroupName(group);
+        EXPECT_EQ(estimate->model_state_bytes, most) << RoleName(group);
       }
     }
   }
