@@ -1,3 +1,6 @@
+// The template grammar as one recursive-descent parser (parser.h): statements, then expressions by
+// precedence. Its 700 lines stay one file because each rule calls the next in one chain, as Jinja's
+// own parser.py does; the lexer, the values, the filters and the renderer are files of their own.
 #include "tokenizer/jinja/parser.h"
 
 #include <initializer_list>
