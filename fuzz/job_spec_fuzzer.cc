@@ -1,6 +1,8 @@
 // libFuzzer target: the job-spec parser and validator (jobspec::ParseJobSpecJson) on arbitrary
 // bytes. Beyond "no crash, no hang, no leak": a spec that parses must read back, from the resolved
-// JSON it is recorded as (JobConfigToJson, what the coordinator stores), into a valid spec again.
+// JSON it is recorded as (JobConfigToJson, what the coordinator stores), into a valid spec again,
+// and each group's memory estimate (what submit checks) must be computed without overflowing or
+// dividing by zero (UBSan), and be a number of bytes >= 0.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -9,6 +11,7 @@
 #include <string_view>
 
 #include "jobspec/job_spec.h"
+#include "jobspec/memory_estimate.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
@@ -22,6 +25,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::fprintf(stderr, "a valid spec's recorded form does not parse: %s\n%s\n",
                  std::string(again.status().message()).c_str(), recorded.c_str());
     std::abort();
+  }
+  for (const tandem::Role role : tandem::kRoles) {
+    absl::StatusOr<tandem::jobspec::MemoryEstimate> estimate = tandem::jobspec::EstimateGroupMemory(*config, role);
+    if (!estimate.ok() || estimate->total() < 0 || estimate->model_state_bytes < 0) {
+      std::fprintf(stderr, "a valid spec's %s memory estimate is %s\n", tandem::RoleName(role),
+                   estimate.ok() ? "negative" : std::string(estimate.status().message()).c_str());
+      std::abort();
+    }
   }
   return 0;
 }
