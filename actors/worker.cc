@@ -16,6 +16,7 @@
 #include "engine/cuda_ops.h"
 #include "hf/pretrained_job.h"
 #include "jobspec/memory_estimate.h"
+#include "parallel/layout.h"
 #include "step/stage.h"
 
 namespace tandem::actors {
@@ -134,23 +135,14 @@ absl::Status StageWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
   // NOTE [Parallel sets] in step/stage.h: a replica of `parallel` ranks shares its samples.
   placement.parallel = vision ? job.vision.sequence_parallel : job.llm.tensor_parallel;
   placement.peer_parallel = vision ? job.llm.tensor_parallel : job.vision.sequence_parallel;
-  const int parallel = placement.parallel, replica = a.rank / parallel, index = a.rank % parallel;
   engine::GroupOptions group_options;
   group_options.hostname = options_.collective_host;
   group_options.timeout = a.timeout;
-  // The engine's group: the whole group, or with tensor parallelism the replicas' ranks of this
-  // tensor index ("llm/dp1"). Each group name keys its own rendezvous, so errors name the dimension.
-  const bool tensor_parallel = !vision && parallel > 1;
-  group_options.group_name = tensor_parallel ? absl::StrCat(group, "/dp", index) : group;
-  ASSIGN_OR_RETURN(std::shared_ptr<engine::Communicator> communicator,
-                   engine::CreateGroupCommunicator(store, tensor_parallel ? replica : a.rank,
-                                                   tensor_parallel ? a.group_size / parallel : a.group_size,
-                                                   placement.device, group_options));
-  if (parallel > 1) {
-    group_options.group_name = absl::StrCat(group, vision ? "/sp" : "/tp", replica);
-    ASSIGN_OR_RETURN(placement.parallel_communicator,
-                     engine::CreateGroupCommunicator(store, index, parallel, placement.device, group_options));
-  }
+  const parallel::RankLayout layout{a.role, a.rank, a.group_size, placement.parallel};
+  ASSIGN_OR_RETURN(parallel::RankCommunicators communicators,
+                   parallel::CreateRankCommunicators(layout, store, placement.device, group_options));
+  std::shared_ptr<engine::Communicator> communicator = std::move(communicators.engine);
+  placement.parallel_communicator = std::move(communicators.parallel);
   RETURN_IF_ERROR(check_cancelled("joining the group"));
   auto create = a.role == Role::kVision ? step::CreateVisionStage : step::CreateLlmStage;
   ASSIGN_OR_RETURN(stage_, create(job, std::move(data), std::move(placement),

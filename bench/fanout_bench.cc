@@ -29,6 +29,7 @@
 #include "engine/communicator.h"
 #include "engine/counting_communicator.h"
 #include "nlohmann/json.hpp"
+#include "parallel/layout.h"
 #include "step/exchange.h"
 
 namespace {
@@ -84,9 +85,9 @@ int RunRank(const Options& o) {
   if (!all.ok()) return Fail("all", all.status());
   std::shared_ptr<tandem::engine::CountingCommunicator> replica;
   if (!vision) {
-    gloo.group_name = "llm/tp0";
+    gloo.group_name = tandem::parallel::ParallelGroupName(tandem::Role::kLlm, 0);
     auto group = tandem::engine::CreateGlooCommunicator(*store, o.rank - o.vision, o.degree, gloo);
-    if (!group.ok()) return Fail("llm/tp0", group.status());
+    if (!group.ok()) return Fail(tandem::parallel::ParallelGroupName(tandem::Role::kLlm, 0), group.status());
     replica = std::make_shared<tandem::engine::CountingCommunicator>(*group);
   }
   if (vision) {

@@ -28,6 +28,7 @@
 #include "engine/memory.h"
 #include "engine_config/config.h"
 #include "jobspec/presets.h"
+#include "parallel/layout.h"
 #include "models/layers.h"
 #include "models/llm.h"
 #include "models/vision_encoder.h"
@@ -81,8 +82,9 @@ int RunRank(const Options& o) {
   if (!store.ok()) return Fail(store.status());
   // One replica: the engine's group is the rank alone for tensor parallelism (ZeRO over replicas
   // only), the whole group for sequence parallelism (NOTE [Parallel sets] in step/stage.h).
-  auto parallel = Group(*store, llm ? "llm/tp0" : "vision/sp0", o.rank, o.degree);
-  auto engine_group = llm ? Group(*store, "llm/dp0", 0, 1) : Group(*store, "vision", o.rank, o.degree);
+  const tandem::parallel::RankLayout layout{llm ? tandem::Role::kLlm : tandem::Role::kVision, o.rank, o.degree, o.degree};
+  auto parallel = Group(*store, layout.parallel_group(), layout.index(), o.degree);
+  auto engine_group = Group(*store, layout.engine_group(), layout.engine_rank(), layout.engine_size());
   if (!parallel.ok() || !engine_group.ok()) return Fail(parallel.ok() ? engine_group.status() : parallel.status());
   auto parallel_counts = std::make_shared<CountingCommunicator>(*parallel);
   auto engine_counts = std::make_shared<CountingCommunicator>(*engine_group);

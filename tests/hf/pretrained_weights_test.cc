@@ -9,6 +9,7 @@
 
 #include "engine/fake_communicator.h"
 #include "engine/safetensors.h"
+#include "parallel/layout.h"
 
 namespace tandem::hf {
 namespace {
@@ -112,7 +113,7 @@ TEST(PretrainedWeights, ATensorParallelRankLoadsItsShards) {
   ASSERT_TRUE(files.ok()) << files.status();
   models::Llm whole(*config->llm);
   ASSERT_TRUE(LoadLlmWeights(*config, *files, *whole).ok());
-  engine::FakeGroup group(2, "llm/tp0");
+  engine::FakeGroup group(2, parallel::ParallelGroupName(Role::kLlm, 0));
   models::Llm rank1(*config->llm, parallel::ParallelGroup{group.rank(1), std::chrono::seconds(1)});
   const absl::Status status = LoadLlmWeights(*config, *files, *rank1);
   ASSERT_TRUE(status.ok()) << status;

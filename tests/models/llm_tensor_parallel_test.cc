@@ -12,6 +12,7 @@
 #include "engine/fake_communicator.h"
 #include "models/llm.h"
 #include "models/parameter_list.h"
+#include "parallel/layout.h"
 
 namespace tandem::models {
 namespace {
@@ -79,7 +80,7 @@ TEST_P(LlmTensorParallelTest, MatchesTheSingleProcessModel) {
   loss.sum.backward();
   const at::Tensor last_logits = whole->ForwardLast(prefix0, tokens, last);
 
-  engine::FakeGroup group(test.size, "llm/tp0");
+  engine::FakeGroup group(test.size, parallel::ParallelGroupName(Role::kLlm, 0));
   std::vector<Llm> ranks;
   for (int r = 0; r < test.size; ++r) {  // one after another: they draw from the default generator
     torch::manual_seed(0);
@@ -123,7 +124,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, LlmTensorParallelTest, ::testing::ValuesIn(Cas
 
 TEST(LlmTensorParallel, ShardsHalveTheSplitWeightsAndNameHowEachIsSplit) {
   const LlmConfig config = Config(4, 2, 21, false, false);
-  engine::FakeGroup group(2, "llm/tp0");
+  engine::FakeGroup group(2, parallel::ParallelGroupName(Role::kLlm, 0));
   Llm whole(config);
   Llm rank1(config, parallel::ParallelGroup{group.rank(1), std::chrono::seconds(1)});
   const auto shards = rank1->shards();
@@ -144,7 +145,7 @@ TEST(LlmTensorParallel, ShardsHalveTheSplitWeightsAndNameHowEachIsSplit) {
 TEST(LlmTensorParallel, ShardElementsCountEachRanksParameters) {
   for (const auto& [size, config] : {std::pair{2, Config(4, 2, 21, false, true)}, std::pair{4, Config(4, 2, 23, true, false)},
                                      std::pair{4, Config(4, 4, 22, false, false)}}) {
-    engine::FakeGroup group(size, "llm/tp0");
+    engine::FakeGroup group(size, parallel::ParallelGroupName(Role::kLlm, 0));
     for (int rank = 0; rank < size; ++rank) {
       Llm llm(config, parallel::ParallelGroup{group.rank(rank), std::chrono::seconds(1)});
       int64_t listed = 0;
@@ -155,7 +156,7 @@ TEST(LlmTensorParallel, ShardElementsCountEachRanksParameters) {
 }
 
 TEST(LlmTensorParallel, RefusesSizesThatDoNotSplit) {
-  engine::FakeGroup group(3, "llm/tp0");
+  engine::FakeGroup group(3, parallel::ParallelGroupName(Role::kLlm, 0));
   const parallel::ParallelGroup rank0{group.rank(0), std::chrono::seconds(1)};
   EXPECT_THAT([&] { Llm(Config(4, 2, 20, true, false), rank0); },
               ::testing::ThrowsMessage<c10::Error>(HasSubstr("4 heads do not split over 3 tensor-parallel ranks")));

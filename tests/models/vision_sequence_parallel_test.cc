@@ -13,6 +13,7 @@
 
 #include "engine/fake_communicator.h"
 #include "models/vision_encoder.h"
+#include "parallel/layout.h"
 
 namespace tandem::models {
 namespace {
@@ -80,7 +81,7 @@ TEST_P(VisionSequenceParallelTest, MatchesTheSingleProcessModel) {
   const at::Tensor out = whole->forward(images);
   (out * weights).sum().backward();
 
-  engine::FakeGroup group(test.size, "vision/sp0");
+  engine::FakeGroup group(test.size, parallel::ParallelGroupName(Role::kVision, 0));
   std::vector<VisionEncoder> ranks;
   for (int r = 0; r < test.size; ++r) {
     torch::manual_seed(0);
@@ -124,7 +125,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, VisionSequenceParallelTest, ::testing::ValuesI
                          [](const ::testing::TestParamInfo<Case>& info) { return "case" + std::to_string(info.index); });
 
 TEST(VisionSequenceParallel, RefusesSizesThatDoNotSplit) {
-  engine::FakeGroup group(3, "vision/sp0");
+  engine::FakeGroup group(3, parallel::ParallelGroupName(Role::kVision, 0));
   const parallel::ParallelGroup rank0{group.rank(0), std::chrono::seconds(1)};
   EXPECT_NO_THROW(VisionEncoder(Config(12, 2, 3), rank0));  // 36 positions, 3 heads
   EXPECT_THAT([&] { VisionEncoder(Config(12, 2, 4), rank0); },

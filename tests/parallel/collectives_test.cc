@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/fake_communicator.h"
+#include "parallel/layout.h"
 #include "parallel/vocab_parallel.h"
 
 namespace tandem::parallel {
@@ -172,7 +173,7 @@ TEST(SequenceParallel, UlyssesAttentionMatchesTheWholeSequence) {
 // A replica without samples (the last evaluation batch) runs the model on an empty batch: every rank
 // of the group holds the same empty shape and issues nothing.
 TEST(SequenceParallel, AnEmptyBatchIssuesNoCollective) {
-  engine::FakeGroup fake(2, "vision/sp0");
+  engine::FakeGroup fake(2, parallel::ParallelGroupName(Role::kVision, 0));
   ExpectNoErrors(OnRanks(
       2,
       [](const ParallelGroup& g) {
@@ -197,7 +198,7 @@ TEST(TensorParallel, GatherLastDimAssemblesUnevenShares) {
 }
 
 TEST(TensorParallel, AFailedCollectiveThrowsItsStatusOnEveryRank) {
-  engine::FakeGroup fake(2, "llm/tp0");
+  engine::FakeGroup fake(2, parallel::ParallelGroupName(Role::kLlm, 0));
   fake.FailOperation(1, absl::UnavailableError("peer gone"));
   const auto errors = OnRanks(
       2, [](const ParallelGroup& g) { ReduceFromGroup(torch::ones({2}), g); }, &fake);
@@ -216,6 +217,16 @@ TEST(TensorParallel, EvenSplitGivesTheFirstRanksTheRemainder) {
   EXPECT_EQ(EvenSplit(7, 3, 2).begin, 5);
   EXPECT_EQ(EvenSplit(7, 3, 2).end, 7);
   EXPECT_EQ(EvenSplit(8, 2, 1).begin, 4);
+}
+
+// The names of a rank's communicators come from its layout (parallel/layout.h), and only from it.
+TEST(RankLayout, NamesEachRanksCommunicators) {
+  const RankLayout llm{Role::kLlm, 3, 4, 2};
+  EXPECT_EQ(llm.Describe(), "llm rank 3 of 4: replica 1 of 2, index 1 of 2; engine llm/dp1 rank 1 of 2; llm/tp1");
+  const RankLayout vision{Role::kVision, 3, 4, 2};
+  EXPECT_EQ(vision.Describe(), "vision rank 3 of 4: replica 1 of 2, index 1 of 2; engine vision rank 3 of 4; vision/sp1");
+  const RankLayout plain{Role::kLlm, 1, 2, 1};
+  EXPECT_EQ(plain.Describe(), "llm rank 1 of 2: replica 1 of 2, index 0 of 1; engine llm rank 1 of 2");
 }
 
 }  // namespace

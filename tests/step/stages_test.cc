@@ -24,6 +24,7 @@
 #include "engine/fake_communicator.h"
 #include "jobspec/job_spec.h"
 #include "jobspec/memory_estimate.h"
+#include "parallel/layout.h"
 #include "nlohmann/json.hpp"
 #include "engine/safetensors.h"
 #include "hf/pretrained_job.h"
@@ -80,9 +81,15 @@ struct Outcome {
 // tensor index over the replicas, and one per tensor-parallel replica.
 struct Groups {
   Groups(int nv, int sv, int nl, int tl) : vision(nv, "vision") {
-    for (int r = 0; r < nv / sv; ++r) sequence.push_back(std::make_unique<engine::FakeGroup>(sv, "vision/sp" + std::to_string(r)));
-    for (int t = 0; t < tl; ++t) data.push_back(std::make_unique<engine::FakeGroup>(nl / tl, "llm/dp" + std::to_string(t)));
-    for (int r = 0; r < nl / tl; ++r) tensor.push_back(std::make_unique<engine::FakeGroup>(tl, "llm/tp" + std::to_string(r)));
+    for (int r = 0; r < nv / sv; ++r) {
+      sequence.push_back(std::make_unique<engine::FakeGroup>(sv, parallel::ParallelGroupName(Role::kVision, r)));
+    }
+    for (int t = 0; t < tl; ++t) {
+      data.push_back(std::make_unique<engine::FakeGroup>(nl / tl, parallel::EngineGroupName(Role::kLlm, tl, t)));
+    }
+    for (int r = 0; r < nl / tl; ++r) {
+      tensor.push_back(std::make_unique<engine::FakeGroup>(tl, parallel::ParallelGroupName(Role::kLlm, r)));
+    }
   }
   engine::FakeGroup vision;
   std::vector<std::unique_ptr<engine::FakeGroup>> sequence, data, tensor;
