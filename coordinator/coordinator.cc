@@ -88,7 +88,6 @@ absl::Status Coordinator::CheckMemory(const jobspec::JobConfig& config) const {
     // A pretrained model's sizes are in its config.json, which the actors read: they check it.
     if (!(vision ? config.vision.pretrained : config.llm.pretrained).empty()) continue;
     const std::string& pool = vision ? config.vision.pool : config.llm.pool;
-    ASSIGN_OR_RETURN(const jobspec::MemoryEstimate estimate, jobspec::EstimateGroupMemory(config, role));
     int registered = 0;
     int64_t largest = 0;
     bool unknown = false;  // an actor that states no memory checks the job itself at assignment
@@ -98,8 +97,11 @@ absl::Status Coordinator::CheckMemory(const jobspec::JobConfig& config) const {
       largest = std::max(largest, a.memory_bytes);
       unknown = unknown || a.memory_bytes == 0;
     }
-    // No actor yet, or one with room: the job may run (an actor without room refuses its part).
-    if (registered == 0 || unknown || largest >= estimate.total()) continue;
+    // No actor yet, or one that states no memory: each checks at assignment.
+    if (registered == 0 || unknown) continue;
+    ASSIGN_OR_RETURN(const jobspec::MemoryEstimate estimate, jobspec::EstimateGroupMemory(config, role));
+    // One with room: the job may run (an actor without room refuses its part).
+    if (largest >= estimate.total()) continue;
     return jobspec::CheckEstimateFits(estimate, config, largest,
                                       absl::StrCat("the largest of pool '", pool, "''s ", registered,
                                                    " registered actors (tandem actor --memory, else its device's)"));

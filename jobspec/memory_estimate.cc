@@ -27,7 +27,7 @@ bool Frozen(const models::ParameterInfo& p, const std::vector<std::string>& free
                      [&](const std::string& pattern) { return engine_config::MatchesNamePattern(pattern, p.name); });
 }
 
-// Bytes of `elements` split over `ranks`, rounded up.
+// `elements` (or bytes) split evenly over `ranks`; ZeRO's padding of uneven partitions aside.
 double Split(double elements, int64_t ranks) { return elements / static_cast<double>(std::max<int64_t>(ranks, 1)); }
 
 std::string Count(int64_t n) {

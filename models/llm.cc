@@ -385,9 +385,8 @@ TokenLoss ForwardLabelLoss(Llm& llm, const at::Tensor& prefix, const at::Tensor&
               labels.defined() ? labels.sizes() : at::IntArrayRef{});
   const Targeted targeted = TargetedPositions(labels);
   const at::Tensor logits = llm->ForwardRows(prefix, tokens, targeted.rows);
-  const parallel::Range whole{0, llm->config().vocab_size};
-  const parallel::Range& columns = llm->tensor_parallel().active() ? llm->vocab_columns() : whole;
-  return {parallel::VocabParallelCrossEntropySum(logits, targeted.targets, columns, llm->tensor_parallel()),
+  // Without tensor parallelism vocab_columns() is the whole vocabulary.
+  return {parallel::VocabParallelCrossEntropySum(logits, targeted.targets, llm->vocab_columns(), llm->tensor_parallel()),
           targeted.rows.size(0)};
 }
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -59,8 +60,9 @@ class ColocatedRun {
  private:
   absl::Status Setup();
   // ResourceExhausted, naming the fields, when both groups' estimated memory
-  // (jobspec/memory_estimate.h) exceeds the device's (platform::DeviceMemoryBytes).
-  absl::Status CheckMemory() const;
+  // (jobspec/memory_estimate.h) exceeds the device's (platform::DeviceMemoryBytes). `sized` is the
+  // job with its pretrained models' sizes resolved.
+  absl::Status CheckMemory(const jobspec::JobConfig& sized) const;
   absl::Status Train();
   // Runs `command` on both stages at once, each a fiber of this thread that gives the thread to
   // the other while it waits on a transfer, as the coordinator runs a command on both groups. The
@@ -89,11 +91,9 @@ class ColocatedRun {
   int64_t first_step_ = 1;
 };
 
-absl::Status ColocatedRun::CheckMemory() const {
+absl::Status ColocatedRun::CheckMemory(const jobspec::JobConfig& sized) const {
   const int64_t memory = platform::DeviceMemoryBytes(options_.device);
   if (memory <= 0) return absl::OkStatus();
-  jobspec::JobConfig sized = job_;
-  RETURN_IF_ERROR(hf::ResolvePretrainedModels(sized));
   ASSIGN_OR_RETURN(const jobspec::MemoryEstimate vision, jobspec::EstimateGroupMemory(sized, Role::kVision));
   ASSIGN_OR_RETURN(const jobspec::MemoryEstimate llm, jobspec::EstimateGroupMemory(sized, Role::kLlm));
   if (vision.total() + llm.total() <= memory) return absl::OkStatus();
@@ -107,8 +107,11 @@ absl::Status ColocatedRun::CheckMemory() const {
 absl::Status ColocatedRun::Setup() {
   run_dir_ = options_.run_dir;
   RETURN_IF_ERROR(rundir::CheckRunDirIsNew(run_dir_));
+  // Pretrained models' shapes, read once; job.json keeps the spec as written.
+  jobspec::JobConfig sized = job_;
+  RETURN_IF_ERROR(hf::ResolvePretrainedModels(sized));
   // Before anything is written: a job that cannot fit leaves no run directory behind.
-  RETURN_IF_ERROR(CheckMemory());
+  RETURN_IF_ERROR(CheckMemory(sized));
   std::error_code ec;
   fs::create_directories(fs::path(run_dir_) / "checkpoints", ec);
   if (ec)
@@ -117,7 +120,7 @@ absl::Status ColocatedRun::Setup() {
   RETURN_IF_ERROR(WriteFileAtomically(RunPath("job.json"), jobspec::JobConfigToJson(job_) + "\n"));
   if (options_.threads > 0) at::set_num_threads(options_.threads);
 
-  RETURN_IF_ERROR(hf::ResolvePretrainedModels(job_));  // pretrained models' shapes
+  job_ = std::move(sized);
   ASSIGN_OR_RETURN(std::shared_ptr<const step::JobData> data,
                    step::OpenJobData(job_, job_.resume_from.empty() ? "" : jobspec::SpecPath(job_.resume_from, job_.spec_dir)));
   fabric_ = std::make_unique<transport::InProcessFabric>("colocated", 1, 1, kTimeout,
