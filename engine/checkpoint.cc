@@ -164,14 +164,11 @@ std::vector<Piece> Overlap(const std::vector<DomainSegment>& source, const std::
 
 absl::Status Engine::SaveCheckpoint(const std::string& directory,
                                     const std::map<std::string, std::string>& client_state) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (in_backward_) return absl::FailedPreconditionError("checkpoint: called during backward");
-    if (!error_.ok()) return error_;
-  }
+  if (reducer_->in_backward()) return absl::FailedPreconditionError("checkpoint: called during backward");
+  if (absl::Status error = reducer_->error(); !error.ok()) return error;
   if (micro_steps_ % config_.gradient_accumulation_steps != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint: ", directory, ": save at an accumulation boundary (micro step ", micro_steps_,
+        "checkpoint: ", directory, ": save at an accumulation boundary (micro step ", micro_steps_.load(),
         " is inside a step of ", config_.gradient_accumulation_steps, " micro-batches)"));
   }
   std::error_code ec;
@@ -202,7 +199,7 @@ absl::Status Engine::SaveCheckpoint(const std::string& directory,
   }
   std::map<std::string, std::string> metadata = {
       {"global_steps", std::to_string(global_steps_)},
-      {"micro_steps", std::to_string(micro_steps_)},
+      {"micro_steps", std::to_string(micro_steps_.load())},
       {"skipped_steps", std::to_string(skipped_steps_)},
       {"gradient_accumulation_steps", std::to_string(config_.gradient_accumulation_steps)},
       {"zero_stage", std::to_string(config_.zero.stage)},

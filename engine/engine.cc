@@ -1,8 +1,8 @@
-// Engine construction, buffers, and the gradient flow (NOTE [Gradient flow] in engine.h).
+// Engine construction, buffers, the hooks that feed the gradient reducer (NOTE [Gradient flow] in
+// engine.h; gradient_reducer.h) and the ZeRO-3 block gathers.
 #include "engine/engine.h"
 
 #include <torch/autograd.h>
-#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -11,7 +11,6 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
-#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -22,7 +21,6 @@ namespace tandem::engine {
 namespace {
 
 constexpr char kComponent[] = "engine";
-constexpr size_t kMaxBucketsInFlight = 2;
 
 at::ScalarType ToScalarType(DType dtype) {
   return dtype == DType::kBFloat16 ? at::kBFloat16 : at::kFloat;
@@ -55,16 +53,6 @@ void ReleaseFreedMemory(const at::Device& device) {
 #ifdef __GLIBC__
   malloc_trim(0);
 #endif
-}
-
-// Logs `message` as a warning the first time this process sees it (several engines of a process,
-// the colocated trainer's two say, share one).
-void WarnOnce(const std::string& message) {
-  if (message.empty()) return;
-  static std::mutex mu;
-  static std::set<std::string> seen;
-  std::lock_guard<std::mutex> lock(mu);
-  if (seen.insert(message).second) TANDEM_LOG(kWarning, kComponent) << message;
 }
 
 }  // namespace
@@ -243,24 +231,30 @@ absl::Status Engine::Initialize() {
     if (group >= 0) block_unit_[group] = static_cast<int>(u);
   }
   RETURN_IF_ERROR(InitializeBuffers());
+  GradientReducer::Options reduction;
+  reduction.layout = &layout_;
+  reduction.communicator = communicator_.get();
+  reduction.stage = config_.zero.stage;
+  reduction.overlap_comm = config_.zero.overlap_comm;
+  reduction.accumulation_steps = config_.gradient_accumulation_steps;
+  reduction.timeout = std::chrono::milliseconds(config_.collective_timeout_ms);
+  reduction.device = device_;
+  reduction.comm_dtype = comm_dtype_;
+  reduction.grad_dtype = grad_dtype_;
+  reduction.gradient_scale = gradient_scale_;
+  reduction.unit_gradients = [this](int unit) { return UnitGradients(unit); };
+  reduction.zero_gradients = [this] { grads_.zero_(); };
+  reduction.at_boundary = [this] { return IsGradientAccumulationBoundary(); };
+  reducer_ = std::make_unique<GradientReducer>(std::move(reduction));
   RETURN_IF_ERROR(InitializeFrozen(block_of_param));
   for (size_t b = 0; b < blocks_.size(); ++b) blocks_[b]->AttachHost(this, static_cast<int>(b));
   InstallHooks();
 
-  const size_t units = layout_.units().size();
-  pending_.assign(units, 0);
-  launched_.assign(units, false);
-  buckets_.assign(units, at::Tensor());
-  delivered_.assign(params_.size(), false);
-  for (size_t u = 0; u < units; ++u) {
-    pending_[u] = layout_.units()[u].end_param - layout_.units()[u].first_param;
-  }
-  next_launch_ = static_cast<int>(units) - 1;
   last_lr_ = current_lr();
   ReleaseFreedMemory(device_);  // the frozen parameters' original storage
   TANDEM_LOG(kDebug, kComponent) << "group " << communicator_->group_name() << " rank "
                                  << rank() << ": " << layout_.num_elements() << " parameters in "
-                                 << units << " units, ZeRO stage " << config_.zero.stage;
+                                 << layout_.units().size() << " units, ZeRO stage " << config_.zero.stage;
   return absl::OkStatus();
 }
 
@@ -395,33 +389,18 @@ absl::Status Engine::Backward(const at::Tensor& loss) {
     if (const size_t end = message.find("\nException raised from"); end != std::string::npos) {
       message.resize(end);  // LibTorch's backtrace
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (backward_failure_.empty()) {
-      backward_failure_ =
-          absl::StrCat("the backward of micro step ", micro_steps_ + 1, " failed: ", message);
-    }
+    reducer_->NoteBackwardFailure(
+        absl::StrCat("the backward of micro step ", micro_steps_ + 1, " failed: ", message));
     return absl::InternalError(absl::StrCat("backward failed: ", message));
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  return error_;
+  return reducer_->error();
 }
 
-// ---- Gradient flow --------------------------------------------------------------------------------
+// ---- Gradient flow: the hooks' entry points, forwarded to the reducer (gradient_reducer.h) ----
 
-void Engine::OnGradientAccumulated(int index) {
-  std::lock_guard<std::mutex> lock(mu_);
-  at::Tensor& grad = params_[index].mutable_grad();
-  if (!grad.defined()) return;
-  BeginBackwardLocked();
-  AddGradientLocked(index, grad);
-  grad.reset();
-  LaunchReadyLocked();
-}
+void Engine::OnGradientAccumulated(int index) { reducer_->AddFromHook(index, params_[index].mutable_grad()); }
 
-void Engine::EnterBackward() {
-  std::lock_guard<std::mutex> lock(mu_);
-  BeginBackwardLocked();
-}
+void Engine::EnterBackward() { reducer_->EnterBackward(); }
 
 std::string Engine::ParameterName(const at::Tensor& parameter) const {
   auto it = index_of_.find(parameter.unsafeGetTensorImpl());
@@ -429,14 +408,13 @@ std::string Engine::ParameterName(const at::Tensor& parameter) const {
 }
 
 void Engine::AcceptBlockGradients(int block_id, const std::vector<at::Tensor>& grads) {
-  std::lock_guard<std::mutex> lock(mu_);
-  BeginBackwardLocked();
+  std::vector<std::pair<int, at::Tensor>> received;
   const std::vector<at::Tensor> block_params = blocks_[block_id]->trainable_parameters();
   for (size_t k = 0; k < block_params.size() && k < grads.size(); ++k) {
     auto it = index_of_.find(block_params[k].unsafeGetTensorImpl());
     if (it == index_of_.end()) continue;
     if (grads[k].defined()) {
-      AddGradientLocked(it->second, grads[k]);
+      received.emplace_back(it->second, grads[k]);
     } else {
       // A parameter its block's Run does not use: it gets only weight decay. Said once, since a
       // silent zero gradient is how a broken recomputation looks too.
@@ -446,174 +424,7 @@ void Engine::AcceptBlockGradients(int block_id, const std::vector<at::Tensor>& g
                             "treated as unused"));
     }
   }
-  LaunchReadyLocked();
-}
-
-void Engine::BeginBackwardLocked() {
-  if (in_backward_) return;
-  in_backward_ = true;
-  // Runs once when the current graph task (the whole backward call) finishes.
-  std::shared_ptr<Engine*> self = self_;
-  torch::autograd::Engine::get_default_engine().queue_callback([self] {
-    if (Engine* engine = *self) engine->OnBackwardEnd();
-  });
-}
-
-void Engine::AddGradientLocked(int index, const at::Tensor& grad) {
-  const int u = layout_.slots()[index].unit;
-  if (launched_[u]) {
-    RecordErrorLocked(absl::InternalError(absl::StrCat(
-        "parameter ", layout_.params()[index].name,
-        " received a gradient after its bucket was reduced in the same backward")));
-    return;
-  }
-  if (DefersReduction() || ReducesInPlace()) {
-    UnitGradients(u)
-        .narrow(0, layout_.slots()[index].offset, layout_.params()[index].numel)
-        .add_(grad.detach().reshape(-1), gradient_scale_);
-  } else {
-    if (!buckets_[u].defined()) {
-      buckets_[u] = at::zeros({layout_.units()[u].padded},
-                              at::TensorOptions().device(device_).dtype(comm_dtype_));
-      NoteBucketBytesLocked();
-    }
-    buckets_[u]
-        .narrow(0, layout_.slots()[index].offset, layout_.params()[index].numel)
-        .add_(grad.detach().reshape(-1), gradient_scale_);
-  }
-  if (!delivered_[index]) {
-    delivered_[index] = true;
-    --pending_[u];
-  }
-}
-
-void Engine::LaunchReadyLocked() {
-  if (!config_.zero.overlap_comm || DefersReduction()) return;
-  while (next_launch_ >= 0 && pending_[next_launch_] == 0) LaunchUnitLocked(next_launch_--);
-  // Opportunistically fold what already arrived, to free buckets early.
-  absl::Status status = FoldLocked(/*keep_at_most=*/0, /*block=*/false);
-  if (!status.ok()) RecordErrorLocked(status);
-}
-
-void Engine::LaunchUnitLocked(int unit) {
-  // At most two buckets in flight (DeepSpeed's overlap_comm double buffering): beyond that, wait
-  // for the oldest, so reduction buffers stay bounded by twice the bucket size, not the model size.
-  absl::Status status = FoldLocked(kMaxBucketsInFlight - 1, /*block=*/true);
-  if (!status.ok()) RecordErrorLocked(status);
-  const Unit& u = layout_.units()[unit];
-  InFlight flight;
-  flight.unit = unit;
-  launched_[unit] = true;
-  if (ReducesInPlace()) {
-    // The window's micro-batches and this one are summed in the gradient buffer already.
-    flight.in_place = true;
-    flight.bucket = UnitGradients(unit);
-    flight.work = communicator_->AllReduceSum(flight.bucket);
-    in_flight_.push_back(std::move(flight));
-    return;
-  }
-  flight.bucket = buckets_[unit].defined()
-                      ? buckets_[unit]
-                      : at::zeros({u.padded}, at::TensorOptions().device(device_).dtype(comm_dtype_));
-  buckets_[unit] = at::Tensor();
-  if (config_.zero.stage <= 1 && config_.gradient_accumulation_steps > 1 &&
-      !reduced_this_micro_step_) {
-    // The window's earlier micro-batches, summed locally: reduced now, with this one's.
-    at::Tensor local = UnitGradients(unit);
-    flight.bucket.add_(local);
-    local.zero_();
-  }
-  if (config_.zero.stage <= 1) {
-    flight.work = communicator_->AllReduceSum(flight.bucket);
-  } else {
-    flight.output = at::empty({u.shard}, flight.bucket.options());
-    flight.work = communicator_->ReduceScatterSum(flight.bucket, flight.output);
-  }
-  in_flight_.push_back(std::move(flight));
-  NoteBucketBytesLocked();
-}
-
-void Engine::NoteBucketBytesLocked() {
-  auto bytes = [](const at::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; };
-  int64_t live = 0;
-  for (const at::Tensor& bucket : buckets_) live += bytes(bucket);
-  for (const InFlight& flight : in_flight_) {
-    if (!flight.in_place) live += bytes(flight.bucket) + bytes(flight.output);
-  }
-  peak_bucket_bytes_ = std::max(peak_bucket_bytes_, live);
-}
-
-absl::Status Engine::FoldLocked(size_t keep_at_most, bool block) {
-  while (in_flight_.size() > keep_at_most) {
-    InFlight& flight = in_flight_.front();
-    if (!block && !flight.work->IsCompleted()) break;
-    absl::Status status = Wait(flight.work);
-    if (status.ok() && !flight.in_place) {
-      UnitGradients(flight.unit).add_(config_.zero.stage <= 1 ? flight.bucket : flight.output);
-    }
-    in_flight_.pop_front();
-    if (!status.ok()) return status;
-  }
-  return absl::OkStatus();
-}
-
-void Engine::OnBackwardEnd() {
-  std::lock_guard<std::mutex> lock(mu_);
-  FinishReductionLocked();
-}
-
-void Engine::FinishReductionLocked() {
-  try {
-    // Every unit, in the same order on every rank, whether or not this rank's graph reached it;
-    // none inside an accumulation window at stages 0 and 1.
-    while (!DefersReduction() && next_launch_ >= 0) LaunchUnitLocked(next_launch_--);
-    absl::Status status = FoldLocked(/*keep_at_most=*/0, /*block=*/true);
-    if (!status.ok()) RecordErrorLocked(status);
-  } catch (const std::exception& e) {
-    RecordErrorLocked(absl::InternalError(absl::StrCat("gradient reduction failed: ", e.what())));
-  }
-  in_flight_.clear();
-  for (size_t u = 0; u < pending_.size(); ++u) {
-    pending_[u] = layout_.units()[u].end_param - layout_.units()[u].first_param;
-    launched_[u] = false;
-    buckets_[u] = at::Tensor();
-  }
-  std::fill(delivered_.begin(), delivered_.end(), false);
-  next_launch_ = static_cast<int>(pending_.size()) - 1;
-  in_backward_ = false;
-  ++backwards_this_micro_step_;
-  if (!DefersReduction()) reduced_this_micro_step_ = true;
-}
-
-void Engine::SettleMicroStepLocked() {
-  if (in_backward_) {
-    // Step() runs on the training thread after backward returned, so a backward still "running"
-    // is one that threw before its end (its final callback never ran). Its remaining reductions
-    // run now, so the group's collectives stay matched, and its partial gradients are dropped;
-    // the boundary then skips the update on every rank (NOTE [Failed backward]).
-    FinishReductionLocked();
-    grads_.zero_();
-    if (backward_failure_.empty()) {
-      backward_failure_ = absl::StrCat("the backward of micro step ", micro_steps_ + 1,
-                                       " did not finish (an exception inside it?)");
-    }
-  } else if (backwards_this_micro_step_ == 0 && !DefersReduction() && !layout_.units().empty()) {
-    // No gradient reached this engine in this micro-batch (its loss did not depend on the
-    // engine's parameters): this rank contributes zeros to the reduction its peers are in.
-    WarnOnce(absl::StrCat("engine: group ", communicator_->group_name(), " rank ", rank(),
-                          ": no gradient reached the engine in micro step ", micro_steps_ + 1,
-                          "; this rank contributes zeros to the group's reduction"));
-    FinishReductionLocked();
-  }
-  backwards_this_micro_step_ = 0;
-  reduced_this_micro_step_ = false;
-}
-
-void Engine::RecordErrorLocked(absl::Status status) {
-  if (!error_.ok()) return;  // the first error is the cause; later ones follow from it
-  TANDEM_LOG(kError, kComponent) << "group " << communicator_->group_name() << " rank " << rank()
-                                 << ": " << status.message();
-  error_ = std::move(status);
+  reducer_->Add(received);
 }
 
 absl::Status Engine::Wait(const std::shared_ptr<Work>& work) const {
@@ -624,11 +435,7 @@ absl::Status Engine::Wait(const std::shared_ptr<Work>& work) const {
 
 absl::Status Engine::CheckBlockOrder(int block_id) {
   if (world_size() == 1) return absl::OkStatus();
-  bool backward = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    backward = in_backward_;
-  }
+  const bool backward = reducer_->in_backward();
   // Block 2b + phase, exact in fp32 up to 2^23 blocks.
   const float mine = static_cast<float>(2 * block_id + (backward ? 1 : 0));
   at::Tensor tag = at::full({1}, mine, at::TensorOptions().dtype(at::kFloat).device(device_));
@@ -673,8 +480,7 @@ void Engine::GatherBlock(int block_id) {
     }
   }
   if (!status.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    RecordErrorLocked(status);
+    reducer_->RecordError(status);
     throw std::runtime_error(std::string(status.message()));
   }
 }

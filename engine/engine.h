@@ -55,7 +55,7 @@
 
 #include <torch/nn/module.h>
 
-#include <deque>
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -72,6 +72,7 @@
 #include "engine/communicator.h"
 #include "engine/compat.h"
 #include "engine/compute.h"
+#include "engine/gradient_reducer.h"
 #include "engine/layout.h"
 #include "engine/memory.h"
 #include "engine/config_names.h"
@@ -245,14 +246,6 @@ class Engine : public BlockHost {
     int64_t shard_offset = 0;      // in frozen_shards_
   };
 
-  struct InFlight {
-    int unit = 0;
-    std::shared_ptr<Work> work;
-    at::Tensor bucket;  // all-reduced in place (stages 0-1) or reduce-scattered from (2-3)
-    at::Tensor output;  // reduce-scatter result (stages 2-3)
-    bool in_place = false;  // bucket is the unit's slice of grads_: nothing to fold
-  };
-
   Engine(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Communicator> communicator,
          Config config);
   absl::Status Initialize();
@@ -278,36 +271,6 @@ class Engine : public BlockHost {
   void RestoreFrozen(const NamedTensors& values);
   int64_t FrozenBytes() const;
   bool IsShardedFrozen(int index) const;  // a stage-3 block's frozen parameter
-
-  // Gradient flow (hold mu_).
-  void AddGradientLocked(int index, const at::Tensor& grad);
-  void BeginBackwardLocked();
-  void OnBackwardEnd();
-  // Launches every unit not yet launched, folds the reductions and ends the backward.
-  void FinishReductionLocked();
-  // Step()'s first act (NOTE [Failed backward] in engine_step.cc): finishes a backward that threw,
-  // or reduces zeros for a micro-batch whose backward never reached the engine.
-  void SettleMicroStepLocked();
-  void LaunchReadyLocked();
-  // Stages 0 and 1 inside an accumulation window (DDP's no_sync): this micro-batch's gradients are
-  // summed into the local gradient buffer and reduced once, with the boundary's.
-  bool DefersReduction() const {
-    return config_.zero.stage <= 1 && config_.gradient_accumulation_steps > 1 &&
-           !IsGradientAccumulationBoundary();
-  }
-  // Stages 0 and 1 whose reduction dtype is the gradient's: gradients are summed straight into the
-  // gradient buffer and each unit is all-reduced there in place, with no bucket (NOTE [Buckets]).
-  // Only the micro-batch's first reduction: a second backward call in the same micro-batch must
-  // reduce its own gradients alone, not the buffer that already holds the group's sum.
-  bool ReducesInPlace() const {
-    return config_.zero.stage <= 1 && comm_dtype_ == grad_dtype_ && !reduced_this_micro_step_;
-  }
-  void LaunchUnitLocked(int unit);
-  void NoteBucketBytesLocked();  // updates peak_bucket_bytes_ after a bucket was allocated
-  // Adds reduced buckets, oldest first, into the gradient buffer until at most `keep_at_most` remain
-  // in flight; waits for them if `block`, else stops at the first one not yet complete.
-  absl::Status FoldLocked(size_t keep_at_most, bool block);
-  void RecordErrorLocked(absl::Status status);
 
   // Views in "domain" coordinates: the part of each unit this rank updates (all of it at stage 0).
   int64_t DomainStart(int unit) const;
@@ -383,22 +346,10 @@ class Engine : public BlockHost {
   at::Tensor master_, exp_avg_, exp_avg_sq_, compensation_;
   at::Tensor grads_;  // full coordinates (stages 0-1) or shard coordinates (2-3)
 
-  // Backward state, guarded by mu_.
-  mutable std::mutex mu_;
-  bool in_backward_ = false;
-  std::vector<int> pending_;        // per unit: parameters not yet delivered in this backward
-  std::vector<bool> delivered_;     // per parameter, this backward
-  std::vector<bool> launched_;      // per unit, this backward
-  std::vector<at::Tensor> buckets_;  // per unit, while filling
-  int next_launch_ = -1;            // units launch from the last to the first
-  std::deque<InFlight> in_flight_;
-  absl::Status error_;
-  int64_t peak_bucket_bytes_ = 0;  // MemoryReport::bucket_bytes
-  int backwards_this_micro_step_ = 0;  // backward calls that reached the engine since Step()
-  bool reduced_this_micro_step_ = false;  // a reduction of this micro-batch's gradients is done
-  std::string backward_failure_;       // this optimizer step's failed backward, if any
+  // The gradient flow between steps and its state (gradient_reducer.h); made by Initialize.
+  std::unique_ptr<GradientReducer> reducer_;
 
-  int64_t micro_steps_ = 0;
+  std::atomic<int64_t> micro_steps_{0};  // hooks read it (GradientReducer::Options::at_boundary)
   int64_t global_steps_ = 0;
   int64_t skipped_steps_ = 0;
   double last_grad_norm_ = 0.0;

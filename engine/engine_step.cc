@@ -89,7 +89,7 @@ double Engine::current_lr() const {
 
 // NOTE [Failed backward]
 // A group's collectives pair up by order, so one rank that skips a reduction hangs the others until
-// the collective timeout. Step() settles each micro-batch first (SettleMicroStepLocked):
+// the collective timeout. Step() settles each micro-batch first (GradientReducer::SettleMicroStep):
 // - a micro-batch whose backward never reached the engine (a loss that does not depend on the
 //   model on this rank) reduces zeros, as if every parameter were unused, so its peers' reductions
 //   complete and the result is what one process would compute;
@@ -106,19 +106,17 @@ double Engine::current_lr() const {
 // timeout, which names the operation (engine_config/CONFIG.md, "Failures inside a step").
 
 absl::Status Engine::Step() {
-  std::unique_lock<std::mutex> lock(mu_);
-  SettleMicroStepLocked();
-  if (!error_.ok()) return error_;
   const bool boundary = IsGradientAccumulationBoundary();
+  const GradientReducer::Settled settled = reducer_->SettleMicroStep(micro_steps_ + 1, boundary);
+  if (!settled.error.ok()) return settled.error;
   ++micro_steps_;
+  const std::string& failure = settled.failure;
   if (!boundary) {
-    if (backward_failure_.empty()) return absl::OkStatus();
+    if (failure.empty()) return absl::OkStatus();
     return absl::AbortedError(absl::StrCat(
-        "engine: group ", communicator_->group_name(), " rank ", rank(), ": ", backward_failure_,
+        "engine: group ", communicator_->group_name(), " rank ", rank(), ": ", failure,
         "; its gradients are dropped and the group will skip optimizer step ", global_steps_ + 1));
   }
-  const std::string failure = std::exchange(backward_failure_, std::string());
-  lock.unlock();
 
   try {
     ASSIGN_OR_RETURN(const GroupCheck check, CheckGroup(!failure.empty()));
@@ -336,11 +334,8 @@ absl::Status Engine::AllGatherResident() {
 }
 
 absl::StatusOr<std::vector<at::Tensor>> Engine::GatherUnits(bool gradients) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (in_backward_) return absl::FailedPreconditionError("engine: gather during backward");
-    if (!error_.ok()) return error_;
-  }
+  if (reducer_->in_backward()) return absl::FailedPreconditionError("engine: gather during backward");
+  if (absl::Status error = reducer_->error(); !error.ok()) return error;
   std::vector<at::Tensor> result;
   for (size_t i = 0; i < layout_.units().size(); ++i) {
     const int u = static_cast<int>(i);
@@ -438,10 +433,7 @@ MemoryReport Engine::Memory() const {
   report.grad_bytes = bytes(grads_);
   report.master_bytes = bytes(master_);
   report.optimizer_bytes = bytes(exp_avg_) + bytes(exp_avg_sq_) + bytes(compensation_);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    report.bucket_bytes = peak_bucket_bytes_;
-  }
+  report.bucket_bytes = reducer_ != nullptr ? reducer_->peak_bucket_bytes() : 0;
   report.frozen_parameters = frozen_parameters();
   report.frozen_bytes = FrozenBytes();
   if (device_.is_cuda()) {

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/communicator_checks.h"
 
 namespace tandem::engine {
 namespace {
@@ -41,33 +42,6 @@ struct Meeting {
   bool done = false;
   absl::Status status;  // the outcome shared by all ranks, once done
 };
-
-class ReadyWork final : public Work {
- public:
-  explicit ReadyWork(absl::Status status) : status_(std::move(status)) {}
-  bool IsCompleted() override { return true; }
-  absl::Status Wait(std::chrono::milliseconds) override { return status_; }
-
- private:
-  const absl::Status status_;
-};
-
-absl::Status WithContext(const std::string& what, const absl::Status& status) {
-  if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
-}
-
-absl::Status CheckTensor(const at::Tensor& t, const char* name) {
-  if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(name, " is undefined"));
-  if (!t.is_contiguous()) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " is not contiguous"));
-  }
-  if (t.scalar_type() != at::kFloat && t.scalar_type() != at::kBFloat16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " has dtype ", c10::toString(t.scalar_type()), "; need fp32 or bf16"));
-  }
-  return absl::OkStatus();
-}
 
 at::Tensor Flat(const at::Tensor& t) { return t.view({-1}); }
 

@@ -128,10 +128,7 @@ void Engine::ReleaseFrozenBlock(int block_id) {
 }
 
 absl::StatusOr<NamedTensors> Engine::GatherFrozenParameters() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (in_backward_) return absl::FailedPreconditionError("engine: gather during backward");
-  }
+  if (reducer_->in_backward()) return absl::FailedPreconditionError("engine: gather during backward");
   std::vector<at::Tensor> values(frozen_.size());
   try {
     for (size_t b = 0; b < frozen_units_.size(); ++b) {

@@ -45,6 +45,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/communicator.h"
+#include "engine/communicator_checks.h"
 #include "engine/compat.h"
 
 namespace tandem::engine {
@@ -161,17 +162,6 @@ std::string ExceptionMessage(const std::exception_ptr& error) {
   }
 }
 
-// A Work that finished when it was issued (argument errors, exceptions while issuing).
-class ReadyWork final : public Work {
- public:
-  explicit ReadyWork(absl::Status status) : status_(std::move(status)) {}
-  bool IsCompleted() override { return true; }
-  absl::Status Wait(std::chrono::milliseconds) override { return status_; }
-
- private:
-  const absl::Status status_;
-};
-
 // Wraps a c10d::Work; `finish` copies results into the caller's tensors after success.
 class GlooWork final : public Work {
  public:
@@ -234,20 +224,13 @@ class GlooWork final : public Work {
   std::optional<absl::Status> status_;  // guarded by mu_; set once
 };
 
-absl::Status CheckTensor(const at::Tensor& t, const char* name) {
-  if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(name, " is undefined"));
-  if (!t.device().is_cpu()) {
+// The shared checks (communicator_checks.h), and Gloo's device: the CPU.
+absl::Status CheckCpuTensor(const at::Tensor& t, const char* name) {
+  if (t.defined() && !t.device().is_cpu()) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, " is on ", t.device().str(), "; the Gloo backend needs CPU tensors"));
   }
-  if (!t.is_contiguous()) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " is not contiguous"));
-  }
-  if (t.scalar_type() != at::kFloat && t.scalar_type() != at::kBFloat16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " has dtype ", c10::toString(t.scalar_type()), "; need fp32 or bf16"));
-  }
-  return absl::OkStatus();
+  return CheckTensor(t, name);
 }
 
 // Serialises the issuing of collectives across every Gloo group of the process. In LibTorch 2.x
@@ -274,7 +257,7 @@ at::Tensor BitsView(const at::Tensor& t) {
 #endif
 }
 
-// The dtype a reduction runs in (CheckTensor admits fp32 and bf16): fp32, also for bf16 on every
+// The dtype a reduction runs in (CheckCpuTensor admits fp32 and bf16): fp32, also for bf16 on every
 // version (NOTE [Gloo emulation]).
 at::ScalarType ReductionType(const at::Tensor&) { return at::kFloat; }
 
@@ -294,7 +277,7 @@ class GlooCommunicator final : public Communicator {
 
   std::shared_ptr<Work> AllReduceSum(at::Tensor tensor) override {
     const std::string what = Describe("all_reduce");
-    if (absl::Status s = CheckTensor(tensor, "tensor"); !s.ok()) return Fail(what, s);
+    if (absl::Status s = CheckCpuTensor(tensor, "tensor"); !s.ok()) return Fail(what, s);
     return Issue(what, [&]() -> Issued {
       if (tensor.scalar_type() == ReductionType(tensor)) {
         std::vector<at::Tensor> tensors{tensor};
@@ -358,7 +341,7 @@ class GlooCommunicator final : public Communicator {
 
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {
     const std::string what = Describe("broadcast");
-    if (absl::Status s = CheckTensor(tensor, "tensor"); !s.ok()) return Fail(what, s);
+    if (absl::Status s = CheckCpuTensor(tensor, "tensor"); !s.ok()) return Fail(what, s);
     if (root < 0 || root >= world_size_) {
       return Fail(what, absl::InvalidArgumentError(absl::StrCat(
                             "root ", root, " is not a rank of a group of ", world_size_)));
@@ -410,8 +393,8 @@ class GlooCommunicator final : public Communicator {
   // `large` must have world_size times the elements of `small`, with the same dtype.
   absl::Status CheckPair(const at::Tensor& large, const at::Tensor& small, const char* large_name,
                          const char* small_name) const {
-    if (absl::Status s = CheckTensor(large, large_name); !s.ok()) return s;
-    if (absl::Status s = CheckTensor(small, small_name); !s.ok()) return s;
+    if (absl::Status s = CheckCpuTensor(large, large_name); !s.ok()) return s;
+    if (absl::Status s = CheckCpuTensor(small, small_name); !s.ok()) return s;
     if (large.scalar_type() != small.scalar_type()) {
       return absl::InvalidArgumentError(
           absl::StrCat(large_name, " and ", small_name, " have different dtypes"));
@@ -426,8 +409,8 @@ class GlooCommunicator final : public Communicator {
 
   // An all-to-all's input and output: the same dtype and size, a multiple of the world size.
   absl::Status CheckSwap(const at::Tensor& input, const at::Tensor& output) const {
-    if (absl::Status s = CheckTensor(input, "input"); !s.ok()) return s;
-    if (absl::Status s = CheckTensor(output, "output"); !s.ok()) return s;
+    if (absl::Status s = CheckCpuTensor(input, "input"); !s.ok()) return s;
+    if (absl::Status s = CheckCpuTensor(output, "output"); !s.ok()) return s;
     if (input.scalar_type() != output.scalar_type() || input.numel() != output.numel() ||
         input.numel() % world_size_ != 0) {
       return absl::InvalidArgumentError(absl::StrCat(

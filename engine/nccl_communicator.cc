@@ -34,6 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/communicator.h"
+#include "engine/communicator_checks.h"
 
 namespace tandem::engine {
 namespace {
@@ -75,11 +76,6 @@ absl::Status NcclError(ncclComm_t comm, ncclResult_t result, const char* call, c
 
 #define TANDEM_CUDA_STATUS(call) CudaError((call), #call, __FILE__, __LINE__)
 #define TANDEM_NCCL_STATUS(comm, call) NcclError((comm), (call), #call, __FILE__, __LINE__)
-
-absl::Status WithContext(const std::string& what, const absl::Status& status) {
-  if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
-}
 
 std::string Message(const std::exception& e) {
   if (const auto* error = dynamic_cast<const c10::Error*>(&e)) {
@@ -204,16 +200,6 @@ class NcclComm {
   std::mutex mu_;
   bool aborted_ = false;       // guarded by mu_
   absl::Status abort_reason_;  // guarded by mu_
-};
-
-class ReadyWork final : public Work {
- public:
-  explicit ReadyWork(absl::Status status) : status_(std::move(status)) {}
-  bool IsCompleted() override { return true; }
-  absl::Status Wait(std::chrono::milliseconds) override { return status_; }
-
- private:
-  const absl::Status status_;
 };
 
 class NcclWork final : public Work {
@@ -414,15 +400,13 @@ class NcclCommunicator final : public Communicator {
                         sequence, ")");
   }
 
+  // The shared layout checks (communicator_checks.h), this communicator's device and NCCL's dtypes.
   absl::Status CheckTensor(const at::Tensor& t, const char* name) const {
-    if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(name, " is undefined"));
-    if (!t.is_cuda() || t.device().index() != comm_->device()) {
+    if (t.defined() && (!t.is_cuda() || t.device().index() != comm_->device())) {
       return absl::InvalidArgumentError(absl::StrCat(
           name, " is on ", t.device().str(), "; the communicator is on cuda:", comm_->device()));
     }
-    if (!t.is_contiguous()) {
-      return absl::InvalidArgumentError(absl::StrCat(name, " is not contiguous"));
-    }
+    if (absl::Status layout = CheckTensorLayout(t, name); !layout.ok()) return layout;
     return NcclType(t.scalar_type()).status();
   }
 

@@ -7,31 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/communicator.h"
+#include "engine/communicator_checks.h"
 
 namespace tandem::engine {
 namespace {
-
-class ReadyWork final : public Work {
- public:
-  explicit ReadyWork(absl::Status status) : status_(std::move(status)) {}
-  bool IsCompleted() override { return true; }
-  absl::Status Wait(std::chrono::milliseconds) override { return status_; }
-
- private:
-  const absl::Status status_;
-};
-
-absl::Status CheckTensor(const at::Tensor& t, const char* name) {
-  if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(name, " is undefined"));
-  if (!t.is_contiguous()) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " is not contiguous"));
-  }
-  if (t.scalar_type() != at::kFloat && t.scalar_type() != at::kBFloat16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " has dtype ", c10::toString(t.scalar_type()), "; need fp32 or bf16"));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status CheckSameShape(const at::Tensor& input, const at::Tensor& output) {
   if (absl::Status s = CheckTensor(input, "input"); !s.ok()) return s;
