@@ -10,7 +10,7 @@
 #include "common/logging.h"
 #include "common/paths.h"
 #include "common/prefix_store.h"
-#include "jobspec/job_spec.h"
+#include "jobspec/job_spec_proto.h"
 #include "rpc/remote_store.h"
 #include "rpc/security.h"
 #include "rpc/status.h"
@@ -81,16 +81,14 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext* context,
     return rpc::ToGrpc(absl::FailedPreconditionError(
         absl::StrCat("actor already runs job ", current, "; cannot take ", request->job_id())));
   }
-  absl::StatusOr<jobspec::JobConfig> job =
-      jobspec::ParseJobSpecJson(request->job_json(), request->job_id());
+  absl::StatusOr<jobspec::ResolvedJobSpec> job = jobspec::ResolveJobSpec(request->spec(), request->job_id());
   if (!job.ok()) return rpc::ToGrpc(job.status());
   if (request->role() != v1::ROLE_VISION && request->role() != v1::ROLE_LLM) {
     return rpc::ToGrpc(absl::InvalidArgumentError("assignment has no role"));
   }
   Assignment assignment;
   assignment.job_id = request->job_id();
-  assignment.job = *std::move(job);
-  assignment.job.spec_dir = request->spec_dir();
+  assignment.job = std::move(job->config);
   assignment.role = request->role() == v1::ROLE_VISION ? Role::kVision : Role::kLlm;
   assignment.rank = request->rank();
   assignment.group_size = request->group_size();

@@ -6,7 +6,7 @@
 //   tandem-dataset-dump JOB.json --out DIR [--steps N]
 //
 // DIR receives (arrays as NumPy .npy, little-endian, C order):
-//   job.json             the resolved job (every field explicit; `tandem run` accepts it) with
+//   job.json             the job as read (paths absolute; `tandem run` accepts it) with
 //                        schedule.steps set to N when --steps is given
 //   manifest.json        everything else a training loop needs (below), and the file list
 //   train_indices.npy    int64 [U]: the training samples the N steps draw, dataset indices, sorted
@@ -225,8 +225,13 @@ struct DumpOptions {
 };
 
 absl::Status Dump(const DumpOptions& options) {
-  ASSIGN_OR_RETURN(jobspec::JobConfig job, jobspec::LoadJobSpecFile(options.job_path));
-  if (options.steps > 0) job.schedule.steps = options.steps;
+  ASSIGN_OR_RETURN(jobspec::ResolvedJobSpec spec, jobspec::ReadJobSpecFile(options.job_path));
+  jobspec::JobConfig& job = spec.config;
+  nlohmann::json spec_json = nlohmann::json::parse(spec.json);  // protobuf's own output
+  if (options.steps > 0) {
+    job.schedule.steps = options.steps;
+    spec_json["schedule"]["steps"] = std::to_string(options.steps);  // int64 as proto3 JSON writes it
+  }
   RETURN_IF_ERROR(jobspec::ValidateJobConfig(job));
   if (!job.resume_from.empty()) {
     return absl::InvalidArgumentError("the job resumes from a checkpoint; dump a job that starts afresh");
@@ -238,12 +243,12 @@ absl::Status Dump(const DumpOptions& options) {
   if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", out.string()));
   {
     std::ofstream file(out / "job.json", std::ios::trunc);
-    file << jobspec::JobConfigToJson(job) << "\n";
+    file << spec_json.dump(2) << "\n";
     if (!file) return absl::DataLossError("cannot write job.json");
   }
 
   const int64_t image_size = job.vision.model.image_size;
-  ASSIGN_OR_RETURN(data::Datasets datasets, data::OpenDatasets(job.data, image_size, job.spec_dir));
+  ASSIGN_OR_RETURN(data::Datasets datasets, data::OpenDatasets(job.data, image_size));
   const data::Tokenizer tokenizer = data::Tokenizer::Build(data::AllTexts(*datasets.train));
   const int64_t text_len = job.data.max_text_tokens;
 

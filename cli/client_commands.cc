@@ -7,10 +7,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -101,18 +99,12 @@ int PrintEstimates(const ClientFlags& flags, jobspec::JobConfig config) {
 
 int Submit(const ClientFlags& flags, const std::string& path, bool wait, const std::string& run_dir, int threads,
            bool estimate) {
-  // Validate here first, so errors name the file; the coordinator validates again.
-  absl::StatusOr<jobspec::JobConfig> config = jobspec::LoadJobSpecFile(path);
-  if (!config.ok()) return Fail("submit", config.status());
-  if (estimate) return PrintEstimates(flags, *std::move(config));
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<v1::JobSpec> spec = jobspec::ParseJobSpecProto(text.str(), path);
-  if (!spec.ok()) return Fail("submit", spec.status());
+  // Read, resolved and validated here, so errors name the file; the coordinator validates again.
+  absl::StatusOr<jobspec::ResolvedJobSpec> resolved = jobspec::ReadJobSpecFile(path);
+  if (!resolved.ok()) return Fail("submit", resolved.status());
+  if (estimate) return PrintEstimates(flags, std::move(resolved->config));
   v1::SubmitJobRequest request;
-  *request.mutable_spec() = *spec;
-  request.set_spec_dir(config->spec_dir);
+  *request.mutable_spec() = *resolved->spec;
   if (!run_dir.empty()) request.set_run_dir(fs::absolute(run_dir).string());
   request.set_threads(threads);
   auto stub = v1::Coordinator::NewStub(rpc::MakeChannel(flags.coordinator));

@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <sstream>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -158,19 +157,7 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int RunEmbedded(const EmbeddedRunOptions& options) {
-  absl::StatusOr<jobspec::JobConfig> config = jobspec::LoadJobSpecFile(options.job_path);
-  if (!config.ok()) {
-    std::fprintf(stderr, "tandem run: %s\n", std::string(config.status().message()).c_str());
-    return 2;
-  }
-  std::ifstream in(options.job_path);
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<v1::JobSpec> spec = jobspec::ParseJobSpecProto(text.str(), options.job_path);
-  if (!spec.ok()) {
-    std::fprintf(stderr, "tandem run: %s\n", std::string(spec.status().message()).c_str());
-    return 2;
-  }
+  const jobspec::JobConfig* config = &options.job.config;
   // NCCL takes one rank of a communicator per device.
   if (options.device != "cpu") {
     const int devices = options.device == "cuda" ? options.cuda_devices : 1;
@@ -250,8 +237,7 @@ int RunEmbedded(const EmbeddedRunOptions& options) {
 
   auto stub = v1::Coordinator::NewStub(rpc::MakeChannel(coordinator));
   v1::SubmitJobRequest request;
-  *request.mutable_spec() = *spec;
-  request.set_spec_dir(config->spec_dir);
+  *request.mutable_spec() = *options.job.spec;
   request.set_run_dir(run_dir);
   int threads = options.threads;
   if (threads == 0)

@@ -8,12 +8,13 @@
 
 #include <string>
 
+#include "jobspec/job_spec.h"
 #include "rundir/summary.h"
 
 namespace tandem::cli {
 
 struct EmbeddedRunOptions {
-  std::string job_path;
+  jobspec::ResolvedJobSpec job;  // as jobspec::ReadJobSpecFile read it
   std::string run_dir;  // absolute or relative; must not exist or be empty
   int threads = 0;      // intra-op threads per actor; 0 = cores / actors
   std::string log_level = "info";

@@ -53,11 +53,12 @@ std::string Timestamp() {
 }
 
 int Run(const RunFlags& flags, const std::string& log_level) {
-  auto job = jobspec::LoadJobSpecFile(flags.job_path);
-  if (!job.ok()) {
-    std::fprintf(stderr, "tandem run: %s\n", std::string(job.status().message()).c_str());
+  absl::StatusOr<jobspec::ResolvedJobSpec> resolved = jobspec::ReadJobSpecFile(flags.job_path);
+  if (!resolved.ok()) {
+    std::fprintf(stderr, "tandem run: %s\n", std::string(resolved.status().message()).c_str());
     return 2;
   }
+  const jobspec::JobConfig* job = &resolved->config;
   const int cuda_devices = flags.device == "cpu" ? 0 : platform::CudaDeviceCount();
   if (absl::Status device = platform::CheckDevice("--device", flags.device, cuda_devices, true);
       !device.ok()) {
@@ -69,7 +70,7 @@ int Run(const RunFlags& flags, const std::string& log_level) {
   const bool terminal = isatty(fileno(stderr)) != 0;
   if (!flags.colocated) {
     EmbeddedRunOptions embedded;
-    embedded.job_path = flags.job_path;
+    embedded.job = *resolved;
     embedded.run_dir = run_dir;
     embedded.threads = flags.threads;
     embedded.log_level = log_level;
@@ -96,7 +97,7 @@ int Run(const RunFlags& flags, const std::string& log_level) {
   options.interactive = terminal;
   options.device = platform::DeviceOfRank(flags.device, 0, cuda_devices);
   options.progress = flags.output == "json" && !terminal ? nullptr : stderr;
-  auto summary = trainer::RunColocated(*job, options);
+  auto summary = trainer::RunColocated(*resolved, options);
   if (!summary.ok()) {
     std::fprintf(stderr, "tandem run: %s: %s\n", job->name.c_str(),
                  std::string(summary.status().message()).c_str());

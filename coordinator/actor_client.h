@@ -32,13 +32,16 @@
 #include "absl/status/statusor.h"
 #include "common/role.h"
 
+namespace tandem::v1 {
+class JobSpec;  // proto/tandem/v1/job.pb.h
+}  // namespace tandem::v1
+
 namespace tandem::coordinator {
 
 // What AssignJob tells an actor: its job, role and place in its group.
 struct ActorAssignment {
   std::string job_id;
-  std::string job_json;  // the resolved job spec
-  std::string spec_dir;  // directory of the spec file, for relative data paths
+  std::shared_ptr<const tandem::v1::JobSpec> spec;  // the job's spec as the coordinator accepted it
   Role role = Role::kVision;
   int rank = 0;        // within the actor's group
   int group_size = 1;  // ranks in the actor's group

@@ -110,8 +110,14 @@ absl::Status Coordinator::CheckMemory(const jobspec::JobConfig& config) const {
 }
 
 absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& request) {
-  ASSIGN_OR_RETURN(jobspec::JobConfig config, jobspec::JobConfigFromProto(request.spec(), "job spec"));
-  config.spec_dir = request.spec_dir();
+  if (absl::Status paths = jobspec::CheckPathsAbsolute(
+          request.spec(), "the actors open it wherever they run: give an absolute path (tandem submit makes a spec "
+                          "file's paths absolute against its directory)");
+      !paths.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: ", paths.message()));
+  }
+  ASSIGN_OR_RETURN(jobspec::ResolvedJobSpec resolved, jobspec::ResolveJobSpec(request.spec(), "job spec"));
+  const jobspec::JobConfig& config = resolved.config;
   if (!request.run_dir().empty()) {
     if (!fs::path(request.run_dir()).is_absolute()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -144,16 +150,14 @@ absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& reques
   JobRecord job;
   job.name = config.name;
   job.state = JobState::kQueued;
-  job.spec_json = jobspec::JobConfigToJson(config);
-  job.spec_dir = config.spec_dir;
+  job.spec_json = resolved.json;
   job.run_dir = request.run_dir().empty() ? "" : fs::path(request.run_dir()).lexically_normal().string();
   if (job.run_dir.size() > 1 && job.run_dir.back() == '/') job.run_dir.pop_back();  // "dir/" is "dir"
   job.threads = request.threads();
   job.steps = config.schedule.steps;
   job.submitted_at = UnixNow();
   if (!config.resume_from.empty()) {
-    const std::string path = jobspec::SpecPath(config.resume_from, config.spec_dir);
-    absl::StatusOr<rundir::CheckpointInfo> checkpoint = rundir::ReadResumePoint(path, config.schedule.steps);
+    absl::StatusOr<rundir::CheckpointInfo> checkpoint = rundir::ReadResumePoint(config.resume_from, config.schedule.steps);
     if (!checkpoint.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("job spec: resume_from: ", checkpoint.status().message()));
     }
@@ -170,6 +174,7 @@ absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& reques
   }
   TANDEM_LOG(kInfo, kComponent) << job.id << ": submitted " << job.name << " (" << config.vision.actors
                                 << " vision x " << config.llm.actors << " llm actors), run directory " << job.run_dir;
+  specs_.Put(job.id, std::move(resolved));
   Schedule();
   return store_->GetJob(job.id);
 }
@@ -215,6 +220,7 @@ void Coordinator::ReportActorExit(const std::string& address, const std::string&
 }
 
 void Coordinator::Finish(const JobRecord& job) {
+  specs_.Forget(job.id);
   absl::StatusOr<int64_t> sequence = store_->AppendEvent(job.id, absl::StrCat(JobStateName(job.state), ": ", job.message));
   v1::JobUpdate event;
   event.mutable_event()->set_sequence(sequence.ok() ? *sequence : 0);
@@ -248,15 +254,16 @@ void Coordinator::Schedule() {
     for (const GroupNeed& need : needs) held.try_emplace(need.pool, job_id);
   };
   for (JobRecord& job : *jobs) {
-    absl::StatusOr<jobspec::JobConfig> config = jobspec::ParseJobSpecJson(job.spec_json, job.id);
-    if (!config.ok()) {  // recorded by an older version that accepted it: fail it, do not block the queue
+    absl::StatusOr<JobSpecs::Spec> spec = specs_.Get(job);
+    if (!spec.ok()) {  // recorded by an older version that accepted it: fail it, do not block the queue
       job.state = JobState::kFailed;
-      job.message = std::string(config.status().message());
+      job.message = std::string(spec.status().message());
       job.ended_at = UnixNow();
       if (store_->UpdateJob(job).ok()) Finish(job);
       continue;
     }
-    std::vector<GroupNeed> needs = {{config->vision.pool, config->vision.actors}, {config->llm.pool, config->llm.actors}};
+    const jobspec::JobConfig& config = (*spec)->config;
+    std::vector<GroupNeed> needs = {{config.vision.pool, config.vision.actors}, {config.llm.pool, config.llm.actors}};
     // A runner that just ended this job's last attempt is still finishing: next round.
     if (runners_.count(job.id) > 0) {
       hold(needs, job.id);
@@ -289,7 +296,7 @@ void Coordinator::Schedule() {
       if (!too_few || job.state == JobState::kRestarting) hold(needs, job.id);
       continue;
     }
-    auto runner = std::make_unique<JobRunner>(job, (*actors)[0], (*actors)[1], store_.get(),
+    auto runner = std::make_unique<JobRunner>(job, *spec, (*actors)[0], (*actors)[1], store_.get(),
                                               &feeds_, &rendezvous_, &registry_, &metrics_,
                                               actors_.get(), options_.runner,
                                               [this](const std::string& id) {
@@ -353,6 +360,7 @@ void Coordinator::Monitor() {
       if (it == runners_.end()) continue;
       done.push_back(std::move(it->second));
       runners_.erase(it);
+      if (absl::StatusOr<JobRecord> job = store_->GetJob(id); job.ok() && IsFinal(job->state)) specs_.Forget(id);
       rendezvous_.DeleteWithPrefix(id + "/");  // what its last attempt's ranks set after it ended
     }
     finished_.clear();

@@ -30,6 +30,7 @@
 #include "coordinator/actor_client.h"
 #include "coordinator/job_feed.h"
 #include "coordinator/job_runner.h"
+#include "coordinator/job_specs.h"
 #include "coordinator/job_store.h"
 #include "coordinator/memory_store.h"
 #include "coordinator/metrics.h"
@@ -69,6 +70,7 @@ class Coordinator {
   absl::Status CheckStoreKey(const std::string& key);
   JobFeeds& feeds() { return feeds_; }
   JobStore& store() { return *store_; }
+  JobSpecs& specs() { return specs_; }
   const CoordinatorOptions& options() const { return options_; }
   Metrics& metrics() { return metrics_; }
 
@@ -108,6 +110,7 @@ class Coordinator {
   std::unique_ptr<JobStore> store_;
   const std::unique_ptr<ActorClientFactory> actors_;
   Registry registry_;
+  JobSpecs specs_;
   MemoryStore rendezvous_;
   JobFeeds feeds_;
   Metrics metrics_;

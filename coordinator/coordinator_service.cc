@@ -89,8 +89,9 @@ v1::Job CoordinatorService::Describe(const JobRecord& job) {
   if (job.state == JobState::kRunning) {
     // Actor ids by group, in rank order: Reserve takes the vision group first, oldest actors first, so
     // registration order within the job is rank order.
-    absl::StatusOr<jobspec::JobConfig> config = jobspec::ParseJobSpecJson(job.spec_json, job.id);
-    if (config.ok()) {
+    absl::StatusOr<JobSpecs::Spec> spec = coordinator_->specs().Get(job);
+    if (spec.ok()) {
+      const jobspec::JobConfig* config = &(*spec)->config;
       int vision = 0;
       for (const ActorEntry& a : coordinator_->registry().List()) {
         if (a.job_id != job.id) continue;

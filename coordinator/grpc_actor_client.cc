@@ -30,8 +30,7 @@ class GrpcActorClient final : public ActorClient {
   absl::StatusOr<ActorAssignReply> AssignJob(const ActorAssignment& assignment) override {
     v1::AssignJobRequest request;
     request.set_job_id(assignment.job_id);
-    request.set_job_json(assignment.job_json);
-    request.set_spec_dir(assignment.spec_dir);
+    if (assignment.spec != nullptr) *request.mutable_spec() = *assignment.spec;
     request.set_role(static_cast<v1::Role>(assignment.role));
     request.set_rank(assignment.rank);
     request.set_group_size(assignment.group_size);

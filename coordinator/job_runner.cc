@@ -50,11 +50,13 @@ absl::Status JobRunner::Described(const absl::Status& status, const std::string&
   return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
 }
 
-JobRunner::JobRunner(JobRecord job, std::vector<ActorEntry> vision, std::vector<ActorEntry> llm,
+JobRunner::JobRunner(JobRecord job, std::shared_ptr<const jobspec::ResolvedJobSpec> spec,
+                     std::vector<ActorEntry> vision, std::vector<ActorEntry> llm,
                      JobStore* store, JobFeeds* feeds, MemoryStore* rendezvous, Registry* registry,
                      Metrics* metrics, ActorClientFactory* actors, RunnerOptions options,
                      std::function<void(const std::string&)> done)
     : job_(std::move(job)),
+      spec_(std::move(spec)),
       store_(store),
       feeds_(feeds),
       rendezvous_(rendezvous),

@@ -4,9 +4,9 @@
 // dependencies inside a step. It writes the run directory (job.json, metrics.jsonl, loss.svg,
 // summary.json; the actors write tokenizer.json, checkpoints and weights into the same directory)
 // and the job's state, events and progress into the job store. It never handles tensor bytes. It
-// reaches the actors through ActorClients (actor_client.h) from the factory it is given, and
-// decides what to do between steps with rundir::RunLoop (rundir/run_loop.h), as the colocated
-// trainer does.
+// reaches the actors through ActorClients (actor_client.h) from the factory it is given. The run's
+// sequence is rundir::RunDriver's (rundir/run_driver.h), as for the colocated trainer; the runner
+// sends its commands to the members.
 //
 // An attempt, in order (job_runner_attempt.cc): the run directory (job.json); the resume point
 // (the last complete checkpoint; metrics.jsonl cut back to it); AssignJob on every member; segments
@@ -50,6 +50,7 @@
 #include "coordinator/metrics.h"
 #include "coordinator/registry.h"
 #include "coordinator/step_hold.h"
+#include "jobspec/job_spec.h"
 #include "rundir/summary.h"
 
 namespace tandem::coordinator {
@@ -66,7 +67,8 @@ class JobRunner {
  public:
   // `done` runs on the runner's thread once the job reached a final state and its actors were
   // freed. The collaborators must outlive the runner; `actors` gives a client per member at once.
-  JobRunner(JobRecord job, std::vector<ActorEntry> vision, std::vector<ActorEntry> llm,
+  JobRunner(JobRecord job, std::shared_ptr<const jobspec::ResolvedJobSpec> spec,
+            std::vector<ActorEntry> vision, std::vector<ActorEntry> llm,
             JobStore* store, JobFeeds* feeds, MemoryStore* rendezvous, Registry* registry,
             Metrics* metrics, ActorClientFactory* actors, RunnerOptions options,
             std::function<void(const std::string& job_id)> done);
@@ -90,7 +92,7 @@ class JobRunner {
     // "vision-1 (vision rank 0, 127.0.0.1:7101)": how every message names the member.
     std::string Name() const;
   };
-  struct Attempt;  // one attempt's spec, run loop, metrics log and clocks
+  struct Attempt;  // one attempt: its driver, and the members as rundir::RunGroups
   using StepAnswers = std::vector<ActorStepReply>;  // one per member, in member order
 
   // `status` with "<what>: " before its message; OK stays OK. Names the command that failed.
@@ -99,25 +101,17 @@ class JobRunner {
   // The ranks a timed-out collective waited for, from the members' last heartbeats ("" if none).
   std::string Laggards() const;
   void Run();
-  // Runs the attempt (job_runner_attempt.cc) with the steps below.
+  // Runs the attempt (job_runner_attempt.cc): rundir::RunDriver's sequence over the members.
   absl::Status Execute();
-  // Parses the spec, prepares the run directory (job.json) and finds the attempt's resume point:
-  // the job's own last complete checkpoint, else the spec's resume_from. Opens metrics.jsonl cut
-  // back to that step and records the job's step there.
+  // The attempt's driver (run directory, job.json, resume point: the job's own last complete
+  // checkpoint, else the spec's resume_from; metrics.jsonl cut back to it), and the job's step
+  // recorded there.
   absl::StatusOr<std::unique_ptr<Attempt>> StartAttempt();
-  // Checks that the run directory is absolute and creates it with its checkpoints/.
-  absl::Status CreateRunDir();
+  // FailedPrecondition unless the run directory is absolute.
+  absl::Status CheckRunDir() const;
   // Assigns every member; each loads `resume_from` when it is set and must report `resume_step`.
   absl::Status AssignAll(rundir::RunSummary* summary, const std::string& resume_from,
                          int64_t resume_step);
-  // The steps after the resume point, in segments between evaluations and checkpoints.
-  absl::Status TrainSegments(Attempt& attempt);
-  // One step's answers: its metrics record, progress, feed update and plot.
-  absl::Status RecordStep(Attempt& attempt, int64_t step, const StepAnswers& answers);
-  absl::Status EvaluateAll(Attempt& attempt, int64_t step);
-  absl::Status CheckpointAll(Attempt& attempt, int64_t step);
-  // The final export of both groups' weights, then summary.json.
-  absl::Status Finish(Attempt& attempt);
 
   // Sends one command to every member at once (call(i, members_[i])); the root-cause error, naming
   // its member, is returned.
@@ -143,6 +137,7 @@ class JobRunner {
   void ReleaseAll(const std::string& reason);
 
   JobRecord job_;
+  std::shared_ptr<const jobspec::ResolvedJobSpec> spec_;  // job_.spec_json, resolved once
   // Vision ranks, then LLM ranks; fixed by the constructor (read from any thread).
   std::vector<std::unique_ptr<Member>> members_;
   JobStore* store_;

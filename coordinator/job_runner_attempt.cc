@@ -1,6 +1,6 @@
-// One attempt of a job (job_runner.h): the run directory, the resume point, the assignment, the
-// segments of steps with the evaluations and checkpoints between them, the final export and
-// summary. What to do between steps is rundir::RunLoop's decision, as in the colocated trainer.
+// One attempt of a job (job_runner.h): the runner's side of rundir::RunDriver, which holds the
+// sequence (run directory, resume point, segments of steps, evaluations, checkpoints, export,
+// summary) as for the colocated trainer. Here each command goes to every member actor at once.
 #include <algorithm>
 #include <filesystem>
 #include <mutex>
@@ -9,15 +9,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "coordinator/job_runner.h"
 #include "jobspec/job_spec.h"
 #include "proto/tandem/v1/coordinator.pb.h"
 #include "rundir/checkpoint_dir.h"
-#include "rundir/run_dir_lock.h"
-#include "rundir/run_log.h"
-#include "rundir/run_loop.h"
+#include "rundir/run_driver.h"
 
 namespace tandem::coordinator {
 
@@ -32,107 +29,187 @@ rundir::RunLoopOptions LoopOptions(const jobspec::ScheduleConfig& schedule) {
   options.global_batch = schedule.global_batch;
   options.eval_every = schedule.eval_every;
   options.checkpoint_every = schedule.checkpoint_every;
-  options.has_eval_set = true;  // the actors know; without one they answer no samples
   return options;
 }
 }  // namespace
 
-struct JobRunner::Attempt {
-  Attempt(std::string dir, rundir::RunDirLock dir_lock, jobspec::JobConfig spec,
-          std::optional<rundir::CheckpointInfo> resume_point, rundir::MetricsLog log)
-      : run_dir(std::move(dir)),
-        lock(std::move(dir_lock)),
-        job(std::move(spec)),
-        resume(std::move(resume_point)),
-        metrics(std::move(log)),
-        loop(LoopOptions(job.schedule), resume ? resume->step : 0) {}
+// The run's groups as the runner's members: each of RunGroups' commands goes to every member.
+struct JobRunner::Attempt : rundir::RunGroups {
+  Attempt(JobRunner& r, jobspec::JobConfig spec) : runner(r), job(std::move(spec)) {}
 
-  std::string RunPath(const std::string& name) const {
-    return (fs::path(run_dir) / name).string();
+  absl::Status RunSteps(int64_t first, int64_t last, const StepDone& done) override {
+    return runner.RunSteps(first, last, [&](int64_t step, const StepAnswers& answers) {
+      rundir::StepOutcome outcome;
+      sample = StepSample{};
+      bool vision_seen = false, llm_seen = false;
+      for (size_t i = 0; i < runner.members_.size(); ++i) {
+        const ActorStepReply& r = answers[i];
+        if (runner.members_[i]->role == Role::kLlm) {
+          sample.llm_to_vision_bytes += r.bytes_sent;
+          outcome.loss += r.loss;  // each LLM rank's share of the global batch's loss
+          if (!llm_seen) outcome.lr = r.lr, outcome.llm_grad_norm = r.grad_norm, llm_seen = true;
+        } else {
+          sample.vision_to_llm_bytes += r.bytes_sent;
+          if (!vision_seen) {
+            outcome.vision_lr = r.lr, outcome.vision_grad_norm = r.grad_norm, vision_seen = true;
+          }
+        }
+      }
+      return done(step, outcome);
+    });
   }
 
-  const std::string run_dir;
-  const rundir::RunDirLock lock;  // held while the attempt writes run_dir
+  absl::StatusOr<int64_t> BeforeSegment(int64_t first, int64_t last) override {
+    if (runner.cancelled_) return absl::CancelledError("cancelled");
+    RETURN_IF_ERROR(runner.AwaitHold(first - 1));
+    // A step a hold file names ends a segment too, so the job can be held right after it.
+    if (const std::optional<int64_t> held = runner.hold_.HeldStep(); held && *held >= first) {
+      last = std::min(last, *held);
+    }
+    return last;
+  }
+
+  absl::Status OnStep(const rundir::StepRecord& record) override {
+    JobRecord& job_record = runner.job_;
+    job_record.step = record.step;
+    job_record.loss = record.loss;
+    RETURN_IF_ERROR(runner.store_->UpdateProgress(job_record.id, record.step, record.loss));
+    const int64_t steps = job.schedule.steps;
+    sample.job_id = job_record.id;
+    sample.name = job.name;
+    sample.step = record.step;
+    sample.steps = steps;
+    sample.loss = record.loss;
+    sample.samples_per_s = record.samples_per_s;
+    sample.samples = job.schedule.global_batch;
+    sample.step_seconds = record.samples_per_s > 0 ? sample.samples / record.samples_per_s : 0;
+    runner.metrics_->RecordStep(sample);
+    v1::JobUpdate update;
+    v1::StepMetrics* m = update.mutable_step();
+    m->set_step(record.step);
+    m->set_steps(steps);
+    m->set_loss(record.loss);
+    m->set_lr(record.lr);
+    m->set_grad_norm(record.grad_norm);
+    m->set_samples_per_s(record.samples_per_s);
+    m->set_elapsed_s(record.elapsed_s);
+    runner.feeds_->Publish(job_record.id, std::move(update));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<rundir::EvalCounts> Evaluate(int64_t step) override {
+    rundir::EvalCounts counts;
+    std::mutex mu;
+    RETURN_IF_ERROR(runner.ForAll("evaluation", [&](size_t i, Member& m) -> absl::Status {
+      absl::StatusOr<ActorEvalReply> reply = m.client->Evaluate(runner.job_.id, step);
+      RETURN_IF_ERROR(Described(reply.status(), absl::StrCat("evaluation after step ", step)));
+      std::lock_guard<std::mutex> lock(mu);
+      counts += {reply->samples, reply->exact, reply->tokens, reply->correct_tokens};
+      return absl::OkStatus();
+    }));
+    return counts;
+  }
+
+  void OnEval(const rundir::EvalRecord& eval) override {
+    v1::JobUpdate update;
+    update.mutable_eval()->set_step(eval.step);
+    update.mutable_eval()->set_caption_exact_match(eval.caption_exact_match);
+    update.mutable_eval()->set_token_accuracy(eval.token_accuracy);
+    runner.feeds_->Publish(runner.job_.id, std::move(update));
+    runner.Event(absl::StrFormat("step %d: held-out exact match %.3f, token accuracy %.3f", eval.step,
+                                 eval.caption_exact_match, eval.token_accuracy));
+  }
+
+  absl::Status SaveCheckpoint(int64_t step, const std::string& directory) override {
+    return runner.ForAll("checkpoint", [&](size_t i, Member& m) {
+      return Described(m.client->SaveCheckpoint(runner.job_.id, step, directory),
+                       absl::StrCat("checkpoint of step ", step));
+    });
+  }
+
+  void OnCheckpoint(const std::string& directory) override {
+    runner.Event(absl::StrCat("checkpoint ", directory));
+  }
+
+  absl::Status Export(const std::string& vision_path, const std::string& llm_path) override {
+    return runner.ForAll("export", [&](size_t i, Member& m) {
+      return Described(m.client->Export(runner.job_.id, m.role == Role::kVision ? vision_path : llm_path),
+                       "export");
+    });
+  }
+
+  JobRunner& runner;
   const jobspec::JobConfig job;
-  const std::optional<rundir::CheckpointInfo> resume;  // nullopt: from scratch
-  bool resume_is_own = false;  // resume is one of the job's checkpoints, not the spec's resume_from
-  rundir::MetricsLog metrics;
-  rundir::RunLoop loop;
-  SteadyClock::time_point start;        // before the assignment: the summary's elapsed_s
-  SteadyClock::time_point train_start;  // after it: the records' elapsed_s
-  SteadyClock::time_point last_answer;  // when the previous step's answers were all in
+  std::unique_ptr<rundir::RunDriver> driver;
+  StepSample sample;  // the step being recorded: its transfer bytes, then the rest
 };
 
 absl::Status JobRunner::Execute() {
   ASSIGN_OR_RETURN(std::unique_ptr<Attempt> attempt, StartAttempt());
   Attempt& a = *attempt;
-  a.start = SteadyClock::now();
-  const int64_t resume_step = a.loop.first_step() - 1;
+  rundir::RunDriver& driver = *a.driver;
+  const SteadyClock::time_point start = SteadyClock::now();
+  const int64_t resume_step = driver.loop().first_step() - 1;
+  const std::optional<rundir::CheckpointInfo>& resume = driver.resume_point();
   const absl::Status assigned =
-      AssignAll(&a.loop.summary(), a.resume ? a.resume->directory : "", resume_step);
+      AssignAll(&driver.summary(), resume ? resume->directory : "", resume_step);
   // A checkpoint of the job's own that its actors cannot load: the next attempt passes over it.
-  if (!assigned.ok() && a.resume && a.resume_is_own &&
-      absl::StrContains(assigned.message(), a.resume->directory)) {
-    RETURN_IF_ERROR(rundir::MarkCheckpointDamaged(a.resume->directory, std::string(assigned.message())));
-    damaged_checkpoint_ = a.resume->directory;
-    Event(absl::StrCat("checkpoint ", a.resume->directory, " cannot be loaded: marked damaged"));
+  if (!assigned.ok() && resume && driver.resumes_own_checkpoint() &&
+      absl::StrContains(assigned.message(), resume->directory)) {
+    RETURN_IF_ERROR(rundir::MarkCheckpointDamaged(resume->directory, std::string(assigned.message())));
+    damaged_checkpoint_ = resume->directory;
+    Event(absl::StrCat("checkpoint ", resume->directory, " cannot be loaded: marked damaged"));
   }
   RETURN_IF_ERROR(assigned);
   Event(absl::StrCat("assigned: vision ", a.job.vision.actors, " x llm ", a.job.llm.actors,
                      " actors; setup took ",
-                     absl::StrFormat("%.1f", Seconds(SteadyClock::now() - a.start)), "s"));
-  if (a.resume) {
-    Event(absl::StrCat("resumed from ", a.resume->directory, " at step ", resume_step,
-                       " (written by vision ", a.resume->vision_actors, " x llm ",
-                       a.resume->llm_actors, " actors)"));
-    a.loop.RecordCheckpoint(a.resume->directory);
+                     absl::StrFormat("%.1f", Seconds(SteadyClock::now() - start)), "s"));
+  if (resume) {
+    Event(absl::StrCat("resumed from ", resume->directory, " at step ", resume_step,
+                       " (written by vision ", resume->vision_actors, " x llm ",
+                       resume->llm_actors, " actors)"));
   }
-  a.loop.summary().job_name = a.job.name;
-  a.loop.summary().run_dir = job_.run_dir;
-  RETURN_IF_ERROR(TrainSegments(a));
-  return Finish(a);
+  driver.summary().job_name = a.job.name;
+  driver.summary().run_dir = job_.run_dir;
+  ASSIGN_OR_RETURN(const rundir::RunSummary summary, driver.Run(a, start));
+  job_.summary_json = rundir::SummaryJson(summary);
+  return absl::OkStatus();
 }
 
-absl::Status JobRunner::CreateRunDir() {
+absl::Status JobRunner::CheckRunDir() const {
   if (job_.run_dir.empty() || !fs::path(job_.run_dir).is_absolute()) {
     // Never the coordinator's working directory: its submission was not recorded whole.
     return absl::FailedPreconditionError(absl::StrCat(
         "the job's run directory '", job_.run_dir, "' is not an absolute path; submit it again"));
   }
-  std::error_code ec;
-  fs::create_directories(fs::path(job_.run_dir) / "checkpoints", ec);
-  if (ec)
-    return absl::UnavailableError(absl::StrCat("cannot create ", job_.run_dir, ": ", ec.message()));
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<JobRunner::Attempt>> JobRunner::StartAttempt() {
-  ASSIGN_OR_RETURN(jobspec::JobConfig job, jobspec::ParseJobSpecJson(job_.spec_json, job_.id));
-  RETURN_IF_ERROR(CreateRunDir());
-  ASSIGN_OR_RETURN(rundir::RunDirLock lock, rundir::RunDirLock::Acquire(job_.run_dir, absl::StrCat("coordinator job ", job_.id, " (", job_.name, ")")));
-  ASSIGN_OR_RETURN(const int leftovers, lock.RemoveLeftoverTempFiles());
-  if (leftovers > 0) Event(absl::StrCat("removed ", leftovers, " temporary files an earlier attempt left"));
+  auto attempt = std::make_unique<Attempt>(*this, spec_->config);
+  const jobspec::JobConfig& job = attempt->job;
   max_restarts_ = job.max_restarts;
-  RETURN_IF_ERROR(
-      WriteFileAtomically((fs::path(job_.run_dir) / "job.json").string(), job_.spec_json + "\n"));
-  // Where this attempt starts: the job's own last complete checkpoint, else the one its spec names.
-  std::optional<rundir::CheckpointInfo> resume = rundir::LatestCheckpoint(job_.run_dir);
-  const bool own = resume.has_value();
-  if (!resume && !job.resume_from.empty()) {
-    ASSIGN_OR_RETURN(resume, rundir::ReadCheckpoint(job.resume_from));
+  RETURN_IF_ERROR(CheckRunDir());
+  rundir::RunDriverOptions options;
+  options.run_dir = job_.run_dir;
+  options.holder = absl::StrCat("coordinator job ", job_.id, " (", job_.name, ")");
+  options.job_json = spec_->json;
+  options.job_name = job.name;
+  options.loop = LoopOptions(job.schedule);
+  options.resume_from = job.resume_from;
+  options.vision_actors = job.vision.actors;
+  options.llm_actors = job.llm.actors;
+  ASSIGN_OR_RETURN(attempt->driver, rundir::RunDriver::Open(options));
+  rundir::RunDriver& driver = *attempt->driver;
+  if (driver.leftovers() > 0) {
+    Event(absl::StrCat("removed ", driver.leftovers(), " temporary files an earlier attempt left"));
   }
-  const int64_t resume_step = resume ? resume->step : 0;
-  ASSIGN_OR_RETURN(rundir::MetricsLog metrics,
-                   rundir::MetricsLog::OpenResumed(
-                       (fs::path(job_.run_dir) / "metrics.jsonl").string(), resume_step));
+  const int64_t resume_step = driver.loop().first_step() - 1;
   if (job_.step != resume_step) {
     job_.step = resume_step;
-    job_.loss = metrics.steps().empty() ? 0 : metrics.steps().back().loss;
+    job_.loss = driver.metrics().steps().empty() ? 0 : driver.metrics().steps().back().loss;
     RETURN_IF_ERROR(store_->UpdateJob(job_));
   }
-  auto attempt = std::make_unique<Attempt>(job_.run_dir, std::move(lock), std::move(job),
-                                           std::move(resume), std::move(metrics));
-  attempt->resume_is_own = own;
   return attempt;
 }
 
@@ -156,8 +233,7 @@ absl::Status JobRunner::AssignAll(rundir::RunSummary* summary, const std::string
     const bool vision = m.role == Role::kVision;
     ActorAssignment assignment;
     assignment.job_id = job_.id;
-    assignment.job_json = job_.spec_json;
-    assignment.spec_dir = job_.spec_dir;
+    assignment.spec = spec_->spec;
     assignment.role = m.role;
     assignment.rank = m.rank;
     assignment.group_size = static_cast<int>((vision ? vision_addresses : llm_addresses).size());
@@ -188,138 +264,5 @@ absl::Status JobRunner::AssignAll(rundir::RunSummary* summary, const std::string
   return absl::OkStatus();
 }
 
-// Steps run in segments that end where the coordinator has work of its own: an evaluation, a
-// checkpoint, the end. Within a segment no member waits for the coordinator between steps.
-absl::Status JobRunner::TrainSegments(Attempt& a) {
-  a.train_start = SteadyClock::now();
-  a.last_answer = a.train_start;
-  const int64_t steps = a.loop.options().steps;
-  for (int64_t done = a.loop.first_step() - 1; done < steps;) {
-    if (cancelled_) return absl::CancelledError("cancelled");
-    RETURN_IF_ERROR(AwaitHold(done));
-    const int64_t first = done + 1;
-    int64_t last = a.loop.SegmentEnd(first);
-    // A step a hold file names ends a segment too, so the job can be held right after it.
-    if (const std::optional<int64_t> held = hold_.HeldStep(); held && *held >= first) {
-      last = std::min(last, *held);
-    }
-    a.last_answer = SteadyClock::now();  // evaluation and checkpoints are not step time
-    RETURN_IF_ERROR(RunSteps(first, last, [&](int64_t step, const StepAnswers& answers) {
-      return RecordStep(a, step, answers);
-    }));
-    done = last;
-    if (a.loop.ShouldEvaluate(last)) RETURN_IF_ERROR(EvaluateAll(a, last));
-    if (a.loop.ShouldCheckpoint(last)) RETURN_IF_ERROR(CheckpointAll(a, last));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status JobRunner::RecordStep(Attempt& a, int64_t step, const StepAnswers& answers) {
-  const auto now = SteadyClock::now();
-  const double step_seconds = Seconds(now - a.last_answer);
-  a.last_answer = now;
-  rundir::StepOutcome outcome;
-  StepSample sample;
-  bool vision_seen = false, llm_seen = false;
-  for (size_t i = 0; i < members_.size(); ++i) {
-    const ActorStepReply& r = answers[i];
-    if (members_[i]->role == Role::kLlm) {
-      sample.llm_to_vision_bytes += r.bytes_sent;
-      outcome.loss += r.loss;  // each LLM rank's share of the global batch's loss
-      if (!llm_seen) outcome.lr = r.lr, outcome.llm_grad_norm = r.grad_norm, llm_seen = true;
-    } else {
-      sample.vision_to_llm_bytes += r.bytes_sent;
-      if (!vision_seen) {
-        outcome.vision_lr = r.lr, outcome.vision_grad_norm = r.grad_norm, vision_seen = true;
-      }
-    }
-  }
-  ASSIGN_OR_RETURN(const rundir::StepRecord record,
-                   a.loop.RecordStep(step, outcome, step_seconds,
-                                     Seconds(SteadyClock::now() - a.train_start)));
-  RETURN_IF_ERROR(a.metrics.Append(record));
-  job_.step = step;
-  job_.loss = record.loss;
-  RETURN_IF_ERROR(store_->UpdateProgress(job_.id, step, record.loss));
-  const int64_t steps = a.loop.options().steps;
-  sample.job_id = job_.id;
-  sample.name = a.job.name;
-  sample.step = step;
-  sample.steps = steps;
-  sample.loss = record.loss;
-  sample.step_seconds = step_seconds;
-  sample.samples_per_s = record.samples_per_s;
-  sample.samples = a.loop.options().global_batch;
-  metrics_->RecordStep(sample);
-  v1::JobUpdate update;
-  v1::StepMetrics* m = update.mutable_step();
-  m->set_step(step);
-  m->set_steps(steps);
-  m->set_loss(record.loss);
-  m->set_lr(record.lr);
-  m->set_grad_norm(record.grad_norm);
-  m->set_samples_per_s(record.samples_per_s);
-  m->set_elapsed_s(record.elapsed_s);
-  feeds_->Publish(job_.id, std::move(update));
-  if (a.loop.ShouldWritePlot(step)) {
-    RETURN_IF_ERROR(WriteFileAtomically(
-        a.RunPath("loss.svg"),
-        rundir::RenderLossSvg(a.job.name, a.metrics.steps(), a.metrics.evals())));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status JobRunner::EvaluateAll(Attempt& a, int64_t step) {
-  int64_t samples = 0, exact = 0, tokens = 0, correct = 0;
-  std::mutex mu;
-  RETURN_IF_ERROR(ForAll("evaluation", [&](size_t i, Member& m) -> absl::Status {
-    absl::StatusOr<ActorEvalReply> reply = m.client->Evaluate(job_.id, step);
-    RETURN_IF_ERROR(Described(reply.status(), absl::StrCat("evaluation after step ", step)));
-    std::lock_guard<std::mutex> lock(mu);
-    samples += reply->samples;
-    exact += reply->exact;
-    tokens += reply->tokens;
-    correct += reply->correct_tokens;
-    return absl::OkStatus();
-  }));
-  if (samples == 0) return absl::OkStatus();  // the job has no held-out set
-  const rundir::EvalRecord eval = rundir::EvalRecordOf(step, samples, exact, tokens, correct);
-  RETURN_IF_ERROR(a.metrics.Append(eval));
-  a.loop.RecordEval(eval);
-  v1::JobUpdate update;
-  update.mutable_eval()->set_step(step);
-  update.mutable_eval()->set_caption_exact_match(eval.caption_exact_match);
-  update.mutable_eval()->set_token_accuracy(eval.token_accuracy);
-  feeds_->Publish(job_.id, std::move(update));
-  Event(absl::StrFormat("step %d: held-out exact match %.3f, token accuracy %.3f", step,
-                        eval.caption_exact_match, eval.token_accuracy));
-  return absl::OkStatus();
-}
-
-absl::Status JobRunner::CheckpointAll(Attempt& a, int64_t step) {
-  const std::string dir = a.RunPath("checkpoints/" + rundir::CheckpointName(step));
-  RETURN_IF_ERROR(ForAll("checkpoint", [&](size_t i, Member& m) {
-    return Described(m.client->SaveCheckpoint(job_.id, step, dir),
-                     absl::StrCat("checkpoint of step ", step));
-  }));
-  // The records up to this step are on disk before the checkpoint counts, so a resume from it after
-  // a power loss finds them. It counts once every rank of both groups saved its shard: the marker
-  // goes last.
-  RETURN_IF_ERROR(a.metrics.Sync());
-  RETURN_IF_ERROR(
-      rundir::MarkCheckpointComplete({dir, step, a.job.vision.actors, a.job.llm.actors}));
-  a.loop.RecordCheckpoint(dir);
-  Event(absl::StrCat("checkpoint ", dir));
-  return absl::OkStatus();
-}
-
-absl::Status JobRunner::Finish(Attempt& a) {
-  RETURN_IF_ERROR(ForAll("export", [&](size_t i, Member& m) {
-    const char* file = m.role == Role::kVision ? "vision.safetensors" : "llm.safetensors";
-    return Described(m.client->Export(job_.id, a.RunPath(file)), "export");
-  }));
-  job_.summary_json = rundir::SummaryJson(a.loop.Finish(Seconds(SteadyClock::now() - a.start)));
-  return WriteFileAtomically(a.RunPath("summary.json"), job_.summary_json + "\n");
-}
 
 }  // namespace tandem::coordinator

@@ -51,7 +51,7 @@ CREATE TABLE jobs (
   state INTEGER NOT NULL,
   message TEXT NOT NULL,
   spec_json TEXT NOT NULL,
-  spec_dir TEXT NOT NULL,
+  spec_dir TEXT NOT NULL,  -- unused: written "" since specs carry absolute paths; kept for the schema
   run_dir TEXT NOT NULL,
   threads INTEGER NOT NULL,
   step INTEGER NOT NULL,
@@ -143,7 +143,7 @@ void BindJob(const JobRecord& record, Statement& statement) {
       .BindInt(3, static_cast<int64_t>(record.state))
       .BindText(4, record.message)
       .BindText(5, record.spec_json)
-      .BindText(6, record.spec_dir)
+      .BindText(6, "")  // spec_dir: no longer used (a stored spec's paths are absolute)
       .BindText(7, record.run_dir)
       .BindInt(8, record.threads)
       .BindInt(9, record.step)
@@ -170,7 +170,6 @@ absl::StatusOr<JobRecord> ReadJob(const Statement& row, absl::string_view what) 
   record.state = static_cast<JobState>(state);
   record.message = row.ReadText(3);
   record.spec_json = row.ReadText(4);
-  record.spec_dir = row.ReadText(5);
   record.run_dir = row.ReadText(6);
   record.threads = static_cast<int32_t>(row.ReadInt(7));
   record.step = row.ReadInt(8);

@@ -68,8 +68,7 @@ struct JobRecord {
   std::string name;
   JobState state = JobState::kQueued;
   std::string message;       // what a queued job waits for, why a job failed
-  std::string spec_json;     // the resolved job spec
-  std::string spec_dir;      // directory of the spec file, for relative data paths
+  std::string spec_json;     // the job's spec as accepted (jobspec::JobSpecToJson; paths absolute)
   std::string run_dir;       // where the job's files are written
   int32_t threads = 0;       // intra-op threads per actor; 0 = the actor's default
   int64_t step = 0;          // last completed step

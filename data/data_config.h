@@ -15,18 +15,24 @@ struct ShapesConfig {
   int64_t train_samples = 4096;
   int64_t eval_samples = 256;    // held out: disjoint from the training samples
   bool conversations = false;    // questions and answers about each image instead of its caption
+
+  bool operator==(const ShapesConfig&) const = default;
 };
 
 // One {"image": "path", "text": "caption"} object per line; image paths relative to the jsonl file.
 struct JsonlConfig {
-  std::string train_path;        // absolute, or relative to the job spec file
+  std::string train_path;        // absolute once read from a spec file (jobspec::ReadJobSpecFile)
   std::string eval_path;         // optional ("" = no held-out set unless eval_fraction > 0)
+
+  bool operator==(const JsonlConfig&) const = default;
 };
 
 // LLaVA's conversation files (data/conversation.h): a JSON list or JSONL of {"image", "conversations"}.
 struct ConversationsConfig {
-  std::string train_path;        // absolute, or relative to the job spec file
+  std::string train_path;        // absolute once read from a spec file (jobspec::ReadJobSpecFile)
   std::string eval_path;         // optional
+
+  bool operator==(const ConversationsConfig&) const = default;
 };
 
 struct DataConfig {
@@ -40,6 +46,8 @@ struct DataConfig {
   int64_t max_text_tokens = 16;
   // Image paths of jsonl and conversation files may lead outside the file's directory.
   bool allow_images_outside = false;
+
+  bool operator==(const DataConfig&) const = default;
 };
 
 }  // namespace tandem::data

@@ -12,13 +12,6 @@
 namespace tandem::data {
 namespace {
 
-// `path` as given when absolute or when there is no spec directory, else spec_dir/path.
-std::string Resolve(const std::string& path, const std::string& spec_dir) {
-  const std::filesystem::path given(path);
-  if (given.is_absolute() || spec_dir.empty()) return path;
-  return (std::filesystem::path(spec_dir) / given).lexically_normal().string();
-}
-
 absl::StatusOr<Datasets> OpenShapes(const ShapesConfig& config, int64_t image_size) {
   const auto text = config.conversations ? ShapesText::kConversations : ShapesText::kCaptions;
   if (config.train_samples <= 0 || config.eval_samples < 0) {
@@ -39,15 +32,15 @@ absl::StatusOr<Datasets> OpenShapes(const ShapesConfig& config, int64_t image_si
 // A jsonl or conversations dataset: DatasetType::Open for the train and eval files.
 template <typename DatasetType>
 absl::StatusOr<Datasets> OpenFiles(const std::string& kind, const std::string& train_path,
-                                   const std::string& eval_path, int64_t image_size, const std::string& spec_dir,
+                                   const std::string& eval_path, int64_t image_size,
                                    const std::shared_ptr<const ImagePreprocessor>& preprocessor, bool anywhere) {
   if (train_path.empty()) return absl::InvalidArgumentError(absl::StrCat(kind, " data: train_path is empty"));
   Datasets datasets;
   ASSIGN_OR_RETURN(datasets.train,
-                   DatasetType::Open(Resolve(train_path, spec_dir), image_size, preprocessor, anywhere));
+                   DatasetType::Open(train_path, image_size, preprocessor, anywhere));
   if (!eval_path.empty()) {
     ASSIGN_OR_RETURN(datasets.eval,
-                     DatasetType::Open(Resolve(eval_path, spec_dir), image_size, preprocessor, anywhere));
+                     DatasetType::Open(eval_path, image_size, preprocessor, anywhere));
   }
   return datasets;
 }
@@ -92,7 +85,6 @@ std::vector<std::string> AllTexts(const Dataset& dataset) {
 }
 
 absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_size,
-                                      const std::string& spec_dir,
                                       std::shared_ptr<const ImagePreprocessor> preprocessor) {
   if (image_size <= 0) {
     return absl::InvalidArgumentError(
@@ -102,11 +94,11 @@ absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_si
     case DataConfig::Kind::kShapes:
       return OpenShapes(config.shapes, image_size);
     case DataConfig::Kind::kJsonl:
-      return OpenFiles<JsonlDataset>("jsonl", config.jsonl.train_path, config.jsonl.eval_path, image_size, spec_dir,
+      return OpenFiles<JsonlDataset>("jsonl", config.jsonl.train_path, config.jsonl.eval_path, image_size,
                                      preprocessor, config.allow_images_outside);
     case DataConfig::Kind::kConversations:
       return OpenFiles<ConversationDataset>("conversations", config.conversations.train_path,
-                                            config.conversations.eval_path, image_size, spec_dir, preprocessor,
+                                            config.conversations.eval_path, image_size, preprocessor,
                                             config.allow_images_outside);
   }
   return absl::InvalidArgumentError("unknown data kind");

@@ -72,12 +72,12 @@ struct Datasets {
 //   shapes: train = ShapesDataset(seed, image_size, kTrain, train_samples), eval likewise with
 //   kEval
 //           and eval_samples (null when eval_samples is 0).
-//   jsonl, conversations: train_path and, when set, eval_path, each resolved against spec_dir when
-//           relative (spec_dir "" = the working directory); eval is null without eval_path.
+//   jsonl, conversations: train_path and, when set, eval_path (a relative path is the working
+//           directory's; a spec read from a file has made them absolute); eval is null without
+//           eval_path.
 // InvalidArgument for a non-positive image_size or sample count, or an empty train_path; otherwise
 // the errors of JsonlDataset::Open or ConversationDataset::Open.
 absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_size,
-                                      const std::string& spec_dir,
                                       std::shared_ptr<const ImagePreprocessor> preprocessor = nullptr);
 
 // Checks that a data file's images lie inside its folder, as the file system resolves them

@@ -1,6 +1,7 @@
-// libFuzzer target: the job-spec parser and validator (jobspec::ParseJobSpecJson) on arbitrary
-// bytes. Beyond "no crash, no hang, no leak": a spec that parses must read back, from the resolved
-// JSON it is recorded as (JobConfigToJson, what the coordinator stores), into a valid spec again,
+// libFuzzer target: the job-spec parser and validator (jobspec::ResolveJobSpecJson) on arbitrary
+// bytes. Beyond "no crash, no hang, no leak": a spec that parses must read back, from the JSON it
+// is recorded as (ResolvedJobSpec::json, protobuf's printer: what the coordinator stores and
+// job.json holds), into an equal config,
 // and each group's memory estimate (what submit checks) must be computed without overflowing or
 // dividing by zero (UBSan), and be a number of bytes >= 0.
 #include <cstddef>
@@ -15,15 +16,16 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  absl::StatusOr<tandem::jobspec::JobConfig> config =
-      tandem::jobspec::ParseJobSpecJson(text, "fuzz.json");
-  if (!config.ok()) return 0;
-  const std::string recorded = tandem::jobspec::JobConfigToJson(*config);
+  absl::StatusOr<tandem::jobspec::ResolvedJobSpec> resolved =
+      tandem::jobspec::ResolveJobSpecJson(text, "fuzz.json");
+  if (!resolved.ok()) return 0;
+  const tandem::jobspec::JobConfig* config = &resolved->config;
+  const std::string& recorded = resolved->json;
   absl::StatusOr<tandem::jobspec::JobConfig> again =
       tandem::jobspec::ParseJobSpecJson(recorded, "recorded.json");
-  if (!again.ok()) {
-    std::fprintf(stderr, "a valid spec's recorded form does not parse: %s\n%s\n",
-                 std::string(again.status().message()).c_str(), recorded.c_str());
+  if (!again.ok() || !(*again == *config)) {
+    std::fprintf(stderr, "a valid spec's recorded form does not read back: %s\n%s\n",
+                 again.ok() ? "another config" : std::string(again.status().message()).c_str(), recorded.c_str());
     std::abort();
   }
   for (const tandem::Role role : tandem::kRoles) {

@@ -322,7 +322,8 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
   ASSIGN_OR_RETURN(const Source source, FindSource(options.run_dir));
   const fs::path& run = source.run;
   const fs::path weights = source.checkpoint.empty() ? run : source.checkpoint;
-  ASSIGN_OR_RETURN(jobspec::JobConfig job, jobspec::LoadJobSpecFile((run / "job.json").string()));
+  ASSIGN_OR_RETURN(jobspec::ResolvedJobSpec spec, jobspec::ReadJobSpecFile((run / "job.json").string()));
+  jobspec::JobConfig job = std::move(spec.config);
   RETURN_IF_ERROR(ResolvePretrainedModels(job));
   const bool own_llm = job.llm.pretrained.empty();
   std::optional<data::Tokenizer> words;

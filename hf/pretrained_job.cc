@@ -22,7 +22,7 @@ constexpr char kLlm[] = "llm.pretrained";
 constexpr char kImageToken[] = "<image>";
 
 absl::Status ResolveLlm(jobspec::JobConfig& job) {
-  const std::string dir = jobspec::SpecPath(job.llm.pretrained, job.spec_dir);
+  const std::string dir = job.llm.pretrained;
   auto config = ReadPretrainedConfig(dir);
   if (!config.ok()) return Prefixed(kLlm, config.status());
   if (config->kind == PretrainedKind::kVisionTower) {
@@ -45,7 +45,7 @@ absl::Status ResolveLlm(jobspec::JobConfig& job) {
 }
 
 absl::Status ResolveVision(jobspec::JobConfig& job) {
-  const std::string dir = jobspec::SpecPath(job.vision.pretrained, job.spec_dir);
+  const std::string dir = job.vision.pretrained;
   auto config = ReadPretrainedConfig(dir);
   if (!config.ok()) return Prefixed(kVision, config.status());
   if (config->kind == PretrainedKind::kLlm) {

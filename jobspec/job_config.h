@@ -1,4 +1,6 @@
 // JobConfig: a training job as plain C++ values, resolved from a `tandem.v1.JobSpec` (jobspec/job_spec.h).
+// Paths are as the spec holds them: absolute when it came from a file (jobspec::ReadJobSpecFile),
+// else relative to the working directory.
 //
 // This header is the seam between the proto side (CLI, coordinator) and the LibTorch side (models,
 // trainer, actors): it includes neither protobuf nor LibTorch, so both sides can include it. The
@@ -22,12 +24,14 @@ struct VisionGroupConfig {
   models::VisionConfig model;
   std::string engine_json = "{}";  // the group's DeepSpeed-style engine config, as a JSON object
   std::vector<std::string> freeze;  // name patterns of parameters that do not train
-  // A Hugging Face tower or LLaVA directory (relative to spec_dir) whose sizes replace `model`
+  // A Hugging Face tower or LLaVA directory whose sizes replace `model`
   // (hf::ResolvePretrainedModels) and whose weights the vision stage loads; "" = from scratch.
   std::string pretrained;
   bool new_projector = false;  // a LLaVA directory's tower, with a new projector
   int32_t sequence_parallel = 1;  // ranks each image's positions split over (vision.parallel.sequence)
   int32_t replicas() const { return actors / sequence_parallel; }  // data-parallel ranks
+
+  bool operator==(const VisionGroupConfig&) const = default;
 };
 
 // How the image embeddings reach the ranks of a tensor-parallel LLM replica (llm.parallel.embeddings):
@@ -44,7 +48,7 @@ struct LlmGroupConfig {
   models::LlmConfig model;
   std::string engine_json = "{}";
   std::vector<std::string> freeze;
-  // A Hugging Face Llama, Qwen2 or LLaVA directory (relative to spec_dir) whose sizes replace
+  // A Hugging Face Llama, Qwen2 or LLaVA directory whose sizes replace
   // `model` (hf::ResolvePretrainedModels), whose weights the LLM stage loads and whose tokenizer
   // the job uses; "" = from scratch with the word tokenizer.
   std::string pretrained;
@@ -52,6 +56,8 @@ struct LlmGroupConfig {
   int32_t tensor_parallel = 1;  // ranks each model splits over (llm.parallel.tensor)
   EmbeddingRoute embeddings = EmbeddingRoute::kEachRank;  // llm.parallel.embeddings
   int32_t replicas() const { return actors / tensor_parallel; }  // data-parallel ranks
+
+  bool operator==(const LlmGroupConfig&) const = default;
 };
 
 // Whether a group's freeze list freezes the whole group: it holds "*" (or "**", ...).
@@ -71,6 +77,8 @@ struct ScheduleConfig {
   int64_t checkpoint_every = 0;  // steps between checkpoints; 0 = only at the end
   uint64_t seed = 0;             // model initialisation and data order
   double gradient_clipping = 0;  // max L2 norm of both groups' gradient together; 0 = off
+
+  bool operator==(const ScheduleConfig&) const = default;
 };
 
 struct JobConfig {
@@ -81,7 +89,8 @@ struct JobConfig {
   ScheduleConfig schedule;
   int64_t max_restarts = 3;      // failure.max_restarts
   std::string resume_from;       // a checkpoint directory; "" = from scratch
-  std::string spec_dir;          // directory of the spec file, for relative data paths ("" = cwd)
+
+  bool operator==(const JobConfig&) const = default;
 };
 
 }  // namespace tandem::jobspec

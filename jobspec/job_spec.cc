@@ -1,5 +1,5 @@
-// The JSON front end: text -> strict checks -> JobSpec message -> JobConfig (resolve.cc), and the
-// file loader.
+// The JSON front end: text -> strict checks -> JobSpec message (-> ResolvedJobSpec, resolve.cc),
+// the file reader that makes paths absolute, and the message back to JSON.
 #include "jobspec/job_spec.h"
 
 #include <cerrno>
@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -15,6 +16,7 @@
 #include "jobspec/errors.h"
 #include "jobspec/job_spec_proto.h"
 #include "jobspec/proto_json.h"
+#include "nlohmann/json.hpp"
 
 namespace tandem::jobspec {
 namespace {
@@ -41,6 +43,24 @@ absl::StatusOr<tandem::v1::JobSpec> ParseProto(std::string_view json) {
   return spec;
 }
 
+// Calls `visit(path, value)` on every path field of the spec that is set, in job.proto's order.
+template <typename Visit>
+void ForEachPath(tandem::v1::JobSpec& spec, Visit visit) {
+  if (spec.has_data() && spec.data().has_jsonl()) {
+    visit("data.jsonl.train", *spec.mutable_data()->mutable_jsonl()->mutable_train());
+    visit("data.jsonl.eval", *spec.mutable_data()->mutable_jsonl()->mutable_eval());
+  }
+  if (spec.has_data() && spec.data().has_conversations()) {
+    tandem::v1::ConversationsDataSpec& conversations = *spec.mutable_data()->mutable_conversations();
+    visit("data.conversations.train", *conversations.mutable_train());
+    visit("data.conversations.eval", *conversations.mutable_eval());
+  }
+  if (spec.has_vision()) visit("vision.pretrained", *spec.mutable_vision()->mutable_pretrained());
+  if (spec.has_llm()) visit("llm.pretrained", *spec.mutable_llm()->mutable_pretrained());
+  visit("resume_from", *spec.mutable_resume_from());
+  visit("pretrained", *spec.mutable_pretrained());
+}
+
 }  // namespace
 
 absl::StatusOr<tandem::v1::JobSpec> ParseJobSpecProto(std::string_view json,
@@ -50,12 +70,51 @@ absl::StatusOr<tandem::v1::JobSpec> ParseJobSpecProto(std::string_view json,
   return spec;
 }
 
-absl::StatusOr<JobConfig> ParseJobSpecJson(std::string_view json, std::string_view source_name) {
-  ASSIGN_OR_RETURN(tandem::v1::JobSpec spec, ParseJobSpecProto(json, source_name));
-  return JobConfigFromProto(spec, source_name);
+std::string JobSpecToJson(const tandem::v1::JobSpec& spec) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  // Printing a valid message cannot fail (only an Any of an unknown type would).
+  (void)google::protobuf::util::MessageToJsonString(spec, &json, options);
+  // The fields keep job.proto's order; a Struct's keys (the engine blocks) come out in its map's
+  // order, which varies: they are sorted, so that one spec always prints the same text.
+  nlohmann::ordered_json document = nlohmann::ordered_json::parse(json);
+  for (const char* group : {"vision", "llm"}) {
+    if (document.contains(group) && document[group].contains("engine")) {
+      document[group]["engine"] = nlohmann::ordered_json(nlohmann::json(document[group]["engine"]));
+    }
+  }
+  return document.dump(2);
 }
 
-absl::StatusOr<JobConfig> LoadJobSpecFile(const std::string& path) {
+void MakePathsAbsolute(const std::string& dir, tandem::v1::JobSpec& spec) {
+  ForEachPath(spec, [&](std::string_view, std::string& path) {
+    if (path.empty() || std::filesystem::path(path).is_absolute()) return;
+    path = (std::filesystem::path(dir) / path).lexically_normal().string();
+  });
+}
+
+absl::Status CheckPathsAbsolute(const tandem::v1::JobSpec& spec, std::string_view why) {
+  tandem::v1::JobSpec copy = spec;
+  absl::Status status;
+  ForEachPath(copy, [&](std::string_view name, std::string& path) {
+    if (!status.ok() || path.empty() || std::filesystem::path(path).is_absolute()) return;
+    status = internal::PathError(name, internal::Quoted(path), " is relative; ", internal::Sv(why));
+  });
+  return status;
+}
+
+absl::StatusOr<ResolvedJobSpec> ResolveJobSpecJson(std::string_view json, std::string_view source_name) {
+  ASSIGN_OR_RETURN(tandem::v1::JobSpec spec, ParseJobSpecProto(json, source_name));
+  return ResolveJobSpec(std::move(spec), source_name);
+}
+
+absl::StatusOr<JobConfig> ParseJobSpecJson(std::string_view json, std::string_view source_name) {
+  ASSIGN_OR_RETURN(ResolvedJobSpec resolved, ResolveJobSpecJson(json, source_name));
+  return std::move(resolved.config);
+}
+
+absl::StatusOr<ResolvedJobSpec> ReadJobSpecFile(const std::string& path) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
                                                        &std::fclose);
   if (file == nullptr) {
@@ -69,15 +128,15 @@ absl::StatusOr<JobConfig> LoadJobSpecFile(const std::string& path) {
   if (std::ferror(file.get()))
     return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot read"));
 
-  ASSIGN_OR_RETURN(JobConfig config, ParseJobSpecJson(text, path));
+  ASSIGN_OR_RETURN(tandem::v1::JobSpec spec, ParseJobSpecProto(text, path));
   std::error_code error;
   std::filesystem::path absolute = std::filesystem::absolute(path, error);
   if (error) {
     return absl::ErrnoToStatus(error.value(),
                                absl::StrCat(path, ": cannot make the path absolute"));
   }
-  config.spec_dir = absolute.lexically_normal().parent_path().string();
-  return config;
+  MakePathsAbsolute(absolute.lexically_normal().parent_path().string(), spec);
+  return ResolveJobSpec(std::move(spec), path);
 }
 
 }  // namespace tandem::jobspec

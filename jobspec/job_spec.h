@@ -1,8 +1,10 @@
-// Job specs: the JSON file a user writes (a `tandem.v1.JobSpec`, proto/tandem/v1/job.proto) to a
-// validated JobConfig (jobspec/job_config.h), and a JobConfig back to JSON.
+// Job specs: the JSON file a user writes (a `tandem.v1.JobSpec`, proto/tandem/v1/job.proto), read
+// once into its resolved form (the message with absolute paths, and its validated JobConfig,
+// jobspec/job_config.h).
 //
-// This header is plain C++ (no protobuf, no LibTorch), so LibTorch code may include it; the
-// proto-side entry points are in jobspec/job_spec_proto.h. Every function is stateless and
+// This header is plain C++ (no protobuf, no LibTorch), so LibTorch code may include it: it holds
+// the message only by a pointer to a type declared here. The proto-side entry points (the message
+// in, the message out) are in jobspec/job_spec_proto.h. Every function is stateless and
 // thread-safe.
 //
 // Errors. Every rejection is InvalidArgument (a missing file is NotFound), and its message reads
@@ -12,6 +14,7 @@
 // empty source name the "<source>: " part is left out. Only the first problem found is reported.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -19,26 +22,44 @@
 #include "absl/status/statusor.h"
 #include "jobspec/job_config.h"
 
+namespace tandem::v1 {
+class JobSpec;  // proto/tandem/v1/job.pb.h
+}  // namespace tandem::v1
+
 namespace tandem::jobspec {
+
+// A spec in the one form the rest of Tandem sees: the message, its JSON and its JobConfig, made
+// from each other once. `spec`'s paths (data files, pretrained directories, resume_from) are
+// absolute when it came from a file.
+struct ResolvedJobSpec {
+  std::shared_ptr<const tandem::v1::JobSpec> spec;  // include job_spec_proto.h to read it
+  // `spec` as protobuf's JSON printer writes it (JobSpecToJson): a run directory's job.json, the
+  // coordinator's stored copy; ResolveJobSpecJson reads it back to the same spec.
+  std::string json;
+  JobConfig config;  // built from `spec` and validated
+};
 
 // Parses and validates a job spec written as proto3 JSON (snake_case or lowerCamelCase field
 // names). Strict: unknown fields, duplicate keys, wrong types, comments and trailing commas are
-// errors. Presets are expanded, explicit model fields override them, absent fields take
-// job_config.h's defaults, vision.model.output_dim is set to llm.model.hidden, and each group's
-// engine block is validated with the engine's own parser and kept as compact JSON text in
-// `engine_json`. Then ValidateJobConfig runs. `source_name` (usually the file name) starts every
-// error message. spec_dir is left empty (relative data paths resolve against the current
+// errors. Then the message is checked (ValidateJobSpec, job_spec_proto.h) and resolved: presets
+// are expanded, explicit model fields override them, absent fields take job_config.h's defaults,
+// vision.model.output_dim is set to llm.model.hidden, each group's engine block is kept as compact
+// JSON text in `engine_json`, and ValidateJobConfig runs. `source_name` (usually the file name)
+// starts every error message. Relative paths stay as written (they resolve against the working
 // directory).
+absl::StatusOr<ResolvedJobSpec> ResolveJobSpecJson(std::string_view json, std::string_view source_name);
+
+// ResolveJobSpecJson's config alone: for a JobConfig from JSON text (tests, tools).
 absl::StatusOr<JobConfig> ParseJobSpecJson(std::string_view json, std::string_view source_name);
 
-// Reads the file at `path` and parses it as ParseJobSpecJson does, with `path` as the source name.
-// spec_dir is set to the absolute directory holding the file, so the spec's relative data paths
-// resolve against it. A missing file is NotFound ("<path>: no such file"); another read failure
-// keeps its errno's code.
-absl::StatusOr<JobConfig> LoadJobSpecFile(const std::string& path);
+// Reads the file at `path` once and resolves it as ResolveJobSpecJson does, with `path` as the source
+// name, after making the spec's relative paths absolute against the directory holding the file
+// (normalised: "data/../x.jsonl" is "<dir>/x.jsonl"). A missing file is NotFound ("<path>: no
+// such file"); another read failure keeps its errno's code.
+absl::StatusOr<ResolvedJobSpec> ReadJobSpecFile(const std::string& path);
 
-// Checks a resolved config: every rule of proto/tandem/v1/job.proto, the model divisibility rules,
-// the sequence budget, and each group's engine_json (engine_config::ParseConfigJson with the
+// Checks a resolved config: the rules of proto/tandem/v1/job.proto on values, the model
+// divisibility rules, the sequence budget, and each group's engine_json (engine_config::ParseConfigJson with the
 // "vision.engine." or "llm.engine." prefix, plus its agreement with `schedule`). Messages start
 // with the dotted path, without a source name. The parser calls it; call it yourself on a JobConfig
 // built in code.
@@ -51,20 +72,5 @@ inline constexpr size_t kMaxNameLength = 128;
 inline constexpr size_t kMaxPoolNameLength = 63;
 // OK, or InvalidArgument saying what is wrong with `pool` ("must not be empty", ...), without a path.
 absl::Status CheckPoolName(std::string_view pool);
-
-// The resolved spec as JSON that ParseJobSpecJson reads back into the same JobConfig: every spec
-// field written out (presets kept by name and also expanded into explicit fields), snake_case names
-// in the order of job.proto, 2-space indent, no trailing newline, engine configs embedded as JSON
-// objects. Fields that are not part of a spec are not written: vision.model.output_dim (always
-// llm.model.hidden), llm.model.vocab_size (from the tokenizer) and spec_dir. Instead, relative
-// jsonl paths and resume_from are written joined with spec_dir, so the output stands on its own
-// wherever it is stored: reading it back gives the same config with spec_dir "" (identical to the
-// input when spec_dir was already ""). An engine_json that is not valid JSON is written as a string
-// (which the parser then rejects).
-std::string JobConfigToJson(const JobConfig& config);
-
-// A path of the spec (a jsonl file, resume_from) as it is opened: joined with spec_dir when it is
-// relative and spec_dir is set; "" stays "".
-std::string SpecPath(const std::string& path, const std::string& spec_dir);
 
 }  // namespace tandem::jobspec

@@ -1,8 +1,10 @@
 // JobSpec message -> JobConfig: presets expanded, explicit fields applied, defaults filled in,
-// engine Structs turned into JSON text. Validation of the values is ValidateJobConfig's
-// (validate.cc).
+// engine Structs turned into JSON text. Nothing here rejects anything: the checks on the message
+// (ValidateJobSpec) and on the values (ValidateJobConfig) are validate.cc's, and run around it.
 #include <cmath>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -15,10 +17,6 @@
 
 namespace tandem::jobspec {
 namespace {
-
-using internal::PathError;
-using internal::Quoted;
-using internal::Sv;
 
 nlohmann::json ToJson(const google::protobuf::Value& value);
 
@@ -60,16 +58,10 @@ nlohmann::json ToJson(const google::protobuf::Value& value) {
   return nullptr;
 }
 
-absl::StatusOr<models::VisionConfig> ResolveVisionModel(const tandem::v1::VisionModelSpec& spec) {
+// REQUIRES: the preset, if any, is known (ValidateJobSpec).
+models::VisionConfig ResolveVisionModel(const tandem::v1::VisionModelSpec& spec) {
   models::VisionConfig model;
-  if (!spec.preset().empty()) {
-    std::optional<models::VisionConfig> preset = VisionPreset(spec.preset());
-    if (!preset) {
-      return PathError("vision.model.preset", "unknown preset ", Quoted(spec.preset()),
-                       "; known: ", VisionPresetNames());
-    }
-    model = *preset;
-  }
+  if (!spec.preset().empty()) model = *VisionPreset(spec.preset());
   if (spec.has_image_size()) model.image_size = spec.image_size();
   if (spec.has_channels()) model.channels = spec.channels();
   if (spec.has_patch_size()) model.patch_size = spec.patch_size();
@@ -82,16 +74,10 @@ absl::StatusOr<models::VisionConfig> ResolveVisionModel(const tandem::v1::Vision
   return model;
 }
 
-absl::StatusOr<models::LlmConfig> ResolveLlmModel(const tandem::v1::LlmModelSpec& spec) {
+// REQUIRES: the preset, if any, is known (ValidateJobSpec).
+models::LlmConfig ResolveLlmModel(const tandem::v1::LlmModelSpec& spec) {
   models::LlmConfig model;
-  if (!spec.preset().empty()) {
-    std::optional<models::LlmConfig> preset = LlmPreset(spec.preset());
-    if (!preset) {
-      return PathError("llm.model.preset", "unknown preset ", Quoted(spec.preset()),
-                       "; known: ", LlmPresetNames());
-    }
-    model = *preset;
-  }
+  if (!spec.preset().empty()) model = *LlmPreset(spec.preset());
   if (spec.has_hidden()) model.hidden = spec.hidden();
   if (spec.has_layers()) model.layers = spec.layers();
   if (spec.has_heads()) model.heads = spec.heads();
@@ -104,7 +90,8 @@ absl::StatusOr<models::LlmConfig> ResolveLlmModel(const tandem::v1::LlmModelSpec
   return model;
 }
 
-absl::StatusOr<data::DataConfig> ResolveData(const tandem::v1::DataSpec& spec) {
+// REQUIRES: a source is set (ValidateJobSpec).
+data::DataConfig ResolveData(const tandem::v1::DataSpec& spec) {
   data::DataConfig data;
   switch (spec.source_case()) {
     case tandem::v1::DataSpec::kShapes:
@@ -126,7 +113,7 @@ absl::StatusOr<data::DataConfig> ResolveData(const tandem::v1::DataSpec& spec) {
       data.jsonl.eval_path = spec.jsonl().eval();
       break;
     case tandem::v1::DataSpec::SOURCE_NOT_SET:
-      return PathError("data", "a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
+      break;
   }
   if (spec.has_max_text_tokens()) data.max_text_tokens = spec.max_text_tokens();
   if (spec.has_allow_images_outside()) data.allow_images_outside = spec.allow_images_outside();
@@ -146,71 +133,32 @@ ScheduleConfig ResolveSchedule(const tandem::v1::ScheduleSpec& spec) {
   return schedule;
 }
 
-absl::StatusOr<JobConfig> Resolve(const tandem::v1::JobSpec& spec) {
+// REQUIRES: ValidateJobSpec(spec) is OK.
+JobConfig Resolve(const tandem::v1::JobSpec& spec) {
   JobConfig config;
   config.name = spec.name();
-  ASSIGN_OR_RETURN(config.data, ResolveData(spec.data()));
+  config.data = ResolveData(spec.data());
 
   const tandem::v1::VisionGroupSpec& vision = spec.vision();
   if (vision.has_pool()) config.vision.pool = vision.pool();
   if (vision.has_actors()) config.vision.actors = vision.actors();
-  ASSIGN_OR_RETURN(config.vision.model, ResolveVisionModel(vision.model()));
+  config.vision.model = ResolveVisionModel(vision.model());
   if (vision.has_engine()) config.vision.engine_json = ToJson(vision.engine()).dump();
   config.vision.freeze.assign(vision.freeze().begin(), vision.freeze().end());
-  config.vision.pretrained = vision.pretrained();
+  config.vision.pretrained = spec.pretrained().empty() ? vision.pretrained() : spec.pretrained();
   config.vision.new_projector = vision.new_projector();
-  if (!spec.pretrained().empty()) {
-    if (!vision.pretrained().empty() || !spec.llm().pretrained().empty()) {
-      return PathError(vision.pretrained().empty() ? "llm.pretrained" : "vision.pretrained",
-                       "must be left out with pretrained, which names both groups' checkpoint");
-    }
-    config.vision.pretrained = spec.pretrained();
-  }
-  if (!config.vision.pretrained.empty() && vision.has_model()) {
-    return PathError("vision.model", "must be left out with a pretrained vision tower: the shape comes from its "
-                                     "config.json");
-  }
-  if (vision.parallel().has_tensor()) {
-    return PathError("vision.parallel.tensor", "is the LLM group's (llm.parallel.tensor); the vision group splits "
-                                               "by sequence (vision.parallel.sequence)");
-  }
-  if (vision.parallel().has_embeddings()) {
-    return PathError("vision.parallel.embeddings", "is the LLM group's (llm.parallel.embeddings): how the "
-                                                   "embeddings reach its tensor-parallel ranks");
-  }
   if (vision.parallel().has_sequence()) config.vision.sequence_parallel = vision.parallel().sequence();
-  if (config.vision.new_projector && config.vision.pretrained.empty()) {
-    return PathError("vision.new_projector", "needs a pretrained vision tower (vision.pretrained or pretrained)");
-  }
 
   const tandem::v1::LlmGroupSpec& llm = spec.llm();
   if (llm.has_pool()) config.llm.pool = llm.pool();
   if (llm.has_actors()) config.llm.actors = llm.actors();
-  ASSIGN_OR_RETURN(config.llm.model, ResolveLlmModel(llm.model()));
+  config.llm.model = ResolveLlmModel(llm.model());
   if (llm.has_engine()) config.llm.engine_json = ToJson(llm.engine()).dump();
   config.llm.freeze.assign(llm.freeze().begin(), llm.freeze().end());
   config.llm.pretrained = spec.pretrained().empty() ? llm.pretrained() : spec.pretrained();
   config.llm.chat_template = llm.chat_template();
-  if (!config.llm.pretrained.empty() && llm.has_model()) {
-    return PathError("llm.model", "must be left out with a pretrained LLM: the shape comes from its config.json");
-  }
-  if (llm.parallel().has_sequence()) {
-    return PathError("llm.parallel.sequence", "is the vision group's (vision.parallel.sequence); the LLM group "
-                                              "splits by tensor (llm.parallel.tensor)");
-  }
   if (llm.parallel().has_tensor()) config.llm.tensor_parallel = llm.parallel().tensor();
-  if (llm.parallel().has_embeddings()) {
-    const std::string& route = llm.parallel().embeddings();
-    if (route == "broadcast") {
-      config.llm.embeddings = EmbeddingRoute::kBroadcast;
-    } else if (route != "each_rank") {
-      return PathError("llm.parallel.embeddings", "must be \"each_rank\" or \"broadcast\", got ", Quoted(route));
-    }
-  }
-  if (!config.llm.chat_template.empty() && config.llm.pretrained.empty()) {
-    return PathError("llm.chat_template", "needs a pretrained LLM (llm.pretrained or pretrained): Tandem's own "
-                                          "LLM reads the \"tandem\" format");
-  }
+  if (llm.parallel().embeddings() == "broadcast") config.llm.embeddings = EmbeddingRoute::kBroadcast;
 
   // The projector maps patches into the LLM's embedding space.
   config.vision.model.output_dim = config.llm.model.hidden;
@@ -222,12 +170,14 @@ absl::StatusOr<JobConfig> Resolve(const tandem::v1::JobSpec& spec) {
 
 }  // namespace
 
-absl::StatusOr<JobConfig> JobConfigFromProto(const tandem::v1::JobSpec& spec,
-                                             std::string_view source_name) {
-  absl::StatusOr<JobConfig> config = Resolve(spec);
-  if (!config.ok()) return internal::WithSource(config.status(), source_name);
-  RETURN_IF_ERROR(internal::WithSource(ValidateJobConfig(*config), source_name));
-  return config;
+absl::StatusOr<ResolvedJobSpec> ResolveJobSpec(tandem::v1::JobSpec spec, std::string_view source_name) {
+  RETURN_IF_ERROR(internal::WithSource(ValidateJobSpec(spec), source_name));
+  ResolvedJobSpec resolved;
+  resolved.config = Resolve(spec);
+  RETURN_IF_ERROR(internal::WithSource(ValidateJobConfig(resolved.config), source_name));
+  resolved.json = JobSpecToJson(spec);
+  resolved.spec = std::make_shared<const tandem::v1::JobSpec>(std::move(spec));
+  return resolved;
 }
 
 }  // namespace tandem::jobspec

@@ -1,5 +1,6 @@
-// ValidateJobConfig: the rules of proto/tandem/v1/job.proto on a resolved JobConfig, in the order
-// of the spec (name, data, vision, llm, schedule, engines), stopping at the first violation.
+// Every rule of a job spec, in two passes that stop at the first violation: ValidateJobSpec on the
+// message (what is given together with what), then ValidateJobConfig on the resolved values, in
+// the order of the spec (name, data, vision, llm, schedule, engines).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -11,6 +12,8 @@
 #include "engine_config/config.h"
 #include "jobspec/errors.h"
 #include "jobspec/job_spec.h"
+#include "jobspec/job_spec_proto.h"
+#include "jobspec/presets.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::jobspec {
@@ -353,6 +356,59 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
                               config.schedule));
   return CheckEngine("llm", config.llm.engine_json, config.llm.replicas(),
                      ReplicasName("llm", config.llm.tensor_parallel, "tensor"), config.schedule);
+}
+
+absl::Status ValidateJobSpec(const tandem::v1::JobSpec& spec) {
+  if (spec.data().source_case() == tandem::v1::DataSpec::SOURCE_NOT_SET) {
+    return PathError("data", "a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
+  }
+  const tandem::v1::VisionGroupSpec& vision = spec.vision();
+  if (const std::string& preset = vision.model().preset(); !preset.empty() && !VisionPreset(preset)) {
+    return PathError("vision.model.preset", "unknown preset ", Quoted(preset), "; known: ", VisionPresetNames());
+  }
+  const tandem::v1::LlmGroupSpec& llm = spec.llm();
+  if (!spec.pretrained().empty() && (!vision.pretrained().empty() || !llm.pretrained().empty())) {
+    return PathError(vision.pretrained().empty() ? "llm.pretrained" : "vision.pretrained",
+                     "must be left out with pretrained, which names both groups' checkpoint");
+  }
+  const bool vision_pretrained = !spec.pretrained().empty() || !vision.pretrained().empty();
+  if (vision_pretrained && vision.has_model()) {
+    return PathError("vision.model", "must be left out with a pretrained vision tower: the shape comes from its "
+                                     "config.json");
+  }
+  if (vision.parallel().has_tensor()) {
+    return PathError("vision.parallel.tensor", "is the LLM group's (llm.parallel.tensor); the vision group splits "
+                                               "by sequence (vision.parallel.sequence)");
+  }
+  if (vision.parallel().has_embeddings()) {
+    return PathError("vision.parallel.embeddings", "is the LLM group's (llm.parallel.embeddings): how the "
+                                                   "embeddings reach its tensor-parallel ranks");
+  }
+  if (vision.new_projector() && !vision_pretrained) {
+    return PathError("vision.new_projector", "needs a pretrained vision tower (vision.pretrained or pretrained)");
+  }
+  if (const std::string& preset = llm.model().preset(); !preset.empty() && !LlmPreset(preset)) {
+    return PathError("llm.model.preset", "unknown preset ", Quoted(preset), "; known: ", LlmPresetNames());
+  }
+  const bool llm_pretrained = !spec.pretrained().empty() || !llm.pretrained().empty();
+  if (llm_pretrained && llm.has_model()) {
+    return PathError("llm.model", "must be left out with a pretrained LLM: the shape comes from its config.json");
+  }
+  if (llm.parallel().has_sequence()) {
+    return PathError("llm.parallel.sequence", "is the vision group's (vision.parallel.sequence); the LLM group "
+                                              "splits by tensor (llm.parallel.tensor)");
+  }
+  if (llm.parallel().has_embeddings()) {
+    const std::string& route = llm.parallel().embeddings();
+    if (route != "broadcast" && route != "each_rank") {
+      return PathError("llm.parallel.embeddings", "must be \"each_rank\" or \"broadcast\", got ", Quoted(route));
+    }
+  }
+  if (!llm.chat_template().empty() && !llm_pretrained) {
+    return PathError("llm.chat_template", "needs a pretrained LLM (llm.pretrained or pretrained): Tandem's own "
+                                          "LLM reads the \"tandem\" format");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace tandem::jobspec

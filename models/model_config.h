@@ -64,6 +64,8 @@ struct VisionConfig {
   int64_t feature_index() const { return feature_layer < 0 ? layers + 1 + feature_layer : feature_layer; }
   // Embeddings per image handed to the LLM.
   int64_t num_features() const { return num_positions() - (drop_first_feature ? 1 : 0); }
+
+  bool operator==(const VisionConfig&) const = default;
 };
 
 // transformers' rope_parameters beyond rope_theta. "default": none. "linear": every frequency divided
@@ -75,6 +77,8 @@ struct RopeScaling {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_positions = 0;
+
+  bool operator==(const RopeScaling&) const = default;
 };
 
 // Llama-style decoder: RMSNorm, rotary positions, SwiGLU, causal attention.
@@ -101,6 +105,8 @@ struct LlmConfig {
   int64_t image_token_id = -1;
 
   int64_t resolved_head_dim() const { return head_dim > 0 ? head_dim : hidden / heads; }
+
+  bool operator==(const LlmConfig&) const = default;
 };
 
 }  // namespace tandem::models

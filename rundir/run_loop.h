@@ -57,10 +57,30 @@ struct StepOutcome {
   double llm_grad_norm = 0;
 };
 
+// Caption scores of held-out samples (data/caption_metrics.h): a rank's, or summed over a group's
+// scoring ranks.
+struct EvalCounts {
+  int64_t samples = 0;
+  int64_t exact = 0;
+  int64_t tokens = 0;
+  int64_t correct_tokens = 0;
+
+  EvalCounts& operator+=(const EvalCounts& other) {
+    samples += other.samples;
+    exact += other.exact;
+    tokens += other.tokens;
+    correct_tokens += other.correct_tokens;
+    return *this;
+  }
+};
+
 // An evaluation's record from the caption counts of every scoring rank: exact / samples and
 // correct / tokens (0 for none).
 EvalRecord EvalRecordOf(int64_t step, int64_t samples, int64_t exact, int64_t tokens,
                         int64_t correct_tokens);
+inline EvalRecord EvalRecordOf(int64_t step, const EvalCounts& counts) {
+  return EvalRecordOf(step, counts.samples, counts.exact, counts.tokens, counts.correct_tokens);
+}
 
 // loss.svg is redrawn after every this many steps, and after the last.
 inline constexpr int64_t kPlotEvery = 50;

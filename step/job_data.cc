@@ -57,7 +57,7 @@ absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(const jobspec::JobCon
     preprocessor = std::make_shared<const data::ImagePreprocessor>(*std::move(read));
   }
   ASSIGN_OR_RETURN(data::Datasets datasets,
-                   data::OpenDatasets(job.data, job.vision.model.image_size, job.spec_dir, preprocessor));
+                   data::OpenDatasets(job.data, job.vision.model.image_size, preprocessor));
   std::shared_ptr<const data::TextCodec> text;
   const auto saved = std::filesystem::path(resume_checkpoint) / "tokenizer.json";
   std::error_code ec;

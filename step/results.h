@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "rundir/run_loop.h"
+
 namespace tandem::step {
 
 struct StepResult {
@@ -16,21 +18,7 @@ struct StepResult {
   int64_t bytes_sent = 0;  // to the other group: embeddings (vision), gradients (LLM)
 };
 
-// Caption scores of the held-out samples a rank owns (data/caption_metrics.h); the LLM ranks'
-// counts add up to the group's.
-struct EvalCounts {
-  int64_t samples = 0;
-  int64_t exact = 0;
-  int64_t tokens = 0;
-  int64_t correct_tokens = 0;
-
-  EvalCounts& operator+=(const EvalCounts& other) {
-    samples += other.samples;
-    exact += other.exact;
-    tokens += other.tokens;
-    correct_tokens += other.correct_tokens;
-    return *this;
-  }
-};
+// Caption scores of the held-out samples a rank owns; the LLM ranks' counts add up to the group's.
+using rundir::EvalCounts;
 
 }  // namespace tandem::step

@@ -5,27 +5,23 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "engine/communicator.h"
 #include "engine/engine.h"
 #include "jobspec/job_spec.h"
-#include "rundir/run_dir_lock.h"
 #include "rundir/checkpoint_dir.h"
 #include "rundir/new_run.h"
 #include "rundir/progress.h"
+#include "rundir/run_driver.h"
 #include "rundir/run_log.h"
-#include "rundir/run_loop.h"
 #include "hf/pretrained_job.h"
 #include "jobspec/memory_estimate.h"
 #include "platform/device.h"
@@ -37,7 +33,6 @@
 namespace tandem::trainer {
 namespace {
 
-namespace fs = std::filesystem;
 constexpr char kComponent[] = "trainer";
 // Transfers and collectives of a colocated run wait this long at most; a failed stage aborts the
 // other's waits at once (InProcessFabric::Abort), so only a stage that stops answering reaches it.
@@ -46,16 +41,34 @@ constexpr std::chrono::milliseconds kTimeout{300000};
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-class ColocatedRun {
+// The colocated placement of a run: rundir::RunDriver drives the sequence; the commands run on
+// both stages at once, each a fiber of this thread.
+class ColocatedRun : public rundir::RunGroups {
  public:
-  ColocatedRun(const jobspec::JobConfig& job, const RunOptions& options)
-      : job_(job), options_(options) {}
+  ColocatedRun(const jobspec::ResolvedJobSpec& job, const RunOptions& options)
+      : job_(job.config), job_json_(job.json), options_(options), printer_(options.progress, options.interactive) {}
 
   absl::StatusOr<rundir::RunSummary> Run() {
     RETURN_IF_ERROR(Setup());
-    RETURN_IF_ERROR(Train());
-    return summary_;
+    rundir::RunSummary& summary = driver_->summary();
+    summary.job_name = job_.name;
+    summary.run_dir = options_.run_dir;
+    summary.vision_parameters = vision_->parameters();
+    summary.llm_parameters = llm_->parameters();
+    summary.vocab_size = llm_->data().text->vocab_size();
+    absl::StatusOr<rundir::RunSummary> result = driver_->Run(*this, Clock::now());
+    printer_.Finish();
+    return result;
   }
+
+  // rundir::RunGroups
+  absl::Status RunSteps(int64_t first, int64_t last, const StepDone& done) override;
+  absl::StatusOr<rundir::EvalCounts> Evaluate(int64_t step) override;
+  absl::Status SaveCheckpoint(int64_t step, const std::string& directory) override;
+  absl::Status Export(const std::string& vision_path, const std::string& llm_path) override;
+  absl::Status OnStep(const rundir::StepRecord& record) override;
+  void OnEvaluating(int64_t step) override;
+  void OnEval(const rundir::EvalRecord& eval) override;
 
  private:
   absl::Status Setup();
@@ -63,32 +76,25 @@ class ColocatedRun {
   // (jobspec/memory_estimate.h) exceeds the device's (platform::DeviceMemoryBytes). `sized` is the
   // job with its pretrained models' sizes resolved.
   absl::Status CheckMemory(const jobspec::JobConfig& sized) const;
-  absl::Status Train();
   // Runs `command` on both stages at once, each a fiber of this thread that gives the thread to
   // the other while it waits on a transfer, as the coordinator runs a command on both groups. The
   // first to fail aborts the other's transfers; its error is the one returned.
   absl::Status Both(const std::function<absl::Status(step::Stage&)>& command);
-  absl::StatusOr<rundir::EvalRecord> Evaluate(int64_t step);
-  // Writes checkpoints/step-NNNNNN and returns its path.
-  absl::StatusOr<std::string> SaveCheckpoint(int64_t step);
-  // Loads job_.resume_from into both stages; sets first_step_.
+  // Loads the driver's resume point into both stages.
   absl::Status Resume();
-  absl::Status WritePlot();
-  std::string RunPath(const std::string& name) const {
-    return (fs::path(run_dir_) / name).string();
-  }
 
-  jobspec::JobConfig job_;  // a copy: Start resolves a pretrained tower's shape into it
+  jobspec::JobConfig job_;  // a copy: Setup resolves the pretrained models' shapes into it
+  std::string job_json_;    // job.json
   RunOptions options_;
-  std::string run_dir_;
-  std::optional<rundir::RunDirLock> lock_;  // held while the run writes run_dir_
+  std::unique_ptr<rundir::RunDriver> driver_;
   std::unique_ptr<transport::InProcessFabric> fabric_;
   Fiber vision_fiber_, llm_fiber_;
   Fiber* running_ = nullptr;  // the fiber Both resumed last
   std::unique_ptr<step::Stage> vision_, llm_;
-  std::unique_ptr<rundir::MetricsLog> metrics_;
-  rundir::RunSummary summary_;
-  int64_t first_step_ = 1;
+  rundir::ProgressPrinter printer_;
+  double smoothed_rate_ = 0;
+  double last_loss_ = 0;
+  double last_elapsed_s_ = 0;
 };
 
 absl::Status ColocatedRun::CheckMemory(const jobspec::JobConfig& sized) const {
@@ -105,24 +111,26 @@ absl::Status ColocatedRun::CheckMemory(const jobspec::JobConfig& sized) const {
 }
 
 absl::Status ColocatedRun::Setup() {
-  run_dir_ = options_.run_dir;
-  RETURN_IF_ERROR(rundir::CheckRunDirIsNew(run_dir_));
+  RETURN_IF_ERROR(rundir::CheckRunDirIsNew(options_.run_dir));
   // Pretrained models' shapes, read once; job.json keeps the spec as written.
   jobspec::JobConfig sized = job_;
   RETURN_IF_ERROR(hf::ResolvePretrainedModels(sized));
   // Before anything is written: a job that cannot fit leaves no run directory behind.
   RETURN_IF_ERROR(CheckMemory(sized));
-  std::error_code ec;
-  fs::create_directories(fs::path(run_dir_) / "checkpoints", ec);
-  if (ec)
-    return absl::UnavailableError(absl::StrCat("cannot create ", run_dir_, ": ", ec.message()));
-  ASSIGN_OR_RETURN(lock_, rundir::RunDirLock::Acquire(run_dir_, absl::StrCat("tandem run --colocated (", job_.name, ")")));
-  RETURN_IF_ERROR(WriteFileAtomically(RunPath("job.json"), jobspec::JobConfigToJson(job_) + "\n"));
+  const jobspec::ScheduleConfig& schedule = job_.schedule;
+  rundir::RunDriverOptions run;
+  run.run_dir = options_.run_dir;
+  run.holder = absl::StrCat("tandem run --colocated (", job_.name, ")");
+  run.job_json = job_json_;
+  run.job_name = job_.name;
+  run.loop = {schedule.steps, schedule.global_batch, schedule.eval_every, schedule.checkpoint_every};
+  run.resume_from = job_.resume_from;
+  ASSIGN_OR_RETURN(driver_, rundir::RunDriver::Open(run));
   if (options_.threads > 0) at::set_num_threads(options_.threads);
 
   job_ = std::move(sized);
   ASSIGN_OR_RETURN(std::shared_ptr<const step::JobData> data,
-                   step::OpenJobData(job_, job_.resume_from.empty() ? "" : jobspec::SpecPath(job_.resume_from, job_.spec_dir)));
+                   step::OpenJobData(job_, job_.resume_from));
   fabric_ = std::make_unique<transport::InProcessFabric>("colocated", 1, 1, kTimeout,
                                                         [this] { running_->Yield(); });
   step::Placement placement;
@@ -134,7 +142,7 @@ absl::Status ColocatedRun::Setup() {
                                   job_, data, placement,
                                   engine::CreateSingleRankCommunicator("vision"),
                                   fabric_->Endpoint(0, 0)));
-    placement.run_dir = run_dir_;  // the LLM stage writes tokenizer.json
+    placement.run_dir = options_.run_dir;  // the LLM stage writes tokenizer.json
     ASSIGN_OR_RETURN(llm_, step::CreateLlmStage(job_, data, placement,
                                                 engine::CreateSingleRankCommunicator("llm"),
                                                 fabric_->Endpoint(1, 0)));
@@ -142,11 +150,9 @@ absl::Status ColocatedRun::Setup() {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot build the models: ", e.what_without_backtrace()));
   }
-  if (!job_.resume_from.empty()) RETURN_IF_ERROR(Resume());
-  ASSIGN_OR_RETURN(rundir::MetricsLog log, rundir::MetricsLog::Open(RunPath("metrics.jsonl")));
-  metrics_ = std::make_unique<rundir::MetricsLog>(std::move(log));
+  if (driver_->resume_point()) RETURN_IF_ERROR(Resume());
 
-  TANDEM_LOG(kInfo, kComponent) << job_.name << ": colocated run in " << run_dir_ << ", vision "
+  TANDEM_LOG(kInfo, kComponent) << job_.name << ": colocated run in " << options_.run_dir << ", vision "
                                 << vision_->parameters() << " and llm "
                                 << llm_->parameters() << " parameters, vocabulary "
                                 << data->text->vocab_size() << ", " << data->train_samples()
@@ -186,10 +192,7 @@ absl::Status ColocatedRun::Both(const std::function<absl::Status(step::Stage&)>&
 }
 
 absl::Status ColocatedRun::Resume() {
-  absl::StatusOr<rundir::CheckpointInfo> resume =
-      rundir::ReadResumePoint(jobspec::SpecPath(job_.resume_from, job_.spec_dir), job_.schedule.steps);
-  if (!resume.ok()) return absl::Status(resume.status().code(), absl::StrCat("resume_from: ", resume.status().message()));
-  const rundir::CheckpointInfo& checkpoint = *resume;
+  const rundir::CheckpointInfo& checkpoint = *driver_->resume_point();
   ASSIGN_OR_RETURN(step::ResumePoint vision, vision_->Resume(checkpoint.directory));
   ASSIGN_OR_RETURN(step::ResumePoint llm, llm_->Resume(checkpoint.directory));
   if (vision.step != checkpoint.step || llm.step != checkpoint.step ||
@@ -198,105 +201,80 @@ absl::Status ColocatedRun::Resume() {
         "resume_from: ", checkpoint.directory, ": its groups disagree (vision at step ",
         vision.step, ", llm at step ", llm.step, ", marker at step ", checkpoint.step, ")"));
   }
-  first_step_ = checkpoint.step + 1;
   TANDEM_LOG(kInfo, kComponent) << job_.name << ": resumed from " << checkpoint.directory
                                 << " (written by " << checkpoint.vision_actors << " vision x "
                                 << checkpoint.llm_actors << " llm actors)";
   return absl::OkStatus();
 }
 
-absl::StatusOr<rundir::EvalRecord> ColocatedRun::Evaluate(int64_t step) {
-  step::EvalCounts counts;
-  RETURN_IF_ERROR(Both([&](step::Stage& stage) -> absl::Status {
-    ASSIGN_OR_RETURN(step::EvalCounts mine, stage.Evaluate(step));
-    if (&stage == llm_.get()) counts = mine;
-    return absl::OkStatus();
-  }));
-  return rundir::EvalRecordOf(step, counts.samples, counts.exact, counts.tokens,
-                             counts.correct_tokens);
-}
-
-absl::StatusOr<std::string> ColocatedRun::SaveCheckpoint(int64_t step) {
-  const fs::path dir = fs::path(run_dir_) / "checkpoints" / rundir::CheckpointName(step);
-  RETURN_IF_ERROR(vision_->SaveCheckpoint(step, dir.string()));
-  RETURN_IF_ERROR(llm_->SaveCheckpoint(step, dir.string()));
-  RETURN_IF_ERROR(rundir::MarkCheckpointComplete({dir.string(), step, 1, 1}));
-  return dir.string();
-}
-
-absl::Status ColocatedRun::WritePlot() {
-  return WriteFileAtomically(RunPath("loss.svg"), rundir::RenderLossSvg(
-                                                      job_.name, metrics_->steps(),
-                                                      metrics_->evals()));
-}
-
-absl::Status ColocatedRun::Train() {
-  const jobspec::ScheduleConfig& schedule = job_.schedule;
-  rundir::RunLoop loop({schedule.steps, schedule.global_batch, schedule.eval_every,
-                        schedule.checkpoint_every, llm_->data().eval_samples() > 0},
-                       first_step_ - 1);
-  rundir::RunSummary& summary = loop.summary();
-  summary.job_name = job_.name;
-  summary.run_dir = run_dir_;
-  summary.vision_parameters = vision_->parameters();
-  summary.llm_parameters = llm_->parameters();
-  summary.vocab_size = llm_->data().text->vocab_size();
-  rundir::ProgressPrinter printer(options_.progress, options_.interactive);
-  const auto start = Clock::now();
-  double smoothed_rate = 0;
-  for (int64_t step = loop.first_step(); step <= schedule.steps; ++step) {
+absl::Status ColocatedRun::RunSteps(int64_t first, int64_t last, const StepDone& done) {
+  for (int64_t step = first; step <= last; ++step) {
     if (step == options_.profile_first) RETURN_IF_ERROR(platform::StartTrace(options_.device.rfind("cuda", 0) == 0));
-    const auto step_start = Clock::now();
     double loss = 0;
     RETURN_IF_ERROR(Both([&](step::Stage& stage) -> absl::Status {
       ASSIGN_OR_RETURN(step::StepResult result, stage.RunStep(step));
       if (&stage == llm_.get()) loss = result.loss;
       return absl::OkStatus();
     }));
-    const double step_seconds = Seconds(Clock::now() - step_start);
-    ASSIGN_OR_RETURN(
-        rundir::StepRecord record,
-        loop.RecordStep(step,
-                        {loss, llm_->engine().last_lr(), vision_->engine().last_lr(),
-                         vision_->engine().last_grad_norm(), llm_->engine().last_grad_norm()},
-                        step_seconds, Seconds(Clock::now() - start)));
-    RETURN_IF_ERROR(metrics_->Append(record));
+    RETURN_IF_ERROR(done(step, {loss, llm_->engine().last_lr(), vision_->engine().last_lr(),
+                                vision_->engine().last_grad_norm(), llm_->engine().last_grad_norm()}));
     if (step == options_.profile_last) {
-      RETURN_IF_ERROR(platform::SaveTrace(RunPath("trace.json")));
+      const std::string trace = driver_->RunPath("trace.json");
+      RETURN_IF_ERROR(platform::SaveTrace(trace));
       TANDEM_LOG(kInfo, kComponent) << job_.name << ": steps " << options_.profile_first << " to " << step
-                                    << " traced into " << RunPath("trace.json");
+                                    << " traced into " << trace;
     }
-    smoothed_rate = step == loop.first_step() ? record.samples_per_s
-                                              : 0.9 * smoothed_rate + 0.1 * record.samples_per_s;
-    printer.Update({step, schedule.steps, loss, smoothed_rate, record.elapsed_s, ""});
-    if (loop.ShouldEvaluate(step)) {
-      printer.Update({step, schedule.steps, loss, smoothed_rate, record.elapsed_s, "evaluating"});
-      ASSIGN_OR_RETURN(rundir::EvalRecord eval, Evaluate(step));
-      RETURN_IF_ERROR(metrics_->Append(eval));
-      loop.RecordEval(eval);
-      printer.Finish();
-      TANDEM_LOG(kInfo, kComponent)
-          << job_.name << ": step " << step << " held-out exact match "
-          << absl::StrFormat("%.3f", eval.caption_exact_match) << ", token accuracy "
-          << absl::StrFormat("%.3f", eval.token_accuracy);
-    }
-    if (loop.ShouldCheckpoint(step)) {
-      ASSIGN_OR_RETURN(std::string directory, SaveCheckpoint(step));
-      loop.RecordCheckpoint(directory);
-    }
-    if (loop.ShouldWritePlot(step)) RETURN_IF_ERROR(WritePlot());
   }
-  printer.Finish();
-  RETURN_IF_ERROR(vision_->Export(RunPath("vision.safetensors")));
-  RETURN_IF_ERROR(llm_->Export(RunPath("llm.safetensors")));
-  summary_ = loop.Finish(Seconds(Clock::now() - start));
-  return WriteFileAtomically(RunPath("summary.json"), rundir::SummaryJson(summary_) + "\n");
+  return absl::OkStatus();
+}
+
+absl::Status ColocatedRun::OnStep(const rundir::StepRecord& record) {
+  smoothed_rate_ = record.step == driver_->loop().first_step()
+                       ? record.samples_per_s
+                       : 0.9 * smoothed_rate_ + 0.1 * record.samples_per_s;
+  last_loss_ = record.loss;
+  last_elapsed_s_ = record.elapsed_s;
+  printer_.Update({record.step, job_.schedule.steps, record.loss, smoothed_rate_, record.elapsed_s, ""});
+  return absl::OkStatus();
+}
+
+void ColocatedRun::OnEvaluating(int64_t step) {
+  printer_.Update({step, job_.schedule.steps, last_loss_, smoothed_rate_, last_elapsed_s_, "evaluating"});
+}
+
+void ColocatedRun::OnEval(const rundir::EvalRecord& eval) {
+  printer_.Finish();
+  TANDEM_LOG(kInfo, kComponent) << job_.name << ": step " << eval.step << " held-out exact match "
+                                << absl::StrFormat("%.3f", eval.caption_exact_match) << ", token accuracy "
+                                << absl::StrFormat("%.3f", eval.token_accuracy);
+}
+
+absl::StatusOr<rundir::EvalCounts> ColocatedRun::Evaluate(int64_t step) {
+  step::EvalCounts counts;
+  RETURN_IF_ERROR(Both([&](step::Stage& stage) -> absl::Status {
+    ASSIGN_OR_RETURN(step::EvalCounts mine, stage.Evaluate(step));
+    if (&stage == llm_.get()) counts = mine;
+    return absl::OkStatus();
+  }));
+  return counts;
+}
+
+absl::Status ColocatedRun::SaveCheckpoint(int64_t step, const std::string& directory) {
+  RETURN_IF_ERROR(vision_->SaveCheckpoint(step, directory));
+  return llm_->SaveCheckpoint(step, directory);
+}
+
+absl::Status ColocatedRun::Export(const std::string& vision_path, const std::string& llm_path) {
+  printer_.Finish();
+  RETURN_IF_ERROR(vision_->Export(vision_path));
+  return llm_->Export(llm_path);
 }
 
 }  // namespace
 
-absl::StatusOr<rundir::RunSummary> RunColocated(const jobspec::JobConfig& job,
+absl::StatusOr<rundir::RunSummary> RunColocated(const jobspec::ResolvedJobSpec& resolved,
                                                 const RunOptions& options) {
+  const jobspec::JobConfig& job = resolved.config;
   if (job.vision.actors != 1 || job.llm.actors != 1) {
     TANDEM_LOG(kInfo, kComponent) << job.name
                                   << ": --colocated runs each group as one rank (the spec asks for "
@@ -310,7 +288,7 @@ absl::StatusOr<rundir::RunSummary> RunColocated(const jobspec::JobConfig& job,
                                                    job.schedule.steps, " steps"));
   }
   if (options.profile_first > 0) RETURN_IF_ERROR(platform::TracingAvailable());
-  ColocatedRun run(job, options);
+  ColocatedRun run(resolved, options);
   return run.Run();
 }
 

@@ -15,7 +15,7 @@
 // both at once, as the coordinator sends it to both groups, and their LibTorch work shares one
 // OpenMP team as a single training loop's would.
 //
-// The run directory receives job.json (the resolved spec), tokenizer.json, metrics.jsonl, loss.svg,
+// The run directory receives job.json (ResolvedJobSpec::json), tokenizer.json, metrics.jsonl, loss.svg,
 // checkpoints/step-NNNNNN/{vision,llm}/, the final weights as vision.safetensors and llm.safetensors,
 // summary.json, and with RunOptions::profile_first trace.json. This header is torch-free (the CLI includes it).
 #pragma once
@@ -25,7 +25,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "jobspec/job_config.h"
+#include "jobspec/job_spec.h"
 #include "rundir/summary.h"
 
 namespace tandem::trainer {
@@ -42,7 +42,8 @@ struct RunOptions {
   int64_t profile_last = 0;
 };
 
-absl::StatusOr<rundir::RunSummary> RunColocated(const jobspec::JobConfig& job, const RunOptions& options);
-
+// `job` as jobspec::ReadJobSpecFile (or ResolveJobSpecJson) made it: the config runs, the JSON
+// becomes job.json.
+absl::StatusOr<rundir::RunSummary> RunColocated(const jobspec::ResolvedJobSpec& job, const RunOptions& options);
 
 }  // namespace tandem::trainer

@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "actors/command_thread.h"
+#include "jobspec/job_spec_proto.h"
 #include "proto/tandem/v1/actor.grpc.pb.h"
 #include "rpc/channel.h"
 #include "transport/inbox.h"
@@ -150,7 +151,7 @@ class ActorServiceTest : public ::testing::Test {
   grpc::Status AssignJob(const std::string& job) {
     v1::AssignJobRequest request;
     request.set_job_id(job);
-    request.set_job_json(kSpec);
+    *request.mutable_spec() = jobspec::ParseJobSpecProto(kSpec, "test spec").value();
     request.set_role(v1::ROLE_VISION);
     request.set_rank(0);
     request.set_group_size(1);

@@ -155,6 +155,20 @@ TEST_F(CoordinatorTest, AJobWhoseGroupCannotFitItsPoolsMemoryIsRefusedAtSubmit) 
             "RegisterActor: memory_bytes must be >= 0, got -1");
 }
 
+// A submitted spec's paths are opened by actors wherever they run: a relative one is refused,
+// naming the field, and nothing is recorded.
+TEST_F(CoordinatorTest, ASpecWithARelativePathIsRefusedAtSubmit) {
+  Start();
+  v1::SubmitJobRequest request = Request(1, 1, 4, "relative");
+  request.mutable_spec()->set_resume_from("runs/a/checkpoints/step-000002");
+  absl::StatusOr<JobRecord> job = coordinator_->Submit(request);
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(job.status().message()),
+              ::testing::StartsWith("job spec: resume_from: \"runs/a/checkpoints/step-000002\" is relative; the "
+                                    "actors open it wherever they run"));
+  EXPECT_TRUE(coordinator_->store().ListJobs().value().empty());
+}
+
 // `tandem cancel` of a job whose actors are still building it (a large model, a slow load) ends it
 // at once: the coordinator stops waiting for the assignment and releases the actors, which stop
 // building at their next check (tests/actors/actor_service_test.cc).
@@ -309,9 +323,9 @@ TEST_F(CoordinatorTest, ARestartingJobIsNeverTimedOutForWantOfActors) {
     std::unique_ptr<JobStore> store = JobStore::Open(state_dir_).value();
     JobRecord job;
     job.name = "interrupted";
-    job.spec_json = jobspec::JobConfigToJson(jobspec::ParseJobSpecJson(
+    job.spec_json = jobspec::ResolveJobSpecJson(
         R"({"name": "interrupted", "data": {"shapes": {}}, "llm": {"actors": 2}, "schedule": {"global_batch": 8, "steps": 4}})",
-        "spec").value());
+        "spec").value().json;
     job.steps = 4;
     job = store->CreateJob(job).value();
     job.state = JobState::kRestarting;

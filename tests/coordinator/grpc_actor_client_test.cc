@@ -133,8 +133,10 @@ class GrpcActorClientTest : public ::testing::Test {
   static ActorAssignment Assignment() {
     ActorAssignment a;
     a.job_id = "job-000007";
-    a.job_json = "{}";
-    a.spec_dir = "/specs";
+    auto spec = std::make_shared<v1::JobSpec>();
+    spec->set_name("sent");
+    spec->mutable_data()->mutable_jsonl()->set_train("/specs/train.jsonl");
+    a.spec = std::move(spec);
     a.role = Role::kLlm;
     a.rank = 1;
     a.group_size = 2;
@@ -163,8 +165,8 @@ TEST_F(GrpcActorClientTest, AssignJobSendsTheAssignmentAndReadsTheReply) {
   EXPECT_EQ(reply->step, 9);
   const v1::AssignJobRequest sent = actor_.last_assign();
   EXPECT_EQ(sent.job_id(), "job-000007");
-  EXPECT_EQ(sent.job_json(), "{}");
-  EXPECT_EQ(sent.spec_dir(), "/specs");
+  EXPECT_EQ(sent.spec().name(), "sent");
+  EXPECT_EQ(sent.spec().data().jsonl().train(), "/specs/train.jsonl");
   EXPECT_EQ(sent.role(), v1::ROLE_LLM);
   EXPECT_EQ(sent.rank(), 1);
   EXPECT_EQ(sent.group_size(), 2);

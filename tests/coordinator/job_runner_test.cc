@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "jobspec/job_spec.h"
+#include "jobspec/job_spec_proto.h"
 #include "rundir/checkpoint_dir.h"
 #include "rundir/run_dir_lock.h"
 #include "rundir/run_log.h"
@@ -53,9 +54,9 @@ std::string Spec(int vision, int llm, int64_t steps, int64_t eval_every, int64_t
       R"(, "steps": )", steps, R"(, "eval_every": )", eval_every, R"(, "checkpoint_every": )",
       checkpoint_every, R"(}, "failure": {"max_restarts": )", max_restarts, "}",
       resume_from.empty() ? "" : absl::StrCat(R"(, "resume_from": ")", resume_from, R"(")"), "}");
-  absl::StatusOr<jobspec::JobConfig> config = jobspec::ParseJobSpecJson(user, "test spec");
-  EXPECT_TRUE(config.ok()) << config.status();
-  return config.ok() ? jobspec::JobConfigToJson(*config) : "";
+  absl::StatusOr<jobspec::ResolvedJobSpec> resolved = jobspec::ResolveJobSpecJson(user, "test spec");
+  EXPECT_TRUE(resolved.ok()) << resolved.status();
+  return resolved.ok() ? resolved->json : "";
 }
 
 std::string ReadFile(const std::string& path) {
@@ -109,8 +110,10 @@ class JobRunnerTest : public ::testing::Test {
     std::condition_variable ended;
     RunnerOptions options;
     options.command_timeout = std::chrono::milliseconds(4321);
+    absl::StatusOr<jobspec::ResolvedJobSpec> spec = jobspec::ResolveJobSpecJson(job.spec_json, job.id);
+    EXPECT_TRUE(spec.ok()) << spec.status();
     auto runner = std::make_unique<JobRunner>(
-        job, (*actors)[0], (*actors)[1], store_.get(), &feeds_, &rendezvous_, &registry_,
+        job, std::make_shared<const jobspec::ResolvedJobSpec>(*std::move(spec)), (*actors)[0], (*actors)[1], store_.get(), &feeds_, &rendezvous_, &registry_,
         &metrics_, &fake_, options, [&](const std::string&) {
           std::lock_guard<std::mutex> lock(mu);
           done = true;
@@ -185,7 +188,7 @@ TEST_F(JobRunnerTest, RunsEveryStepInOrderOnEveryMemberAndWritesTheRunDirectory)
   for (const auto& [address, a] : assignments) {
     const bool is_vision = address.rfind("vision", 0) == 0;
     EXPECT_EQ(a.job_id, job.id);
-    EXPECT_EQ(a.job_json, spec);
+    EXPECT_EQ(jobspec::JobSpecToJson(*a.spec), spec);
     EXPECT_EQ(a.role, is_vision ? Role::kVision : Role::kLlm);
     EXPECT_EQ(a.rank, address == vision[1] || address == llm[1] ? 1 : 0);
     EXPECT_EQ(a.group_size, 2);

@@ -155,7 +155,6 @@ TEST_F(JobStoreTest, EveryFieldRoundTripsThroughReopening) {
   job.state = JobState::kRestarting;
   job.message = std::string("actor v1 died\0twice", 19);  // embedded NUL
   job.spec_json = R"({"name":"vit-llama","steps":1000})";
-  job.spec_dir = "/specs";
   job.run_dir = "/state/jobs/job-000001";
   job.threads = 4;
   job.step = 640;
@@ -184,7 +183,6 @@ TEST_F(JobStoreTest, EveryFieldRoundTripsThroughReopening) {
   EXPECT_EQ(read->state, job.state);
   EXPECT_EQ(read->message, job.message);
   EXPECT_EQ(read->spec_json, job.spec_json);
-  EXPECT_EQ(read->spec_dir, job.spec_dir);
   EXPECT_EQ(read->run_dir, job.run_dir);
   EXPECT_EQ(read->threads, job.threads);
   EXPECT_EQ(read->step, job.step);

@@ -1,5 +1,4 @@
-// Tests for data/dataset.cc: OpenDatasets for both kinds, path resolution against the spec
-// directory, configuration errors, and AllTexts.
+// Tests for data/dataset.cc: OpenDatasets for both kinds, configuration errors, and AllTexts.
 #include "data/dataset.h"
 
 #include <filesystem>
@@ -23,7 +22,7 @@ TEST(OpenDatasets, ShapesGiveTrainAndEvalOfTheConfiguredSizes) {
   config.shapes.seed = 3;
   config.shapes.train_samples = 100;
   config.shapes.eval_samples = 20;
-  absl::StatusOr<Datasets> datasets = OpenDatasets(config, 32, "");
+  absl::StatusOr<Datasets> datasets = OpenDatasets(config, 32);
   ASSERT_TRUE(datasets.ok()) << datasets.status();
   ASSERT_NE(datasets->train, nullptr);
   ASSERT_NE(datasets->eval, nullptr);
@@ -39,19 +38,19 @@ TEST(OpenDatasets, ShapesGiveTrainAndEvalOfTheConfiguredSizes) {
 TEST(OpenDatasets, ShapesWithoutEvalSamplesHaveNoEvalSet) {
   DataConfig config;
   config.shapes.eval_samples = 0;
-  absl::StatusOr<Datasets> datasets = OpenDatasets(config, 32, "");
+  absl::StatusOr<Datasets> datasets = OpenDatasets(config, 32);
   ASSERT_TRUE(datasets.ok()) << datasets.status();
   EXPECT_EQ(datasets->eval, nullptr);
 }
 
 TEST(OpenDatasets, BadSizesAreInvalidArgument) {
   DataConfig config;
-  EXPECT_EQ(OpenDatasets(config, 0, "").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(OpenDatasets(config, 0).status().code(), absl::StatusCode::kInvalidArgument);
   config.shapes.train_samples = 0;
-  EXPECT_EQ(OpenDatasets(config, 32, "").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(OpenDatasets(config, 32).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(OpenDatasets, JsonlPathsResolveAgainstTheSpecDirectory) {
+TEST(OpenDatasets, JsonlOpensTheTrainAndEvalFiles) {
   testing::TempDir dir;
   Image image;
   image.height = 2;
@@ -66,9 +65,9 @@ TEST(OpenDatasets, JsonlPathsResolveAgainstTheSpecDirectory) {
                                      "{\"image\": \"images/x.png\", \"text\": \"held out\"}\n"));
   DataConfig config;
   config.kind = DataConfig::Kind::kJsonl;
-  config.jsonl.train_path = "data/train.jsonl";
+  config.jsonl.train_path = dir / "spec/data/train.jsonl";
 
-  absl::StatusOr<Datasets> datasets = OpenDatasets(config, 8, dir / "spec");
+  absl::StatusOr<Datasets> datasets = OpenDatasets(config, 8);
   ASSERT_TRUE(datasets.ok()) << datasets.status();
   EXPECT_EQ(datasets->train->size(), 2);
   EXPECT_EQ(datasets->eval, nullptr);  // no eval_path
@@ -77,20 +76,22 @@ TEST(OpenDatasets, JsonlPathsResolveAgainstTheSpecDirectory) {
   ASSERT_TRUE(example.ok()) << example.status();
   EXPECT_EQ(example->image.height, 8);
 
-  config.jsonl.eval_path = dir / "spec/data/eval.jsonl";  // absolute: used as is
-  datasets = OpenDatasets(config, 8, "/nonexistent");
-  EXPECT_EQ(datasets.status().code(), absl::StatusCode::kNotFound);  // train_path is still relative
-  datasets = OpenDatasets(config, 8, dir / "spec");
+  config.jsonl.eval_path = dir / "spec/data/eval.jsonl";
+  datasets = OpenDatasets(config, 8);
   ASSERT_TRUE(datasets.ok()) << datasets.status();
   ASSERT_NE(datasets->eval, nullptr);
   EXPECT_THAT(AllTexts(*datasets->eval), ElementsAre("held out"));
   EXPECT_THAT(AllTexts(*datasets->train), ElementsAre("first", "second"));
+  // A relative path is the working directory's (a spec file's are made absolute when it is read).
+  config.jsonl.train_path = "data/train.jsonl";
+  datasets = OpenDatasets(config, 8);
+  EXPECT_EQ(datasets.status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(OpenDatasets, JsonlWithoutTrainPathIsInvalidArgument) {
   DataConfig config;
   config.kind = DataConfig::Kind::kJsonl;
-  absl::StatusOr<Datasets> datasets = OpenDatasets(config, 32, "");
+  absl::StatusOr<Datasets> datasets = OpenDatasets(config, 32);
   EXPECT_EQ(datasets.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(datasets.status().message(), HasSubstr("train_path is empty"));
 }
@@ -101,11 +102,11 @@ TEST(OpenDatasets, DevicesAreRefusedWithoutReadingThem) {
   DataConfig jsonl;
   jsonl.kind = DataConfig::Kind::kJsonl;
   jsonl.jsonl.train_path = "/dev/ptmx";
-  EXPECT_EQ(OpenDatasets(jsonl, 32, "").status().message(), "/dev/ptmx: a character device, not a regular file");
+  EXPECT_EQ(OpenDatasets(jsonl, 32).status().message(), "/dev/ptmx: a character device, not a regular file");
   DataConfig conversations;
   conversations.kind = DataConfig::Kind::kConversations;
   conversations.conversations.train_path = "/dev/zero";
-  EXPECT_EQ(OpenDatasets(conversations, 32, "").status().message(),
+  EXPECT_EQ(OpenDatasets(conversations, 32).status().message(),
             "/dev/zero: a character device, not a regular file");
   EXPECT_EQ(LoadSampleImage("/dev/zero", 32, nullptr).status().message(),
             "/dev/zero: a character device, not a regular file");

@@ -10,8 +10,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <unistd.h>
 
+#include "absl/strings/str_cat.h"
 #include "data/image.h"
 #include "data/tokenizer.h"
 #include "engine/communicator.h"
@@ -39,14 +41,12 @@ class ExportTest : public ::testing::Test {
     fs::remove_all(root_);
     run_ = root_ / "run";
     fs::create_directories(run_);
-    jobspec::JobConfig job;
-    job.name = "tiny";
-    job.vision.model.preset = "vit-tiny";
-    job.vision.model.positions = "sincos";
-    job.llm.model.preset = "llm-tiny";
-    ASSERT_TRUE(WriteText(run_ / "job.json", jobspec::JobConfigToJson(job)));
-    auto resolved = jobspec::LoadJobSpecFile((run_ / "job.json").string());
-    ASSERT_TRUE(resolved.ok()) << resolved.status();
+    ASSERT_TRUE(WriteText(run_ / "job.json", R"({"name": "tiny", "data": {"shapes": {}},
+        "vision": {"model": {"preset": "vit-tiny", "positions": "sincos"}},
+        "llm": {"model": {"preset": "llm-tiny"}}})"));
+    auto read = jobspec::ReadJobSpecFile((run_ / "job.json").string());
+    ASSERT_TRUE(read.ok()) << read.status();
+    const std::optional<jobspec::JobConfig> resolved = read->config;
     const data::Tokenizer words = data::Tokenizer::Build({"a small red circle at the top left", "a large blue square"});
     ASSERT_TRUE(words.Save((run_ / "tokenizer.json").string()).ok());
     vision_config_ = resolved->vision.model;
@@ -153,14 +153,9 @@ TEST_F(ExportTest, ACheckpointExportsItsOwnWeights) {
   const std::string engine_json = R"({"bf16": {"enabled": true, "bf16_master_weights_and_grads": true,
       "bf16_optimizer_states": true}, "zero_optimization": {"stage": 1},
       "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}})";
-  jobspec::JobConfig job;
-  job.name = "tiny";
-  job.vision.model.preset = "vit-tiny";
-  job.vision.model.positions = "sincos";
-  job.llm.model.preset = "llm-tiny";
-  job.vision.engine_json = engine_json;
-  job.llm.engine_json = engine_json;
-  ASSERT_TRUE(WriteText(run_ / "job.json", jobspec::JobConfigToJson(job)));
+  ASSERT_TRUE(WriteText(run_ / "job.json", absl::StrCat(R"({"name": "tiny", "data": {"shapes": {}},
+        "vision": {"model": {"preset": "vit-tiny", "positions": "sincos"}, "engine": )", engine_json, R"(},
+        "llm": {"model": {"preset": "llm-tiny"}, "engine": )", engine_json, "}}")));
   const fs::path checkpoint = run_ / "checkpoints" / "step-000001";
   fs::create_directories(checkpoint);
   fs::copy_file(run_ / "tokenizer.json", checkpoint / "tokenizer.json");
@@ -241,16 +236,14 @@ TEST_F(ExportTest, APretrainedLlmGainsAnImageTokenThatTheExportCarries) {
     ASSERT_EQ(renamed, 1);
     ASSERT_TRUE(WriteText(llama / "tokenizer.json", tokenizer.dump()));
   }
-  jobspec::JobConfig job;
-  job.name = "tiny";
-  job.vision.model.preset = "vit-tiny";
-  job.vision.model.positions = "sincos";
-  job.llm.pretrained = llama.string();
   fs::remove(run_ / "llm.safetensors");
   fs::remove(run_ / "tokenizer.json");
-  ASSERT_TRUE(WriteText(run_ / "job.json", jobspec::JobConfigToJson(job)));
-  auto resolved = jobspec::LoadJobSpecFile((run_ / "job.json").string());
-  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  ASSERT_TRUE(WriteText(run_ / "job.json", absl::StrCat(R"({"name": "tiny", "data": {"shapes": {}},
+        "vision": {"model": {"preset": "vit-tiny", "positions": "sincos"}},
+        "llm": {"pretrained": ")", llama.string(), R"("}})")));
+  auto read = jobspec::ReadJobSpecFile((run_ / "job.json").string());
+  ASSERT_TRUE(read.ok()) << read.status();
+  std::optional<jobspec::JobConfig> resolved = read->config;
   ASSERT_TRUE(ResolvePretrainedModels(*resolved).ok());
   const models::LlmConfig m = resolved->llm.model;
   EXPECT_EQ(m.image_token_id, 410);  // after the 410 tokens of config.json's vocabulary

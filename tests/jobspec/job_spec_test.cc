@@ -1,6 +1,6 @@
 // Tests for jobspec/job_spec.cc and resolve.cc: the examples load, presets expand, syntax, schema
 // and type errors are InvalidArgument with their exact "<source>: <path>: ..." message, and the
-// loader sets spec_dir.
+// file reader makes the spec's paths absolute.
 #include "jobspec/job_spec.h"
 
 #include <filesystem>
@@ -19,7 +19,7 @@ namespace {
 using ::testing::StartsWith;
 
 TEST(JobSpec, ParallelShapesExampleLoads) {
-  absl::StatusOr<JobConfig> config = LoadJobSpecFile(kExamples + "/shapes_vlm_parallel.json");
+  absl::StatusOr<JobConfig> config = ReadConfig(kExamples + "/shapes_vlm_parallel.json");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->vision.sequence_parallel, 2);
   EXPECT_EQ(config->vision.replicas(), 1);
@@ -28,7 +28,7 @@ TEST(JobSpec, ParallelShapesExampleLoads) {
 }
 
 TEST(JobSpec, ShapesExampleLoads) {
-  absl::StatusOr<JobConfig> config = LoadJobSpecFile(kExamples + "/shapes_vlm.json");
+  absl::StatusOr<JobConfig> config = ReadConfig(kExamples + "/shapes_vlm.json");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->name, "shapes-vlm");
   EXPECT_EQ(config->data.kind, data::DataConfig::Kind::kShapes);
@@ -60,33 +60,31 @@ TEST(JobSpec, ShapesExampleLoads) {
 // LLaVA's two stages (examples/llava_recipe.sh runs them): the first names the towers of the main
 // job's export and trains a new projector alone, the second names the first's export whole.
 TEST(JobSpec, LlavaStageExamplesLoad) {
-  absl::StatusOr<JobConfig> stage1 = LoadJobSpecFile(kExamples + "/llava_stage1.json");
+  absl::StatusOr<JobConfig> stage1 = ReadConfig(kExamples + "/llava_stage1.json");
   ASSERT_TRUE(stage1.ok()) << stage1.status();
-  EXPECT_EQ(SpecPath(stage1->vision.pretrained, stage1->spec_dir),
-            (std::filesystem::path(kExamples) / "../runs/llava/stage0-hf").lexically_normal().string());
+  EXPECT_EQ(stage1->vision.pretrained, InExamples("../runs/llava/stage0-hf"));
   EXPECT_EQ(stage1->llm.pretrained, stage1->vision.pretrained);
   EXPECT_TRUE(stage1->vision.new_projector);
   EXPECT_THAT(stage1->vision.freeze, ::testing::ElementsAre("patch_embed.*", "positions", "blocks.*"));
   EXPECT_THAT(stage1->llm.freeze, ::testing::ElementsAre("*"));
   EXPECT_FALSE(stage1->data.shapes.conversations);
 
-  absl::StatusOr<JobConfig> stage2 = LoadJobSpecFile(kExamples + "/llava_stage2.json");
+  absl::StatusOr<JobConfig> stage2 = ReadConfig(kExamples + "/llava_stage2.json");
   ASSERT_TRUE(stage2.ok()) << stage2.status();
-  EXPECT_EQ(stage2->vision.pretrained, "../runs/llava/stage1-hf");
-  EXPECT_EQ(stage2->llm.pretrained, "../runs/llava/stage1-hf");
+  EXPECT_EQ(stage2->vision.pretrained, InExamples("../runs/llava/stage1-hf"));
+  EXPECT_EQ(stage2->llm.pretrained, InExamples("../runs/llava/stage1-hf"));
   EXPECT_FALSE(stage2->vision.new_projector);
   EXPECT_TRUE(stage2->llm.freeze.empty());
   EXPECT_TRUE(stage2->data.shapes.conversations);
   EXPECT_EQ(stage2->data.max_text_tokens, 40);
 }
 
-TEST(JobSpec, JsonlExampleLoadsWithSpecDir) {
-  absl::StatusOr<JobConfig> config = LoadJobSpecFile(kExamples + "/jsonl_vlm.json");
+TEST(JobSpec, JsonlExampleLoadsWithPathsAbsolute) {
+  absl::StatusOr<JobConfig> config = ReadConfig(kExamples + "/jsonl_vlm.json");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->data.kind, data::DataConfig::Kind::kJsonl);
-  EXPECT_EQ(config->data.jsonl.train_path, "jsonl/train.jsonl");
-  EXPECT_EQ(config->data.jsonl.eval_path, "jsonl/eval.jsonl");
-  EXPECT_EQ(config->spec_dir, std::filesystem::path(kExamples).lexically_normal().string());
+  EXPECT_EQ(config->data.jsonl.train_path, InExamples("jsonl/train.jsonl"));
+  EXPECT_EQ(config->data.jsonl.eval_path, InExamples("jsonl/eval.jsonl"));
   EXPECT_EQ(config->schedule.global_batch, 8);
   EXPECT_EQ(config->schedule.steps, 50);
   EXPECT_EQ(config->vision.actors, 1);
@@ -116,7 +114,6 @@ TEST(JobSpec, AbsentFieldsTakeJobConfigDefaults) {
   EXPECT_EQ(c.llm.engine_json, "{}");
   EXPECT_EQ(c.schedule.global_batch, defaults.schedule.global_batch);
   EXPECT_EQ(c.schedule.steps, defaults.schedule.steps);
-  EXPECT_EQ(c.spec_dir, "");
 }
 
 TEST(JobSpec, PresetExpandsAndExplicitFieldsOverride) {
@@ -183,8 +180,9 @@ TEST(JobSpec, ProtoFromTheWireResolves) {
   spec.mutable_llm()->mutable_model()->set_preset("llm-160m");
   (*spec.mutable_llm()->mutable_engine()->mutable_fields())["gradient_clipping"].set_number_value(
       1.0);
-  absl::StatusOr<JobConfig> c = JobConfigFromProto(spec, "wire");
-  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<ResolvedJobSpec> resolved = ResolveJobSpec(spec, "wire");
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  const JobConfig* c = &resolved->config;
   EXPECT_EQ(c->data.kind, data::DataConfig::Kind::kJsonl);
   EXPECT_EQ(c->data.jsonl.train_path, "/data/train.jsonl");
   EXPECT_EQ(c->llm.model.hidden, 768);
@@ -192,7 +190,7 @@ TEST(JobSpec, ProtoFromTheWireResolves) {
   EXPECT_EQ(c->llm.engine_json, R"({"gradient_clipping":1})");
 
   spec.clear_data();
-  EXPECT_EQ(JobConfigFromProto(spec, "wire").status().message(),
+  EXPECT_EQ(ResolveJobSpec(spec, "wire").status().message(),
             "wire: data: a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
 }
 
@@ -287,29 +285,55 @@ TEST(JobSpecErrors, UnknownPresetListsKnownOnes) {
             "llm-1b");
 }
 
-TEST(LoadJobSpecFile, MissingFileIsNotFoundNamingIt) {
+TEST(ReadJobSpecFile, MissingFileIsNotFoundNamingIt) {
   const std::string path = ::testing::TempDir() + "/no-such-spec.json";
-  absl::StatusOr<JobConfig> config = LoadJobSpecFile(path);
+  absl::StatusOr<ResolvedJobSpec> config = ReadJobSpecFile(path);
   EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(config.status().message(), path + ": no such file");
 }
 
-TEST(LoadJobSpecFile, SetsSpecDirAndPrefixesErrorsWithThePath) {
+TEST(ReadJobSpecFile, MakesPathsAbsoluteAndPrefixesErrorsWithThePath) {
   const std::filesystem::path dir =
       std::filesystem::path(::testing::TempDir()) / "jobspec_load_test";
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "spec.json").string();
-  { std::ofstream(path) << BaseSpec().dump(2); }
-  absl::StatusOr<JobConfig> config = LoadJobSpecFile(path);
-  ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_EQ(config->spec_dir, std::filesystem::absolute(dir).lexically_normal().string());
+  json spec = BaseSpec();
+  spec["data"] = {{"jsonl", {{"train", "data/../train.jsonl"}, {"eval", "/abs/eval.jsonl"}}}};
+  spec["resume_from"] = "runs/a/checkpoints/step-000002";
+  { std::ofstream(path) << spec.dump(2); }
+  absl::StatusOr<ResolvedJobSpec> read = ReadJobSpecFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  const std::filesystem::path absolute = std::filesystem::absolute(dir).lexically_normal();
+  EXPECT_EQ(read->config.data.jsonl.train_path, (absolute / "train.jsonl").string());
+  EXPECT_EQ(read->config.data.jsonl.eval_path, "/abs/eval.jsonl");
+  EXPECT_EQ(read->config.resume_from, (absolute / "runs/a/checkpoints/step-000002").string());
+  // The message and its JSON hold the same absolute paths, and the JSON reads back to the same config.
+  EXPECT_EQ(read->spec->data().jsonl().train(), (absolute / "train.jsonl").string());
+  absl::StatusOr<ResolvedJobSpec> again = ResolveJobSpecJson(read->json, "job.json");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->config == read->config);
+  EXPECT_EQ(again->json, read->json);
 
   json bad = BaseSpec();
   bad["schedule"]["steps"] = 0;
   { std::ofstream(path) << bad.dump(2); }
-  EXPECT_EQ(LoadJobSpecFile(path).status().message(),
+  EXPECT_EQ(ReadJobSpecFile(path).status().message(),
             path + ": schedule.steps: must be >= 1, got 0");
   std::filesystem::remove_all(dir);
+}
+
+TEST(CheckPathsAbsolute, NamesTheFirstRelativePath) {
+  tandem::v1::JobSpec spec;
+  spec.mutable_data()->mutable_conversations()->set_train("/data/train.json");
+  spec.mutable_data()->mutable_conversations()->set_eval("eval.json");
+  spec.mutable_llm()->set_pretrained("models/llm");
+  EXPECT_EQ(CheckPathsAbsolute(spec, "why").message(),
+            "data.conversations.eval: \"eval.json\" is relative; why");
+  spec.mutable_data()->mutable_conversations()->set_eval("/data/eval.json");
+  EXPECT_EQ(CheckPathsAbsolute(spec, "why").message(), "llm.pretrained: \"models/llm\" is relative; why");
+  spec.mutable_llm()->set_pretrained("/models/llm");
+  EXPECT_TRUE(CheckPathsAbsolute(spec, "why").ok());
+  EXPECT_FALSE(spec.has_vision());  // only read
 }
 
 }  // namespace

@@ -44,10 +44,10 @@ std::unique_ptr<Served> Serve(const ServerLimits& limits) {
   return served;
 }
 
-// SubmitJob with a spec_dir of `bytes`, with `token` when not empty.
+// SubmitJob with a run_dir of `bytes`, with `token` when not empty.
 grpc::Status Submit(const std::shared_ptr<grpc::Channel>& channel, size_t bytes, const std::string& token = "") {
   v1::SubmitJobRequest request;
-  request.set_spec_dir(std::string(bytes, 'x'));
+  request.set_run_dir(std::string(bytes, 'x'));
   v1::SubmitJobResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));

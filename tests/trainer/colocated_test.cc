@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "jobspec/job_spec.h"
+#include "nlohmann/json.hpp"
 #include "rundir/run_log.h"
 
 namespace tandem::trainer {
@@ -30,22 +32,20 @@ std::string TempDir() {
 constexpr char kFp32Engine[] =
     R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.003, "betas": [0.9, 0.98]}}, "gradient_clipping": 1.0})";
 
-jobspec::JobConfig TinyJob(int64_t steps) {
-  jobspec::JobConfig job;
-  job.name = "tiny";
-  job.data.shapes.seed = 7;
-  job.data.shapes.train_samples = 2048;
-  job.data.shapes.eval_samples = 64;
-  job.data.max_text_tokens = 12;
-  job.vision.model.preset = "vit-tiny";  // defaults of job_config.h are the vit-tiny sizes
-  job.llm.model.preset = "llm-tiny";
-  job.vision.engine_json = kFp32Engine;
-  job.llm.engine_json = kFp32Engine;
-  job.schedule.global_batch = 32;
-  job.schedule.micro_batches = 1;
-  job.schedule.steps = steps;
-  job.schedule.seed = 3;
-  return job;
+// A four-shape job as a spec's JSON, for each test to change before Resolved reads it.
+nlohmann::json TinyJob(int64_t steps) {
+  return {{"name", "tiny"},
+          {"data", {{"shapes", {{"seed", 7}, {"train_samples", 2048}, {"eval_samples", 64}}}, {"max_text_tokens", 12}}},
+          {"vision", {{"model", {{"preset", "vit-tiny"}}}, {"engine", nlohmann::json::parse(kFp32Engine)}}},
+          {"llm", {{"model", {{"preset", "llm-tiny"}}}, {"engine", nlohmann::json::parse(kFp32Engine)}}},
+          {"schedule", {{"global_batch", 32}, {"micro_batches", 1}, {"steps", steps}, {"seed", 3}}}};
+}
+
+// The spec as `tandem run` reads it (jobspec::ResolvedJobSpec).
+jobspec::ResolvedJobSpec Resolved(const nlohmann::json& spec) {
+  absl::StatusOr<jobspec::ResolvedJobSpec> resolved = jobspec::ResolveJobSpecJson(spec.dump(), "test spec");
+  EXPECT_TRUE(resolved.ok()) << resolved.status();
+  return resolved.ok() ? *std::move(resolved) : jobspec::ResolvedJobSpec{};
 }
 
 RunOptions Quiet(const std::string& run_dir) {
@@ -65,13 +65,13 @@ std::vector<rundir::StepRecord> Steps(const std::string& run_dir) {
 TEST(ColocatedTest, GradientAccumulationGivesTheSameLosses) {
   // The loss is normalised by the tokens of the whole global batch, so 2 micro-batches of 16 and one
   // of 32 over the same samples must give the same updates (fp32 engines).
-  jobspec::JobConfig one = TinyJob(4);
-  one.data.shapes.eval_samples = 8;
-  jobspec::JobConfig two = one;
-  two.schedule.micro_batches = 2;
+  nlohmann::json one = TinyJob(4);
+  one["data"]["shapes"]["eval_samples"] = 8;
+  nlohmann::json two = one;
+  two["schedule"]["micro_batches"] = 2;
   const std::string dir = TempDir();
-  ASSERT_TRUE(RunColocated(one, Quiet(dir + "/one")).ok());
-  ASSERT_TRUE(RunColocated(two, Quiet(dir + "/two")).ok());
+  ASSERT_TRUE(RunColocated(Resolved(one), Quiet(dir + "/one")).ok());
+  ASSERT_TRUE(RunColocated(Resolved(two), Quiet(dir + "/two")).ok());
   const auto a = Steps(dir + "/one"), b = Steps(dir + "/two");
   ASSERT_EQ(a.size(), 4u);
   ASSERT_EQ(b.size(), 4u);
@@ -82,11 +82,11 @@ TEST(ColocatedTest, GradientAccumulationGivesTheSameLosses) {
 }
 
 TEST(ColocatedTest, WritesTheRunDirectory) {
-  jobspec::JobConfig job = TinyJob(4);
-  job.schedule.eval_every = 2;
-  job.schedule.checkpoint_every = 2;
+  nlohmann::json job = TinyJob(4);
+  job["schedule"]["eval_every"] = 2;
+  job["schedule"]["checkpoint_every"] = 2;
   const std::string run_dir = TempDir() + "/run";
-  auto summary = RunColocated(job, Quiet(run_dir));
+  auto summary = RunColocated(Resolved(job), Quiet(run_dir));
   ASSERT_TRUE(summary.ok()) << summary.status();
   for (const char* name : {"job.json", "tokenizer.json", "metrics.jsonl", "loss.svg", "summary.json",
                            "vision.safetensors", "llm.safetensors", "checkpoints/step-000002/vision/complete",
@@ -112,7 +112,7 @@ absl::StatusOr<rundir::RunSummary> RunProfiled(const std::string& run_dir, int f
   RunOptions options = Quiet(run_dir);
   options.profile_first = first;
   options.profile_last = last;
-  return RunColocated(TinyJob(4), options);
+  return RunColocated(Resolved(TinyJob(4)), options);
 }
 
 // --profile 2 3: the trace holds those steps' operators, the vision encoder's and the LLM's.
@@ -147,7 +147,7 @@ TEST(ColocatedTest, ProfilePastTheLastStepIsRefused) {
 TEST(ColocatedTest, RefusesANonEmptyRunDirectoryAndLeavesItAlone) {
   const std::string run_dir = TempDir();
   std::ofstream(run_dir + "/precious.txt") << "keep me";
-  auto summary = RunColocated(TinyJob(1), Quiet(run_dir));
+  auto summary = RunColocated(Resolved(TinyJob(1)), Quiet(run_dir));
   ASSERT_FALSE(summary.ok());
   EXPECT_EQ(summary.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(std::string(summary.status().message()), HasSubstr(run_dir + " already exists and is not empty"));
@@ -172,15 +172,15 @@ TEST(ColocatedTest, ShortLowPrecisionRunLearnsToCaptionHeldOutShapes) {
     "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 100, "total_num_steps": 100000}},
     "gradient_clipping": 1.0,
     "tandem": {"bf16_update": "kahan"}})";
-  jobspec::JobConfig job = TinyJob(TANDEM_TRAIN_STEPS);
-  job.data.shapes.train_samples = 20000;
-  job.data.shapes.eval_samples = 128;
-  job.schedule.global_batch = 64;
-  job.vision.model.positions = "sincos";  // as examples/shapes_vlm.json
-  job.vision.engine_json = kBf16Engine;
-  job.llm.engine_json = kBf16Engine;
+  nlohmann::json job = TinyJob(TANDEM_TRAIN_STEPS);
+  job["data"]["shapes"]["train_samples"] = 20000;
+  job["data"]["shapes"]["eval_samples"] = 128;
+  job["schedule"]["global_batch"] = 64;
+  job["vision"]["model"]["positions"] = "sincos";  // as examples/shapes_vlm.json
+  job["vision"]["engine"] = nlohmann::json::parse(kBf16Engine);
+  job["llm"]["engine"] = nlohmann::json::parse(kBf16Engine);
   const std::string run_dir = TempDir() + "/run";
-  auto summary = RunColocated(job, Quiet(run_dir));
+  auto summary = RunColocated(Resolved(job), Quiet(run_dir));
   ASSERT_TRUE(summary.ok()) << summary.status();
   // The margin over the bars, for whoever tunes TANDEM_TRAIN_STEPS.
   std::printf("after %d steps: final loss %.4f, token accuracy %.4f, caption exact match %.4f\n",
