@@ -100,9 +100,11 @@ class Membership {
     actor_id_ = response.actor_id();
     interval_ = std::chrono::milliseconds(std::max<int64_t>(50, response.heartbeat_interval_ms()));
     TANDEM_LOG(kInfo, kComponent) << actor_id_ << ": registered with " << options_.coordinator
-                                  << " in pool " << options_.pool << ", serving on " << address_ << ", offering a job "
-                                  << (options_.memory_bytes > 0 ? jobspec::FormatBytes(options_.memory_bytes)
-                                                                : std::string("unknown memory"));
+                                  << " in pool " << options_.pool << ", serving on " << address_
+                                  << ", offering a job "
+                                  << (options_.memory_bytes > 0
+                                          ? jobspec::FormatBytes(options_.memory_bytes)
+                                          : std::string("unknown memory"));
     return absl::OkStatus();
   }
 
@@ -123,7 +125,8 @@ class Membership {
         unhealthy_ = stuck.has_value();
         set_serving_(!unhealthy_);
         if (unhealthy_) {
-          TANDEM_LOG(kError, kComponent) << *stuck << "; not serving (health NOT_SERVING) until it returns";
+          TANDEM_LOG(kError, kComponent)
+              << *stuck << "; not serving (health NOT_SERVING) until it returns";
         } else {
           TANDEM_LOG(kInfo, kComponent) << "the stuck command returned; serving again";
         }
@@ -209,7 +212,9 @@ int RunActor(const ActorOptions& given) {
 
   Membership membership(
       options, address, worker.get(),
-      [&actor_service] { actor_service.ReleaseCurrentJob("the coordinator no longer knows this actor"); },
+      [&actor_service] {
+        actor_service.ReleaseCurrentJob("the coordinator no longer knows this actor");
+      },
       [&actor_service] { return actor_service.Stuck(); },
       [&server](bool serving) { server->GetHealthCheckService()->SetServingStatus(serving); });
   if (absl::Status status = membership.Register(); !status.ok()) {

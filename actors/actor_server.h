@@ -1,6 +1,7 @@
-// `tandem actor`: one actor process (docs/design.md §1). Serves tandem.v1.Actor and tandem.v1.Peer on one
-// port, registers with the coordinator under a pool name, heartbeats with its job, step and phase,
-// and runs what it is assigned until SIGINT or SIGTERM. Torch-free header (the CLI includes it).
+// `tandem actor`: one actor process (docs/design.md §1). Serves tandem.v1.Actor and tandem.v1.Peer
+// on one port, registers with the coordinator under a pool name, heartbeats with its job, step and
+// phase, and runs what it is assigned until SIGINT or SIGTERM. Torch-free header (the CLI includes
+// it).
 #pragma once
 
 #include <chrono>

@@ -22,7 +22,8 @@ constexpr char kComponent[] = "actor";
 }  // namespace
 
 ActorService::ActorService(Worker* worker, std::shared_ptr<transport::Inbox> inbox,
-                           std::string coordinator, bool local_links, std::chrono::milliseconds stuck_grace)
+                           std::string coordinator, bool local_links,
+                           std::chrono::milliseconds stuck_grace)
     : worker_(worker),
       inbox_(std::move(inbox)),
       coordinator_(std::move(coordinator)),
@@ -46,16 +47,20 @@ std::optional<std::string> ActorService::Stuck() const {
   const auto elapsed = std::chrono::steady_clock::now() - running->since;
   if (elapsed <= limit) return std::nullopt;
   return absl::StrCat("stuck: ", running->name, " has run for ",
-                      std::chrono::duration_cast<std::chrono::seconds>(elapsed).count(), " s, past the command timeout (",
-                      std::chrono::duration_cast<std::chrono::seconds>(limit).count(), " s with the grace)");
+                      std::chrono::duration_cast<std::chrono::seconds>(elapsed).count(),
+                      " s, past the command timeout (",
+                      std::chrono::duration_cast<std::chrono::seconds>(limit).count(),
+                      " s with the grace)");
 }
 
 absl::Status ActorService::CheckInsideRunDir(const std::string& path, const char* what) const {
   if (run_dir_.empty() || !std::filesystem::path(run_dir_).is_absolute()) {
-    return absl::FailedPreconditionError(absl::StrCat(what, " ", path, ": the job has no absolute run directory"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " ", path, ": the job has no absolute run directory"));
   }
   if (!IsInside(path, run_dir_)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " ", path, " is outside the job's run directory ", run_dir_,
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", path,
+                                                   " is outside the job's run directory ", run_dir_,
                                                    ": an actor writes nowhere else"));
   }
   return absl::OkStatus();
@@ -81,7 +86,8 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext* context,
     return rpc::ToGrpc(absl::FailedPreconditionError(
         absl::StrCat("actor already runs job ", current, "; cannot take ", request->job_id())));
   }
-  absl::StatusOr<jobspec::ResolvedJobSpec> job = jobspec::ResolveJobSpec(request->spec(), request->job_id());
+  absl::StatusOr<jobspec::ResolvedJobSpec> job =
+      jobspec::ResolveJobSpec(request->spec(), request->job_id());
   if (!job.ok()) return rpc::ToGrpc(job.status());
   if (request->role() != v1::ROLE_VISION && request->role() != v1::ROLE_LLM) {
     return rpc::ToGrpc(absl::InvalidArgumentError("assignment has no role"));
@@ -126,8 +132,9 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext* context,
     assigning_cancelled_ = cancelled;
     assigning_release_reason_.clear();
   }
-  commands_.Run([&] { result = worker_->Assign(assignment, std::move(store), std::move(transport)); },
-                absl::StrCat("AssignJob ", assignment.job_id));
+  commands_.Run(
+      [&] { result = worker_->Assign(assignment, std::move(store), std::move(transport)); },
+      absl::StrCat("AssignJob ", assignment.job_id));
   std::string release_reason;
   {
     std::lock_guard<std::mutex> lock(id_mu_);
@@ -138,8 +145,10 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext* context,
   if (cancelled->load()) {
     // Released while it was built: whatever was built goes, and the job is not taken.
     if (result.ok()) commands_.Run([&] { worker_->Release(); }, "Release");
-    TANDEM_LOG(kInfo, kComponent) << assignment.job_id << ": released while being built (" << release_reason << ")";
-    result = absl::CancelledError(absl::StrCat(assignment.job_id, " was released while this actor built it: ", release_reason));
+    TANDEM_LOG(kInfo, kComponent) << assignment.job_id << ": released while being built ("
+                                  << release_reason << ")";
+    result = absl::CancelledError(absl::StrCat(
+        assignment.job_id, " was released while this actor built it: ", release_reason));
   }
   if (!result.ok()) {
     inbox_->ClearJob();
@@ -188,14 +197,16 @@ grpc::Status ActorService::RunStep(grpc::ServerContext* context, const v1::RunSt
                      " did not come before the deadline")));
   }
   absl::StatusOr<StepResult> result = absl::UnknownError("not run");
-  const CommandThread::Ticket ticket = commands_.Post([&] {
-    if (step_failed_) {
-      result = aborted();
-      return;
-    }
-    result = worker_->RunStep(step);
-    if (!result.ok()) step_failed_ = true;
-  }, absl::StrCat("RunStep ", step));
+  const CommandThread::Ticket ticket = commands_.Post(
+      [&] {
+        if (step_failed_) {
+          result = aborted();
+          return;
+        }
+        result = worker_->RunStep(step);
+        if (!result.ok()) step_failed_ = true;
+      },
+      absl::StrCat("RunStep ", step));
   last_posted_step_ = std::max(last_posted_step_, step);
   step_posted_.notify_all();
   lock.unlock();
@@ -218,7 +229,8 @@ grpc::Status ActorService::Evaluate(grpc::ServerContext* context,
   std::lock_guard<std::mutex> lock(command_mu_);
   if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
   absl::StatusOr<EvalCounts> counts = absl::UnknownError("not run");
-  commands_.Run([&] { counts = worker_->Evaluate(request->step()); }, absl::StrCat("Evaluate ", request->step()));
+  commands_.Run([&] { counts = worker_->Evaluate(request->step()); },
+                absl::StrCat("Evaluate ", request->step()));
   if (!counts.ok()) return rpc::ToGrpc(counts.status());
   response->set_samples(counts->samples);
   response->set_exact(counts->exact);
@@ -233,7 +245,8 @@ grpc::Status ActorService::SaveCheckpoint(grpc::ServerContext* context,
   TANDEM_AUTHORIZE(context);
   std::lock_guard<std::mutex> lock(command_mu_);
   if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
-  if (absl::Status inside = CheckInsideRunDir(request->directory(), "checkpoint directory"); !inside.ok()) {
+  if (absl::Status inside = CheckInsideRunDir(request->directory(), "checkpoint directory");
+      !inside.ok()) {
     return rpc::ToGrpc(inside);
   }
   absl::Status status;
@@ -247,7 +260,8 @@ grpc::Status ActorService::Export(grpc::ServerContext* context, const v1::Export
   TANDEM_AUTHORIZE(context);
   std::lock_guard<std::mutex> lock(command_mu_);
   if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
-  if (absl::Status inside = CheckInsideRunDir(request->path(), "export path"); !inside.ok()) return rpc::ToGrpc(inside);
+  if (absl::Status inside = CheckInsideRunDir(request->path(), "export path"); !inside.ok())
+    return rpc::ToGrpc(inside);
   absl::Status status;
   commands_.Run([&] { status = worker_->Export(request->path()); }, "Export");
   return rpc::ToGrpc(status);

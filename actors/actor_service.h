@@ -1,5 +1,5 @@
-// The gRPC face of an actor: tandem.v1.Actor over a Worker (actors/worker.h). It turns requests into
-// plain values, builds the job's transport and rendezvous store, and serialises commands. The
+// The gRPC face of an actor: tandem.v1.Actor over a Worker (actors/worker.h). It turns requests
+// into plain values, builds the job's transport and rendezvous store, and serialises commands. The
 // coordinator sends an actor's next RunStep while the current one runs; it waits for its turn
 // (steps run in order, and none after one failed). A Release may arrive while a step runs: it
 // cancels the step's transfers first, so the step fails fast instead of waiting out its deadline.
@@ -29,7 +29,8 @@ class ActorService final : public v1::Actor::Service {
   // `stuck_grace`: how far past the command timeout one command may run before the actor calls
   // itself stuck (Stuck()).
   ActorService(Worker* worker, std::shared_ptr<transport::Inbox> inbox, std::string coordinator,
-               bool local_links = true, std::chrono::milliseconds stuck_grace = std::chrono::seconds(30));
+               bool local_links = true,
+               std::chrono::milliseconds stuck_grace = std::chrono::seconds(30));
 
   grpc::Status AssignJob(grpc::ServerContext* context, const v1::AssignJobRequest* request,
                          v1::AssignJobResponse* response) override;
@@ -54,8 +55,8 @@ class ActorService final : public v1::Actor::Service {
   // run on the command thread for longer than the job's command timeout and the grace: no call
   // waits that long for it, so the thread is stuck (a read that never returns, a hung collective)
   // and every later command would queue behind it. "stuck: RunStep 12 has run for 331 s, past the
-  // command timeout (330 s with the grace)"; nullopt when it is not. Heartbeats carry it, the health
-  // service says NOT_SERVING, and the coordinator schedules nothing on the actor.
+  // command timeout (330 s with the grace)"; nullopt when it is not. Heartbeats carry it, the
+  // health service says NOT_SERVING, and the coordinator schedules nothing on the actor.
   std::optional<std::string> Stuck() const;
 
   // RunStep calls that arrived before their predecessor was posted and wait for their turn.

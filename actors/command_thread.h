@@ -57,9 +57,9 @@ class CommandThread {
 
   mutable std::mutex mu_;
   std::condition_variable changed_;
-  std::deque<Ticket> queue_;  // guarded by mu_
+  std::deque<Ticket> queue_;        // guarded by mu_
   std::optional<Running> running_;  // guarded by mu_
-  bool stopping_ = false;     // guarded by mu_
+  bool stopping_ = false;           // guarded by mu_
   std::thread thread_;
 };
 

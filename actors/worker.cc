@@ -81,8 +81,9 @@ absl::StatusOr<AssignResult> StageWorker::Assign(const Assignment& assignment,
   } catch (const std::bad_alloc&) {
     const std::string group = RoleName(assignment.role);
     status = absl::ResourceExhaustedError(absl::StrCat(
-        "cannot build the job: out of memory building its ", group, " stage on this actor; its size comes from ", group,
-        ".model (or ", group, ".pretrained), ", group, ".actors and ", group, ".engine (ZeRO stage, bf16 states)"));
+        "cannot build the job: out of memory building its ", group,
+        " stage on this actor; its size comes from ", group, ".model (or ", group, ".pretrained), ",
+        group, ".actors and ", group, ".engine (ZeRO stage, bf16 states)"));
   } catch (const std::exception& e) {
     status = step::TorchError("cannot build the job", e);
   }
@@ -117,20 +118,24 @@ absl::Status StageWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
   // Between the phases of building, a release of the job (tandem cancel) ends the assignment.
   const auto check_cancelled = [&a](const char* after) -> absl::Status {
     if (a.cancelled == nullptr || !a.cancelled->load()) return absl::OkStatus();
-    return absl::CancelledError(absl::StrCat(a.job_id, " was released while this actor built it (after ", after, ")"));
+    return absl::CancelledError(
+        absl::StrCat(a.job_id, " was released while this actor built it (after ", after, ")"));
   };
   // Pretrained models' shapes come from their config.json, read here as on every rank.
   jobspec::JobConfig job = a.job;
   RETURN_IF_ERROR(hf::ResolvePretrainedModels(job));
   const bool vision = a.role == Role::kVision;
   if (options_.memory_bytes > 0) {
-    ASSIGN_OR_RETURN(const jobspec::MemoryEstimate estimate, jobspec::EstimateGroupMemory(job, a.role));
-    RETURN_IF_ERROR(jobspec::CheckEstimateFits(
-        estimate, job, options_.memory_bytes,
-        absl::StrCat("this actor (", options_.device, "; tandem actor --memory, else its device's)")));
+    ASSIGN_OR_RETURN(const jobspec::MemoryEstimate estimate,
+                     jobspec::EstimateGroupMemory(job, a.role));
+    RETURN_IF_ERROR(
+        jobspec::CheckEstimateFits(estimate, job, options_.memory_bytes,
+                                   absl::StrCat("this actor (", options_.device,
+                                                "; tandem actor --memory, else its device's)")));
   }
   RETURN_IF_ERROR(check_cancelled("reading the models' sizes"));
-  ASSIGN_OR_RETURN(std::shared_ptr<const step::JobData> data, step::OpenJobData(job, a.resume_from));
+  ASSIGN_OR_RETURN(std::shared_ptr<const step::JobData> data,
+                   step::OpenJobData(job, a.resume_from));
   RETURN_IF_ERROR(check_cancelled("opening the data"));
   // NOTE [Parallel sets] in step/stage.h: a replica of `parallel` ranks shares its samples.
   placement.parallel = vision ? job.vision.sequence_parallel : job.llm.tensor_parallel;
@@ -139,8 +144,9 @@ absl::Status StageWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
   group_options.hostname = options_.collective_host;
   group_options.timeout = a.timeout;
   const parallel::RankLayout layout{a.role, a.rank, a.group_size, placement.parallel};
-  ASSIGN_OR_RETURN(parallel::RankCommunicators communicators,
-                   parallel::CreateRankCommunicators(layout, store, placement.device, group_options));
+  ASSIGN_OR_RETURN(
+      parallel::RankCommunicators communicators,
+      parallel::CreateRankCommunicators(layout, store, placement.device, group_options));
   std::shared_ptr<engine::Communicator> communicator = std::move(communicators.engine);
   placement.parallel_communicator = std::move(communicators.parallel);
   RETURN_IF_ERROR(check_cancelled("joining the group"));

@@ -1,17 +1,18 @@
-// The LibTorch half of an actor: one rank of a job's vision or LLM group (docs/design.md §1, §2). On Assign it
-// joins the group's communicator and builds the group's stage (step/stage.h: model, engine, the
-// group's half of the step), then runs the commands the coordinator sends through the actor's gRPC
-// service (actors/actor_service.h) on that stage: steps, evaluations, checkpoints, exports. Tensors
-// reach the other group through a transport::Transport.
+// The LibTorch half of an actor: one rank of a job's vision or LLM group (docs/design.md §1, §2).
+// On Assign it joins the group's communicator and builds the group's stage (step/stage.h: model,
+// engine, the group's half of the step), then runs the commands the coordinator sends through the
+// actor's gRPC service (actors/actor_service.h) on that stage: steps, evaluations, checkpoints,
+// exports. Tensors reach the other group through a transport::Transport.
 //
-// This header is plain C++ (no LibTorch, no gRPC), so the gRPC side can include it (docs/design.md §6).
+// This header is plain C++ (no LibTorch, no gRPC), so the gRPC side can include it (docs/design.md
+// §6).
 //
 // States: idle --Assign--> assigned --RunStep/Evaluate/SaveCheckpoint/Export--> assigned
-//         assigned --Release--> idle.  A failed command leaves the worker assigned; the coordinator then
-//         releases it. Release is allowed in every state.
+//         assigned --Release--> idle.  A failed command leaves the worker assigned; the coordinator
+//         then releases it. Release is allowed in every state.
 //
-// Thread-safety: commands are serialised by the caller (one at a time). status() may be read from any
-// thread (the heartbeat).
+// Thread-safety: commands are serialised by the caller (one at a time). status() may be read from
+// any thread (the heartbeat).
 #pragma once
 
 #include <atomic>
@@ -68,7 +69,8 @@ using step::StepResult;
 struct WorkerStatus {
   std::string job_id;
   int64_t step = 0;
-  const char* phase = "idle";  // idle, setup, forward, backward, transfer, optimizer, evaluate, checkpoint
+  // idle, setup, forward, backward, transfer, optimizer, evaluate, checkpoint
+  const char* phase = "idle";
   int64_t last_collective = 0;
 };
 
@@ -90,14 +92,15 @@ class Worker {
   // a job this worker cannot build; ResourceExhausted, naming the fields, for one whose estimated
   // memory exceeds options.memory_bytes; CANCELLED once assignment.cancelled is set; the
   // checkpoint's own error when it cannot be loaded.
-  virtual absl::StatusOr<AssignResult> Assign(const Assignment& assignment, std::shared_ptr<KeyValueStore> store,
+  virtual absl::StatusOr<AssignResult> Assign(const Assignment& assignment,
+                                              std::shared_ptr<KeyValueStore> store,
                                               std::shared_ptr<transport::Transport> transport) = 0;
   // Runs optimizer step `step` (the previous step + 1).
   virtual absl::StatusOr<StepResult> RunStep(int64_t step) = 0;
   // Caption generation over the held-out set after training step `step`.
   virtual absl::StatusOr<EvalCounts> Evaluate(int64_t step) = 0;
-  // Saves this rank's shard under <directory>/<role>, with the data position; LLM rank 0 also writes
-  // <directory>/tokenizer.json.
+  // Saves this rank's shard under <directory>/<role>, with the data position; LLM rank 0 also
+  // writes <directory>/tokenizer.json.
   virtual absl::Status SaveCheckpoint(int64_t step, const std::string& directory) = 0;
   // Writes the group's full weights as safetensors (rank 0 writes; every rank must be called).
   virtual absl::Status Export(const std::string& path) = 0;

@@ -10,17 +10,21 @@
 //                        schedule.steps set to N when --steps is given
 //   manifest.json        everything else a training loop needs (below), and the file list
 //   train_indices.npy    int64 [U]: the training samples the N steps draw, dataset indices, sorted
-//   train_images.npy     float32 [U, 3, S, S]: their images in [0, 1], as data::MakeBatch reads them
-//   train_tokens.npy     int64 [U, T]: <bos> caption <eos> <pad>..., as data::MakeBatch encodes them
+//   train_images.npy     float32 [U, 3, S, S]: their images in [0, 1], as data::MakeBatch reads
+//                        them
+//   train_tokens.npy     int64 [U, T]: <bos> caption <eos> <pad>..., as data::MakeBatch encodes
+//                        them
 //   train_lengths.npy    int64 [U]: tokens before the padding
-//   order.npy            int64 [N, micro_batches, micro_batch]: the dataset index of every sample of
-//                        every micro-batch of every step, in the order the trainer's Sampler hands
-//                        them out (a step's micro-batches are consecutive Next(micro_batch) calls)
+//   order.npy            int64 [N, micro_batches, micro_batch]: the dataset index of every sample
+//                        of every micro-batch of every step, in the order the trainer's Sampler
+//                        hands them out (a step's micro-batches are consecutive Next(micro_batch)
+//                        calls)
 //   eval_images.npy, eval_tokens.npy, eval_lengths.npy: the held-out samples an evaluation reads
 //                        (the first schedule.eval_samples, or all), in order; absent without a
 //                        held-out set
 //   init_vision/NAME.npy, init_llm/NAME.npy: each model's parameters as built from the job's seeds
-//                        (before an engine converts them), fp32, one file per named_parameters() name
+//                        (before an engine converts them), fp32, one file per named_parameters()
+//                        name
 //
 // The manifest's "render" entry is the time data::MakeBatch took per training sample here (image
 // rendering or decoding plus tokenisation): the work Tandem's trainer does inside each step and a
@@ -76,8 +80,8 @@ class NpyWriter {
     std::string dims;
     for (int64_t d : shape) dims += std::to_string(d) + ", ";
     if (shape.size() > 1) dims.resize(dims.size() - 2);  // "(3,)" for one dim, "(3, 4)" else
-    std::string header = absl::StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': (",
-                                      dims, "), }");
+    std::string header =
+        absl::StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': (", dims, "), }");
     // magic (6) + version (2) + header length (2) + header, padded with spaces to a multiple of 64
     // and ended by a newline.
     const size_t unpadded = 10 + header.size() + 1;
@@ -93,7 +97,8 @@ class NpyWriter {
 
   template <typename T>
   void Write(const T* data, size_t count) {
-    out_.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * sizeof(T)));
+    out_.write(reinterpret_cast<const char*>(data),
+               static_cast<std::streamsize>(count * sizeof(T)));
   }
 
   absl::Status Close() {
@@ -162,8 +167,8 @@ absl::Status DumpParameters(const torch::nn::Module& module, const fs::path& dir
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {
     const at::Tensor value = item.value().detach().to(at::kFloat).contiguous();
     std::vector<int64_t> shape(value.sizes().begin(), value.sizes().end());
-    RETURN_IF_ERROR(WriteNpy(dir / (item.key() + ".npy"), "<f4", shape,
-                             value.data_ptr<float>(), static_cast<size_t>(value.numel())));
+    RETURN_IF_ERROR(WriteNpy(dir / (item.key() + ".npy"), "<f4", shape, value.data_ptr<float>(),
+                             static_cast<size_t>(value.numel())));
   }
   return absl::OkStatus();
 }
@@ -172,10 +177,14 @@ const char* ScalarName(at::ScalarType type) { return type == at::kBFloat16 ? "bf
 
 const char* SchedulerName(engine_config::SchedulerType type) {
   switch (type) {
-    case engine_config::SchedulerType::kWarmupLR: return "WarmupLR";
-    case engine_config::SchedulerType::kWarmupDecayLR: return "WarmupDecayLR";
-    case engine_config::SchedulerType::kWarmupCosineLR: return "WarmupCosineLR";
-    case engine_config::SchedulerType::kNone: break;
+    case engine_config::SchedulerType::kWarmupLR:
+      return "WarmupLR";
+    case engine_config::SchedulerType::kWarmupDecayLR:
+      return "WarmupDecayLR";
+    case engine_config::SchedulerType::kWarmupCosineLR:
+      return "WarmupCosineLR";
+    case engine_config::SchedulerType::kNone:
+      break;
   }
   return "none";
 }
@@ -196,20 +205,24 @@ absl::StatusOr<nlohmann::json> GroupJson(const std::string& engine_json, const s
                     {"eps", o.eps},
                     {"weight_decay", o.weight_decay},
                     {"adam_w_mode", o.adam_w_mode}};
-  j["scheduler"] = {{"type", SchedulerName(s.type)},
-                    {"warmup_min_lr", s.warmup_min_lr},
-                    {"warmup_max_lr", s.warmup_max_lr},
-                    {"warmup_num_steps", s.warmup_num_steps},
-                    {"warmup_type", s.warmup_type == engine_config::WarmupType::kLog ? "log" : "linear"},
-                    {"total_num_steps", s.total_num_steps},
-                    {"warmup_min_ratio", s.warmup_min_ratio},
-                    {"cos_min_ratio", s.cos_min_ratio}};
-  // With schedule.gradient_clipping set this is the whole-model bound (GroupEngineConfig copies it).
+  j["scheduler"] = {
+      {"type", SchedulerName(s.type)},
+      {"warmup_min_lr", s.warmup_min_lr},
+      {"warmup_max_lr", s.warmup_max_lr},
+      {"warmup_num_steps", s.warmup_num_steps},
+      {"warmup_type", s.warmup_type == engine_config::WarmupType::kLog ? "log" : "linear"},
+      {"total_num_steps", s.total_num_steps},
+      {"warmup_min_ratio", s.warmup_min_ratio},
+      {"cos_min_ratio", s.cos_min_ratio}};
+  // With schedule.gradient_clipping set this is the whole-model bound (GroupEngineConfig copies
+  // it).
   j["gradient_clipping"] = config.gradient_clipping;
-  j["storage"] = {{"params", engine_config::DTypeName(config.param_dtype())},
-                  {"grads", engine_config::DTypeName(config.grad_dtype())},
-                  {"master", config.has_separate_master() ? "fp32" : engine_config::DTypeName(config.param_dtype())},
-                  {"optimizer_states", engine_config::DTypeName(config.optimizer_state_dtype())}};
+  j["storage"] = {
+      {"params", engine_config::DTypeName(config.param_dtype())},
+      {"grads", engine_config::DTypeName(config.grad_dtype())},
+      {"master",
+       config.has_separate_master() ? "fp32" : engine_config::DTypeName(config.param_dtype())},
+      {"optimizer_states", engine_config::DTypeName(config.optimizer_state_dtype())}};
   j["compute"] = {{"autocast", plan.autocast},
                   {"autocast_dtype", ScalarName(plan.autocast_dtype)},
                   {"activation_dtype", ScalarName(plan.activation_dtype)},
@@ -230,11 +243,13 @@ absl::Status Dump(const DumpOptions& options) {
   nlohmann::json spec_json = nlohmann::json::parse(spec.json);  // protobuf's own output
   if (options.steps > 0) {
     job.schedule.steps = options.steps;
-    spec_json["schedule"]["steps"] = std::to_string(options.steps);  // int64 as proto3 JSON writes it
+    spec_json["schedule"]["steps"] =
+        std::to_string(options.steps);  // int64 as proto3 JSON writes it
   }
   RETURN_IF_ERROR(jobspec::ValidateJobConfig(job));
   if (!job.resume_from.empty()) {
-    return absl::InvalidArgumentError("the job resumes from a checkpoint; dump a job that starts afresh");
+    return absl::InvalidArgumentError(
+        "the job resumes from a checkpoint; dump a job that starts afresh");
   }
   const jobspec::ScheduleConfig& schedule = job.schedule;
   const fs::path out(options.out);
@@ -262,8 +277,9 @@ absl::Status Dump(const DumpOptions& options) {
       const std::vector<int64_t> next = sampler.Next(micro);
       order.insert(order.end(), next.begin(), next.end());
     }
-  RETURN_IF_ERROR(WriteNpy(out / "order.npy", "<i8", {schedule.steps, schedule.micro_batches, micro},
-                           order.data(), order.size()));
+  RETURN_IF_ERROR(WriteNpy(out / "order.npy", "<i8",
+                           {schedule.steps, schedule.micro_batches, micro}, order.data(),
+                           order.size()));
   const std::set<int64_t> unique(order.begin(), order.end());
   const std::vector<int64_t> indices(unique.begin(), unique.end());
   RETURN_IF_ERROR(WriteNpy(out / "train_indices.npy", "<i8", {static_cast<int64_t>(indices.size())},
@@ -277,9 +293,9 @@ absl::Status Dump(const DumpOptions& options) {
     if (schedule.eval_samples > 0) eval_count = std::min(eval_count, schedule.eval_samples);
     std::vector<int64_t> eval_indices(static_cast<size_t>(eval_count));
     for (int64_t i = 0; i < eval_count; ++i) eval_indices[i] = i;
-    RETURN_IF_ERROR(DumpSamples(*datasets.eval, eval_indices, tokenizer, text_len, image_size, out,
-                                "eval")
-                        .status());
+    RETURN_IF_ERROR(
+        DumpSamples(*datasets.eval, eval_indices, tokenizer, text_len, image_size, out, "eval")
+            .status());
   }
 
   // The models as the trainer builds them (same seeds, same construction order).
@@ -299,7 +315,8 @@ absl::Status Dump(const DumpOptions& options) {
 
   ASSIGN_OR_RETURN(nlohmann::json vision_group,
                    GroupJson(job.vision.engine_json, "vision.engine.", schedule));
-  ASSIGN_OR_RETURN(nlohmann::json llm_group, GroupJson(job.llm.engine_json, "llm.engine.", schedule));
+  ASSIGN_OR_RETURN(nlohmann::json llm_group,
+                   GroupJson(job.llm.engine_json, "llm.engine.", schedule));
   const models::VisionConfig& v = job.vision.model;
   vision_group["model"] = {{"image_size", v.image_size}, {"channels", v.channels},
                            {"patch_size", v.patch_size}, {"hidden", v.hidden},
@@ -363,13 +380,17 @@ absl::Status Dump(const DumpOptions& options) {
 
 int main(int argc, char** argv) {
   tandem::bench::DumpOptions options;
-  CLI::App app{"Writes a job's training and held-out samples, as Tandem's trainer draws them, as .npy files"};
+  CLI::App app{
+      "Writes a job's training and held-out samples, as Tandem's trainer draws them, as .npy "
+      "files"};
   app.add_option("job", options.job_path, "job spec (JSON)")->required();
   app.add_option("--out", options.out, "output directory")->required();
-  app.add_option("--steps", options.steps, "train this many steps instead of the job's schedule.steps")
+  app.add_option("--steps", options.steps,
+                 "train this many steps instead of the job's schedule.steps")
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
-  if (const absl::Status bf16 = tandem::platform::ApplyCpuBf16OverrideFromEnvironment(); !bf16.ok()) {
+  if (const absl::Status bf16 = tandem::platform::ApplyCpuBf16OverrideFromEnvironment();
+      !bf16.ok()) {
     std::fprintf(stderr, "%s\n", std::string(bf16.message()).c_str());
     return 2;
   }

@@ -10,10 +10,10 @@
 // free heap), resets its RSS high-water mark (/proc/self/clear_refs) and reports VmHWM at the end;
 // "peak_above_baseline_bytes" subtracts the RSS the process had before it built the model
 // (LibTorch's own code and data), like a GPU's allocated-bytes peak excludes the CUDA context.
-#include <CLI/CLI.hpp>
 #include <malloc.h>
 #include <torch/torch.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -82,18 +82,22 @@ int RunCase(const Options& o) {
   const int64_t baseline = tandem::engine::CurrentResidentBytes();
   auto config = tandem::engine_config::ParseConfig(
       R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}},
-          "zero_optimization": {"stage": )" + std::to_string(o.stage) +
+          "zero_optimization": {"stage": )" +
+      std::to_string(o.stage) +
       R"(, "reduce_bucket_size": 5000000, "allgather_bucket_size": 5000000},
-          "gradient_accumulation_steps": )" + std::to_string(o.accumulation) + R"(,
-          "torch_autocast": {"enabled": )" + (o.precision == "fp32" ? "false" : "true") +
-      R"(, "dtype": "bfloat16"}, )" + PrecisionJson(o.precision) + "}");
+          "gradient_accumulation_steps": )" +
+      std::to_string(o.accumulation) + R"(,
+          "torch_autocast": {"enabled": )" +
+      (o.precision == "fp32" ? "false" : "true") + R"(, "dtype": "bfloat16"}, )" +
+      PrecisionJson(o.precision) + "}");
   if (!config.ok()) return std::fprintf(stderr, "%s\n", config.status().ToString().c_str()), 1;
   auto store = tandem::OpenFileStore(o.store);
   if (!store.ok()) return 1;
   tandem::engine::GlooOptions gloo;
   gloo.group_name = "bench";
   auto gloo_comm = tandem::engine::CreateGlooCommunicator(*store, o.rank, o.world, gloo);
-  if (!gloo_comm.ok()) return std::fprintf(stderr, "%s\n", gloo_comm.status().ToString().c_str()), 1;
+  if (!gloo_comm.ok())
+    return std::fprintf(stderr, "%s\n", gloo_comm.status().ToString().c_str()), 1;
   auto counting = std::make_shared<tandem::engine::CountingCommunicator>(*gloo_comm);
   std::shared_ptr<tandem::engine::Communicator> comm = counting;
 
@@ -137,7 +141,8 @@ int RunCase(const Options& o) {
       params;
   std::sort(step_ms.begin(), step_ms.end());
   // Rank 0 reports the largest peak of the group.
-  (void)(*store)->Set("peak/" + std::to_string(o.rank), std::to_string(peak - baseline) + " " + std::to_string(peak));
+  (void)(*store)->Set("peak/" + std::to_string(o.rank),
+                      std::to_string(peak - baseline) + " " + std::to_string(peak));
   if (o.rank == 0) {
     int64_t worst_above = 0, worst_peak = 0;
     for (int r = 0; r < o.world; ++r) {
@@ -186,12 +191,14 @@ void OptimizerBandwidth(const Options& o) {
   b.n = n;
   tandem::kernels::AdamWHyper h;
   double best_kernel = 1e30, best_copy = 1e30;
-  const size_t copy_bytes = static_cast<size_t>(n) * 7;  // 7 read + 7 written = 14 moved per element
+  const size_t copy_bytes =
+      static_cast<size_t>(n) * 7;  // 7 read + 7 written = 14 moved per element
   std::vector<char> src(copy_bytes, 1), dst(copy_bytes, 0);
   for (int i = 0; i < 5; ++i) {
     auto start = Clock::now();
     tandem::kernels::AdamWCpu(b, h, o.threads);
-    best_kernel = std::min(best_kernel, std::chrono::duration<double>(Clock::now() - start).count());
+    best_kernel =
+        std::min(best_kernel, std::chrono::duration<double>(Clock::now() - start).count());
     start = Clock::now();
     std::memcpy(dst.data(), src.data(), copy_bytes);
     best_copy = std::min(best_copy, std::chrono::duration<double>(Clock::now() - start).count());
@@ -212,8 +219,9 @@ void OptimizerBandwidth(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{"Engine benchmark: memory and step time per precision mode and ZeRO stage, and "
-               "the fused optimizer's bandwidth against memcpy. Prints JSON lines."};
+  CLI::App app{
+      "Engine benchmark: memory and step time per precision mode and ZeRO stage, and "
+      "the fused optimizer's bandwidth against memcpy. Prints JSON lines."};
   app.add_option("--world", o.world, "Ranks per case")->check(CLI::Range(1, 16));
   app.add_option("--width", o.width, "Model width (1024 with 6 blocks is about 50M parameters)");
   app.add_option("--blocks", o.blocks, "Residual blocks");
@@ -226,7 +234,8 @@ int main(int argc, char** argv) {
   app.add_option("--stages", o.stages, "ZeRO stages to run");
   app.add_option("--precisions", o.precisions,
                  "Modes: fp32, fp32_master, bf16_full (reduced in bf16), bf16_full_fp32_comm");
-  app.add_option("--optimizer-elements", o.optimizer_elements, "Elements for the optimizer bandwidth case");
+  app.add_option("--optimizer-elements", o.optimizer_elements,
+                 "Elements for the optimizer bandwidth case");
   app.add_option("--rank", o.rank)->group("");
   app.add_option("--store", o.store)->group("");
   app.add_option("--precision", o.precision)->group("");

@@ -1,6 +1,6 @@
 // tandem-fanout-bench: the two ways llm.parallel.embeddings gets a micro-batch's image embeddings
-// to every rank of a tensor-parallel LLM replica (NOTE [Parallel sets] in step/stage.h), measured in
-// one command:
+// to every rank of a tensor-parallel LLM replica (NOTE [Parallel sets] in step/stage.h), measured
+// in one command:
 //   each_rank  every vision rank sends its rows to each of the T tensor-parallel ranks (T copies
 //              cross between the groups);
 //   broadcast  it sends them to the replica's first rank, which broadcasts the assembled
@@ -12,9 +12,9 @@
 // --repeats after a warm-up. The last round's embeddings are checked on every LLM rank against the
 // expected values. Prints one JSON line per case and one ratio line (broadcast / each_rank) per
 // path and degree.
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -65,7 +65,8 @@ at::Tensor Expected(const Options& o) {
 }
 
 tandem::transport::TransferTag Tag(int round, int vision_rank, int64_t begin, int64_t end) {
-  return {"fanout", tandem::transport::TransferKind::kEmbeddings, round, 0, begin, end, vision_rank};
+  return {"fanout",   tandem::transport::TransferKind::kEmbeddings, round, 0, begin, end,
+          vision_rank};
 }
 
 int RunRank(const Options& o) {
@@ -78,7 +79,8 @@ int RunRank(const Options& o) {
   if (!store.ok()) return Fail("store", store.status());
   auto peer = tandem::bench::FanoutPeer::Serve("fanout");
   if (!peer.ok()) return Fail("serve", peer.status());
-  if (auto s = (*store)->Set("address/" + std::to_string(o.rank), (*peer)->address()); !s.ok()) return Fail("store", s);
+  if (auto s = (*store)->Set("address/" + std::to_string(o.rank), (*peer)->address()); !s.ok())
+    return Fail("store", s);
   tandem::engine::GlooOptions gloo;
   gloo.group_name = "all";
   auto all = tandem::engine::CreateGlooCommunicator(*store, o.rank, world, gloo);
@@ -87,7 +89,8 @@ int RunRank(const Options& o) {
   if (!vision) {
     gloo.group_name = tandem::parallel::ParallelGroupName(tandem::Role::kLlm, 0);
     auto group = tandem::engine::CreateGlooCommunicator(*store, o.rank - o.vision, o.degree, gloo);
-    if (!group.ok()) return Fail(tandem::parallel::ParallelGroupName(tandem::Role::kLlm, 0), group.status());
+    if (!group.ok())
+      return Fail(tandem::parallel::ParallelGroupName(tandem::Role::kLlm, 0), group.status());
     replica = std::make_shared<tandem::engine::CountingCommunicator>(*group);
   }
   if (vision) {
@@ -101,7 +104,8 @@ int RunRank(const Options& o) {
   }
   auto& transport = (*peer)->transport();
   const at::Tensor expected = Expected(o);
-  const at::Tensor mine = vision ? expected.narrow(0, o.rank * rows, rows).contiguous() : at::Tensor();
+  const at::Tensor mine =
+      vision ? expected.narrow(0, o.rank * rows, rows).contiguous() : at::Tensor();
   at::Tensor host = at::empty_like(expected);
   const bool receives = !vision && (!broadcast || o.rank == o.vision);
   std::vector<double> round_ms;
@@ -126,7 +130,8 @@ int RunRank(const Options& o) {
       if (!bytes.ok()) return Fail("bytes", bytes.status());
       std::vector<std::unique_ptr<tandem::transport::SendHandle>> sends;
       for (int t = 0; t < (broadcast ? 1 : o.degree); ++t) {
-        sends.push_back(transport.Send(t, Tag(round, o.rank, o.rank * rows, (o.rank + 1) * rows), *bytes));
+        sends.push_back(
+            transport.Send(t, Tag(round, o.rank, o.rank * rows, (o.rank + 1) * rows), *bytes));
         sent += static_cast<int64_t>(bytes->size);
       }
       for (auto& send : sends) {
@@ -137,7 +142,8 @@ int RunRank(const Options& o) {
         if (auto s = transport.Await(tag, kTimeout); !s.ok()) return Fail("await", s);
       }
       if (broadcast) {
-        if (auto s = replica->Broadcast(host, 0)->Wait(kTimeout); !s.ok()) return Fail("broadcast", s);
+        if (auto s = replica->Broadcast(host, 0)->Wait(kTimeout); !s.ok())
+          return Fail("broadcast", s);
       }
     }
     if (auto s = barrier(); !s.ok()) return Fail("barrier", s);
@@ -148,7 +154,8 @@ int RunRank(const Options& o) {
     }
   }
   if (!vision && !at::equal(host, expected)) {
-    std::fprintf(stderr, "llm rank %d: the embeddings differ from the expected values\n", o.rank - o.vision);
+    std::fprintf(stderr, "llm rank %d: the embeddings differ from the expected values\n",
+                 o.rank - o.vision);
     return 1;
   }
   std::sort(round_ms.begin(), round_ms.end());
@@ -164,11 +171,14 @@ int RunRank(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{"Embedding fan-out to a tensor-parallel LLM replica (llm.parallel.embeddings): each_rank against "
-               "broadcast, time per micro-batch and bytes per dimension. Prints JSON lines."};
+  CLI::App app{
+      "Embedding fan-out to a tensor-parallel LLM replica (llm.parallel.embeddings): each_rank "
+      "against "
+      "broadcast, time per micro-batch and bytes per dimension. Prints JSON lines."};
   app.add_option("--vision", o.vision, "Vision ranks sending (each owns samples / vision rows)");
   app.add_option("--tensor", o.tensor, "Tensor-parallel degrees of the LLM replica");
-  app.add_option("--paths", o.paths, "Transport paths: local (a Unix socket, one host), grpc (loopback)");
+  app.add_option("--paths", o.paths,
+                 "Transport paths: local (a Unix socket, one host), grpc (loopback)");
   app.add_option("--samples", o.samples, "Samples per micro-batch");
   app.add_option("--positions", o.positions, "Embeddings per sample");
   app.add_option("--width", o.width, "LLM hidden size");
@@ -182,7 +192,8 @@ int main(int argc, char** argv) {
   app.add_option("--degree", o.degree)->group("");
   CLI11_PARSE(app, argc, argv);
   if (o.vision < 1 || o.samples % o.vision != 0) {
-    std::fprintf(stderr, "--vision (%d) must divide --samples (%lld)\n", o.vision, static_cast<long long>(o.samples));
+    std::fprintf(stderr, "--vision (%d) must divide --samples (%lld)\n", o.vision,
+                 static_cast<long long>(o.samples));
     return 2;
   }
   if (o.rank >= 0) return RunRank(o);
@@ -195,18 +206,20 @@ int main(int argc, char** argv) {
     for (int degree : o.tensor) {
       double each_ms = 0;
       for (const std::string embeddings : {"each_rank", "broadcast"}) {
-        const std::string result = std::string(pattern) + "/" + path + std::to_string(degree) + embeddings;
+        const std::string result =
+            std::string(pattern) + "/" + path + std::to_string(degree) + embeddings;
         if (tandem::LaunchLocalRanks(argv, o.vision + degree,
-                                     {"--path", path, "--degree", std::to_string(degree), "--embeddings", embeddings,
-                                      "--result", result}) != 0) {
+                                     {"--path", path, "--degree", std::to_string(degree),
+                                      "--embeddings", embeddings, "--result", result}) != 0) {
           ++failures;
           continue;
         }
-        nlohmann::ordered_json line = {{"bench", "fanout"},    {"path", path},
-                                       {"tensor", degree},     {"embeddings", embeddings},
-                                       {"vision", o.vision},   {"micro_batch_bytes", micro_batch_bytes},
-                                       {"boundary_bytes", 0},  {"broadcast_bytes_per_rank", 0},
-                                       {"ms_median", 0.0}};
+        nlohmann::ordered_json line = {
+            {"bench", "fanout"},   {"path", path},
+            {"tensor", degree},    {"embeddings", embeddings},
+            {"vision", o.vision},  {"micro_batch_bytes", micro_batch_bytes},
+            {"boundary_bytes", 0}, {"broadcast_bytes_per_rank", 0},
+            {"ms_median", 0.0}};
         for (int r = 0; r < o.vision + degree; ++r) {
           std::ifstream in(result + "." + std::to_string(r));
           const nlohmann::json rank = nlohmann::json::parse(in, nullptr, false);
@@ -214,9 +227,11 @@ int main(int argc, char** argv) {
             ++failures;
             continue;
           }
-          line["boundary_bytes"] = line["boundary_bytes"].get<int64_t>() + rank["boundary_bytes"].get<int64_t>();
+          line["boundary_bytes"] =
+              line["boundary_bytes"].get<int64_t>() + rank["boundary_bytes"].get<int64_t>();
           line["broadcast_bytes_per_rank"] =
-              std::max(line["broadcast_bytes_per_rank"].get<int64_t>(), rank["broadcast_bytes"].get<int64_t>());
+              std::max(line["broadcast_bytes_per_rank"].get<int64_t>(),
+                       rank["broadcast_bytes"].get<int64_t>());
           if (r == 0) line["ms_median"] = rank["ms_median"];
         }
         std::printf("%s\n", line.dump().c_str());
@@ -224,10 +239,11 @@ int main(int argc, char** argv) {
         if (embeddings == std::string("each_rank")) {
           each_ms = line["ms_median"].get<double>();
         } else if (each_ms > 0) {
-          nlohmann::ordered_json ratio = {{"bench", "fanout_ratio"},
-                                          {"path", path},
-                                          {"tensor", degree},
-                                          {"broadcast_over_each_rank_ms", line["ms_median"].get<double>() / each_ms}};
+          nlohmann::ordered_json ratio = {
+              {"bench", "fanout_ratio"},
+              {"path", path},
+              {"tensor", degree},
+              {"broadcast_over_each_rank_ms", line["ms_median"].get<double>() / each_ms}};
           std::printf("%s\n", ratio.dump().c_str());
           std::fflush(stdout);
         }

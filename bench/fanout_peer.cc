@@ -24,7 +24,8 @@ struct FanoutPeer::State {
 absl::StatusOr<std::unique_ptr<FanoutPeer>> FanoutPeer::Serve(const std::string& job_id) {
   auto state = std::make_unique<State>();
   state->inbox->SetJob(job_id);
-  absl::StatusOr<std::unique_ptr<transport::LocalListener>> listener = transport::LocalListener::Start(state->inbox);
+  absl::StatusOr<std::unique_ptr<transport::LocalListener>> listener =
+      transport::LocalListener::Start(state->inbox);
   if (!listener.ok()) return listener.status();
   state->listener = *std::move(listener);
   transport::PeerServiceOptions options;
@@ -36,7 +37,8 @@ absl::StatusOr<std::unique_ptr<FanoutPeer>> FanoutPeer::Serve(const std::string&
   transport::ConfigurePeerServer(builder);
   builder.RegisterService(state->service.get());
   state->server = builder.BuildAndStart();
-  if (!state->server || port == 0) return absl::UnavailableError("cannot serve a PeerService on 127.0.0.1");
+  if (!state->server || port == 0)
+    return absl::UnavailableError("cannot serve a PeerService on 127.0.0.1");
   state->address = absl::StrCat("127.0.0.1:", port);
   state->transport = transport::CreateGrpcTransport(state->inbox, {});
   return std::unique_ptr<FanoutPeer>(new FanoutPeer(std::move(state)));
@@ -59,7 +61,8 @@ void FanoutPeer::Connect(std::vector<std::string> peer_addresses, bool local_lin
   transport::GrpcTransportOptions options;
   options.local_links = local_links;
   options.timeout = timeout;
-  state_->transport = transport::CreateGrpcTransport(state_->inbox, std::move(peer_addresses), options);
+  state_->transport =
+      transport::CreateGrpcTransport(state_->inbox, std::move(peer_addresses), options);
 }
 
 transport::Transport& FanoutPeer::transport() { return *state_->transport; }

@@ -23,7 +23,8 @@ class FanoutPeer {
   const std::string& address() const;  // 127.0.0.1:PORT
   // Sends to peer r at peer_addresses[r], over a local link when `local_links` (else gRPC).
   // Expect and Await go to this process's inbox.
-  void Connect(std::vector<std::string> peer_addresses, bool local_links, std::chrono::milliseconds timeout);
+  void Connect(std::vector<std::string> peer_addresses, bool local_links,
+               std::chrono::milliseconds timeout);
   transport::Transport& transport();
 
  private:

@@ -8,10 +8,10 @@
 // Traffic per optimizer step and per dimension: the bytes each rank hands to the collectives of its
 // tensor- or sequence-parallel group (all-reduce buffers, all-gather outputs, all-to-all inputs;
 // engine/counting_communicator.h) and of its engine's group.
-#include <CLI/CLI.hpp>
 #include <malloc.h>
 #include <torch/torch.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,11 +28,11 @@
 #include "engine/memory.h"
 #include "engine_config/config.h"
 #include "jobspec/presets.h"
-#include "parallel/layout.h"
 #include "models/layers.h"
 #include "models/llm.h"
 #include "models/vision_encoder.h"
 #include "nlohmann/json.hpp"
+#include "parallel/layout.h"
 
 namespace {
 
@@ -61,8 +61,8 @@ struct Options {
 
 void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
-absl::StatusOr<std::shared_ptr<tandem::engine::Communicator>> Group(std::shared_ptr<tandem::KeyValueStore> store,
-                                                                    const std::string& name, int rank, int size) {
+absl::StatusOr<std::shared_ptr<tandem::engine::Communicator>> Group(
+    std::shared_ptr<tandem::KeyValueStore> store, const std::string& name, int rank, int size) {
   if (size == 1) return tandem::engine::CreateSingleRankCommunicator(name);
   tandem::engine::GlooOptions gloo;
   gloo.group_name = name;
@@ -82,13 +82,17 @@ int RunRank(const Options& o) {
   if (!store.ok()) return Fail(store.status());
   // One replica: the engine's group is the rank alone for tensor parallelism (ZeRO over replicas
   // only), the whole group for sequence parallelism (NOTE [Parallel sets] in step/stage.h).
-  const tandem::parallel::RankLayout layout{llm ? tandem::Role::kLlm : tandem::Role::kVision, o.rank, o.degree, o.degree};
+  const tandem::parallel::RankLayout layout{llm ? tandem::Role::kLlm : tandem::Role::kVision,
+                                            o.rank, o.degree, o.degree};
   auto parallel = Group(*store, layout.parallel_group(), layout.index(), o.degree);
-  auto engine_group = Group(*store, layout.engine_group(), layout.engine_rank(), layout.engine_size());
-  if (!parallel.ok() || !engine_group.ok()) return Fail(parallel.ok() ? engine_group.status() : parallel.status());
+  auto engine_group =
+      Group(*store, layout.engine_group(), layout.engine_rank(), layout.engine_size());
+  if (!parallel.ok() || !engine_group.ok())
+    return Fail(parallel.ok() ? engine_group.status() : parallel.status());
   auto parallel_counts = std::make_shared<CountingCommunicator>(*parallel);
   auto engine_counts = std::make_shared<CountingCommunicator>(*engine_group);
-  const tandem::parallel::ParallelGroup group{o.degree > 1 ? parallel_counts : nullptr, std::chrono::minutes(10)};
+  const tandem::parallel::ParallelGroup group{o.degree > 1 ? parallel_counts : nullptr,
+                                              std::chrono::minutes(10)};
 
   torch::manual_seed(0);
   std::shared_ptr<torch::nn::Module> model;
@@ -145,15 +149,14 @@ int RunRank(const Options& o) {
   std::sort(step_ms.begin(), step_ms.end());
   const auto report = (*engine)->Memory();
   const int64_t peak = tandem::engine::PeakResidentBytes();
-  nlohmann::ordered_json line = {
-      {"rank", o.rank},
-      {"parameters", parameters},
-      {"model_state_bytes", report.model_state_bytes()},
-      {"peak_rss_bytes", peak},
-      {"peak_above_baseline_bytes", peak - baseline},
-      {"parallel_bytes_per_step", parallel_bytes / o.steps},
-      {"engine_bytes_per_step", engine_bytes / o.steps},
-      {"step_ms_median", step_ms[step_ms.size() / 2]}};
+  nlohmann::ordered_json line = {{"rank", o.rank},
+                                 {"parameters", parameters},
+                                 {"model_state_bytes", report.model_state_bytes()},
+                                 {"peak_rss_bytes", peak},
+                                 {"peak_above_baseline_bytes", peak - baseline},
+                                 {"parallel_bytes_per_step", parallel_bytes / o.steps},
+                                 {"engine_bytes_per_step", engine_bytes / o.steps},
+                                 {"step_ms_median", step_ms[step_ms.size() / 2]}};
   std::ofstream(o.result + "." + std::to_string(o.rank)) << line.dump() << "\n";
   return 0;
 }
@@ -162,8 +165,9 @@ int RunRank(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{"Tensor- and sequence-parallel benchmark: model state, peak memory and bytes moved per step "
-               "per rank for each degree, and their ratios to degree 1. Prints JSON lines."};
+  CLI::App app{
+      "Tensor- and sequence-parallel benchmark: model state, peak memory and bytes moved per step "
+      "per rank for each degree, and their ratios to degree 1. Prints JSON lines."};
   app.add_option("--cases", o.cases, "llm (tensor parallelism), vision (sequence parallelism)");
   app.add_option("--tensor", o.tensor, "Tensor-parallel degrees of the llm case");
   app.add_option("--sequence", o.sequence, "Sequence-parallel degrees of the vision case");
@@ -172,7 +176,8 @@ int main(int argc, char** argv) {
   app.add_option("--prefix", o.prefix, "Image embeddings ahead of the text");
   app.add_option("--text", o.text, "Text tokens");
   app.add_option("--vision-preset", o.vision_preset, "Vision shape");
-  app.add_option("--image-size", o.image_size, "Image side in pixels (positions: (side / patch)^2)");
+  app.add_option("--image-size", o.image_size,
+                 "Image side in pixels (positions: (side / patch)^2)");
   app.add_option("--batch", o.batch, "Samples per step");
   app.add_option("--warmup", o.warmup, "Untimed steps");
   app.add_option("--steps", o.steps, "Timed steps");
@@ -193,15 +198,16 @@ int main(int argc, char** argv) {
     nlohmann::json first;
     for (int degree : llm ? o.tensor : o.sequence) {
       const std::string result = std::string(pattern) + "/" + name + std::to_string(degree);
-      if (tandem::LaunchLocalRanks(argv, degree,
-                                   {"--run-case", name, "--degree", std::to_string(degree), "--result", result}) != 0) {
+      if (tandem::LaunchLocalRanks(
+              argv, degree,
+              {"--run-case", name, "--degree", std::to_string(degree), "--result", result}) != 0) {
         ++failures;
         continue;
       }
       // The largest rank's figures (ranks differ by the vocabulary's remainder, and by the
       // class token or a dropped feature in the vision encoder).
-      nlohmann::ordered_json line = {{"bench", "parallel"}, {"case", name},
-                                     {llm ? "tensor" : "sequence", degree}};
+      nlohmann::ordered_json line = {
+          {"bench", "parallel"}, {"case", name}, {llm ? "tensor" : "sequence", degree}};
       for (int r = 0; r < degree; ++r) {
         std::ifstream in(result + "." + std::to_string(r));
         const nlohmann::json rank = nlohmann::json::parse(in, nullptr, false);
@@ -211,7 +217,8 @@ int main(int argc, char** argv) {
         }
         for (const auto& [key, value] : rank.items()) {
           if (key == "rank") continue;
-          if (!line.contains(key) || value.get<double>() > line[key].get<double>()) line[key] = value;
+          if (!line.contains(key) || value.get<double>() > line[key].get<double>())
+            line[key] = value;
         }
       }
       std::printf("%s\n", line.dump().c_str());
@@ -222,10 +229,12 @@ int main(int argc, char** argv) {
             {"bench", "parallel_ratio"},
             {"case", name},
             {llm ? "tensor" : "sequence", degree},
-            {"model_state_ratio", line["model_state_bytes"].get<double>() / first["model_state_bytes"].get<double>()},
-            {"peak_above_baseline_ratio",
-             line["peak_above_baseline_bytes"].get<double>() / first["peak_above_baseline_bytes"].get<double>()},
-            {"step_time_ratio", line["step_ms_median"].get<double>() / first["step_ms_median"].get<double>()}};
+            {"model_state_ratio",
+             line["model_state_bytes"].get<double>() / first["model_state_bytes"].get<double>()},
+            {"peak_above_baseline_ratio", line["peak_above_baseline_bytes"].get<double>() /
+                                              first["peak_above_baseline_bytes"].get<double>()},
+            {"step_time_ratio",
+             line["step_ms_median"].get<double>() / first["step_ms_median"].get<double>()}};
         std::printf("%s\n", ratio.dump().c_str());
         std::fflush(stdout);
       }

@@ -125,8 +125,10 @@ int SuperviseActor(const SupervisedActor& actor) {
       if (!address.empty() && Clock::now() >= next_check) {
         next_check = Clock::now() + kHealthInterval;
         if (health_streak.Record(rpc::CheckHealth(address, std::chrono::seconds(2), "the actor"))) {
-          TANDEM_LOG(kError, kComponent) << "actor " << address << " " << health_streak.Why() << " now";
-          kill(*pid, SIGKILL);  // a stuck thread would hold up a graceful stop; a stopped one ignores SIGTERM
+          TANDEM_LOG(kError, kComponent)
+              << "actor " << address << " " << health_streak.Why() << " now";
+          kill(*pid, SIGKILL);  // a stuck thread would hold up a graceful stop; a stopped one
+                                // ignores SIGTERM
           waitpid(*pid, &status, 0);
           stuck = true;
           break;
@@ -144,8 +146,7 @@ int SuperviseActor(const SupervisedActor& actor) {
     }
     if (stopping) break;
     const ProcessExit exit = ExitOf(status, oom_kills);
-    const std::string why =
-        stuck ? health_streak.Why() : DescribeExit(exit);
+    const std::string why = stuck ? health_streak.Why() : DescribeExit(exit);
     if (exit.exit_code == 2 && !stuck) {
       TANDEM_LOG(kError, kComponent)
           << "the actor " << why << " (bad flags); not starting it again";

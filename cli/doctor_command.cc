@@ -4,11 +4,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -100,7 +99,8 @@ struct Findings {
 
   std::string Verdict() const {
     if (!failures.empty()) return absl::StrCat("not ready: ", absl::StrJoin(failures, "; "));
-    if (!warnings.empty()) return absl::StrCat("ready with warnings: ", absl::StrJoin(warnings, "; "));
+    if (!warnings.empty())
+      return absl::StrCat("ready with warnings: ", absl::StrJoin(warnings, "; "));
     return "ready";
   }
 };
@@ -126,7 +126,8 @@ Findings Assess(const platform::PlatformReport& report, const platform::LocalSoc
   if (!report.cpu.bf16.native) {
     const bool emulated = report.cpu.bf16_override == platform::CpuBf16Override::kEmulated;
     f.notes.push_back(absl::StrCat(
-        "no native bf16 on the CPU (", report.cpu.bf16.detail, "): torch_autocast \"auto\" computes in ",
+        "no native bf16 on the CPU (", report.cpu.bf16.detail,
+        "): torch_autocast \"auto\" computes in ",
         emulated ? "emulated bf16 there, as TANDEM_CPU_BF16=emulated asks" : "fp32 there"));
   }
   const platform::CudaReport& cuda = report.cuda;
@@ -138,8 +139,9 @@ Findings Assess(const platform::PlatformReport& report, const platform::LocalSoc
   for (const platform::CudaDevice& d : cuda.devices) {
     if (!d.error.empty()) f.failures.push_back(absl::StrCat("cuda:", d.index, ": ", d.error));
     if (d.error.empty() && !d.bf16.native) {
-      f.notes.push_back(absl::StrCat("cuda:", d.index, " (", d.name, ") has no native bf16 (compute capability ",
-                                     d.major, ".", d.minor, ")"));
+      f.notes.push_back(absl::StrCat("cuda:", d.index, " (", d.name,
+                                     ") has no native bf16 (compute capability ", d.major, ".",
+                                     d.minor, ")"));
     }
   }
   if (!report.nccl.error.empty()) f.failures.push_back(report.nccl.error);
@@ -148,7 +150,8 @@ Findings Assess(const platform::PlatformReport& report, const platform::LocalSoc
                                       "): actors here talk over gRPC on loopback, slower"));
   }
   if (coordinator && !coordinator->reachable) {
-    f.failures.push_back(absl::StrCat("coordinator ", coordinator->address, " unreachable (", coordinator->reason, ")"));
+    f.failures.push_back(absl::StrCat("coordinator ", coordinator->address, " unreachable (",
+                                      coordinator->reason, ")"));
   }
   return f;
 }
@@ -157,12 +160,18 @@ Findings Assess(const platform::PlatformReport& report, const platform::LocalSoc
 
 std::string BlasKind(BlasInfo::Kind kind) {
   switch (kind) {
-    case BlasInfo::Kind::kReference: return "reference";
-    case BlasInfo::Kind::kOpenBlas: return "openblas";
-    case BlasInfo::Kind::kBlis: return "blis";
-    case BlasInfo::Kind::kMkl: return "mkl";
-    case BlasInfo::Kind::kOther: return "other";
-    case BlasInfo::Kind::kNone: break;
+    case BlasInfo::Kind::kReference:
+      return "reference";
+    case BlasInfo::Kind::kOpenBlas:
+      return "openblas";
+    case BlasInfo::Kind::kBlis:
+      return "blis";
+    case BlasInfo::Kind::kMkl:
+      return "mkl";
+    case BlasInfo::Kind::kOther:
+      return "other";
+    case BlasInfo::Kind::kNone:
+      break;
   }
   return "none";
 }
@@ -172,14 +181,19 @@ Json OrNull(const std::optional<double>& value) { return value ? Json(*value) : 
 Json ToJson(const platform::PlatformReport& r, const platform::LocalSocketProbe& link,
             const std::optional<CoordinatorCheck>& coordinator, const Findings& findings) {
   Json out;
-  out["verdict"] = !findings.failures.empty() ? "not ready" : !findings.warnings.empty() ? "ready with warnings" : "ready";
+  out["verdict"] = !findings.failures.empty()   ? "not ready"
+                   : !findings.warnings.empty() ? "ready with warnings"
+                                                : "ready";
   out["summary"] = findings.Verdict();
   out["failures"] = findings.failures;
   out["warnings"] = findings.warnings;
   out["notes"] = findings.notes;
-  out["libtorch"] = {{"version", r.libtorch.version},         {"cuda", r.libtorch.cuda},
-                     {"cuda_version", r.libtorch.cuda_version}, {"tandem_cuda", r.libtorch.tandem_cuda},
-                     {"blas_info", r.libtorch.blas_info},     {"mkl", r.libtorch.mkl},
+  out["libtorch"] = {{"version", r.libtorch.version},
+                     {"cuda", r.libtorch.cuda},
+                     {"cuda_version", r.libtorch.cuda_version},
+                     {"tandem_cuda", r.libtorch.tandem_cuda},
+                     {"blas_info", r.libtorch.blas_info},
+                     {"mkl", r.libtorch.mkl},
                      {"threads", r.libtorch.threads}};
   out["blas"] = {{"kind", BlasKind(r.blas.kind)},
                  {"library", r.blas.library},
@@ -191,9 +205,10 @@ Json ToJson(const platform::PlatformReport& r, const platform::LocalSocketProbe&
               {"features", r.cpu.features.Summary()},
               {"native_bf16", r.cpu.bf16.native},
               {"bf16_detail", r.cpu.bf16.detail},
-              {"bf16_override", r.cpu.bf16_override == platform::CpuBf16Override::kAbsent     ? Json("absent")
-                                : r.cpu.bf16_override == platform::CpuBf16Override::kEmulated ? Json("emulated")
-                                                                                               : Json(nullptr)},
+              {"bf16_override",
+               r.cpu.bf16_override == platform::CpuBf16Override::kAbsent     ? Json("absent")
+               : r.cpu.bf16_override == platform::CpuBf16Override::kEmulated ? Json("emulated")
+                                                                             : Json(nullptr)},
               {"matmul", nullptr}};
   if (r.cpu.matmul) {
     cpu["matmul"] = {{"fp32_gflops", r.cpu.matmul->fp32_gflops},
@@ -214,88 +229,103 @@ Json ToJson(const platform::PlatformReport& r, const platform::LocalSocketProbe&
   out["cuda"] = {{"devices", devices}, {"none_reason", r.cuda.none_reason}};
   Json all_reduce = nullptr;
   if (const auto& a = r.nccl.all_reduce) {
-    all_reduce = {{"gpus", a->gpus},           {"bytes", a->bytes},         {"iterations", a->iterations},
-                  {"seconds", a->seconds},     {"algbw_gbps", a->algbw_gbps}, {"busbw_gbps", a->busbw_gbps}};
+    all_reduce = {
+        {"gpus", a->gpus},       {"bytes", a->bytes},           {"iterations", a->iterations},
+        {"seconds", a->seconds}, {"algbw_gbps", a->algbw_gbps}, {"busbw_gbps", a->busbw_gbps}};
   }
   out["nccl"] = {{"built_in", r.nccl.built_in},
                  {"version", r.nccl.built_in ? Json(r.nccl.version) : Json(nullptr)},
                  {"all_reduce", all_reduce},
                  {"error", r.nccl.error}};
-  out["local_link"] = {{"ok", link.ok},       {"name", link.name},          {"bytes", link.bytes},
-                       {"step", link.step},   {"errno", link.error_number}, {"error", link.error}};
+  out["local_link"] = {{"ok", link.ok},     {"name", link.name},          {"bytes", link.bytes},
+                       {"step", link.step}, {"errno", link.error_number}, {"error", link.error}};
   out["coordinator"] = nullptr;
   if (coordinator) {
-    out["coordinator"] = {{"address", coordinator->address},
-                          {"reachable", coordinator->reachable},
-                          {"actors", coordinator->reachable ? Json(coordinator->actors) : Json(nullptr)},
-                          {"reason", coordinator->reason},
-                          {"detail", coordinator->detail}};
+    out["coordinator"] = {
+        {"address", coordinator->address},
+        {"reachable", coordinator->reachable},
+        {"actors", coordinator->reachable ? Json(coordinator->actors) : Json(nullptr)},
+        {"reason", coordinator->reason},
+        {"detail", coordinator->detail}};
   }
   return out;
 }
 
-void Line(const char* label, const std::string& text) { std::printf("%-13s%s\n", label, text.c_str()); }
+void Line(const char* label, const std::string& text) {
+  std::printf("%-13s%s\n", label, text.c_str());
+}
 
 void PrintText(const platform::PlatformReport& r, const platform::LocalSocketProbe& link,
                const std::optional<CoordinatorCheck>& coordinator, const Findings& findings,
                bool probes) {
   const platform::LibTorchInfo& torch = r.libtorch;
-  Line("LibTorch", absl::StrCat(torch.version,
-                                torch.cuda ? absl::StrCat(" with CUDA ", torch.cuda_version) : ", built without CUDA",
-                                torch.cuda && !torch.tandem_cuda ? " (this build of Tandem has no CUDA code)" : "",
-                                "; ", torch.threads, torch.threads == 1 ? " intra-op thread" : " intra-op threads"));
+  Line("LibTorch",
+       absl::StrCat(
+           torch.version,
+           torch.cuda ? absl::StrCat(" with CUDA ", torch.cuda_version) : ", built without CUDA",
+           torch.cuda && !torch.tandem_cuda ? " (this build of Tandem has no CUDA code)" : "", "; ",
+           torch.threads, torch.threads == 1 ? " intra-op thread" : " intra-op threads"));
   std::string blas;
   if (r.blas.kind != BlasInfo::Kind::kNone) {
-    blas = absl::StrCat(r.blas.Describe(), r.blas.threading.empty() ? "" : absl::StrCat(", ", r.blas.threading, " threading"));
+    blas = absl::StrCat(
+        r.blas.Describe(),
+        r.blas.threading.empty() ? "" : absl::StrCat(", ", r.blas.threading, " threading"));
   } else {
-    blas = absl::StrCat("LibTorch's own: BLAS_INFO=", torch.blas_info.empty() ? "unknown" : torch.blas_info,
-                        torch.mkl.empty() ? "" : absl::StrCat(" (", torch.mkl, ")"));
+    blas = absl::StrCat(
+        "LibTorch's own: BLAS_INFO=", torch.blas_info.empty() ? "unknown" : torch.blas_info,
+        torch.mkl.empty() ? "" : absl::StrCat(" (", torch.mkl, ")"));
   }
   Line("BLAS", blas);
   const CpuFeatures& cpu = r.cpu.features;
-  Line("CPU", absl::StrCat(cpu.model.empty() ? "unknown model" : cpu.model, " (", cpu.arch, ": ", cpu.Summary(), ")"));
+  Line("CPU", absl::StrCat(cpu.model.empty() ? "unknown model" : cpu.model, " (", cpu.arch, ": ",
+                           cpu.Summary(), ")"));
   std::string bf16 = r.cpu.bf16.native ? absl::StrCat("native (", r.cpu.bf16.detail, ")")
                                        : absl::StrCat("not native: ", r.cpu.bf16.detail);
   if (r.cpu.bf16_override != platform::CpuBf16Override::kNone) {
-    absl::StrAppend(&bf16, " (the CPU itself: ", cpu.native_bf16() ? cpu.Bf16Instructions() : "no bf16 instructions", ")");
+    absl::StrAppend(&bf16, " (the CPU itself: ",
+                    cpu.native_bf16() ? cpu.Bf16Instructions() : "no bf16 instructions", ")");
   }
   Line("CPU bf16", bf16);
   if (const auto& m = r.cpu.matmul) {
-    Line("CPU matmul", absl::StrFormat("fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s (bf16 %.1fx %s)", m->fp32_gflops,
-                                       m->bf16_gflops, m->slowdown() >= 1 ? m->slowdown() : 1 / m->slowdown(),
-                                       m->slowdown() >= 1 ? "slower" : "faster"));
+    Line("CPU matmul",
+         absl::StrFormat("fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s (bf16 %.1fx %s)", m->fp32_gflops,
+                         m->bf16_gflops, m->slowdown() >= 1 ? m->slowdown() : 1 / m->slowdown(),
+                         m->slowdown() >= 1 ? "slower" : "faster"));
   } else {
     Line("CPU matmul", "not measured (--skip-probes)");
   }
   if (r.cuda.devices.empty()) Line("CUDA", absl::StrCat("none: ", r.cuda.none_reason));
   for (const platform::CudaDevice& d : r.cuda.devices) {
-    std::string text = absl::StrFormat("cuda:%d %s, compute capability %d.%d, %.1f GiB, %s", d.index, d.name, d.major,
-                                       d.minor, d.memory_bytes / double(1 << 30),
-                                       d.bf16.native ? "native bf16" : "no native bf16");
-    if (d.bf16_matmul_tflops) absl::StrAppendFormat(&text, "; bf16 matmul %.1f TFLOP/s", *d.bf16_matmul_tflops);
+    std::string text = absl::StrFormat(
+        "cuda:%d %s, compute capability %d.%d, %.1f GiB, %s", d.index, d.name, d.major, d.minor,
+        d.memory_bytes / double(1 << 30), d.bf16.native ? "native bf16" : "no native bf16");
+    if (d.bf16_matmul_tflops)
+      absl::StrAppendFormat(&text, "; bf16 matmul %.1f TFLOP/s", *d.bf16_matmul_tflops);
     if (!d.error.empty()) absl::StrAppend(&text, "; failed: ", d.error);
     Line(d.index == 0 ? "CUDA" : "", text);
   }
   std::string nccl = r.nccl.built_in ? r.nccl.version : "not built in";
   if (const auto& a = r.nccl.all_reduce) {
-    absl::StrAppendFormat(&nccl, "; all-reduce of %d MiB across %d GPUs: busbw %.1f GB/s (algbw %.1f GB/s)",
-                          static_cast<int>(a->bytes >> 20), a->gpus, a->busbw_gbps, a->algbw_gbps);
+    absl::StrAppendFormat(
+        &nccl, "; all-reduce of %d MiB across %d GPUs: busbw %.1f GB/s (algbw %.1f GB/s)",
+        static_cast<int>(a->bytes >> 20), a->gpus, a->busbw_gbps, a->algbw_gbps);
   } else if (!r.nccl.error.empty()) {
     absl::StrAppend(&nccl, "; all-reduce failed: ", r.nccl.error);
   } else if (r.nccl.built_in && probes && r.cuda.devices.size() == 1) {
     absl::StrAppend(&nccl, "; one GPU, no all-reduce to measure");
   }
   Line("NCCL", nccl);
-  Line("Local links", link.ok ? absl::StrCat("OK: abstract Unix socket @", link.name, ", ", link.bytes, " bytes each way")
+  Line("Local links", link.ok ? absl::StrCat("OK: abstract Unix socket @", link.name, ", ",
+                                             link.bytes, " bytes each way")
                               : absl::StrCat("failed: ", link.error));
   if (!coordinator) {
     Line("Coordinator", "not checked (--coordinator HOST:PORT)");
   } else if (coordinator->reachable) {
-    Line("Coordinator", absl::StrCat(coordinator->address, " serving, token accepted, ", coordinator->actors,
-                                     " actors registered"));
+    Line("Coordinator", absl::StrCat(coordinator->address, " serving, token accepted, ",
+                                     coordinator->actors, " actors registered"));
   } else {
-    Line("Coordinator", absl::StrCat(coordinator->address, " unreachable: ", coordinator->reason, " (",
-                                     coordinator->detail, ")"));
+    Line("Coordinator", absl::StrCat(coordinator->address, " unreachable: ", coordinator->reason,
+                                     " (", coordinator->detail, ")"));
   }
   std::printf("\n");
   for (const std::string& note : findings.notes) std::printf("note: %s\n", note.c_str());
@@ -308,7 +338,8 @@ int RunDoctor(const DoctorFlags& flags) {
   const platform::PlatformReport report = platform::ReportPlatform(options);
   const platform::LocalSocketProbe link = platform::ProbeLocalSocket();
   std::optional<CoordinatorCheck> coordinator;
-  if (!flags.coordinator.empty()) coordinator = CheckCoordinator(flags.coordinator, flags.timeout_s);
+  if (!flags.coordinator.empty())
+    coordinator = CheckCoordinator(flags.coordinator, flags.timeout_s);
   const Findings findings = Assess(report, link, coordinator);
   if (flags.output == "json") {
     std::printf("%s\n", ToJson(report, link, coordinator, findings).dump().c_str());
@@ -322,23 +353,28 @@ int RunDoctor(const DoctorFlags& flags) {
 
 void AddDoctorCommand(CLI::App& app, int* exit_code) {
   auto flags = std::make_shared<DoctorFlags>();
-  CLI::App* doctor = app.add_subcommand(
-      "doctor",
-      "Check this host for Tandem: LibTorch, BLAS, CPU and bf16, CUDA devices, NCCL, local links and "
-      "(given --coordinator) the coordinator; ends with a verdict. Exit code 0 when ready (warnings "
-      "allowed), 1 when not");
-  doctor->add_option("--coordinator", flags->coordinator,
-                     "Coordinator HOST:PORT to check: its health service, then one call with the token "
-                     "(default: not checked)");
+  CLI::App* doctor = app.add_subcommand("doctor",
+                                        "Check this host for Tandem: LibTorch, BLAS, CPU and bf16, "
+                                        "CUDA devices, NCCL, local links and "
+                                        "(given --coordinator) the coordinator; ends with a "
+                                        "verdict. Exit code 0 when ready (warnings "
+                                        "allowed), 1 when not");
+  doctor->add_option(
+      "--coordinator", flags->coordinator,
+      "Coordinator HOST:PORT to check: its health service, then one call with the token "
+      "(default: not checked)");
   doctor->add_option("--timeout", flags->timeout_s, "Seconds each coordinator call may take")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  doctor->add_option("--output", flags->output, "text: one line per part and the verdict; json: one object")
+  doctor
+      ->add_option("--output", flags->output,
+                   "text: one line per part and the verdict; json: one object")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
-  doctor->add_flag("--skip-probes", flags->skip_probes,
-                   "Skip the timed measurements (CPU matmul fp32 against bf16; on GPUs a bf16 matmul each "
-                   "and an NCCL all-reduce across them)");
+  doctor->add_flag(
+      "--skip-probes", flags->skip_probes,
+      "Skip the timed measurements (CPU matmul fp32 against bf16; on GPUs a bf16 matmul each "
+      "and an NCCL all-reduce across them)");
   AddSecurityFlags(doctor, &flags->security);
   doctor->callback([=] {
     *exit_code = WithSecurity("doctor", flags->security, [&] { return RunDoctor(*flags); });

@@ -6,14 +6,14 @@
 // each and an NCCL all-reduce across them. It ends with one verdict line:
 //   "ready"                          nothing stands in the way
 //   "ready with warnings: A; B"      it works, slower or with less than it could (reference BLAS,
-//                                    pthreads OpenBLAS, no local links), or CUDA is there and cannot
-//                                    serve (devices this build has no code for, a loaded NVIDIA
-//                                    driver under which CUDA fails)
+//                                    pthreads OpenBLAS, no local links), or CUDA is there and
+//                                    cannot serve (devices this build has no code for, a loaded
+//                                    NVIDIA driver under which CUDA fails)
 //   "not ready: A; B"                a coordinator that was asked for and does not answer, a GPU
 //                                    probe that failed
 // Notes (no native bf16 on the CPU, no CUDA device) are printed but change nothing.
-// `--output json` prints the same as one object (docs/service.md, "Checking a node", lists its fields).
-// Exit code 0 when ready (warnings allowed), 1 when not, 2 for bad flags (cli/main.cc).
+// `--output json` prints the same as one object (docs/service.md, "Checking a node", lists its
+// fields). Exit code 0 when ready (warnings allowed), 1 when not, 2 for bad flags (cli/main.cc).
 #pragma once
 
 #include <CLI/CLI.hpp>

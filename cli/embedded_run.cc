@@ -240,8 +240,7 @@ int RunEmbedded(const EmbeddedRunOptions& options) {
   *request.mutable_spec() = *options.job.spec;
   request.set_run_dir(run_dir);
   int threads = options.threads;
-  if (threads == 0)
-    threads = std::max(1, UsableCpus() / actors);
+  if (threads == 0) threads = std::max(1, UsableCpus() / actors);
   request.set_threads(threads);
   v1::SubmitJobResponse response;
   status = rpc::FromGrpc(

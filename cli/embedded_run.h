@@ -15,14 +15,15 @@ namespace tandem::cli {
 
 struct EmbeddedRunOptions {
   jobspec::ResolvedJobSpec job;  // as jobspec::ReadJobSpecFile read it
-  std::string run_dir;  // absolute or relative; must not exist or be empty
-  int threads = 0;      // intra-op threads per actor; 0 = cores / actors
+  std::string run_dir;           // absolute or relative; must not exist or be empty
+  int threads = 0;               // intra-op threads per actor; 0 = cores / actors
   std::string log_level = "info";
   bool json = false;
   bool interactive = false;
   bool local_links = true;  // false: the actors run with --no-local-links
-  std::string device = "cpu";  // checked by platform::CheckDevice; "cuda" spreads each group's ranks
-  int cuda_devices = 0;        // CUDA devices of this host, for "cuda"
+  std::string device =
+      "cpu";             // checked by platform::CheckDevice; "cuda" spreads each group's ranks
+  int cuda_devices = 0;  // CUDA devices of this host, for "cuda"
   // Testing only: the coordinator's --test-hold-dir (coordinator/step_hold.h); "" for none.
   std::string hold_dir;
 };

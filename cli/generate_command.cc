@@ -2,17 +2,18 @@
 
 #include <cstdio>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "hf/generate.h"
 
 namespace tandem::cli {
 
 void AddChatTemplateOption(CLI::App& command, std::string& chat_template) {
-  command.add_option("--chat-template", chat_template,
-                     "With --chat: a built-in template, chatml, llama3 or tandem (default: the model's own, run)")
+  command
+      .add_option("--chat-template", chat_template,
+                  "With --chat: a built-in template, chatml, llama3 or tandem (default: the "
+                  "model's own, run)")
       ->check(CLI::IsMember({"chatml", "llama3", "tandem"}));
 }
 
@@ -20,26 +21,35 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   auto request = std::make_shared<hf::GenerateRequest>();
   auto output = std::make_shared<std::string>("text");
   CLI::App* generate = app.add_subcommand(
-      "generate", "Greedy generation from a Hugging Face LLaVA directory: an image and a prompt in, text out");
-  generate->add_option("--model", request->model_dir,
-                       "A Hugging Face LLaVA directory (config.json, *.safetensors, tokenizer.json, "
-                       "preprocessor_config.json or transformers 5's processor_config.json), a finished Tandem run "
-                       "directory or one of its checkpoints")
+      "generate",
+      "Greedy generation from a Hugging Face LLaVA directory: an image and a prompt in, text out");
+  generate
+      ->add_option("--model", request->model_dir,
+                   "A Hugging Face LLaVA directory (config.json, *.safetensors, tokenizer.json, "
+                   "preprocessor_config.json or transformers 5's processor_config.json), a "
+                   "finished Tandem run "
+                   "directory or one of its checkpoints")
       ->required();
-  generate->add_option("--image", request->image_path, "PNG or JPEG image; the prompt marks it with <image>");
-  generate->add_option("--prompt", request->prompt,
-                       "Raw prompt text; <image> marks where the image goes (tokenized with the model's tokenizer "
-                       "and its special tokens)")
+  generate->add_option("--image", request->image_path,
+                       "PNG or JPEG image; the prompt marks it with <image>");
+  generate
+      ->add_option("--prompt", request->prompt,
+                   "Raw prompt text; <image> marks where the image goes (tokenized with the "
+                   "model's tokenizer "
+                   "and its special tokens)")
       ->required();
   generate->add_option("--max-new-tokens", request->max_new_tokens, "Tokens to generate at most")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  generate->add_flag("--chat", request->chat,
-                     "Wrap the prompt as one user turn of the model's chat template, with a generation prompt");
+  generate->add_flag(
+      "--chat", request->chat,
+      "Wrap the prompt as one user turn of the model's chat template, with a generation prompt");
   AddChatTemplateOption(*generate, request->chat_template);
-  generate->add_option("--output", *output,
-                       "text: the generated text; json: {\"text\", \"token_ids\", \"prompt_tokens\", "
-                       "\"prompt_token_ids\" (image tokens expanded), \"prompt_text\" (what was tokenized)}")
+  generate
+      ->add_option(
+          "--output", *output,
+          "text: the generated text; json: {\"text\", \"token_ids\", \"prompt_tokens\", "
+          "\"prompt_token_ids\" (image tokens expanded), \"prompt_text\" (what was tokenized)}")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));
   generate->add_option("--threads", request->threads, "Intra-op threads (default: LibTorch's)")

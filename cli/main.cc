@@ -1,7 +1,6 @@
-// tandem: one binary, one subcommand per verb (docs/design.md §1): run, coordinator, actor, submit, status,
-// jobs, actors, logs, cancel, doctor, export, generate, tokenize.
+// tandem: one binary, one subcommand per verb (docs/design.md §1): run, coordinator, actor, submit,
+// status, jobs, actors, logs, cancel, doctor, export, generate, tokenize.
 #include <CLI/CLI.hpp>
-
 #include <string>
 
 #include "cli/client_commands.h"
@@ -18,8 +17,9 @@
 
 int main(int argc, char** argv) {
   tandem::TuneMallocForLargeBuffers();
-  CLI::App app{"Tandem: multimodal training with the vision encoder and the LLM in separate actor groups, "
-               "each on a low-precision ZeRO engine."};
+  CLI::App app{
+      "Tandem: multimodal training with the vision encoder and the LLM in separate actor groups, "
+      "each on a low-precision ZeRO engine."};
   app.require_subcommand(1);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "debug, info, warning or error")

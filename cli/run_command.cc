@@ -30,12 +30,12 @@ struct RunFlags {
   bool no_local_links = false;
   std::string device = "cpu";
   std::vector<int64_t> profile;  // FIRST LAST, --colocated only
-  std::string hold_dir;  // testing only: the coordinator's --test-hold-dir
+  std::string hold_dir;          // testing only: the coordinator's --test-hold-dir
 };
 
-// --colocated's default intra-op threads: $OMP_NUM_THREADS where it is a positive number, else every
-// CPU this process may use. Set explicitly because LibTorch's own default differs between builds
-// (Debian's 1.13 took one thread on a 2-core machine, the PyPI wheel's both).
+// --colocated's default intra-op threads: $OMP_NUM_THREADS where it is a positive number, else
+// every CPU this process may use. Set explicitly because LibTorch's own default differs between
+// builds (Debian's 1.13 took one thread on a 2-core machine, the PyPI wheel's both).
 int ColocatedThreads() {
   int threads = 0;
   const char* omp = std::getenv("OMP_NUM_THREADS");
@@ -86,7 +86,8 @@ int Run(const RunFlags& flags, const std::string& log_level) {
   options.run_dir = run_dir;
   if (!flags.profile.empty() && flags.profile[1] < flags.profile[0]) {
     std::fprintf(stderr, "tandem run: --profile %lld %lld: LAST must be FIRST or later\n",
-                 static_cast<long long>(flags.profile[0]), static_cast<long long>(flags.profile[1]));
+                 static_cast<long long>(flags.profile[0]),
+                 static_cast<long long>(flags.profile[1]));
     return 2;
   }
   if (!flags.profile.empty()) {
@@ -147,15 +148,17 @@ void AddRunCommand(CLI::App& app, const std::string* log_level, int* exit_code) 
                   "or cuda (without --colocated, the r-th actor of each group on device r mod the "
                   "devices; with it, cuda:0)")
       ->capture_default_str();
-  run->add_option("--profile", flags->profile,
-                  "With --colocated: trace steps FIRST to LAST (LibTorch's profiler: operators, and "
-                  "on a GPU its kernels) into RUN_DIR/trace.json, a Chrome trace for Perfetto")
+  run->add_option(
+         "--profile", flags->profile,
+         "With --colocated: trace steps FIRST to LAST (LibTorch's profiler: operators, and "
+         "on a GPU its kernels) into RUN_DIR/trace.json, a Chrome trace for Perfetto")
       ->expected(2)
       ->needs(colocated)
       ->check([](const std::string& value) {
         int64_t step = 0;
-        return absl::SimpleAtoi(value, &step) && step >= 1 ? std::string()
-                                                            : std::string("a step number, 1 or more");
+        return absl::SimpleAtoi(value, &step) && step >= 1
+                   ? std::string()
+                   : std::string("a step number, 1 or more");
       });
   // Testing only: hidden from --help (group ""); coordinator/step_hold.h.
   run->add_option("--test-hold-dir", flags->hold_dir,

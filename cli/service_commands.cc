@@ -61,8 +61,8 @@ void AddServiceCommands(CLI::App& app, int* exit_code) {
         std::chrono::milliseconds(static_cast<int64_t>(*heartbeat_timeout_s * 1000));
     coordinator->command_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(*command_timeout_s * 1000));
-    coordinator->unplaceable_timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(std::min(*unplaceable_timeout_s, 1e9) * 1000));
+    coordinator->unplaceable_timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(std::min(*unplaceable_timeout_s, 1e9) * 1000));
     *exit_code = WithSecurity("coordinator", *coordinator_security,
                               [&] { return coordinator::RunCoordinator(*coordinator); });
   });
@@ -89,11 +89,12 @@ void AddServiceCommands(CLI::App& app, int* exit_code) {
         absl::Status status = platform::CheckDevice("", device, cuda_devices, false);
         return status.ok() ? std::string() : std::string(status.message());
       });
-  a->add_option("--memory", actor->memory_bytes,
-                "Memory one job may use on this actor, e.g. 80GiB, 24G, 512MiB (KiB = 1024, kB = 1000); "
-                "default: the device's (a GPU's memory, or the host's RAM under its cgroup limit). The "
-                "coordinator refuses at submit a job whose group's estimated memory exceeds what its pool's "
-                "actors offer, and the actor refuses such an assignment")
+  a->add_option(
+       "--memory", actor->memory_bytes,
+       "Memory one job may use on this actor, e.g. 80GiB, 24G, 512MiB (KiB = 1024, kB = 1000); "
+       "default: the device's (a GPU's memory, or the host's RAM under its cgroup limit). The "
+       "coordinator refuses at submit a job whose group's estimated memory exceeds what its pool's "
+       "actors offer, and the actor refuses such an assignment")
       ->transform(CLI::AsSizeValue(/*kb_is_1000=*/true))
       ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
   a->add_option("--ready-file", actor->ready_file,

@@ -2,10 +2,9 @@
 
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -30,21 +29,26 @@ struct Tokenized {
 };
 
 absl::StatusOr<Tokenized> Tokenize(const TokenizeRequest& request) {
-  absl::StatusOr<tokenizer::HfTokenizer> tokenizer = tokenizer::HfTokenizer::Load(request.model_dir);
+  absl::StatusOr<tokenizer::HfTokenizer> tokenizer =
+      tokenizer::HfTokenizer::Load(request.model_dir);
   if (!tokenizer.ok()) return tokenizer.status();
   Tokenized out;
   out.text = request.text;
   if (request.chat) {
-    absl::StatusOr<tokenizer::ChatTemplate> chat = tokenizer::ChatTemplate::For(request.chat_template, *tokenizer);
+    absl::StatusOr<tokenizer::ChatTemplate> chat =
+        tokenizer::ChatTemplate::For(request.chat_template, *tokenizer);
     if (!chat.ok()) return chat.status();
-    absl::StatusOr<std::string> rendered = chat->Render({{"user", request.text}}, /*add_generation_prompt=*/true);
+    absl::StatusOr<std::string> rendered =
+        chat->Render({{"user", request.text}}, /*add_generation_prompt=*/true);
     if (!rendered.ok()) return rendered.status();
     out.text = *std::move(rendered);
   }
-  absl::StatusOr<std::vector<int64_t>> ids = tokenizer->Encode(out.text, /*add_special_tokens=*/!request.chat);
+  absl::StatusOr<std::vector<int64_t>> ids =
+      tokenizer->Encode(out.text, /*add_special_tokens=*/!request.chat);
   if (!ids.ok()) return ids.status();
   out.ids = *std::move(ids);
-  for (int64_t id : out.ids) out.tokens.push_back(tokenizer->Decode({id}, /*skip_special_tokens=*/false));
+  for (int64_t id : out.ids)
+    out.tokens.push_back(tokenizer->Decode({id}, /*skip_special_tokens=*/false));
   return out;
 }
 
@@ -53,17 +57,23 @@ absl::StatusOr<Tokenized> Tokenize(const TokenizeRequest& request) {
 void AddTokenizeCommand(CLI::App& app, int* exit_code) {
   auto request = std::make_shared<TokenizeRequest>();
   auto output = std::make_shared<std::string>("text");
-  CLI::App* tokenize = app.add_subcommand(
-      "tokenize", "What a model's tokenizer (and with --chat its chat template) makes of a text: ids and pieces");
-  tokenize->add_option("--model", request->model_dir,
-                       "A directory with tokenizer.json (a Hugging Face model, a `tandem export` directory)")
+  CLI::App* tokenize = app.add_subcommand("tokenize",
+                                          "What a model's tokenizer (and with --chat its chat "
+                                          "template) makes of a text: ids and pieces");
+  tokenize
+      ->add_option(
+          "--model", request->model_dir,
+          "A directory with tokenizer.json (a Hugging Face model, a `tandem export` directory)")
       ->required();
   tokenize->add_option("text", request->text, "The text; <image> stays one token")->required();
-  tokenize->add_flag("--chat", request->chat,
-                     "Make the text one user turn of the model's chat template, with a generation prompt");
+  tokenize->add_flag(
+      "--chat", request->chat,
+      "Make the text one user turn of the model's chat template, with a generation prompt");
   AddChatTemplateOption(*tokenize, request->chat_template);
-  tokenize->add_option("--output", *output,
-                       "text: the tokenized text, the ids and the pieces; json: {\"text\", \"ids\", \"tokens\"}")
+  tokenize
+      ->add_option(
+          "--output", *output,
+          "text: the tokenized text, the ids and the pieces; json: {\"text\", \"ids\", \"tokens\"}")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));
   tokenize->callback([=] {
@@ -73,7 +83,8 @@ void AddTokenizeCommand(CLI::App& app, int* exit_code) {
       *exit_code = 1;
       return;
     }
-    const auto replace = nlohmann::json::error_handler_t::replace;  // a lone byte of a split character
+    const auto replace =
+        nlohmann::json::error_handler_t::replace;  // a lone byte of a split character
     if (*output == "json") {
       nlohmann::ordered_json j;
       j["text"] = result->text;
@@ -85,7 +96,8 @@ void AddTokenizeCommand(CLI::App& app, int* exit_code) {
       for (int64_t id : result->ids) absl::StrAppend(&ids, ids.empty() ? "" : " ", id);
       const std::string text = nlohmann::json(result->text).dump(-1, ' ', false, replace);
       const std::string tokens = nlohmann::json(result->tokens).dump(-1, ' ', false, replace);
-      std::printf("text:   %s\nids:    %s\ntokens: %s\n", text.c_str(), ids.c_str(), tokens.c_str());
+      std::printf("text:   %s\nids:    %s\ntokens: %s\n", text.c_str(), ids.c_str(),
+                  tokens.c_str());
     }
     *exit_code = 0;
   });

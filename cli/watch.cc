@@ -1,8 +1,8 @@
 #include "cli/watch.h"
 
-#include <ctime>
-
 #include <google/protobuf/util/json_util.h>
+
+#include <ctime>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -38,12 +38,15 @@ std::string Printable(std::string_view text) {
       continue;
     }
     continuation = 0;
-    const bool c1 = c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+    const bool c1 = c == 0xc2 && i + 1 < text.size() &&
+                    static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
                     static_cast<unsigned char>(text[i + 1]) <= 0x9f;  // U+0080..U+009F in UTF-8
     if (c1) {
       out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(text[++i]));
-    } else if (c < 0x20 || c == 0x7f || (c >= 0x80 && c <= 0xbf) || c >= 0xf5 || c == 0xc0 || c == 0xc1) {
-      out += absl::StrFormat("\\x%02x", c);  // controls, and bytes that start no UTF-8 character (0x9b is CSI)
+    } else if (c < 0x20 || c == 0x7f || (c >= 0x80 && c <= 0xbf) || c >= 0xf5 || c == 0xc0 ||
+               c == 0xc1) {
+      out += absl::StrFormat("\\x%02x",
+                             c);  // controls, and bytes that start no UTF-8 character (0x9b is CSI)
     } else {
       out += static_cast<char>(c);
       continuation = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc2 ? 1 : 0;
@@ -68,8 +71,8 @@ std::string DescribeOutcome(const v1::Job& job) {
                       Printable(job.message()), "\n");
 }
 
-absl::StatusOr<v1::Job> WatchJob(v1::Coordinator::Stub& stub, grpc::ClientContext* context, const std::string& job_id,
-                                 const WatchOptions& options) {
+absl::StatusOr<v1::Job> WatchJob(v1::Coordinator::Stub& stub, grpc::ClientContext* context,
+                                 const std::string& job_id, const WatchOptions& options) {
   v1::WatchJobRequest request;
   request.set_job_id(job_id);
   request.set_from_start(options.from_start);
@@ -101,7 +104,9 @@ absl::StatusOr<v1::Job> WatchJob(v1::Coordinator::Stub& stub, grpc::ClientContex
   printer.Finish();
   grpc::Status status = reader->Finish();
   if (!status.ok()) return rpc::FromGrpc(status, absl::StrCat("watching ", job_id));
-  if (!have_job) return absl::UnavailableError(absl::StrCat("the coordinator ended the watch of ", job_id, " early"));
+  if (!have_job)
+    return absl::UnavailableError(
+        absl::StrCat("the coordinator ended the watch of ", job_id, " early"));
   return last;
 }
 

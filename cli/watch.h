@@ -1,5 +1,6 @@
-// Following a job from the CLI (`tandem submit --wait`, `tandem logs -f`, the embedded `tandem run`):
-// the live progress line from its step metrics, events as log lines, and the final job. gRPC code.
+// Following a job from the CLI (`tandem submit --wait`, `tandem logs -f`, the embedded `tandem
+// run`): the live progress line from its step metrics, events as log lines, and the final job. gRPC
+// code.
 #pragma once
 
 #include <cstdio>
@@ -17,13 +18,13 @@ struct WatchOptions {
   bool interactive = false;      // redraw the progress line in place
   bool from_start = false;       // replay the recorded events first
   bool follow = true;
-  bool json = false;             // events as JSON lines (tandem.v1.JobEvent), no progress line
+  bool json = false;  // events as JSON lines (tandem.v1.JobEvent), no progress line
 };
 
 // Streams the job's updates until it ends (or, without follow, until what is recorded was sent) and
 // returns its final state. `context` may be cancelled from another thread (Ctrl-C).
-absl::StatusOr<v1::Job> WatchJob(v1::Coordinator::Stub& stub, grpc::ClientContext* context, const std::string& job_id,
-                                 const WatchOptions& options);
+absl::StatusOr<v1::Job> WatchJob(v1::Coordinator::Stub& stub, grpc::ClientContext* context,
+                                 const std::string& job_id, const WatchOptions& options);
 
 // Text from the coordinator (a job's name, message or events, which may quote a spec or a file) as
 // it is safe to print on a terminal: control characters, C1 controls included, become "\x1b"-style

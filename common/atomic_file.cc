@@ -141,12 +141,13 @@ absl::StatusOr<int> OpenUserFile(const std::string& path, int64_t max_bytes) {
   }
   if (!S_ISREG(info.st_mode)) {
     ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", KindOf(info.st_mode), ", not a regular file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", KindOf(info.st_mode), ", not a regular file"));
   }
   if (info.st_size > max_bytes) {
     ::close(fd);
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", info.st_size, " bytes, more than the ", max_bytes, " this reader takes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", info.st_size, " bytes, more than the ", max_bytes, " this reader takes"));
   }
   return fd;
 }
@@ -165,7 +166,8 @@ absl::StatusOr<std::string> ReadUserFile(const std::string& path, int64_t max_by
   ASSIGN_OR_RETURN(const int fd, OpenUserFile(path, max_bytes));
   ASSIGN_OR_RETURN(std::string contents, ReadAllAndClose(fd, path, max_bytes));
   if (static_cast<int64_t>(contents.size()) > max_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": more than the ", max_bytes, " bytes this reader takes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": more than the ", max_bytes, " bytes this reader takes"));
   }
   return contents;
 }

@@ -1,5 +1,5 @@
-// Crash-safe file writes: a reader sees either the old file or the whole new one, never a torn write.
-// Write to "<path>.tmp.<pid>", fsync it, rename over path, fsync the directory.
+// Crash-safe file writes: a reader sees either the old file or the whole new one, never a torn
+// write. Write to "<path>.tmp.<pid>", fsync it, rename over path, fsync the directory.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,8 @@ inline constexpr int64_t kMaxUserFileBytes = int64_t{4} << 30;
 // (/dev/zero, a terminal), a FIFO, a socket or a directory is InvalidArgument naming the path and
 // what it is, without reading from it or waiting on it; a larger file is InvalidArgument naming
 // both sizes. Nothing of the file's contents appears in an error.
-absl::StatusOr<std::string> ReadUserFile(const std::string& path, int64_t max_bytes = kMaxUserFileBytes);
+absl::StatusOr<std::string> ReadUserFile(const std::string& path,
+                                         int64_t max_bytes = kMaxUserFileBytes);
 
 // The checks of ReadUserFile without the read, for a file read in pieces (safetensors): OK for a
 // regular file of at most max_bytes.

@@ -24,7 +24,8 @@ std::string Resolved(const char* path) {
 void* SymbolOf(void* handle, const char* name, std::string* file) {
   void* symbol = handle != nullptr ? dlsym(handle, name) : nullptr;
   Dl_info where{};
-  if (symbol == nullptr || dladdr(symbol, &where) == 0 || where.dli_fname == nullptr) return nullptr;
+  if (symbol == nullptr || dladdr(symbol, &where) == 0 || where.dli_fname == nullptr)
+    return nullptr;
   *file = Resolved(where.dli_fname);
   return symbol;
 }
@@ -68,13 +69,17 @@ BlasInfo DetectBlas() {
   using ConfigFn = char* (*)();
   using VersionFn = const char* (*)();
   std::string openblas_file, blis_file, mkl_file, unused;
-  auto openblas = reinterpret_cast<ConfigFn>(SymbolOf(handle, "openblas_get_config", &openblas_file));
+  auto openblas =
+      reinterpret_cast<ConfigFn>(SymbolOf(handle, "openblas_get_config", &openblas_file));
   auto parallel = reinterpret_cast<int (*)()>(SymbolOf(handle, "openblas_get_parallel", &unused));
   auto blis = reinterpret_cast<VersionFn>(SymbolOf(handle, "bli_info_get_version_str", &blis_file));
   void* mkl = SymbolOf(handle, "mkl_get_version_string", &mkl_file);
   info.kind = ClassifyBlas(info.library, openblas != nullptr, blis != nullptr, mkl != nullptr);
-  const std::string& implementation = openblas != nullptr ? openblas_file : blis != nullptr ? blis_file : mkl_file;
-  if (!implementation.empty() && implementation != info.library) info.implementation = implementation;
+  const std::string& implementation = openblas != nullptr ? openblas_file
+                                      : blis != nullptr   ? blis_file
+                                                          : mkl_file;
+  if (!implementation.empty() && implementation != info.library)
+    info.implementation = implementation;
   switch (info.kind) {
     case BlasInfo::Kind::kOpenBlas:
       info.version = openblas();
@@ -120,7 +125,8 @@ bool WarnIfSlowBlas() {
   if (blas.kind == BlasInfo::Kind::kOpenBlas && blas.threading == "pthreads") {
     TANDEM_LOG(kWarning, "blas")
         << "OpenBLAS runs its own pthreads ("
-        << (blas.implementation.empty() ? blas.library : blas.library + " -> " + blas.implementation)
+        << (blas.implementation.empty() ? blas.library
+                                        : blas.library + " -> " + blas.implementation)
         << ") beside LibTorch's OpenMP threads, which trains small models 3-4x slower; point "
            "libblas.so.3 and libopenblas.so.0 at the OpenMP build (apt-get install "
            "libopenblas0-openmp; update-alternatives --set libblas.so.3-$(gcc -print-multiarch) "

@@ -42,9 +42,9 @@ CpuFeatures DetectX86() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   const unsigned max_leaf = __get_cpuid_max(0, nullptr);
   const unsigned long long xcr0 = ReadXcr0();
-  const bool os_avx = (xcr0 & 0x6) == 0x6;             // XMM and YMM
+  const bool os_avx = (xcr0 & 0x6) == 0x6;                 // XMM and YMM
   const bool os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0;  // opmask, ZMM_Hi256, Hi16_ZMM
-  const bool os_amx = (xcr0 & 0x60000) == 0x60000;     // XTILECFG, XTILEDATA
+  const bool os_amx = (xcr0 & 0x60000) == 0x60000;         // XTILECFG, XTILEDATA
   if (max_leaf >= 7) {
     __cpuid_count(7, 0, eax, ebx, ecx, edx);
     const unsigned subleaves = eax;

@@ -47,7 +47,8 @@ absl::StatusOr<FileLock> FileLock::Acquire(const std::string& path, const std::s
     const std::string other = ReadHolder(fd);
     ::close(fd);
     if (error == EWOULDBLOCK) {
-      return absl::FailedPreconditionError(absl::StrCat(what, " is in use by ", other, " (it holds ", path, ")"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, " is in use by ", other, " (it holds ", path, ")"));
     }
     return absl::ErrnoToStatus(error, absl::StrCat("cannot lock ", path));
   }

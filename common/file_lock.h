@@ -20,7 +20,8 @@ class FileLock {
   // writes "pid P on host H since T: <holder>" into it. FailedPrecondition when another holder has
   // it, whose message is "<what> is in use by <the holder's line> (it holds <path>)"; the errno's
   // status naming the file when it cannot be opened.
-  static absl::StatusOr<FileLock> Acquire(const std::string& path, const std::string& what, const std::string& holder);
+  static absl::StatusOr<FileLock> Acquire(const std::string& path, const std::string& what,
+                                          const std::string& holder);
 
   FileLock(FileLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
   FileLock& operator=(FileLock&& other) noexcept;

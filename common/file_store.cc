@@ -114,7 +114,8 @@ class FileStore final : public KeyValueStore {
     }
     if (__builtin_add_overflow(value, delta, &value)) {
       return absl::OutOfRangeError(absl::StrCat("FileStore ", directory_, ": Add on key \"", key,
-                                                "\": adding ", delta, " overflows a 64-bit integer"));
+                                                "\": adding ", delta,
+                                                " overflows a 64-bit integer"));
     }
     absl::Status write = WriteAtomically(key, *path, std::to_string(value));
     if (!write.ok()) return write;

@@ -1,9 +1,10 @@
 // Logging for every Tandem component, without pulling spdlog (or fmt) into the includer.
 //
-// Torch translation units must not see spdlog's headers (a pip LibTorch ships its own fmt, which would
-// shadow the system one: docs/design.md §6), so this header declares plain functions and logging.cc, which never
-// sees a LibTorch header, forwards them to spdlog. Each line carries the component name; callers put the
-// identity (job, role, rank, step) in the message. Configure once in main with ConfigureLogging.
+// Torch translation units must not see spdlog's headers (a pip LibTorch ships its own fmt, which
+// would shadow the system one: docs/design.md §6), so this header declares plain functions and
+// logging.cc, which never sees a LibTorch header, forwards them to spdlog. Each line carries the
+// component name; callers put the identity (job, role, rank, step) in the message. Configure once
+// in main with ConfigureLogging.
 //
 // Thread-safe: spdlog loggers are created with the multi-threaded sinks.
 #pragma once

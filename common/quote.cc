@@ -10,7 +10,8 @@ namespace tandem {
 std::string QuoteForMessage(std::string_view value) {
   size_t end = std::min(value.size(), kQuotedBytes);
   // Back to the start of a UTF-8 sequence: a continuation byte is 10xxxxxx.
-  while (end < value.size() && end > 0 && (static_cast<unsigned char>(value[end]) & 0xC0) == 0x80) --end;
+  while (end < value.size() && end > 0 && (static_cast<unsigned char>(value[end]) & 0xC0) == 0x80)
+    --end;
   std::string out = "\"";
   for (const char c : value.substr(0, end)) {
     const auto byte = static_cast<unsigned char>(c);

@@ -18,7 +18,7 @@ namespace {
 
 using OrderedJson = nlohmann::ordered_json;
 
-constexpr int kMaxHeaderDepth = 4;  // {name: {"shape": [...]}} is 3
+constexpr int kMaxHeaderDepth = 4;      // {name: {"shape": [...]}} is 3
 constexpr size_t kMaxArrayValues = 64;  // a shape's dimensions; data_offsets has 2
 
 // This Abseil's string_view is its own type, so std::string_view goes through this into StrCat.
@@ -35,7 +35,8 @@ absl::Status Invalid(const std::string& path, std::string_view what) {
 }
 
 absl::Status InvalidTensor(const std::string& path, std::string_view name, std::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("safetensors: ", path, ": tensor '", Shown(name), "': ", Sv(what)));
+  return absl::InvalidArgumentError(
+      absl::StrCat("safetensors: ", path, ": tensor '", Shown(name), "': ", Sv(what)));
 }
 
 // Reads a JSON array of non-negative integers into `out`. False if `value` is anything else.
@@ -50,11 +51,12 @@ bool ReadUnsignedArray(const OrderedJson& value, std::vector<uint64_t>* out) {
 
 // Validates one tensor entry of the header against a data section of `data_size` bytes. `error`
 // receives the reason, without the file and tensor names.
-bool ParseEntry(const std::string& name, const OrderedJson& value, uint64_t data_size, SafetensorsRecord* entry,
-                std::string* error) {
+bool ParseEntry(const std::string& name, const OrderedJson& value, uint64_t data_size,
+                SafetensorsRecord* entry, std::string* error) {
   entry->name = name;
   if (!value.is_object()) {
-    *error = absl::StrCat("entry is not a JSON object but a", value.is_array() ? "n " : " ", value.type_name());
+    *error = absl::StrCat("entry is not a JSON object but a", value.is_array() ? "n " : " ",
+                          value.type_name());
     return false;
   }
   auto dtype = value.find("dtype");
@@ -65,8 +67,9 @@ bool ParseEntry(const std::string& name, const OrderedJson& value, uint64_t data
   entry->dtype = dtype->get<std::string>();
   const uint64_t element_size = SafetensorsElementSize(entry->dtype);
   if (element_size == 0) {
-    *error = absl::StrCat("unknown or unsupported dtype \"", Shown(dtype->get_ref<const std::string&>()),
-                          "\" (supported: ", kSafetensorsDtypes, ")");
+    *error =
+        absl::StrCat("unknown or unsupported dtype \"", Shown(dtype->get_ref<const std::string&>()),
+                     "\" (supported: ", kSafetensorsDtypes, ")");
     return false;
   }
   auto shape = value.find("shape");
@@ -104,8 +107,9 @@ bool ParseEntry(const std::string& name, const OrderedJson& value, uint64_t data
     overflow = false;
   }
   if (overflow || bytes != entry->end - entry->begin) {
-    const std::string shown_shape =
-        dims.size() <= 8 ? absl::StrCat("[", absl::StrJoin(dims, ", "), "]") : absl::StrCat("of ", dims.size(), " dimensions");
+    const std::string shown_shape = dims.size() <= 8
+                                        ? absl::StrCat("[", absl::StrJoin(dims, ", "), "]")
+                                        : absl::StrCat("of ", dims.size(), " dimensions");
     *error = absl::StrCat("shape ", shown_shape, " of ", entry->dtype, " needs ",
                           overflow ? "more than 2^64" : absl::StrCat(bytes),
                           " bytes, but data_offsets [", entry->begin, ", ", entry->end, "] hold ",
@@ -118,7 +122,8 @@ bool ParseEntry(const std::string& name, const OrderedJson& value, uint64_t data
 // Validates the header text of a file whose data section holds `data_size` bytes.
 }  // namespace
 
-absl::StatusOr<SafetensorsLayout> ParseSafetensorsHeader(const std::string& path, std::string_view header_text,
+absl::StatusOr<SafetensorsLayout> ParseSafetensorsHeader(const std::string& path,
+                                                         std::string_view header_text,
                                                          uint64_t data_start, uint64_t data_size) {
   // Refused while parsing, before the document is built: nesting, and arrays longer than any shape
   // (100 MB of "[1,1,1,..." would otherwise become gigabytes of JSON values).
@@ -127,14 +132,17 @@ absl::StatusOr<SafetensorsLayout> ParseSafetensorsHeader(const std::string& path
   size_t array_values = 0;
   OrderedJson header;
   try {
-    header = OrderedJson::parse(header_text, [&](int depth, nlohmann::json::parse_event_t event, OrderedJson&) {
-      if (depth > kMaxHeaderDepth) throw TooDeep{};
-      if (event == nlohmann::json::parse_event_t::array_start) array_values = 0;
-      if (event == nlohmann::json::parse_event_t::value && depth >= 3 && ++array_values > kMaxArrayValues) {
-        throw TooLong{};
-      }
-      return true;
-    });
+    header = OrderedJson::parse(header_text,
+                                [&](int depth, nlohmann::json::parse_event_t event, OrderedJson&) {
+                                  if (depth > kMaxHeaderDepth) throw TooDeep{};
+                                  if (event == nlohmann::json::parse_event_t::array_start)
+                                    array_values = 0;
+                                  if (event == nlohmann::json::parse_event_t::value && depth >= 3 &&
+                                      ++array_values > kMaxArrayValues) {
+                                    throw TooLong{};
+                                  }
+                                  return true;
+                                });
   } catch (const TooDeep&) {
     return Invalid(path, absl::StrCat("header nests more than ", kMaxHeaderDepth, " levels deep"));
   } catch (const TooLong&) {
@@ -165,7 +173,8 @@ absl::StatusOr<SafetensorsLayout> ParseSafetensorsHeader(const std::string& path
   }
   // The checksums, by tensor name. A map naming a tensor the file does not hold belongs to another
   // layout (a tool re-saved the tensors and kept the metadata): it is ignored, not trusted.
-  if (auto stored = parsed.metadata.find(std::string(kSafetensorsChecksumKey)); stored != parsed.metadata.end()) {
+  if (auto stored = parsed.metadata.find(std::string(kSafetensorsChecksumKey));
+      stored != parsed.metadata.end()) {
     const std::string key = absl::StrCat("\"", Sv(kSafetensorsChecksumKey), "\"");
     absl::StatusOr<nlohmann::json> map = ParseJsonStrict(stored->second);
     if (!map.ok() || !map->is_object()) {
@@ -180,9 +189,11 @@ absl::StatusOr<SafetensorsLayout> ParseSafetensorsHeader(const std::string& path
       }
       checksums[name] = crc;
     }
-    const bool same_tensors = std::all_of(checksums.begin(), checksums.end(), [&](const auto& entry) {
-      return std::any_of(entries.begin(), entries.end(), [&](const SafetensorsRecord& e) { return e.name == entry.first; });
-    });
+    const bool same_tensors =
+        std::all_of(checksums.begin(), checksums.end(), [&](const auto& entry) {
+          return std::any_of(entries.begin(), entries.end(),
+                             [&](const SafetensorsRecord& e) { return e.name == entry.first; });
+        });
     if (same_tensors) {
       for (SafetensorsRecord& entry : entries) {
         if (auto it = checksums.find(entry.name); it != checksums.end()) entry.crc32 = it->second;
@@ -191,9 +202,10 @@ absl::StatusOr<SafetensorsLayout> ParseSafetensorsHeader(const std::string& path
   }
 
   // File order; empty tensors may sit anywhere, the others must not share a byte.
-  std::stable_sort(entries.begin(), entries.end(), [](const SafetensorsRecord& a, const SafetensorsRecord& b) {
-    return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
-  });
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const SafetensorsRecord& a, const SafetensorsRecord& b) {
+                     return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
+                   });
   const SafetensorsRecord* previous = nullptr;
   for (const SafetensorsRecord& entry : entries) {
     if (entry.begin == entry.end) continue;
@@ -213,9 +225,9 @@ absl::StatusOr<SafetensorsLayout> ParseSafetensorsHeader(const std::string& path
   return parsed;
 }
 
-
 // The header length of a file of `file_size` bytes, from its first 8 bytes.
-absl::StatusOr<uint64_t> SafetensorsHeaderSize(const std::string& path, const char* first, uint64_t file_size) {
+absl::StatusOr<uint64_t> SafetensorsHeaderSize(const std::string& path, const char* first,
+                                               uint64_t file_size) {
   uint64_t header_size = 0;
   if (file_size < sizeof(header_size)) {
     return Invalid(path, absl::StrCat("file is ", file_size,
@@ -224,8 +236,8 @@ absl::StatusOr<uint64_t> SafetensorsHeaderSize(const std::string& path, const ch
   std::memcpy(&header_size, first, sizeof(header_size));
   const uint64_t rest = file_size - sizeof(header_size);
   if (header_size > kMaxSafetensorsHeaderBytes) {
-    return Invalid(path, absl::StrCat("header length ", header_size, " is over the limit of ", kMaxSafetensorsHeaderBytes,
-                                      " bytes"));
+    return Invalid(path, absl::StrCat("header length ", header_size, " is over the limit of ",
+                                      kMaxSafetensorsHeaderBytes, " bytes"));
   }
   if (header_size > rest) {
     return Invalid(path, absl::StrCat("header length ", header_size, " exceeds the ", rest,
@@ -233,7 +245,6 @@ absl::StatusOr<uint64_t> SafetensorsHeaderSize(const std::string& path, const ch
   }
   return header_size;
 }
-
 
 uint64_t SafetensorsElementSize(std::string_view dtype) {
   if (dtype == "F32" || dtype == "I32") return 4;
@@ -244,7 +255,8 @@ uint64_t SafetensorsElementSize(std::string_view dtype) {
 }
 
 uint32_t SafetensorsCrc32(const void* data, uint64_t size) {
-  return static_cast<uint32_t>(crc32_z(crc32_z(0, nullptr, 0), static_cast<const Bytef*>(data), size));
+  return static_cast<uint32_t>(
+      crc32_z(crc32_z(0, nullptr, 0), static_cast<const Bytef*>(data), size));
 }
 
 std::string SafetensorsHex32(uint32_t value) {
@@ -253,11 +265,11 @@ std::string SafetensorsHex32(uint32_t value) {
   return text;
 }
 
-absl::Status SafetensorsChecksumMismatch(const std::string& path, std::string_view name, uint32_t stored,
-                                         uint32_t read) {
-  return absl::DataLossError(absl::StrCat("safetensors: ", path, ": tensor '", Shown(name),
-                                          "': checksum mismatch (stored crc32 ", SafetensorsHex32(stored), ", read ",
-                                          SafetensorsHex32(read), "): the file is damaged"));
+absl::Status SafetensorsChecksumMismatch(const std::string& path, std::string_view name,
+                                         uint32_t stored, uint32_t read) {
+  return absl::DataLossError(absl::StrCat(
+      "safetensors: ", path, ": tensor '", Shown(name), "': checksum mismatch (stored crc32 ",
+      SafetensorsHex32(stored), ", read ", SafetensorsHex32(read), "): the file is damaged"));
 }
 
 }  // namespace tandem

@@ -53,13 +53,15 @@ struct SafetensorsLayout {
 // The header length of a file of `file_size` bytes from its first 8 bytes (`first`, of which
 // min(8, file_size) are read). InvalidArgument "safetensors: <path>: ..." when the file is shorter
 // than 8 bytes, the length is over 100 MB, or more than the bytes that follow.
-absl::StatusOr<uint64_t> SafetensorsHeaderSize(const std::string& path, const char* first, uint64_t file_size);
+absl::StatusOr<uint64_t> SafetensorsHeaderSize(const std::string& path, const char* first,
+                                               uint64_t file_size);
 
 // Validates the header text of a file whose data starts at byte `data_start` and holds
 // `data_size` bytes. InvalidArgument naming the file, and the tensor where there is one: JSON,
 // nesting, types, unknown dtypes, offsets out of range or overlapping, sizes that do not match
 // the shape, a checksum map that is not names to 8 hex digits.
-absl::StatusOr<SafetensorsLayout> ParseSafetensorsHeader(const std::string& path, std::string_view header_text,
+absl::StatusOr<SafetensorsLayout> ParseSafetensorsHeader(const std::string& path,
+                                                         std::string_view header_text,
                                                          uint64_t data_start, uint64_t data_size);
 
 // zlib's CRC-32 of `size` bytes, and its "tandem.crc32" spelling (8 lowercase hex digits).
@@ -68,7 +70,7 @@ std::string SafetensorsHex32(uint32_t value);
 
 // DataLoss "safetensors: <path>: tensor '<name>': checksum mismatch (stored crc32 ..., read ...):
 // the file is damaged".
-absl::Status SafetensorsChecksumMismatch(const std::string& path, std::string_view name, uint32_t stored,
-                                         uint32_t read);
+absl::Status SafetensorsChecksumMismatch(const std::string& path, std::string_view name,
+                                         uint32_t stored, uint32_t read);
 
 }  // namespace tandem

@@ -29,7 +29,8 @@ class DuplicateKeyFinder {
     switch (event) {
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start:
-        frames_.push_back(Frame{event == json::parse_event_t::object_start, ChildStep(), {}, 0, ""});
+        frames_.push_back(
+            Frame{event == json::parse_event_t::object_start, ChildStep(), {}, 0, ""});
         break;
       case json::parse_event_t::object_end:
       case json::parse_event_t::array_end:
@@ -152,7 +153,8 @@ size_t FirstTooDeep(std::string_view text) {
 
 absl::StatusOr<json> ParseJsonStrict(std::string_view text) {
   if (const size_t deep = FirstTooDeep(text); deep != std::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(Position(text, deep + 1), ": invalid JSON: nested more than ",
+    return absl::InvalidArgumentError(absl::StrCat(Position(text, deep + 1),
+                                                   ": invalid JSON: nested more than ",
                                                    kMaxJsonDepth, " levels deep"));
   }
   DuplicateKeyFinder duplicates;
@@ -171,7 +173,8 @@ absl::StatusOr<json> ParseJsonStrict(std::string_view text) {
         absl::StrCat("invalid JSON: ", Sv(ExceptionReason(e.what()))));
   }
   if (!duplicates.first_duplicate().empty())
-    return absl::InvalidArgumentError(absl::StrCat(duplicates.first_duplicate(), ": duplicate key"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(duplicates.first_duplicate(), ": duplicate key"));
   return document;
 }
 

@@ -46,7 +46,8 @@ struct JsonInteger {
   std::optional<int64_t> ToInt64() const;
 };
 
-// Whether ReadJsonInteger takes decimal strings ("12", "-3"), as proto3 JSON writes 64-bit integers.
+// Whether ReadJsonInteger takes decimal strings ("12", "-3"), as proto3 JSON writes 64-bit
+// integers.
 enum class JsonIntegerStrings { kReject, kAccept };
 
 // Reads an integer written as a JSON integer or as an integral float (1e3, 5e8), as both proto3

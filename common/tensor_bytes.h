@@ -1,6 +1,7 @@
 // A tensor's bytes as plain values: how tensors cross the seam between LibTorch code and gRPC code
-// (docs/design.md §6), which must never meet in one translation unit. Torch code fills it from a contiguous
-// tensor (data_ptr, sizes, element type); the transport reads or writes the bytes in place.
+// (docs/design.md §6), which must never meet in one translation unit. Torch code fills it from a
+// contiguous tensor (data_ptr, sizes, element type); the transport reads or writes the bytes in
+// place.
 #pragma once
 
 #include <cstddef>
@@ -15,20 +16,27 @@ enum class DType : int { kFloat32 = 1, kBFloat16 = 2, kFloat16 = 3, kFloat64 = 4
 
 inline size_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return 4;
+    case DType::kFloat32:
+      return 4;
     case DType::kBFloat16:
-    case DType::kFloat16: return 2;
-    case DType::kFloat64: return 8;
+    case DType::kFloat16:
+      return 2;
+    case DType::kFloat64:
+      return 8;
   }
   return 0;
 }
 
 inline const char* DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return "float32";
-    case DType::kBFloat16: return "bfloat16";
-    case DType::kFloat16: return "float16";
-    case DType::kFloat64: return "float64";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kFloat64:
+      return "float64";
   }
   return "unknown";
 }

@@ -43,8 +43,8 @@ struct ActorAssignment {
   std::string job_id;
   std::shared_ptr<const tandem::v1::JobSpec> spec;  // the job's spec as the coordinator accepted it
   Role role = Role::kVision;
-  int rank = 0;        // within the actor's group
-  int group_size = 1;  // ranks in the actor's group
+  int rank = 0;                    // within the actor's group
+  int group_size = 1;              // ranks in the actor's group
   std::vector<std::string> peers;  // the other group's addresses, by rank
   std::string rendezvous_prefix;   // "<job>/<attempt>/<role>": the group's keys in the store
   std::string run_dir;

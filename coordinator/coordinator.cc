@@ -28,10 +28,14 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     const CoordinatorOptions& options, std::unique_ptr<ActorClientFactory> actors) {
   std::error_code ec;
   fs::create_directories(options.state_dir, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot create state directory ", options.state_dir, ": ", ec.message()));
+  if (ec)
+    return absl::UnavailableError(
+        absl::StrCat("cannot create state directory ", options.state_dir, ": ", ec.message()));
   // Before the database is opened: two coordinators would both resume its running jobs.
-  ASSIGN_OR_RETURN(FileLock lock, FileLock::Acquire((fs::path(options.state_dir) / "coordinator.lock").string(),
-                                                    absl::StrCat("state directory ", options.state_dir), options.holder));
+  ASSIGN_OR_RETURN(
+      FileLock lock,
+      FileLock::Acquire((fs::path(options.state_dir) / "coordinator.lock").string(),
+                        absl::StrCat("state directory ", options.state_dir), options.holder));
   ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.state_dir));
   RETURN_IF_ERROR(RecoverInterruptedJobs(*store));
   std::unique_ptr<Coordinator> coordinator(
@@ -40,14 +44,16 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   return coordinator;
 }
 
-Coordinator::Coordinator(const CoordinatorOptions& options, FileLock state_lock, std::unique_ptr<JobStore> store,
+Coordinator::Coordinator(const CoordinatorOptions& options, FileLock state_lock,
+                         std::unique_ptr<JobStore> store,
                          std::unique_ptr<ActorClientFactory> actors)
     : options_(options),
       state_lock_(std::move(state_lock)),
       store_(std::move(store)),
       actors_(std::move(actors)),
       registry_(options.heartbeat_timeout),
-      rendezvous_(MemoryStore::Limits{.max_wait = options.runner.command_timeout + std::chrono::seconds(30)}) {}
+      rendezvous_(MemoryStore::Limits{.max_wait = options.runner.command_timeout +
+                                                  std::chrono::seconds(30)}) {}
 
 Coordinator::~Coordinator() {
   std::map<std::string, std::shared_ptr<JobRunner>> runners;
@@ -69,8 +75,9 @@ Coordinator::~Coordinator() {
 absl::Status Coordinator::CheckStoreKey(const std::string& key) {
   const size_t slash = key.find('/');
   if (slash == std::string::npos || RunnerOf(key.substr(0, slash)) == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("rendezvous store: key ", QuoteForMessage(key),
-                                                      " names no running job (keys are <job id>/<attempt>/...)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("rendezvous store: key ", QuoteForMessage(key),
+                     " names no running job (keys are <job id>/<attempt>/...)"));
   }
   return absl::OkStatus();
 }
@@ -99,24 +106,28 @@ absl::Status Coordinator::CheckMemory(const jobspec::JobConfig& config) const {
     }
     // No actor yet, or one that states no memory: each checks at assignment.
     if (registered == 0 || unknown) continue;
-    ASSIGN_OR_RETURN(const jobspec::MemoryEstimate estimate, jobspec::EstimateGroupMemory(config, role));
+    ASSIGN_OR_RETURN(const jobspec::MemoryEstimate estimate,
+                     jobspec::EstimateGroupMemory(config, role));
     // One with room: the job may run (an actor without room refuses its part).
     if (largest >= estimate.total()) continue;
-    return jobspec::CheckEstimateFits(estimate, config, largest,
-                                      absl::StrCat("the largest of pool '", pool, "''s ", registered,
-                                                   " registered actors (tandem actor --memory, else its device's)"));
+    return jobspec::CheckEstimateFits(
+        estimate, config, largest,
+        absl::StrCat("the largest of pool '", pool, "''s ", registered,
+                     " registered actors (tandem actor --memory, else its device's)"));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& request) {
   if (absl::Status paths = jobspec::CheckPathsAbsolute(
-          request.spec(), "the actors open it wherever they run: give an absolute path (tandem submit makes a spec "
-                          "file's paths absolute against its directory)");
+          request.spec(),
+          "the actors open it wherever they run: give an absolute path (tandem submit makes a spec "
+          "file's paths absolute against its directory)");
       !paths.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("job spec: ", paths.message()));
   }
-  ASSIGN_OR_RETURN(jobspec::ResolvedJobSpec resolved, jobspec::ResolveJobSpec(request.spec(), "job spec"));
+  ASSIGN_OR_RETURN(jobspec::ResolvedJobSpec resolved,
+                   jobspec::ResolveJobSpec(request.spec(), "job spec"));
   const jobspec::JobConfig& config = resolved.config;
   if (!request.run_dir().empty()) {
     if (!fs::path(request.run_dir()).is_absolute()) {
@@ -134,32 +145,37 @@ absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& reques
     };
     const fs::path state = resolved(fs::absolute(options_.state_dir));
     const fs::path wanted = resolved(request.run_dir());
-    if (const auto [end, _] = std::mismatch(state.begin(), state.end(), wanted.begin(), wanted.end());
+    if (const auto [end, _] =
+            std::mismatch(state.begin(), state.end(), wanted.begin(), wanted.end());
         end == state.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("run_dir: '", request.run_dir(),
-                                                     "' is inside the coordinator's state directory ",
-                                                     state.string(), "; choose a directory outside it"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "run_dir: '", request.run_dir(), "' is inside the coordinator's state directory ",
+          state.string(), "; choose a directory outside it"));
     }
     RETURN_IF_ERROR(rundir::CheckRunDirIsNew(request.run_dir()));
   }
   RETURN_IF_ERROR(CheckMemory(config));
   if (request.threads() < 0 || request.threads() > kMaxThreads) {
-    return absl::InvalidArgumentError(absl::StrCat("threads: ", request.threads(), " is not between 0 (each actor's own) and ",
-                                                   kMaxThreads));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "threads: ", request.threads(), " is not between 0 (each actor's own) and ", kMaxThreads));
   }
   JobRecord job;
   job.name = config.name;
   job.state = JobState::kQueued;
   job.spec_json = resolved.json;
-  job.run_dir = request.run_dir().empty() ? "" : fs::path(request.run_dir()).lexically_normal().string();
-  if (job.run_dir.size() > 1 && job.run_dir.back() == '/') job.run_dir.pop_back();  // "dir/" is "dir"
+  job.run_dir =
+      request.run_dir().empty() ? "" : fs::path(request.run_dir()).lexically_normal().string();
+  if (job.run_dir.size() > 1 && job.run_dir.back() == '/')
+    job.run_dir.pop_back();  // "dir/" is "dir"
   job.threads = request.threads();
   job.steps = config.schedule.steps;
   job.submitted_at = UnixNow();
   if (!config.resume_from.empty()) {
-    absl::StatusOr<rundir::CheckpointInfo> checkpoint = rundir::ReadResumePoint(config.resume_from, config.schedule.steps);
+    absl::StatusOr<rundir::CheckpointInfo> checkpoint =
+        rundir::ReadResumePoint(config.resume_from, config.schedule.steps);
     if (!checkpoint.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("job spec: resume_from: ", checkpoint.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("job spec: resume_from: ", checkpoint.status().message()));
     }
   }
   {
@@ -172,8 +188,9 @@ absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& reques
       RETURN_IF_ERROR(store_->UpdateJob(job));
     }
   }
-  TANDEM_LOG(kInfo, kComponent) << job.id << ": submitted " << job.name << " (" << config.vision.actors
-                                << " vision x " << config.llm.actors << " llm actors), run directory " << job.run_dir;
+  TANDEM_LOG(kInfo, kComponent) << job.id << ": submitted " << job.name << " ("
+                                << config.vision.actors << " vision x " << config.llm.actors
+                                << " llm actors), run directory " << job.run_dir;
   specs_.Put(job.id, std::move(resolved));
   Schedule();
   return store_->GetJob(job.id);
@@ -182,7 +199,8 @@ absl::StatusOr<JobRecord> Coordinator::Submit(const v1::SubmitJobRequest& reques
 absl::StatusOr<JobRecord> Coordinator::Cancel(const std::string& job_id) {
   ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(job_id));
   if (IsFinal(job.state)) {
-    return absl::FailedPreconditionError(absl::StrCat(job_id, " has already ended (", JobStateName(job.state), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(job_id, " has already ended (", JobStateName(job.state), ")"));
   }
   std::shared_ptr<JobRunner> runner;
   {
@@ -191,7 +209,8 @@ absl::StatusOr<JobRecord> Coordinator::Cancel(const std::string& job_id) {
     if (it != runners_.end()) {
       runner = it->second;
     } else {
-      ASSIGN_OR_RETURN(job, store_->GetJob(job_id));  // it may have started meanwhile: not without mu_
+      ASSIGN_OR_RETURN(job,
+                       store_->GetJob(job_id));  // it may have started meanwhile: not without mu_
       if (job.state == JobState::kQueued || job.state == JobState::kRestarting) {
         job.state = JobState::kCancelled;
         job.message = "cancelled by request";
@@ -221,7 +240,8 @@ void Coordinator::ReportActorExit(const std::string& address, const std::string&
 
 void Coordinator::Finish(const JobRecord& job) {
   specs_.Forget(job.id);
-  absl::StatusOr<int64_t> sequence = store_->AppendEvent(job.id, absl::StrCat(JobStateName(job.state), ": ", job.message));
+  absl::StatusOr<int64_t> sequence =
+      store_->AppendEvent(job.id, absl::StrCat(JobStateName(job.state), ": ", job.message));
   v1::JobUpdate event;
   event.mutable_event()->set_sequence(sequence.ok() ? *sequence : 0);
   event.mutable_event()->set_time(UnixNow());
@@ -236,26 +256,29 @@ void Coordinator::Finish(const JobRecord& job) {
 void Coordinator::Schedule() {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return;
-  absl::StatusOr<std::vector<JobRecord>> jobs = store_->ListJobsInStates(JobState::kQueued, JobState::kRestarting);
+  absl::StatusOr<std::vector<JobRecord>> jobs =
+      store_->ListJobsInStates(JobState::kQueued, JobState::kRestarting);
   if (!jobs.ok()) {
     TANDEM_LOG(kError, kComponent) << "cannot read the job queue: " << jobs.status().message();
     return;
   }
   // A job that left the queue (cancelled, or started) no longer waits for a pool.
   std::erase_if(unplaceable_since_, [&](const auto& entry) {
-    return std::none_of(jobs->begin(), jobs->end(), [&](const JobRecord& job) { return job.id == entry.first; });
+    return std::none_of(jobs->begin(), jobs->end(),
+                        [&](const JobRecord& job) { return job.id == entry.first; });
   });
   // Jobs start in submission order within each pool: a job that waits for busy actors holds its
-  // pools, and a later job that needs one of them waits behind it; a later job on other pools starts.
-  // A job whose pool has too few actors registered to ever hold it holds nothing: it waits (and, if
-  // it never ran, fails after --unplaceable-timeout) while the jobs behind it run.
+  // pools, and a later job that needs one of them waits behind it; a later job on other pools
+  // starts. A job whose pool has too few actors registered to ever hold it holds nothing: it waits
+  // (and, if it never ran, fails after --unplaceable-timeout) while the jobs behind it run.
   std::map<std::string, std::string> held;  // pool -> the first job waiting for it
   const auto hold = [&](const std::vector<GroupNeed>& needs, const std::string& job_id) {
     for (const GroupNeed& need : needs) held.try_emplace(need.pool, job_id);
   };
   for (JobRecord& job : *jobs) {
     absl::StatusOr<JobSpecs::Spec> spec = specs_.Get(job);
-    if (!spec.ok()) {  // recorded by an older version that accepted it: fail it, do not block the queue
+    if (!spec.ok()) {  // recorded by an older version that accepted it: fail it, do not block the
+                       // queue
       job.state = JobState::kFailed;
       job.message = std::string(spec.status().message());
       job.ended_at = UnixNow();
@@ -263,16 +286,20 @@ void Coordinator::Schedule() {
       continue;
     }
     const jobspec::JobConfig& config = (*spec)->config;
-    std::vector<GroupNeed> needs = {{config.vision.pool, config.vision.actors}, {config.llm.pool, config.llm.actors}};
+    std::vector<GroupNeed> needs = {{config.vision.pool, config.vision.actors},
+                                    {config.llm.pool, config.llm.actors}};
     // A runner that just ended this job's last attempt is still finishing: next round.
     if (runners_.count(job.id) > 0) {
       hold(needs, job.id);
       continue;
     }
-    const auto ahead = std::find_if(needs.begin(), needs.end(), [&](const GroupNeed& need) { return held.count(need.pool) > 0; });
+    const auto ahead = std::find_if(needs.begin(), needs.end(), [&](const GroupNeed& need) {
+      return held.count(need.pool) > 0;
+    });
     if (ahead != needs.end()) {
       unplaceable_since_.erase(job.id);
-      SetWaitingMessage(job, absl::StrCat("queued behind ", held[ahead->pool], " for pool '", ahead->pool, "'"));
+      SetWaitingMessage(
+          job, absl::StrCat("queued behind ", held[ahead->pool], " for pool '", ahead->pool, "'"));
       hold(needs, job.id);
       continue;
     }
@@ -286,26 +313,27 @@ void Coordinator::Schedule() {
     }
     if (!actors.ok()) {
       const bool too_few = absl::IsResourceExhausted(actors.status());
-      SetWaitingMessage(job, too_few ? absl::StrCat("waiting for more actors: ", actors.status().message(),
-                                                    job.state == JobState::kQueued
-                                                        ? absl::StrCat(" (it fails after ",
-                                                                       options_.unplaceable_timeout.count() / 1000.0,
-                                                                       " s without them, --unplaceable-timeout)")
-                                                        : "")
-                                     : std::string(actors.status().message()));
+      SetWaitingMessage(
+          job, too_few
+                   ? absl::StrCat("waiting for more actors: ", actors.status().message(),
+                                  job.state == JobState::kQueued
+                                      ? absl::StrCat(" (it fails after ",
+                                                     options_.unplaceable_timeout.count() / 1000.0,
+                                                     " s without them, --unplaceable-timeout)")
+                                      : "")
+                   : std::string(actors.status().message()));
       if (!too_few || job.state == JobState::kRestarting) hold(needs, job.id);
       continue;
     }
-    auto runner = std::make_unique<JobRunner>(job, *spec, (*actors)[0], (*actors)[1], store_.get(),
-                                              &feeds_, &rendezvous_, &registry_, &metrics_,
-                                              actors_.get(), options_.runner,
-                                              [this](const std::string& id) {
-                                                {
-                                                  std::lock_guard<std::mutex> lock(mu_);
-                                                  finished_.push_back(id);
-                                                }
-                                                wake_.notify_all();
-                                              });
+    auto runner = std::make_unique<JobRunner>(
+        job, *spec, (*actors)[0], (*actors)[1], store_.get(), &feeds_, &rendezvous_, &registry_,
+        &metrics_, actors_.get(), options_.runner, [this](const std::string& id) {
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            finished_.push_back(id);
+          }
+          wake_.notify_all();
+        });
     runner->Start();
     runners_[job.id] = std::move(runner);
   }
@@ -328,11 +356,13 @@ bool Coordinator::FailIfUnplaceable(JobRecord& job, const std::string& why) {
   if (now - since < options_.unplaceable_timeout) return false;
   unplaceable_since_.erase(job.id);
   job.state = JobState::kFailed;
-  job.message = absl::StrCat(why, ", for ", options_.unplaceable_timeout.count() / 1000.0,
-                             " s (--unplaceable-timeout): the job cannot start, and later jobs are not held behind it");
+  job.message = absl::StrCat(
+      why, ", for ", options_.unplaceable_timeout.count() / 1000.0,
+      " s (--unplaceable-timeout): the job cannot start, and later jobs are not held behind it");
   job.ended_at = UnixNow();
   if (absl::Status recorded = store_->UpdateJob(job); !recorded.ok()) {
-    TANDEM_LOG(kError, kComponent) << job.id << ": cannot record its failure: " << recorded.message();
+    TANDEM_LOG(kError, kComponent)
+        << job.id << ": cannot record its failure: " << recorded.message();
     return false;  // still QUEUED in the store: it keeps its place
   }
   TANDEM_LOG(kWarning, kComponent) << job.id << ": failed: " << job.message;
@@ -360,16 +390,17 @@ void Coordinator::Monitor() {
       if (it == runners_.end()) continue;
       done.push_back(std::move(it->second));
       runners_.erase(it);
-      if (absl::StatusOr<JobRecord> job = store_->GetJob(id); job.ok() && IsFinal(job->state)) specs_.Forget(id);
+      if (absl::StatusOr<JobRecord> job = store_->GetJob(id); job.ok() && IsFinal(job->state))
+        specs_.Forget(id);
       rendezvous_.DeleteWithPrefix(id + "/");  // what its last attempt's ranks set after it ended
     }
     finished_.clear();
     lock.unlock();
     done.clear();  // joins the finished runners' threads
     for (const ActorEntry& dead : registry_.Expire()) {
-      TANDEM_LOG(kWarning, kComponent) << "actor " << dead.id << " (" << dead.address
-                                       << ") missed its heartbeats; removed"
-                                       << (dead.job_id.empty() ? "" : absl::StrCat(", failing ", dead.job_id));
+      TANDEM_LOG(kWarning, kComponent)
+          << "actor " << dead.id << " (" << dead.address << ") missed its heartbeats; removed"
+          << (dead.job_id.empty() ? "" : absl::StrCat(", failing ", dead.job_id));
       if (std::shared_ptr<JobRunner> runner = RunnerOf(dead.job_id)) {
         runner->ActorLost(dead.id, "stopped sending heartbeats");
       }

@@ -1,6 +1,6 @@
-// The coordinator's core (docs/design.md §1, §5), apart from the gRPC plumbing (coordinator_service.h):
-// jobs are validated and recorded before they are acknowledged, queued, gang-scheduled in
-// submission order onto free actors, and driven by one JobRunner each.
+// The coordinator's core (docs/design.md §1, §5), apart from the gRPC plumbing
+// (coordinator_service.h): jobs are validated and recorded before they are acknowledged, queued,
+// gang-scheduled in submission order onto free actors, and driven by one JobRunner each.
 //
 // Job states (JobState in job_store.h):
 //   QUEUED --its actors are all free--> RUNNING --all steps done--> SUCCEEDED
@@ -44,7 +44,7 @@ namespace tandem::coordinator {
 inline constexpr int kMaxThreads = 1024;
 
 struct CoordinatorOptions {
-  std::string state_dir;                               // tandem.db and jobs/<id>/ (default run dirs)
+  std::string state_dir;  // tandem.db and jobs/<id>/ (default run dirs)
   std::chrono::milliseconds heartbeat_interval{1000};  // what actors are told
   std::chrono::milliseconds heartbeat_timeout{10000};  // silence after which an actor is dead
   // How long a QUEUED job may wait for a pool that has fewer actors registered than it needs (not
@@ -79,8 +79,8 @@ class Coordinator {
 
   // Validates and records the job (QUEUED), then tries to schedule. InvalidArgument with the field
   // path for a bad spec, or threads beyond kMaxThreads; AlreadyExists for a non-empty run_dir;
-  // ResourceExhausted, naming the fields, when a group's estimated memory (jobspec/memory_estimate.h)
-  // exceeds what every registered actor of its pool offers.
+  // ResourceExhausted, naming the fields, when a group's estimated memory
+  // (jobspec/memory_estimate.h) exceeds what every registered actor of its pool offers.
   absl::StatusOr<JobRecord> Submit(const v1::SubmitJobRequest& request);
   absl::StatusOr<JobRecord> Cancel(const std::string& job_id);
   // Starts every waiting job whose actors are free and that no earlier job holds a pool against.
@@ -90,15 +90,15 @@ class Coordinator {
   void ReportActorExit(const std::string& address, const std::string& description);
 
  private:
-  Coordinator(const CoordinatorOptions& options, FileLock state_lock, std::unique_ptr<JobStore> store,
-              std::unique_ptr<ActorClientFactory> actors);
+  Coordinator(const CoordinatorOptions& options, FileLock state_lock,
+              std::unique_ptr<JobStore> store, std::unique_ptr<ActorClientFactory> actors);
   // Fails `job` (QUEUED) once its pools have been too small for
   // unplaceable_timeout; true when it did. REQUIRES: mu_ held.
   bool FailIfUnplaceable(JobRecord& job, const std::string& why);
-  // Records why a queued job is not starting (its message, an event, its watchers), once per change.
-  // REQUIRES: mu_ held.
+  // Records why a queued job is not starting (its message, an event, its watchers), once per
+  // change. REQUIRES: mu_ held.
   void SetWaitingMessage(JobRecord& job, const std::string& message);
-  void Monitor();  // liveness and cleanup, on its own thread
+  void Monitor();                     // liveness and cleanup, on its own thread
   void Finish(const JobRecord& job);  // a queued job ended without running
   // OK unless a group of `config` needs more memory than any registered actor of its pool offers (a
   // pool with none registered, or one stating no memory, and a pretrained group are checked by the

@@ -6,13 +6,13 @@
 
 #include <cstdio>
 
+#include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/grpc_actor_client.h"
 #include "coordinator/metrics_http.h"
-#include "absl/strings/str_cat.h"
 #include "rpc/channel.h"
 
 namespace tandem::coordinator {
@@ -36,7 +36,8 @@ int RunCoordinator(const CoordinatorServerOptions& options) {
       core, std::make_unique<GrpcActorClientFactory>(
                 GrpcActorClientOptions::ForCommandTimeout(options.command_timeout)));
   if (!coordinator.ok()) {
-    std::fprintf(stderr, "tandem coordinator: %s\n", std::string(coordinator.status().message()).c_str());
+    std::fprintf(stderr, "tandem coordinator: %s\n",
+                 std::string(coordinator.status().message()).c_str());
     return 1;
   }
   CoordinatorService service(coordinator->get());
@@ -50,7 +51,8 @@ int RunCoordinator(const CoordinatorServerOptions& options) {
     return 1;
   }
   const std::string address = rpc::WithPort(options.listen, port);
-  TANDEM_LOG(kInfo, "coordinator") << "serving on " << address << ", state in " << options.state_dir;
+  TANDEM_LOG(kInfo, "coordinator")
+      << "serving on " << address << ", state in " << options.state_dir;
   std::string ready = address + "\n";
   std::unique_ptr<MetricsHttpServer> metrics;
   if (!options.metrics_listen.empty()) {

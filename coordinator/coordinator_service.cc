@@ -19,9 +19,8 @@ grpc::Status CoordinatorService::RegisterActor(grpc::ServerContext* context,
                                                const v1::RegisterActorRequest* request,
                                                v1::RegisterActorResponse* response) {
   TANDEM_AUTHORIZE(context);
-  absl::StatusOr<std::string> id =
-      coordinator_->registry().Register(request->pool(), request->device(), request->address(),
-                                        request->memory_bytes());
+  absl::StatusOr<std::string> id = coordinator_->registry().Register(
+      request->pool(), request->device(), request->address(), request->memory_bytes());
   if (!id.ok()) return ToGrpc(id.status());
   response->set_actor_id(*id);
   response->set_heartbeat_interval_ms(coordinator_->options().heartbeat_interval.count());
@@ -33,9 +32,9 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
                                            const v1::HeartbeatRequest* request,
                                            v1::HeartbeatResponse*) {
   TANDEM_AUTHORIZE(context);
-  return ToGrpc(coordinator_->registry().Heartbeat(request->actor_id(), request->job_id(),
-                                                   request->step(), request->phase(),
-                                                   request->last_collective(), request->unhealthy()));
+  return ToGrpc(coordinator_->registry().Heartbeat(
+      request->actor_id(), request->job_id(), request->step(), request->phase(),
+      request->last_collective(), request->unhealthy()));
 }
 
 grpc::Status CoordinatorService::ReportActorExit(grpc::ServerContext* context,
@@ -61,7 +60,9 @@ grpc::Status CoordinatorService::ListActors(grpc::ServerContext* context,
     info->set_device(a.device);
     info->set_address(a.address);
     const double silence = std::chrono::duration<double>(now - a.last_heartbeat).count();
-    info->set_alive(silence <= std::chrono::duration<double>(coordinator_->registry().heartbeat_timeout()).count());
+    info->set_alive(
+        silence <=
+        std::chrono::duration<double>(coordinator_->registry().heartbeat_timeout()).count());
     info->set_job_id(a.job_id);
     info->set_step(a.step);
     info->set_phase(a.phase);
@@ -87,8 +88,8 @@ v1::Job CoordinatorService::Describe(const JobRecord& job) {
     }
   }
   if (job.state == JobState::kRunning) {
-    // Actor ids by group, in rank order: Reserve takes the vision group first, oldest actors first, so
-    // registration order within the job is rank order.
+    // Actor ids by group, in rank order: Reserve takes the vision group first, oldest actors first,
+    // so registration order within the job is rank order.
     absl::StatusOr<JobSpecs::Spec> spec = coordinator_->specs().Get(job);
     if (spec.ok()) {
       const jobspec::JobConfig* config = &(*spec)->config;
@@ -139,12 +140,13 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context, const v1
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::PruneJobs(grpc::ServerContext* context, const v1::PruneJobsRequest* request,
+grpc::Status CoordinatorService::PruneJobs(grpc::ServerContext* context,
+                                           const v1::PruneJobsRequest* request,
                                            v1::PruneJobsResponse* response) {
   TANDEM_AUTHORIZE(context);
   if (!(request->older_than_s() >= 0) || !std::isfinite(request->older_than_s())) {
-    return ToGrpc(absl::InvalidArgumentError(
-        absl::StrCat("older_than_s must be a non-negative number of seconds, got ", request->older_than_s())));
+    return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+        "older_than_s must be a non-negative number of seconds, got ", request->older_than_s())));
   }
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -153,7 +155,8 @@ grpc::Status CoordinatorService::PruneJobs(grpc::ServerContext* context, const v
   if (!pruned.ok()) return ToGrpc(pruned.status());
   for (const std::string& id : *pruned) response->add_job_ids(id);
   if (!pruned->empty()) {
-    TANDEM_LOG(kInfo, "coordinator") << "pruned " << pruned->size() << " ended jobs from the state database";
+    TANDEM_LOG(kInfo, "coordinator")
+        << "pruned " << pruned->size() << " ended jobs from the state database";
   }
   return grpc::Status::OK;
 }
@@ -167,7 +170,8 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
+grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
+                                          const v1::WatchJobRequest* request,
                                           grpc::ServerWriter<v1::JobUpdate>* writer) {
   TANDEM_AUTHORIZE(context);
   absl::StatusOr<JobRecord> job = coordinator_->store().GetJob(request->job_id());
@@ -201,7 +205,9 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context, const v1
     std::vector<v1::JobUpdate> updates =
         coordinator_->feeds().Read(job->id, &next, std::chrono::milliseconds(500), &closed);
     for (const v1::JobUpdate& update : updates) {
-      if (update.has_event() && update.event().sequence() != 0 && update.event().sequence() <= last_sequence) continue;
+      if (update.has_event() && update.event().sequence() != 0 &&
+          update.event().sequence() <= last_sequence)
+        continue;
       if (!writer->Write(update)) return grpc::Status::OK;
     }
     if (closed) return grpc::Status::OK;
@@ -232,8 +238,8 @@ grpc::Status CoordinatorService::StoreGet(grpc::ServerContext* context,
                                           v1::StoreGetResponse* response) {
   TANDEM_AUTHORIZE(context);
   if (absl::Status key = coordinator_->CheckStoreKey(request->key()); !key.ok()) return ToGrpc(key);
-  absl::StatusOr<std::string> value =
-      coordinator_->rendezvous().Get(request->key(), std::chrono::milliseconds(std::max<int64_t>(0, request->timeout_ms())));
+  absl::StatusOr<std::string> value = coordinator_->rendezvous().Get(
+      request->key(), std::chrono::milliseconds(std::max<int64_t>(0, request->timeout_ms())));
   if (!value.ok()) return ToGrpc(value.status());
   response->set_value(*value);
   return grpc::Status::OK;

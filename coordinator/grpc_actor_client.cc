@@ -43,8 +43,9 @@ class GrpcActorClient final : public ActorClient {
     request.set_resume_from(assignment.resume_from);
     v1::AssignJobResponse response;
     for (int attempt = 1;; ++attempt) {
-      const grpc::Status status =
-          Command([&](grpc::ClientContext* context) { return stub_->AssignJob(context, request, &response); });
+      const grpc::Status status = Command([&](grpc::ClientContext* context) {
+        return stub_->AssignJob(context, request, &response);
+      });
       if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
           attempt >= options_.assign_attempts || WaitToRetry(assignment.job_id, status)) {
         RETURN_IF_ERROR(rpc::FromGrpc(status));
@@ -65,7 +66,9 @@ class GrpcActorClient final : public ActorClient {
     request.set_job_id(job_id);
     request.set_step(step);
     v1::RunStepResponse response;
-    RETURN_IF_ERROR(rpc::FromGrpc(Command([&](grpc::ClientContext* context) { return stub_->RunStep(context, request, &response); })));
+    RETURN_IF_ERROR(rpc::FromGrpc(Command([&](grpc::ClientContext* context) {
+      return stub_->RunStep(context, request, &response);
+    })));
     ActorStepReply reply;
     reply.loss = response.loss();
     reply.grad_norm = response.grad_norm();
@@ -82,7 +85,9 @@ class GrpcActorClient final : public ActorClient {
     request.set_job_id(job_id);
     request.set_step(step);
     v1::EvaluateResponse response;
-    RETURN_IF_ERROR(rpc::FromGrpc(Command([&](grpc::ClientContext* context) { return stub_->Evaluate(context, request, &response); })));
+    RETURN_IF_ERROR(rpc::FromGrpc(Command([&](grpc::ClientContext* context) {
+      return stub_->Evaluate(context, request, &response);
+    })));
     return ActorEvalReply{response.samples(), response.exact(), response.tokens(),
                           response.correct_tokens()};
   }
@@ -94,7 +99,9 @@ class GrpcActorClient final : public ActorClient {
     request.set_step(step);
     request.set_directory(directory);
     v1::SaveCheckpointResponse response;
-    return rpc::FromGrpc(Command([&](grpc::ClientContext* context) { return stub_->SaveCheckpoint(context, request, &response); }));
+    return rpc::FromGrpc(Command([&](grpc::ClientContext* context) {
+      return stub_->SaveCheckpoint(context, request, &response);
+    }));
   }
 
   absl::Status Export(const std::string& job_id, const std::string& path) override {
@@ -102,7 +109,8 @@ class GrpcActorClient final : public ActorClient {
     request.set_job_id(job_id);
     request.set_path(path);
     v1::ExportResponse response;
-    return rpc::FromGrpc(Command([&](grpc::ClientContext* context) { return stub_->Export(context, request, &response); }));
+    return rpc::FromGrpc(Command(
+        [&](grpc::ClientContext* context) { return stub_->Export(context, request, &response); }));
   }
 
   absl::Status Release(const std::string& job_id, const std::string& reason) override {
@@ -113,8 +121,7 @@ class GrpcActorClient final : public ActorClient {
     const grpc::Status status = stub_->Release(
         rpc::ContextWithTimeout(options_.release_deadline).get(), request, &response);
     // As it is: the runner quotes the channel's message when the actor cannot be reached.
-    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                        status.error_message());
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
   }
 
   void StopRetrying() override {
@@ -132,10 +139,13 @@ class GrpcActorClient final : public ActorClient {
  private:
   // Makes one command call under the command deadline, cancellable by CancelCalls.
   grpc::Status Command(const std::function<grpc::Status(grpc::ClientContext*)>& call) {
-    const std::unique_ptr<grpc::ClientContext> context = rpc::ContextWithTimeout(options_.command_deadline);
+    const std::unique_ptr<grpc::ClientContext> context =
+        rpc::ContextWithTimeout(options_.command_deadline);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (cancelled_) return grpc::Status(grpc::StatusCode::CANCELLED, "the actor was lost; its commands are cancelled");
+      if (cancelled_)
+        return grpc::Status(grpc::StatusCode::CANCELLED,
+                            "the actor was lost; its commands are cancelled");
       in_flight_.insert(context.get());
     }
     const grpc::Status status = call(context.get());
@@ -159,8 +169,8 @@ class GrpcActorClient final : public ActorClient {
   const GrpcActorClientOptions options_;
   std::mutex mu_;
   std::condition_variable stop_;
-  bool stopped_ = false;  // guarded by mu_
-  bool cancelled_ = false;  // guarded by mu_
+  bool stopped_ = false;                      // guarded by mu_
+  bool cancelled_ = false;                    // guarded by mu_
   std::set<grpc::ClientContext*> in_flight_;  // guarded by mu_
 };
 

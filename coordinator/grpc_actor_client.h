@@ -1,11 +1,11 @@
 // ActorClient (actor_client.h) over gRPC: each call is one tandem.v1.Actor rpc on a channel of
 // its own per client (rpc::MakeChannel: the installed token and TLS), with a deadline per call.
 //
-// AssignJob answered UNAVAILABLE is tried again, `assign_attempts` times in all, `assign_retry_delay`
-// apart: an actor's AssignJob never answers UNAVAILABLE itself, so it is the channel's (a connection
-// that did not open, seen once on a loaded machine with every actor alive). An actor that is gone
-// fails the same way each time, and its missing heartbeats end the attempt anyway. StopRetrying
-// ends the retries (and the wait between them) at once.
+// AssignJob answered UNAVAILABLE is tried again, `assign_attempts` times in all,
+// `assign_retry_delay` apart: an actor's AssignJob never answers UNAVAILABLE itself, so it is the
+// channel's (a connection that did not open, seen once on a loaded machine with every actor alive).
+// An actor that is gone fails the same way each time, and its missing heartbeats end the attempt
+// anyway. StopRetrying ends the retries (and the wait between them) at once.
 //
 // Thread-safety: as ActorClient; the factory may be shared by every runner.
 #pragma once

@@ -39,14 +39,15 @@ size_t JobFeeds::Size(const std::string& job_id) {
   return it == feeds_.end() ? 0 : it->second.first + it->second.updates.size();
 }
 
-std::vector<v1::JobUpdate> JobFeeds::Read(const std::string& job_id, size_t* next, std::chrono::milliseconds wait,
-                                          bool* closed) {
+std::vector<v1::JobUpdate> JobFeeds::Read(const std::string& job_id, size_t* next,
+                                          std::chrono::milliseconds wait, bool* closed) {
   const size_t from = *next;
   std::unique_lock<std::mutex> lock(mu_);
   // A feed is created by its job's first update; one not here either has not begun or is gone.
   changed_.wait_for(lock, wait, [&] {
     const auto it = feeds_.find(job_id);
-    return it != feeds_.end() && (it->second.first + it->second.updates.size() > from || it->second.closed);
+    return it != feeds_.end() &&
+           (it->second.first + it->second.updates.size() > from || it->second.closed);
   });
   std::vector<v1::JobUpdate> out;
   const auto it = feeds_.find(job_id);
@@ -55,7 +56,8 @@ std::vector<v1::JobUpdate> JobFeeds::Read(const std::string& job_id, size_t* nex
     return out;
   }
   const Feed& feed = it->second;
-  for (size_t i = std::max(from, feed.first) - feed.first; i < feed.updates.size(); ++i) out.push_back(feed.updates[i]);
+  for (size_t i = std::max(from, feed.first) - feed.first; i < feed.updates.size(); ++i)
+    out.push_back(feed.updates[i]);
   *next = std::max(from, feed.first + feed.updates.size());
   *closed = feed.closed;
   return out;

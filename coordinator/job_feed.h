@@ -1,10 +1,11 @@
-// Per-job streams of tandem.v1.JobUpdate for WatchJob: the step driver publishes events, metrics and
-// state changes; any number of watchers read them from any position, waiting for more with a deadline.
+// Per-job streams of tandem.v1.JobUpdate for WatchJob: the step driver publishes events, metrics
+// and state changes; any number of watchers read them from any position, waiting for more with a
+// deadline.
 //
 // Bounded: a feed keeps its last kTail updates (a watcher that falls further behind continues from
-// the oldest kept; the events are in the job store for good), and the feeds of the last kClosedFeeds
-// jobs that ended; older ones are dropped. So a coordinator that runs for months holds a few MB of
-// feeds, not every step it has ever run. Thread-safe.
+// the oldest kept; the events are in the job store for good), and the feeds of the last
+// kClosedFeeds jobs that ended; older ones are dropped. So a coordinator that runs for months holds
+// a few MB of feeds, not every step it has ever run. Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -35,8 +36,8 @@ class JobFeeds {
   // `*closed` is set when the feed is complete and everything was read. A feed not held (its job
   // has not published yet, or ended long ago) reads as empty and open: ask the job store whether
   // the job has ended.
-  std::vector<v1::JobUpdate> Read(const std::string& job_id, size_t* next, std::chrono::milliseconds wait,
-                                  bool* closed);
+  std::vector<v1::JobUpdate> Read(const std::string& job_id, size_t* next,
+                                  std::chrono::milliseconds wait, bool* closed);
 
   // Feeds held, and updates held in all of them: what the bounds bound.
   size_t feeds();

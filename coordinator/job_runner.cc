@@ -41,8 +41,7 @@ auto Guarded(const char* what, Call&& call) -> decltype(call()) {
 }  // namespace
 
 std::string JobRunner::Member::Name() const {
-  return absl::StrCat(actor.id, " (", RoleName(role), " rank ", rank, ", ", actor.address,
-                      ")");
+  return absl::StrCat(actor.id, " (", RoleName(role), " rank ", rank, ", ", actor.address, ")");
 }
 
 absl::Status JobRunner::Described(const absl::Status& status, const std::string& what) {
@@ -51,9 +50,9 @@ absl::Status JobRunner::Described(const absl::Status& status, const std::string&
 }
 
 JobRunner::JobRunner(JobRecord job, std::shared_ptr<const jobspec::ResolvedJobSpec> spec,
-                     std::vector<ActorEntry> vision, std::vector<ActorEntry> llm,
-                     JobStore* store, JobFeeds* feeds, MemoryStore* rendezvous, Registry* registry,
-                     Metrics* metrics, ActorClientFactory* actors, RunnerOptions options,
+                     std::vector<ActorEntry> vision, std::vector<ActorEntry> llm, JobStore* store,
+                     JobFeeds* feeds, MemoryStore* rendezvous, Registry* registry, Metrics* metrics,
+                     ActorClientFactory* actors, RunnerOptions options,
                      std::function<void(const std::string&)> done)
     : job_(std::move(job)),
       spec_(std::move(spec)),
@@ -228,7 +227,8 @@ absl::Status JobRunner::ForAll(const char* what,
   std::vector<absl::Status> results(members_.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < members_.size(); ++i) {
-    threads.emplace_back([&, i] { results[i] = Guarded(what, [&] { return call(i, *members_[i]); }); });
+    threads.emplace_back(
+        [&, i] { results[i] = Guarded(what, [&] { return call(i, *members_[i]); }); });
   }
   for (auto& t : threads) t.join();
   const size_t first = RootCause(results);
@@ -251,7 +251,7 @@ absl::Status JobRunner::RunSteps(
     size_t count = 0;
   };
   std::map<int64_t, Answered> answers;  // guarded by mu
-  bool stop = false;           // guarded by mu
+  bool stop = false;                    // guarded by mu
   absl::Status first_failure;  // guarded by mu: the first in time; later ones follow from it
   size_t failed_member = 0;    // guarded by mu
 
@@ -272,7 +272,8 @@ absl::Status JobRunner::RunSteps(
               return;
             }
           }
-          absl::StatusOr<ActorStepReply> reply = Guarded("step", [&] { return m.client->RunStep(job_.id, step); });
+          absl::StatusOr<ActorStepReply> reply =
+              Guarded("step", [&] { return m.client->RunStep(job_.id, step); });
           absl::Status status = Described(reply.status(), absl::StrCat("step ", step));
           std::lock_guard<std::mutex> lock(mu);
           if (!status.ok()) {
@@ -336,8 +337,8 @@ std::string JobRunner::Laggards() const {
   for (const auto& m : members_) {
     for (const ActorEntry& a : actors) {
       if (a.id != m->actor.id || a.job_id != job_.id) continue;
-      ranks.push_back({RoleName(m->role), m->rank,
-                       absl::StrCat(a.id, ", ", a.address), a.last_collective});
+      ranks.push_back(
+          {RoleName(m->role), m->rank, absl::StrCat(a.id, ", ", a.address), a.last_collective});
     }
   }
   return DescribeLaggards(ranks);

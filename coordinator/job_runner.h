@@ -1,6 +1,6 @@
-// The step driver of one running job (docs/design.md §1, §2): on a thread of its own it assigns the job to
-// its reserved actors, then sends every step, evaluation, checkpoint and the final export to all of
-// them at once and waits for all answers, so the two groups meet only through their own data
+// The step driver of one running job (docs/design.md §1, §2): on a thread of its own it assigns the
+// job to its reserved actors, then sends every step, evaluation, checkpoint and the final export to
+// all of them at once and waits for all answers, so the two groups meet only through their own data
 // dependencies inside a step. It writes the run directory (job.json, metrics.jsonl, loss.svg,
 // summary.json; the actors write tokenizer.json, checkpoints and weights into the same directory)
 // and the job's state, events and progress into the job store. It never handles tensor bytes. It
@@ -68,9 +68,9 @@ class JobRunner {
   // `done` runs on the runner's thread once the job reached a final state and its actors were
   // freed. The collaborators must outlive the runner; `actors` gives a client per member at once.
   JobRunner(JobRecord job, std::shared_ptr<const jobspec::ResolvedJobSpec> spec,
-            std::vector<ActorEntry> vision, std::vector<ActorEntry> llm,
-            JobStore* store, JobFeeds* feeds, MemoryStore* rendezvous, Registry* registry,
-            Metrics* metrics, ActorClientFactory* actors, RunnerOptions options,
+            std::vector<ActorEntry> vision, std::vector<ActorEntry> llm, JobStore* store,
+            JobFeeds* feeds, MemoryStore* rendezvous, Registry* registry, Metrics* metrics,
+            ActorClientFactory* actors, RunnerOptions options,
             std::function<void(const std::string& job_id)> done);
   ~JobRunner();  // joins the thread
 
@@ -149,8 +149,8 @@ class JobRunner {
   StepHold hold_;
   std::function<void(const std::string&)> done_;
   std::atomic<bool> cancelled_{false};
-  // AssignAll is waiting for the actors to build the job: a Stop then cancels those calls, so that a
-  // job being built (a large model, a slow load) ends at once; the actors stop at Release.
+  // AssignAll is waiting for the actors to build the job: a Stop then cancels those calls, so that
+  // a job being built (a large model, a slow load) ends at once; the actors stop at Release.
   std::atomic<bool> assigning_{false};
   std::mutex reason_mu_;
   std::string stop_reason_;  // guarded by reason_mu_

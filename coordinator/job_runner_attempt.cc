@@ -116,8 +116,8 @@ struct JobRunner::Attempt : rundir::RunGroups {
     update.mutable_eval()->set_caption_exact_match(eval.caption_exact_match);
     update.mutable_eval()->set_token_accuracy(eval.token_accuracy);
     runner.feeds_->Publish(runner.job_.id, std::move(update));
-    runner.Event(absl::StrFormat("step %d: held-out exact match %.3f, token accuracy %.3f", eval.step,
-                                 eval.caption_exact_match, eval.token_accuracy));
+    runner.Event(absl::StrFormat("step %d: held-out exact match %.3f, token accuracy %.3f",
+                                 eval.step, eval.caption_exact_match, eval.token_accuracy));
   }
 
   absl::Status SaveCheckpoint(int64_t step, const std::string& directory) override {
@@ -133,8 +133,9 @@ struct JobRunner::Attempt : rundir::RunGroups {
 
   absl::Status Export(const std::string& vision_path, const std::string& llm_path) override {
     return runner.ForAll("export", [&](size_t i, Member& m) {
-      return Described(m.client->Export(runner.job_.id, m.role == Role::kVision ? vision_path : llm_path),
-                       "export");
+      return Described(
+          m.client->Export(runner.job_.id, m.role == Role::kVision ? vision_path : llm_path),
+          "export");
     });
   }
 
@@ -156,7 +157,8 @@ absl::Status JobRunner::Execute() {
   // A checkpoint of the job's own that its actors cannot load: the next attempt passes over it.
   if (!assigned.ok() && resume && driver.resumes_own_checkpoint() &&
       absl::StrContains(assigned.message(), resume->directory)) {
-    RETURN_IF_ERROR(rundir::MarkCheckpointDamaged(resume->directory, std::string(assigned.message())));
+    RETURN_IF_ERROR(
+        rundir::MarkCheckpointDamaged(resume->directory, std::string(assigned.message())));
     damaged_checkpoint_ = resume->directory;
     Event(absl::StrCat("checkpoint ", resume->directory, " cannot be loaded: marked damaged"));
   }
@@ -166,8 +168,8 @@ absl::Status JobRunner::Execute() {
                      absl::StrFormat("%.1f", Seconds(SteadyClock::now() - start)), "s"));
   if (resume) {
     Event(absl::StrCat("resumed from ", resume->directory, " at step ", resume_step,
-                       " (written by vision ", resume->vision_actors, " x llm ",
-                       resume->llm_actors, " actors)"));
+                       " (written by vision ", resume->vision_actors, " x llm ", resume->llm_actors,
+                       " actors)"));
   }
   driver.summary().job_name = a.job.name;
   driver.summary().run_dir = job_.run_dir;
@@ -263,6 +265,5 @@ absl::Status JobRunner::AssignAll(rundir::RunSummary* summary, const std::string
   }
   return absl::OkStatus();
 }
-
 
 }  // namespace tandem::coordinator

@@ -11,7 +11,8 @@ absl::StatusOr<JobSpecs::Spec> JobSpecs::Get(const JobRecord& job) {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = specs_.find(job.id); it != specs_.end()) return it->second;
   }
-  ASSIGN_OR_RETURN(jobspec::ResolvedJobSpec resolved, jobspec::ResolveJobSpecJson(job.spec_json, job.id));
+  ASSIGN_OR_RETURN(jobspec::ResolvedJobSpec resolved,
+                   jobspec::ResolveJobSpecJson(job.spec_json, job.id));
   auto spec = std::make_shared<const jobspec::ResolvedJobSpec>(std::move(resolved));
   std::lock_guard<std::mutex> lock(mu_);
   return specs_.try_emplace(job.id, std::move(spec)).first->second;

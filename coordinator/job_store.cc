@@ -1,13 +1,14 @@
 // SQLite implementation of coordinator/job_store.h.
 //
-// Schema (version 3; an older database gains the `restarts` (version 1) and `stops_without_progress`
-// (versions 1 and 2) columns when it is opened):
+// Schema (version 3; an older database gains the `restarts` (version 1) and
+// `stops_without_progress` (versions 1 and 2) columns when it is opened):
 //   tandem_schema(version)    one row: marks the file as Tandem's and says how to read it
 //   job_counter(last_number)  one row: the last job number handed out; ids are never reused
 //   jobs(number, id, <JobRecord fields>, last_event, stops_without_progress)
 //                             last_event: the job's last event sequence; stops_without_progress:
 //                             coordinator processes that ended while the job ran, since its last
-//                             step (not in JobRecord, so that a runner's record never writes it back)
+//                             step (not in JobRecord, so that a runner's record never writes it
+//                             back)
 //   job_events(job_id, sequence, time, text)          keyed by (job_id, sequence)
 //
 // Errors name what was being done and the database path, followed by SQLite's message (the codes
@@ -104,7 +105,8 @@ constexpr char kListJobsInStates[] =
 
 constexpr char kJobsInRunDir[] = "SELECT id, state FROM jobs WHERE run_dir = ?1";
 constexpr char kEndedBefore[] =
-    "SELECT id FROM jobs WHERE state IN (?1, ?2, ?3) AND ended_at > 0 AND ended_at < ?4 ORDER BY number";
+    "SELECT id FROM jobs WHERE state IN (?1, ?2, ?3) AND ended_at > 0 AND ended_at < ?4 ORDER BY "
+    "number";
 constexpr char kDeleteJob[] = "DELETE FROM jobs WHERE id = ?1";
 constexpr char kDeleteEvents[] = "DELETE FROM job_events WHERE job_id = ?1";
 constexpr char kCountJobsByState[] = "SELECT state, COUNT(*) FROM jobs GROUP BY state";
@@ -257,8 +259,8 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& stat
       if (version == 1) RETURN_IF_ERROR(synced->ExecuteScript(kUpgradeFromVersion1, what));
       return synced->ExecuteScript(kUpgradeFromVersion2, what);
     }));
-    TANDEM_LOG(kInfo, "coordinator") << "upgraded job store " << path << " from schema version " << version
-                                     << " to " << kCurrentSchemaVersion;
+    TANDEM_LOG(kInfo, "coordinator") << "upgraded job store " << path << " from schema version "
+                                     << version << " to " << kCurrentSchemaVersion;
   }
 
   ASSIGN_OR_RETURN(std::unique_ptr<SqliteConnection> unsynced, SqliteConnection::Open(path, what));
@@ -287,9 +289,9 @@ absl::StatusOr<JobRecord> JobStore::CreateJob(JobRecord record) {
         if (!row) break;
         const auto state = static_cast<JobState>(same.ReadInt(1));
         if (IsKnownState(same.ReadInt(1)) && !IsFinal(state)) {
-          return absl::AlreadyExistsError(absl::StrCat("run directory ", record.run_dir, " belongs to ",
-                                                       same.ReadText(0), " (", JobStateName(state),
-                                                       ") until it ends; choose another"));
+          return absl::AlreadyExistsError(
+              absl::StrCat("run directory ", record.run_dir, " belongs to ", same.ReadText(0), " (",
+                           JobStateName(state), ") until it ends; choose another"));
         }
       }
     }
@@ -319,7 +321,8 @@ absl::Status JobStore::UpdateJob(const JobRecord& record) {
 }
 
 absl::StatusOr<int64_t> JobStore::CountStopWithoutProgress(const std::string& id) {
-  const std::string what = absl::StrCat("counting a stop of the coordinator for job ", id, " in ", path_);
+  const std::string what =
+      absl::StrCat("counting a stop of the coordinator for job ", id, " in ", path_);
   std::lock_guard<std::mutex> lock(mutex_);
   ASSIGN_OR_RETURN(Statement count, synced_->Prepare(kCountStopWithoutProgress, what));
   count.BindText(1, id);
@@ -348,19 +351,19 @@ absl::StatusOr<JobRecord> JobStore::GetJob(const std::string& id) {
   return ReadJob(query, what);
 }
 
-absl::StatusOr<std::vector<JobRecord>> JobStore::ListJobs() {
-  return List(kListJobs, {});
-}
+absl::StatusOr<std::vector<JobRecord>> JobStore::ListJobs() { return List(kListJobs, {}); }
 
 absl::StatusOr<std::vector<JobRecord>> JobStore::ListJobsInStates(JobState a, JobState b) {
   return List(kListJobsInStates, {a, b});
 }
 
-absl::StatusOr<std::vector<JobRecord>> JobStore::List(const char* sql, const std::vector<JobState>& states) {
+absl::StatusOr<std::vector<JobRecord>> JobStore::List(const char* sql,
+                                                      const std::vector<JobState>& states) {
   const std::string what = absl::StrCat("listing the jobs in ", path_);
   std::lock_guard<std::mutex> lock(mutex_);
   ASSIGN_OR_RETURN(Statement query, synced_->Prepare(sql, what));
-  for (size_t i = 0; i < states.size(); ++i) query.BindInt(static_cast<int>(i) + 1, static_cast<int64_t>(states[i]));
+  for (size_t i = 0; i < states.size(); ++i)
+    query.BindInt(static_cast<int>(i) + 1, static_cast<int64_t>(states[i]));
   std::vector<JobRecord> jobs;
   while (true) {
     ASSIGN_OR_RETURN(const bool row, query.Next(what));
@@ -486,7 +489,8 @@ bool IsFinal(JobState state) {
 }
 
 absl::Status RecoverInterruptedJobs(JobStore& store) {
-  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store.ListJobsInStates(JobState::kRunning, JobState::kRunning));
+  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs,
+                   store.ListJobsInStates(JobState::kRunning, JobState::kRunning));
   // A job the coordinator stopped under twice without a step in between (it may be what ended
   // the process, while it started) fails instead of taking the coordinator down again.
   constexpr int64_t kStopsBeforeFailing = 2;
@@ -495,9 +499,10 @@ absl::Status RecoverInterruptedJobs(JobStore& store) {
     if (stops >= kStopsBeforeFailing) {
       job.state = JobState::kFailed;
       job.ended_at = Now();
-      job.message = absl::StrCat("the coordinator stopped ", stops,
-                                 " times while the job ran, with no step completed in between; it is "
-                                 "failed rather than resumed again (its events show what it was doing)");
+      job.message =
+          absl::StrCat("the coordinator stopped ", stops,
+                       " times while the job ran, with no step completed in between; it is "
+                       "failed rather than resumed again (its events show what it was doing)");
     } else {
       // Not one of the job's restarts: the job did not fail.
       job.state = JobState::kRestarting;
@@ -507,7 +512,8 @@ absl::Status RecoverInterruptedJobs(JobStore& store) {
     }
     RETURN_IF_ERROR(store.UpdateJob(job));
     RETURN_IF_ERROR(
-        store.AppendEvent(job.id, absl::StrCat(JobStateName(job.state), ": ", job.message)).status());
+        store.AppendEvent(job.id, absl::StrCat(JobStateName(job.state), ": ", job.message))
+            .status());
   }
   return absl::OkStatus();
 }

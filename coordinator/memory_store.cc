@@ -12,7 +12,8 @@ absl::Status CheckKey(const std::string& key) {
   if (key.empty()) return absl::InvalidArgumentError("rendezvous store: empty key");
   if (key.size() > MemoryStore::kMaxKeyBytes) {
     return absl::InvalidArgumentError(absl::StrCat("rendezvous store: a key of ", key.size(),
-                                                   " bytes; keys are at most ", MemoryStore::kMaxKeyBytes));
+                                                   " bytes; keys are at most ",
+                                                   MemoryStore::kMaxKeyBytes));
   }
   return absl::OkStatus();
 }
@@ -21,13 +22,15 @@ absl::Status CheckKey(const std::string& key) {
 
 absl::Status MemoryStore::Put(const std::string& key, std::string value) {
   if (value.size() > kMaxValueBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("rendezvous store: key ", key, ": a value of ", value.size(),
-                                                   " bytes; values are at most ", kMaxValueBytes));
+    return absl::InvalidArgumentError(absl::StrCat("rendezvous store: key ", key, ": a value of ",
+                                                   value.size(), " bytes; values are at most ",
+                                                   kMaxValueBytes));
   }
   auto it = values_.find(key);
   const size_t old = it == values_.end() ? 0 : key.size() + it->second.size();
   if (bytes_ - old + key.size() + value.size() > limits_.max_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("rendezvous store: key ", key, ": the store holds ", bytes_,
+    return absl::ResourceExhaustedError(absl::StrCat("rendezvous store: key ", key,
+                                                     ": the store holds ", bytes_,
                                                      " bytes, and at most ", limits_.max_bytes));
   }
   bytes_ = bytes_ - old + key.size() + value.size();
@@ -45,24 +48,27 @@ absl::Status MemoryStore::Set(const std::string& key, const std::string& value) 
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> MemoryStore::Get(const std::string& key, std::chrono::milliseconds timeout) {
+absl::StatusOr<std::string> MemoryStore::Get(const std::string& key,
+                                             std::chrono::milliseconds timeout) {
   RETURN_IF_ERROR(CheckKey(key));
   if (timeout > limits_.max_wait) {
-    return absl::InvalidArgumentError(absl::StrCat("rendezvous store: key ", key, ": a wait of ", timeout.count(),
-                                                   " ms; a Get waits at most ", limits_.max_wait.count(), " ms"));
+    return absl::InvalidArgumentError(absl::StrCat("rendezvous store: key ", key, ": a wait of ",
+                                                   timeout.count(), " ms; a Get waits at most ",
+                                                   limits_.max_wait.count(), " ms"));
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (auto it = values_.find(key); it != values_.end()) return it->second;
   if (waiters_ >= limits_.max_waiters) {
-    return absl::ResourceExhaustedError(absl::StrCat("rendezvous store: key ", key, ": ", waiters_,
-                                                     " Gets are waiting already, the most there may be"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("rendezvous store: key ", key, ": ", waiters_,
+                     " Gets are waiting already, the most there may be"));
   }
   ++waiters_;
   const bool set = changed_.wait_for(lock, timeout, [&] { return values_.count(key) > 0; });
   --waiters_;
   if (!set) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("rendezvous store: key ", key, " was not set within ", timeout.count(), " ms"));
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rendezvous store: key ", key, " was not set within ", timeout.count(), " ms"));
   }
   return values_[key];
 }
@@ -79,7 +85,8 @@ absl::StatusOr<int64_t> MemoryStore::Add(const std::string& key, int64_t delta) 
     std::lock_guard<std::mutex> lock(mu_);
     auto it = values_.find(key);
     if (it != values_.end() && !absl::SimpleAtoi(it->second, &value)) {
-      return absl::InvalidArgumentError(absl::StrCat("rendezvous store: key ", key, " does not hold an integer"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("rendezvous store: key ", key, " does not hold an integer"));
     }
     if (__builtin_add_overflow(value, delta, &value)) {
       return absl::OutOfRangeError(absl::StrCat("rendezvous store: key ", key, ": adding ", delta,
@@ -99,7 +106,8 @@ absl::StatusOr<bool> MemoryStore::Check(const std::string& key) {
 absl::Status MemoryStore::Delete(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = values_.find(key);
-  if (it == values_.end()) return absl::NotFoundError(absl::StrCat("rendezvous store: no key ", key));
+  if (it == values_.end())
+    return absl::NotFoundError(absl::StrCat("rendezvous store: no key ", key));
   bytes_ -= key.size() + it->second.size();
   values_.erase(it);
   return absl::OkStatus();
@@ -107,7 +115,8 @@ absl::Status MemoryStore::Delete(const std::string& key) {
 
 void MemoryStore::DeleteWithPrefix(const std::string& prefix) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = values_.lower_bound(prefix); it != values_.end() && it->first.rfind(prefix, 0) == 0;) {
+  for (auto it = values_.lower_bound(prefix);
+       it != values_.end() && it->first.rfind(prefix, 0) == 0;) {
     bytes_ -= it->first.size() + it->second.size();
     it = values_.erase(it);
   }

@@ -1,6 +1,6 @@
 // The coordinator's rendezvous store: a KeyValueStore in memory, served over gRPC (Store* rpcs).
-// Keys are scoped per job attempt by the callers ("job-000001/1/vision/..."), so a restarted job never
-// reads a stale key; DeleteWithPrefix drops a finished attempt's keys. Thread-safe.
+// Keys are scoped per job attempt by the callers ("job-000001/1/vision/..."), so a restarted job
+// never reads a stale key; DeleteWithPrefix drops a finished attempt's keys. Thread-safe.
 //
 // Every caller holds the cluster's token, but a buggy or hostile one must not take the coordinator
 // down: keys, values and the whole store are bounded in bytes, a Get waits at most max_wait (the
@@ -33,7 +33,8 @@ class MemoryStore : public KeyValueStore {
   explicit MemoryStore(const Limits& limits) : limits_(limits) {}
 
   absl::Status Set(const std::string& key, const std::string& value) override;
-  absl::StatusOr<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override;
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  std::chrono::milliseconds timeout) override;
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta) override;
   absl::StatusOr<bool> Check(const std::string& key) override;
   absl::Status Delete(const std::string& key) override;
@@ -45,8 +46,8 @@ class MemoryStore : public KeyValueStore {
   std::mutex mu_;
   std::condition_variable changed_;
   std::map<std::string, std::string> values_;  // guarded by mu_
-  size_t bytes_ = 0;                            // of values_' keys and values; guarded by mu_
-  int waiters_ = 0;                             // Gets waiting; guarded by mu_
+  size_t bytes_ = 0;                           // of values_' keys and values; guarded by mu_
+  int waiters_ = 0;                            // Gets waiting; guarded by mu_
 
   // Stores `value` under `key` within the bounds. REQUIRES: mu_ held.
   absl::Status Put(const std::string& key, std::string value);

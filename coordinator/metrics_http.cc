@@ -11,9 +11,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <vector>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -23,21 +23,23 @@ namespace tandem::coordinator {
 namespace {
 
 constexpr size_t kMaxRequestBytes = 8192;
-constexpr int kRequestSeconds = 5;   // the whole exchange: request in, response out
+constexpr int kRequestSeconds = 5;      // the whole exchange: request in, response out
 constexpr size_t kMaxConnections = 32;  // served at once
 
 }  // namespace
 
-std::string MetricsHttpResponse(const std::string& request, const std::function<std::string()>& metrics) {
+std::string MetricsHttpResponse(const std::string& request,
+                                const std::function<std::string()>& metrics) {
   const auto respond = [](const char* status, const char* type, const std::string& body) {
-    return absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type, "\r\nContent-Length: ", body.size(),
-                        "\r\nConnection: close\r\n\r\n", body);
+    return absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type,
+                        "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
   };
   const size_t line_end = request.find("\r\n");
   const std::string line = request.substr(0, line_end);
   const size_t first = line.find(' ');
   const size_t second = first == std::string::npos ? first : line.find(' ', first + 1);
-  if (line_end == std::string::npos || second == std::string::npos || line.compare(second + 1, 5, "HTTP/") != 0) {
+  if (line_end == std::string::npos || second == std::string::npos ||
+      line.compare(second + 1, 5, "HTTP/") != 0) {
     return respond("400 Bad Request", "text/plain", "bad request\n");
   }
   const std::string method = line.substr(0, first);
@@ -151,9 +153,11 @@ void MetricsHttpServer::Serve() {
     // (below); when every client is being answered, further ones wait in the kernel's backlog.
     const auto has_room = [&] {
       return connections.size() < kMaxConnections ||
-             std::any_of(connections.begin(), connections.end(), [](const Connection& c) { return c.response.empty(); });
+             std::any_of(connections.begin(), connections.end(),
+                         [](const Connection& c) { return c.response.empty(); });
     };
-    std::vector<pollfd> fds = {{stop_fd_, POLLIN, 0}, {listen_fd_, static_cast<short>(has_room() ? POLLIN : 0), 0}};
+    std::vector<pollfd> fds = {{stop_fd_, POLLIN, 0},
+                               {listen_fd_, static_cast<short>(has_room() ? POLLIN : 0), 0}};
     SteadyClock::time_point next_deadline = SteadyClock::time_point::max();
     for (const Connection& c : connections) {
       fds.push_back({c.fd, static_cast<short>(c.response.empty() ? POLLIN : POLLOUT), 0});
@@ -161,7 +165,8 @@ void MetricsHttpServer::Serve() {
     }
     int wait_ms = -1;
     if (!connections.empty()) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_deadline - SteadyClock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(next_deadline - SteadyClock::now());
       wait_ms = static_cast<int>(std::max<int64_t>(0, left.count()) + 1);
     }
     if (poll(fds.data(), fds.size(), wait_ms) < 0) {
@@ -188,7 +193,8 @@ void MetricsHttpServer::Serve() {
           c.response = MetricsHttpResponse(c.request, metrics_);
         }
       } else if (events != 0) {
-        const ssize_t n = send(c.fd, c.response.data() + c.sent, c.response.size() - c.sent, MSG_NOSIGNAL);
+        const ssize_t n =
+            send(c.fd, c.response.data() + c.sent, c.response.size() - c.sent, MSG_NOSIGNAL);
         if (n > 0) c.sent += static_cast<size_t>(n);
         done = c.sent == c.response.size() || (n < 0 && errno != EINTR && errno != EAGAIN);
       }
@@ -207,13 +213,16 @@ void MetricsHttpServer::Serve() {
           // Full: the client that has waited longest without finishing its request makes room. A
           // scraper sends its request as it connects, so idle connections (a port scan, a leak, an
           // attack) cannot keep it waiting behind them.
-          const auto oldest = std::min_element(connections.begin(), connections.end(), [](const Connection& a, const Connection& b) {
-            return a.response.empty() != b.response.empty() ? a.response.empty() : a.deadline < b.deadline;
-          });
+          const auto oldest = std::min_element(
+              connections.begin(), connections.end(), [](const Connection& a, const Connection& b) {
+                return a.response.empty() != b.response.empty() ? a.response.empty()
+                                                                : a.deadline < b.deadline;
+              });
           close(oldest->fd);
           connections.erase(oldest);
         }
-        connections.push_back({fd, "", "", 0, SteadyClock::now() + std::chrono::seconds(kRequestSeconds)});
+        connections.push_back(
+            {fd, "", "", 0, SteadyClock::now() + std::chrono::seconds(kRequestSeconds)});
       }
     }
   }

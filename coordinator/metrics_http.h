@@ -20,7 +20,8 @@ namespace tandem::coordinator {
 // exposition text: 200 for GET /metrics and /healthz (a query string ignored), 404 for other
 // paths, 405 for other methods, 400 for a request line that does not parse. What the server sends;
 // also the HTTP fuzzer's target.
-std::string MetricsHttpResponse(const std::string& request, const std::function<std::string()>& metrics);
+std::string MetricsHttpResponse(const std::string& request,
+                                const std::function<std::string()>& metrics);
 
 class MetricsHttpServer {
  public:

@@ -13,7 +13,8 @@ constexpr size_t kMaxAddressLength = 255;  // a DNS name and a port
 
 }  // namespace
 
-Registry::Registry(std::chrono::milliseconds heartbeat_timeout, std::function<Clock::time_point()> now)
+Registry::Registry(std::chrono::milliseconds heartbeat_timeout,
+                   std::function<Clock::time_point()> now)
     : heartbeat_timeout_(heartbeat_timeout), now_(std::move(now)) {}
 
 absl::StatusOr<std::string> Registry::Register(const std::string& pool, const std::string& device,
@@ -22,15 +23,17 @@ absl::StatusOr<std::string> Registry::Register(const std::string& pool, const st
     return absl::InvalidArgumentError(absl::StrCat("RegisterActor: pool ", bad.message()));
   }
   if (address.size() > kMaxAddressLength || device.size() > kMaxAddressLength) {
-    return absl::InvalidArgumentError(absl::StrCat("RegisterActor: an address or device of more than ",
-                                                   kMaxAddressLength, " characters"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RegisterActor: an address or device of more than ", kMaxAddressLength, " characters"));
   }
   if (address.empty()) return absl::InvalidArgumentError("RegisterActor: address is empty");
   if (memory_bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("RegisterActor: memory_bytes must be >= 0, got ", memory_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("RegisterActor: memory_bytes must be >= 0, got ", memory_bytes));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  actors_.erase(std::remove_if(actors_.begin(), actors_.end(), [&](const ActorEntry& a) { return a.address == address; }),
+  actors_.erase(std::remove_if(actors_.begin(), actors_.end(),
+                               [&](const ActorEntry& a) { return a.address == address; }),
                 actors_.end());
   ActorEntry entry;
   entry.id = absl::StrCat(pool, "-", next_number_[pool]++);
@@ -44,7 +47,8 @@ absl::StatusOr<std::string> Registry::Register(const std::string& pool, const st
 }
 
 absl::Status Registry::Heartbeat(const std::string& id, const std::string& job_id, int64_t step,
-                                 const std::string& phase, int64_t last_collective, const std::string& unhealthy) {
+                                 const std::string& phase, int64_t last_collective,
+                                 const std::string& unhealthy) {
   std::lock_guard<std::mutex> lock(mu_);
   for (ActorEntry& a : actors_) {
     if (a.id != id) continue;
@@ -79,19 +83,20 @@ std::vector<ActorEntry> Registry::Expire() {
   return dead;
 }
 
-absl::StatusOr<std::vector<std::vector<ActorEntry>>> Registry::Reserve(const std::string& job_id,
-                                                                       const std::vector<GroupNeed>& needs) {
+absl::StatusOr<std::vector<std::vector<ActorEntry>>> Registry::Reserve(
+    const std::string& job_id, const std::vector<GroupNeed>& needs) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::vector<ActorEntry*>> picked(needs.size());
   std::vector<std::string> missing;
   std::vector<std::string> too_small;  // pools with fewer actors registered than the job needs
-  std::map<std::string, int> taken;  // per pool, across groups that share a pool
+  std::map<std::string, int> taken;    // per pool, across groups that share a pool
   for (size_t g = 0; g < needs.size(); ++g) {
     for (ActorEntry& a : actors_) {
       if (static_cast<int>(picked[g].size()) == needs[g].count) break;
       if (a.pool != needs[g].pool || !a.job_id.empty() || !a.unhealthy.empty()) continue;
       bool used = false;
-      for (const auto& group : picked) used = used || std::find(group.begin(), group.end(), &a) != group.end();
+      for (const auto& group : picked)
+        used = used || std::find(group.begin(), group.end(), &a) != group.end();
       if (!used) picked[g].push_back(&a);
     }
     if (static_cast<int>(picked[g].size()) < needs[g].count) {
@@ -102,19 +107,20 @@ absl::StatusOr<std::vector<std::vector<ActorEntry>>> Registry::Reserve(const std
         free += a.job_id.empty() && a.unhealthy.empty() ? 1 : 0;
         unhealthy += a.unhealthy.empty() ? 0 : 1;
       }
-      missing.push_back(absl::StrCat(needs[g].count, " actors of pool '", needs[g].pool, "' (", free, " free of ",
-                                     registered, " registered",
-                                     unhealthy > 0 ? absl::StrCat(", ", unhealthy, " unhealthy") : "",
-                                     taken[needs[g].pool] > 0 ? ", shared with another group" : "", ")"));
+      missing.push_back(absl::StrCat(
+          needs[g].count, " actors of pool '", needs[g].pool, "' (", free, " free of ", registered,
+          " registered", unhealthy > 0 ? absl::StrCat(", ", unhealthy, " unhealthy") : "",
+          taken[needs[g].pool] > 0 ? ", shared with another group" : "", ")"));
     }
     taken[needs[g].pool] += needs[g].count;
   }
   for (const auto& need : taken) {  // a pair, not a structured binding: the lambda captures it
     const std::string& pool = need.first;
-    const auto registered = std::count_if(actors_.begin(), actors_.end(), [&](const ActorEntry& a) { return a.pool == pool; });
+    const auto registered = std::count_if(actors_.begin(), actors_.end(),
+                                          [&](const ActorEntry& a) { return a.pool == pool; });
     if (registered < need.second) {
-      too_small.push_back(
-          absl::StrCat("pool '", pool, "' has ", registered, " actors registered and the job needs ", need.second));
+      too_small.push_back(absl::StrCat("pool '", pool, "' has ", registered,
+                                       " actors registered and the job needs ", need.second));
     }
   }
   if (!too_small.empty()) return absl::ResourceExhaustedError(absl::StrJoin(too_small, "; "));

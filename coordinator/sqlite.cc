@@ -112,7 +112,7 @@ Statement& Statement::Check(int result) {
 }
 
 absl::StatusOr<std::unique_ptr<SqliteConnection>> SqliteConnection::Open(const std::string& path,
-                                                                          absl::string_view what) {
+                                                                         absl::string_view what) {
   sqlite3* db = nullptr;
   const int result = sqlite3_open_v2(
       path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);

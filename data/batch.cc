@@ -49,11 +49,12 @@ absl::Status AddImage(const Dataset& dataset, int64_t index, const Image& image,
     batch->image_size = image.height;
     batch->images.reserve(batch->size * 3 * image.height * image.height);
   }
-  if (image.channels != 3 || image.height != batch->image_size || image.width != batch->image_size ||
+  if (image.channels != 3 || image.height != batch->image_size ||
+      image.width != batch->image_size ||
       image.pixels.size() != static_cast<size_t>(3 * image.height * image.width)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        dataset.Describe(index), ": image is ", image.channels, " x ", image.height, " x ", image.width,
-        ", the batch needs 3 x ", batch->image_size, " x ", batch->image_size));
+        dataset.Describe(index), ": image is ", image.channels, " x ", image.height, " x ",
+        image.width, ", the batch needs 3 x ", batch->image_size, " x ", batch->image_size));
   }
   batch->images.insert(batch->images.end(), image.pixels.begin(), image.pixels.end());
   return absl::OkStatus();
@@ -64,8 +65,9 @@ absl::Status CheckLength(const Dataset& dataset, int64_t index, int64_t ids, con
                          int64_t max_text_tokens) {
   const int64_t text = ids - codec.image_tokens();
   if (text > max_text_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(dataset.Describe(index), ": needs ", text,
-                                                   " text tokens, more than data.max_text_tokens = ", max_text_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat(dataset.Describe(index), ": needs ", text,
+                     " text tokens, more than data.max_text_tokens = ", max_text_tokens));
   }
   return absl::OkStatus();
 }
@@ -73,7 +75,8 @@ absl::Status CheckLength(const Dataset& dataset, int64_t index, int64_t ids, con
 absl::Status CheckBatchArguments(const std::vector<int64_t>& indices, int64_t max_text_tokens) {
   if (indices.empty()) return absl::InvalidArgumentError("a text batch of no samples");
   if (max_text_tokens < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("data.max_text_tokens must be >= 2, got ", max_text_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.max_text_tokens must be >= 2, got ", max_text_tokens));
   }
   return absl::OkStatus();
 }
@@ -103,7 +106,8 @@ absl::StatusOr<Batch> MakeImageBatch(const Dataset& dataset, const std::vector<i
   return batch;
 }
 
-absl::StatusOr<TokenBatch> MakeTokenBatch(const Dataset& dataset, const std::vector<int64_t>& indices,
+absl::StatusOr<TokenBatch> MakeTokenBatch(const Dataset& dataset,
+                                          const std::vector<int64_t>& indices,
                                           const TextCodec& codec, int64_t max_text_tokens) {
   RETURN_IF_ERROR(CheckBatchArguments(indices, max_text_tokens));
   TokenBatch batch;
@@ -113,23 +117,29 @@ absl::StatusOr<TokenBatch> MakeTokenBatch(const Dataset& dataset, const std::vec
   batch.labels.assign(batch.size * batch.length, EncodedConversation::kIgnore);
   for (int64_t row = 0; row < batch.size; ++row) {
     const int64_t index = indices[row];
-    ASSIGN_OR_RETURN(const EncodedConversation encoded, codec.Encode(dataset.Messages(index), dataset.Describe(index)));
+    ASSIGN_OR_RETURN(const EncodedConversation encoded,
+                     codec.Encode(dataset.Messages(index), dataset.Describe(index)));
     const int64_t n = static_cast<int64_t>(encoded.ids.size());
     RETURN_IF_ERROR(CheckLength(dataset, index, n, codec, max_text_tokens));
     std::copy(encoded.ids.begin(), encoded.ids.end(), batch.tokens.begin() + row * batch.length);
-    std::copy(encoded.labels.begin(), encoded.labels.end(), batch.labels.begin() + row * batch.length);
-    for (int64_t t = 1; t < n; ++t) batch.targets += encoded.labels[t] != EncodedConversation::kIgnore ? 1 : 0;
+    std::copy(encoded.labels.begin(), encoded.labels.end(),
+              batch.labels.begin() + row * batch.length);
+    for (int64_t t = 1; t < n; ++t)
+      batch.targets += encoded.labels[t] != EncodedConversation::kIgnore ? 1 : 0;
   }
   return batch;
 }
 
-absl::StatusOr<PromptBatch> MakePromptBatch(const Dataset& dataset, const std::vector<int64_t>& indices,
+absl::StatusOr<PromptBatch> MakePromptBatch(const Dataset& dataset,
+                                            const std::vector<int64_t>& indices,
                                             const TextCodec& codec, int64_t max_text_tokens) {
   RETURN_IF_ERROR(CheckBatchArguments(indices, max_text_tokens));
   PromptBatch batch;
   for (const int64_t index : indices) {
-    ASSIGN_OR_RETURN(TextCodec::Prompt prompt, codec.EncodePrompt(dataset.Messages(index), dataset.Describe(index)));
-    RETURN_IF_ERROR(CheckLength(dataset, index, static_cast<int64_t>(prompt.ids.size() + prompt.answer.size()) + 1,
+    ASSIGN_OR_RETURN(TextCodec::Prompt prompt,
+                     codec.EncodePrompt(dataset.Messages(index), dataset.Describe(index)));
+    RETURN_IF_ERROR(CheckLength(dataset, index,
+                                static_cast<int64_t>(prompt.ids.size() + prompt.answer.size()) + 1,
                                 codec, max_text_tokens));
     batch.prompts.push_back(std::move(prompt.ids));
     batch.answers.push_back(std::move(prompt.answer));

@@ -47,7 +47,8 @@ struct TokenBatch {
 // InvalidArgument for no indices or max_text_tokens < 2; InvalidArgument naming the sample
 // (Dataset::Describe) and both counts when it needs more than max_text_tokens text tokens; the
 // codec's errors.
-absl::StatusOr<TokenBatch> MakeTokenBatch(const Dataset& dataset, const std::vector<int64_t>& indices,
+absl::StatusOr<TokenBatch> MakeTokenBatch(const Dataset& dataset,
+                                          const std::vector<int64_t>& indices,
                                           const TextCodec& codec, int64_t max_text_tokens);
 
 // What the LLM is evaluated on: each sample's prompt (TextCodec::EncodePrompt) and the answer it
@@ -56,7 +57,8 @@ struct PromptBatch {
   std::vector<std::vector<int64_t>> prompts;
   std::vector<std::vector<int64_t>> answers;
 };
-absl::StatusOr<PromptBatch> MakePromptBatch(const Dataset& dataset, const std::vector<int64_t>& indices,
+absl::StatusOr<PromptBatch> MakePromptBatch(const Dataset& dataset,
+                                            const std::vector<int64_t>& indices,
                                             const TextCodec& codec, int64_t max_text_tokens);
 
 }  // namespace tandem::data

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-
 namespace tandem::data {
 double CaptionScore::exact_match() const {
   return samples == 0 ? 0.0 : static_cast<double>(exact) / static_cast<double>(samples);

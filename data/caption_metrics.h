@@ -1,4 +1,5 @@
-// Scores greedy captions (or answers) against their references (docs/design.md §4: exact-match accuracy).
+// Scores greedy captions (or answers) against their references (docs/design.md §4: exact-match
+// accuracy).
 //
 // For one sample, let g be the generated ids up to and excluding the token that ended them (the
 // generator stops there: models::GenerateGreedyBatch) and r the reference ids, without an end

@@ -1,7 +1,8 @@
 // LLaVA's conversation data, and a conversation as the token ids and labels an LLM trains on.
 //
 // The file is LLaVA's format: a JSON list (or JSONL, one object a line) of
-//   {"image": "path.png", "conversations": [{"from": "human", "value": "<image>\nWhat colour is it?"},
+//   {"image": "path.png", "conversations": [{"from": "human", "value": "<image>\nWhat colour is
+//   it?"},
 //                                           {"from": "gpt", "value": "Red."}, ...]}
 // "from" is "human", "gpt" or "system" (also "user" and "assistant"); "image" is optional and
 // relative to the file. A conversation with an image has exactly one "<image>", in a human turn.
@@ -44,11 +45,12 @@ struct EncodedConversation {
 
 absl::StatusOr<EncodedConversation> EncodeConversation(const Conversation& conversation,
                                                        const tokenizer::HfTokenizer& tokenizer,
-                                                       const tokenizer::ChatTemplate& chat, int64_t image_tokens);
+                                                       const tokenizer::ChatTemplate& chat,
+                                                       int64_t image_tokens);
 // EncodeConversation of bare messages, optionally with the template's generation prompt after them.
-absl::StatusOr<EncodedConversation> EncodeMessages(const std::vector<tokenizer::ChatMessage>& messages,
-                                                   const std::string& source, const tokenizer::HfTokenizer& tokenizer,
-                                                   const tokenizer::ChatTemplate& chat, int64_t image_tokens,
-                                                   bool add_generation_prompt);
+absl::StatusOr<EncodedConversation> EncodeMessages(
+    const std::vector<tokenizer::ChatMessage>& messages, const std::string& source,
+    const tokenizer::HfTokenizer& tokenizer, const tokenizer::ChatTemplate& chat,
+    int64_t image_tokens, bool add_generation_prompt);
 
 }  // namespace tandem::data

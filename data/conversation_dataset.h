@@ -24,7 +24,8 @@ class ConversationDataset final : public Dataset {
   // allow_images_outside (data.allow_images_outside).
   static absl::StatusOr<std::unique_ptr<ConversationDataset>> Open(
       const std::string& path, int64_t image_size,
-      std::shared_ptr<const ImagePreprocessor> preprocessor = nullptr, bool allow_images_outside = false);
+      std::shared_ptr<const ImagePreprocessor> preprocessor = nullptr,
+      bool allow_images_outside = false);
 
   int64_t size() const override { return static_cast<int64_t>(conversations_.size()); }
   absl::StatusOr<Example> Get(int64_t index) const override;

@@ -11,26 +11,27 @@ namespace tandem::data {
 
 // Procedural coloured shapes with captions ("a small red circle at the top left"); data/shapes.h.
 struct ShapesConfig {
-  uint64_t seed = 0;             // same seed, same images and captions
+  uint64_t seed = 0;  // same seed, same images and captions
   int64_t train_samples = 4096;
-  int64_t eval_samples = 256;    // held out: disjoint from the training samples
-  bool conversations = false;    // questions and answers about each image instead of its caption
+  int64_t eval_samples = 256;  // held out: disjoint from the training samples
+  bool conversations = false;  // questions and answers about each image instead of its caption
 
   bool operator==(const ShapesConfig&) const = default;
 };
 
 // One {"image": "path", "text": "caption"} object per line; image paths relative to the jsonl file.
 struct JsonlConfig {
-  std::string train_path;        // absolute once read from a spec file (jobspec::ReadJobSpecFile)
-  std::string eval_path;         // optional ("" = no held-out set unless eval_fraction > 0)
+  std::string train_path;  // absolute once read from a spec file (jobspec::ReadJobSpecFile)
+  std::string eval_path;   // optional ("" = no held-out set unless eval_fraction > 0)
 
   bool operator==(const JsonlConfig&) const = default;
 };
 
-// LLaVA's conversation files (data/conversation.h): a JSON list or JSONL of {"image", "conversations"}.
+// LLaVA's conversation files (data/conversation.h): a JSON list or JSONL of {"image",
+// "conversations"}.
 struct ConversationsConfig {
-  std::string train_path;        // absolute once read from a spec file (jobspec::ReadJobSpecFile)
-  std::string eval_path;         // optional
+  std::string train_path;  // absolute once read from a spec file (jobspec::ReadJobSpecFile)
+  std::string eval_path;   // optional
 
   bool operator==(const ConversationsConfig&) const = default;
 };

@@ -20,11 +20,11 @@ absl::StatusOr<Datasets> OpenShapes(const ShapesConfig& config, int64_t image_si
         config.train_samples, " and ", config.eval_samples));
   }
   Datasets datasets;
-  datasets.train =
-      std::make_unique<ShapesDataset>(config.seed, image_size, Split::kTrain, config.train_samples, text);
+  datasets.train = std::make_unique<ShapesDataset>(config.seed, image_size, Split::kTrain,
+                                                   config.train_samples, text);
   if (config.eval_samples > 0) {
-    datasets.eval =
-        std::make_unique<ShapesDataset>(config.seed, image_size, Split::kEval, config.eval_samples, text);
+    datasets.eval = std::make_unique<ShapesDataset>(config.seed, image_size, Split::kEval,
+                                                    config.eval_samples, text);
   }
   return datasets;
 }
@@ -33,8 +33,10 @@ absl::StatusOr<Datasets> OpenShapes(const ShapesConfig& config, int64_t image_si
 template <typename DatasetType>
 absl::StatusOr<Datasets> OpenFiles(const std::string& kind, const std::string& train_path,
                                    const std::string& eval_path, int64_t image_size,
-                                   const std::shared_ptr<const ImagePreprocessor>& preprocessor, bool anywhere) {
-  if (train_path.empty()) return absl::InvalidArgumentError(absl::StrCat(kind, " data: train_path is empty"));
+                                   const std::shared_ptr<const ImagePreprocessor>& preprocessor,
+                                   bool anywhere) {
+  if (train_path.empty())
+    return absl::InvalidArgumentError(absl::StrCat(kind, " data: train_path is empty"));
   Datasets datasets;
   ASSIGN_OR_RETURN(datasets.train,
                    DatasetType::Open(train_path, image_size, preprocessor, anywhere));
@@ -72,7 +74,8 @@ absl::StatusOr<Image> LoadSampleImage(const std::string& path, int64_t image_siz
   if (preprocessor == nullptr) return ResizeBilinear(image, image_size, image_size);
   auto processed = Preprocess(*preprocessor, image);
   if (!processed.ok()) {
-    return absl::Status(processed.status().code(), absl::StrCat(path, ": ", processed.status().message()));
+    return absl::Status(processed.status().code(),
+                        absl::StrCat(path, ": ", processed.status().message()));
   }
   return processed;
 }
@@ -94,12 +97,12 @@ absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_si
     case DataConfig::Kind::kShapes:
       return OpenShapes(config.shapes, image_size);
     case DataConfig::Kind::kJsonl:
-      return OpenFiles<JsonlDataset>("jsonl", config.jsonl.train_path, config.jsonl.eval_path, image_size,
-                                     preprocessor, config.allow_images_outside);
+      return OpenFiles<JsonlDataset>("jsonl", config.jsonl.train_path, config.jsonl.eval_path,
+                                     image_size, preprocessor, config.allow_images_outside);
     case DataConfig::Kind::kConversations:
       return OpenFiles<ConversationDataset>("conversations", config.conversations.train_path,
-                                            config.conversations.eval_path, image_size, preprocessor,
-                                            config.allow_images_outside);
+                                            config.conversations.eval_path, image_size,
+                                            preprocessor, config.allow_images_outside);
   }
   return absl::InvalidArgumentError("unknown data kind");
 }

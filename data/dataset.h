@@ -44,9 +44,9 @@ class Dataset {
   // REQUIRES: 0 <= index < size().
   virtual std::string Text(int64_t index) const = 0;
 
-  // The sample as the conversation the LLM trains on (data/text_codec.h). A caption is the answer to
-  // a user turn holding only the image: {user: "<image>"}, {assistant: caption}.
-  // REQUIRES: 0 <= index < size().
+  // The sample as the conversation the LLM trains on (data/text_codec.h). A caption is the answer
+  // to a user turn holding only the image: {user: "<image>"}, {assistant: caption}. REQUIRES: 0 <=
+  // index < size().
   virtual std::vector<tokenizer::ChatMessage> Messages(int64_t index) const;
 
   // The texts a word tokenizer built for this dataset covers: AllTexts. The shapes dataset adds the
@@ -77,8 +77,9 @@ struct Datasets {
 //           eval_path.
 // InvalidArgument for a non-positive image_size or sample count, or an empty train_path; otherwise
 // the errors of JsonlDataset::Open or ConversationDataset::Open.
-absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_size,
-                                      std::shared_ptr<const ImagePreprocessor> preprocessor = nullptr);
+absl::StatusOr<Datasets> OpenDatasets(
+    const DataConfig& config, int64_t image_size,
+    std::shared_ptr<const ImagePreprocessor> preprocessor = nullptr);
 
 // Checks that a data file's images lie inside its folder, as the file system resolves them
 // (common/paths.h), the folder resolved once. An image outside is InvalidArgument "<where>: image

@@ -39,11 +39,11 @@ std::vector<Tap> Taps(int64_t in, int64_t out) {
 
 namespace internal {
 
-absl::Status TooLargeError(const std::string& name, const char* kind, uint64_t width, uint64_t height,
-                           uint64_t max_pixels) {
-  return absl::InvalidArgumentError(absl::StrCat(name, ": ", kind, " of ", width, " x ", height,
-                                                 " pixels is too large: at most ", max_pixels,
-                                                 " pixels are decoded for this model's resolution"));
+absl::Status TooLargeError(const std::string& name, const char* kind, uint64_t width,
+                           uint64_t height, uint64_t max_pixels) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, ": ", kind, " of ", width, " x ", height, " pixels is too large: at most ",
+                   max_pixels, " pixels are decoded for this model's resolution"));
 }
 
 }  // namespace internal
@@ -52,14 +52,18 @@ uint64_t MaxPixelsFor(int64_t image_size) {
   constexpr uint64_t kFloor = uint64_t{1} << 26;
   if (image_size <= 0) return kFloor;
   const uint64_t side = static_cast<uint64_t>(image_size);
-  if (side >= (uint64_t{1} << 14)) return kMaxImagePixels;  // 256 x side^2 would pass the cap anyway
+  if (side >= (uint64_t{1} << 14))
+    return kMaxImagePixels;  // 256 x side^2 would pass the cap anyway
   return std::clamp(side * side * 256, kFloor, kMaxImagePixels);
 }
 
-absl::StatusOr<Image> DecodeImage(std::string_view bytes, const std::string& name, uint64_t max_pixels) {
+absl::StatusOr<Image> DecodeImage(std::string_view bytes, const std::string& name,
+                                  uint64_t max_pixels) {
   max_pixels = std::min(max_pixels, kMaxImagePixels);
-  if (bytes.substr(0, kPngMagic.size()) == kPngMagic) return internal::DecodePng(bytes, name, max_pixels);
-  if (bytes.substr(0, kJpegMagic.size()) == kJpegMagic) return internal::DecodeJpeg(bytes, name, max_pixels);
+  if (bytes.substr(0, kPngMagic.size()) == kPngMagic)
+    return internal::DecodePng(bytes, name, max_pixels);
+  if (bytes.substr(0, kJpegMagic.size()) == kJpegMagic)
+    return internal::DecodeJpeg(bytes, name, max_pixels);
   if (bytes.empty()) return absl::InvalidArgumentError(absl::StrCat(name, ": file is empty"));
   // Nothing of the bytes themselves: the file may be any file a job spec named.
   return absl::InvalidArgumentError(absl::StrCat(name, ": not a PNG or JPEG file"));

@@ -38,9 +38,9 @@ struct Image {
 inline constexpr uint64_t kMaxImagePixels = uint64_t{1} << 28;
 
 // The pixel cap for a model that sees image_size x image_size: 256 times what it uses, at least
-// 2^26 (67 megapixels: any camera's photo) and at most kMaxImagePixels. A larger image is refused before its
-// pixels are allocated (InvalidArgument, naming the cap), so one file in a dataset cannot take an
-// actor's memory.
+// 2^26 (67 megapixels: any camera's photo) and at most kMaxImagePixels. A larger image is refused
+// before its pixels are allocated (InvalidArgument, naming the cap), so one file in a dataset
+// cannot take an actor's memory.
 uint64_t MaxPixelsFor(int64_t image_size);
 
 // Decodes a PNG or JPEG file, recognised by its first bytes (not its extension).
@@ -52,7 +52,8 @@ uint64_t MaxPixelsFor(int64_t image_size);
 // declared width x height) is InvalidArgument before any pixel is decoded; a JPEG is also refused
 // after 500 scans (a progressive file can hold thousands of tiny ones, each a full pass) and when
 // its coefficient buffers would exceed 8 bytes per allowed pixel (at least 16 MiB).
-absl::StatusOr<Image> DecodeImageFile(const std::string& path, uint64_t max_pixels = kMaxImagePixels);
+absl::StatusOr<Image> DecodeImageFile(const std::string& path,
+                                      uint64_t max_pixels = kMaxImagePixels);
 
 // As DecodeImageFile, from bytes already in memory; `name` is used in error messages.
 absl::StatusOr<Image> DecodeImage(std::string_view bytes, const std::string& name,

@@ -14,11 +14,13 @@
 namespace tandem::data::internal {
 
 // Each refuses an image of more than max_pixels before allocating for its pixels.
-absl::StatusOr<Image> DecodePng(std::string_view bytes, const std::string& name, uint64_t max_pixels);
-absl::StatusOr<Image> DecodeJpeg(std::string_view bytes, const std::string& name, uint64_t max_pixels);
+absl::StatusOr<Image> DecodePng(std::string_view bytes, const std::string& name,
+                                uint64_t max_pixels);
+absl::StatusOr<Image> DecodeJpeg(std::string_view bytes, const std::string& name,
+                                 uint64_t max_pixels);
 
 // "PNG of W x H pixels is too large: at most N are decoded" (kind = "PNG" or "JPEG").
-absl::Status TooLargeError(const std::string& name, const char* kind, uint64_t width, uint64_t height,
-                           uint64_t max_pixels);
+absl::Status TooLargeError(const std::string& name, const char* kind, uint64_t width,
+                           uint64_t height, uint64_t max_pixels);
 
 }  // namespace tandem::data::internal

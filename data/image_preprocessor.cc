@@ -2,12 +2,12 @@
 
 #include <cmath>
 #include <filesystem>
-#include <utility>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
-#include "common/atomic_file.h"
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "common/strict_json.h"
 
@@ -20,22 +20,24 @@ absl::Status KeyError(const std::string& path, const std::string& key, const std
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " ", what));
 }
 
-absl::StatusOr<int64_t> SizeValue(const std::string& path, const json& object, const std::string& key,
-                                  const std::string& name) {
+absl::StatusOr<int64_t> SizeValue(const std::string& path, const json& object,
+                                  const std::string& key, const std::string& name) {
   const auto it = object.find(name);
   if (it == object.end()) return KeyError(path, absl::StrCat(key, ".", name), "is required");
   const auto value = ReadJsonInteger(*it).ToInt64();
   if (!value || *value <= 0) {
-    return KeyError(path, absl::StrCat(key, ".", name), absl::StrCat("must be a positive integer, got ",
-                                                                      DescribeJsonValue(*it)));
+    return KeyError(path, absl::StrCat(key, ".", name),
+                    absl::StrCat("must be a positive integer, got ", DescribeJsonValue(*it)));
   }
   return *value;
 }
 
-absl::StatusOr<std::vector<double>> Triple(const std::string& path, const json& root, const char* key) {
+absl::StatusOr<std::vector<double>> Triple(const std::string& path, const json& root,
+                                           const char* key) {
   const json& v = root[key];
   if (v.is_number()) return std::vector<double>(3, v.get<double>());
-  if (!v.is_array() || v.size() != 3) return KeyError(path, key, "must be a number or a list of three");
+  if (!v.is_array() || v.size() != 3)
+    return KeyError(path, key, "must be a number or a list of three");
   std::vector<double> out;
   for (const auto& x : v) {
     if (!x.is_number()) return KeyError(path, key, "must hold numbers");
@@ -58,18 +60,22 @@ Image Crop(const Image& image, int64_t top, int64_t left, int64_t height, int64_
   return out;
 }
 
-absl::StatusOr<ImagePreprocessor> ParsePreprocessorOrThrow(const std::string& path, const json& root);
+absl::StatusOr<ImagePreprocessor> ParsePreprocessorOrThrow(const std::string& path,
+                                                           const json& root);
 
 absl::StatusOr<json> ReadJsonObject(const std::string& path) {
   ASSIGN_OR_RETURN(const std::string text, ReadUserFile(path));
   auto parsed = ParseJsonStrict(text);
-  if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
-  if (!parsed->is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": must hold a JSON object"));
+  if (!parsed.ok())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
+  if (!parsed->is_object())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": must hold a JSON object"));
   return *std::move(parsed);
 }
 
-// The settings and the name errors give them: preprocessor_config.json, else processor_config.json's
-// "image_processor" object (transformers 5 saves no preprocessor_config.json).
+// The settings and the name errors give them: preprocessor_config.json, else
+// processor_config.json's "image_processor" object (transformers 5 saves no
+// preprocessor_config.json).
 absl::StatusOr<std::pair<json, std::string>> ModelSettings(const std::string& directory) {
   const std::string preprocessor = absl::StrCat(directory, "/preprocessor_config.json");
   const std::string processor = absl::StrCat(directory, "/processor_config.json");
@@ -81,8 +87,10 @@ absl::StatusOr<std::pair<json, std::string>> ModelSettings(const std::string& di
   ASSIGN_OR_RETURN(const json root, ReadJsonObject(processor));
   const auto it = root.find("image_processor");
   if (it == root.end() || !it->is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        processor, ": image_processor must be an object (the directory has no preprocessor_config.json either)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(processor,
+                     ": image_processor must be an object (the directory has no "
+                     "preprocessor_config.json either)"));
   }
   return std::make_pair(*it, absl::StrCat(processor, ": image_processor"));
 }
@@ -91,7 +99,8 @@ absl::StatusOr<ImagePreprocessor> ParsePreprocessor(const std::string& path, con
   try {  // a value of the wrong JSON type (a null flag, say) is an error naming the file
     return ParsePreprocessorOrThrow(path, root);
   } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": a value of the wrong type: ", e.what()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": a value of the wrong type: ", e.what()));
   }
 }
 
@@ -101,7 +110,6 @@ int64_t ImagePreprocessor::output_size() const {
   if (do_center_crop) return crop_height;
   return shortest_edge > 0 ? shortest_edge : resize_height;
 }
-
 
 absl::StatusOr<ImagePreprocessor> ReadImagePreprocessor(const std::string& path) {
   ASSIGN_OR_RETURN(const json root, ReadJsonObject(path));
@@ -121,11 +129,13 @@ absl::StatusOr<std::string> ModelImagePreprocessorJson(const std::string& direct
 
 namespace {
 
-absl::StatusOr<ImagePreprocessor> ParsePreprocessorOrThrow(const std::string& path, const json& root) {
+absl::StatusOr<ImagePreprocessor> ParsePreprocessorOrThrow(const std::string& path,
+                                                           const json& root) {
   ImagePreprocessor p;
   p.do_resize = root.value("do_resize", true);
   if (p.do_resize) {
-    if (!root.contains("size") || !root["size"].is_object()) return KeyError(path, "size", "must be an object");
+    if (!root.contains("size") || !root["size"].is_object())
+      return KeyError(path, "size", "must be an object");
     const json& size = root["size"];
     if (size.contains("shortest_edge")) {
       ASSIGN_OR_RETURN(p.shortest_edge, SizeValue(path, size, "size", "shortest_edge"));
@@ -135,14 +145,16 @@ absl::StatusOr<ImagePreprocessor> ParsePreprocessorOrThrow(const std::string& pa
     } else {
       return KeyError(path, "size", "must hold shortest_edge, or height and width");
     }
-    const int64_t resample = root.contains("resample") ? ReadJsonInteger(root["resample"]).ToInt64().value_or(-1) : 3;
+    const int64_t resample =
+        root.contains("resample") ? ReadJsonInteger(root["resample"]).ToInt64().value_or(-1) : 3;
     if (resample == 2) {
       p.filter = PilFilter::kBilinear;
     } else if (resample == 3) {
       p.filter = PilFilter::kBicubic;
     } else {
-      return KeyError(path, "resample", absl::StrCat(DescribeJsonValue(root["resample"]),
-                                                     " is not supported (2 bilinear, 3 bicubic)"));
+      return KeyError(path, "resample",
+                      absl::StrCat(DescribeJsonValue(root["resample"]),
+                                   " is not supported (2 bilinear, 3 bicubic)"));
     }
   }
   p.do_center_crop = root.value("do_center_crop", false);
@@ -180,7 +192,8 @@ absl::StatusOr<ImagePreprocessor> ParsePreprocessorOrThrow(const std::string& pa
   const int64_t side = p.output_size();
   if (p.do_center_crop ? p.crop_height != p.crop_width
                        : (p.shortest_edge == 0 && p.resize_height != p.resize_width)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": the processed image must be square (", side, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the processed image must be square (", side, ")"));
   }
   if (!p.do_resize && !p.do_center_crop) {
     return KeyError(path, "do_resize", "false without a center crop leaves the image size open");
@@ -194,25 +207,31 @@ absl::StatusOr<Image> Preprocess(const ImagePreprocessor& p, const Image& image)
   Image out = image;
   if (p.do_resize) {
     int64_t height = p.resize_height, width = p.resize_width;
-    if (p.shortest_edge > 0) {  // transformers' get_resize_output_image_size(default_to_square=False)
+    if (p.shortest_edge >
+        0) {  // transformers' get_resize_output_image_size(default_to_square=False)
       const bool wide = image.width > image.height;
-      const int64_t short_side = wide ? image.height : image.width, long_side = wide ? image.width : image.height;
-      const auto long_new = static_cast<int64_t>(static_cast<double>(p.shortest_edge) * long_side / short_side);
+      const int64_t short_side = wide ? image.height : image.width,
+                    long_side = wide ? image.width : image.height;
+      const auto long_new =
+          static_cast<int64_t>(static_cast<double>(p.shortest_edge) * long_side / short_side);
       height = wide ? p.shortest_edge : long_new;
       width = wide ? long_new : p.shortest_edge;
     }
-    if (height != image.height || width != image.width) out = ResizePil(image, height, width, p.filter);
+    if (height != image.height || width != image.width)
+      out = ResizePil(image, height, width, p.filter);
   }
   if (p.do_center_crop) {
     if (p.crop_height > out.height || p.crop_width > out.width) {
-      return absl::InvalidArgumentError(absl::StrCat("preprocessing: a crop of ", p.crop_height, "x", p.crop_width,
-                                                     " does not fit the resized ", out.height, "x", out.width));
+      return absl::InvalidArgumentError(
+          absl::StrCat("preprocessing: a crop of ", p.crop_height, "x", p.crop_width,
+                       " does not fit the resized ", out.height, "x", out.width));
     }
-    out = Crop(out, (out.height - p.crop_height) / 2, (out.width - p.crop_width) / 2, p.crop_height, p.crop_width);
+    out = Crop(out, (out.height - p.crop_height) / 2, (out.width - p.crop_width) / 2, p.crop_height,
+               p.crop_width);
   }
   if (out.height != out.width) {
-    return absl::InvalidArgumentError(absl::StrCat("preprocessing: the image is ", out.height, "x", out.width,
-                                                   ", not square"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("preprocessing: the image is ", out.height, "x", out.width, ", not square"));
   }
   return out;
 }

@@ -1,8 +1,9 @@
 // A Hugging Face checkpoint's preprocessor_config.json, or transformers 5's processor_config.json
-// (its "image_processor"), for CLIPImageProcessor, SiglipImageProcessor and their PIL variants, and the geometry it describes: resize (the shortest edge to a length, or to
-// a height and width), center crop, then rescale and normalise. Resizing is Pillow's
-// (data/pil_resize.h), as transformers' PIL processors do it; transformers 5's torchvision
-// processors resize in floating point and may differ by a step of 1/255 in places.
+// (its "image_processor"), for CLIPImageProcessor, SiglipImageProcessor and their PIL variants, and
+// the geometry it describes: resize (the shortest edge to a length, or to a height and width),
+// center crop, then rescale and normalise. Resizing is Pillow's (data/pil_resize.h), as
+// transformers' PIL processors do it; transformers 5's torchvision processors resize in floating
+// point and may differ by a step of 1/255 in places.
 //
 // Preprocess does the geometry and returns values in [0, 1]; rescale_factor must be 1/255 and the
 // normalisation (image_mean, image_std) is the vision model's (models::VisionConfig), so that the
@@ -25,7 +26,7 @@ namespace tandem::data {
 
 struct ImagePreprocessor {
   bool do_resize = true;
-  int64_t shortest_edge = 0;             // > 0: the shorter side becomes this, the aspect kept
+  int64_t shortest_edge = 0;  // > 0: the shorter side becomes this, the aspect kept
   int64_t resize_height = 0, resize_width = 0;  // otherwise: exactly this size
   PilFilter filter = PilFilter::kBicubic;
   bool do_center_crop = false;

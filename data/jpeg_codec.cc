@@ -82,8 +82,8 @@ JpegOutcome ReadJpegPixels(jpeg_decompress_struct* cinfo, JpegErrorManager* erro
                            JpegLayout* layout, std::vector<unsigned char>* pixels) {
   if (setjmp(errors->jump)) return JpegOutcome::kError;
   jpeg_create_decompress(cinfo);
-  // 8 bytes per allowed pixel covers 4:4:4 colour's 6 bytes of coefficients; the 16 MiB floor keeps a
-  // tiny cap from failing on libjpeg's own tables.
+  // 8 bytes per allowed pixel covers 4:4:4 colour's 6 bytes of coefficients; the 16 MiB floor keeps
+  // a tiny cap from failing on libjpeg's own tables.
   const uint64_t memory = std::max<uint64_t>(max_pixels * 8, uint64_t{16} << 20);
   cinfo->mem->max_memory_to_use = static_cast<long>(std::min<uint64_t>(memory, LONG_MAX));
   scan_limit->base.progress_monitor = OnJpegProgress;
@@ -123,7 +123,8 @@ JpegOutcome ReadJpegPixels(jpeg_decompress_struct* cinfo, JpegErrorManager* erro
 
 }  // namespace
 
-absl::StatusOr<Image> DecodeJpeg(std::string_view bytes, const std::string& name, uint64_t max_pixels) {
+absl::StatusOr<Image> DecodeJpeg(std::string_view bytes, const std::string& name,
+                                 uint64_t max_pixels) {
   // Zeroed, so that jpeg_destroy_decompress is safe even when jpeg_create_decompress failed early
   // (a library version mismatch is reported before it clears the struct).
   jpeg_decompress_struct cinfo{};

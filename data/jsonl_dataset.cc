@@ -42,8 +42,8 @@ absl::StatusOr<std::string> StringField(const nlohmann::json& object, const char
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JsonlDataset>> JsonlDataset::Open(
-    const std::string& jsonl_path, int64_t image_size, std::shared_ptr<const ImagePreprocessor> preprocessor,
-    bool allow_images_outside) {
+    const std::string& jsonl_path, int64_t image_size,
+    std::shared_ptr<const ImagePreprocessor> preprocessor, bool allow_images_outside) {
   ASSIGN_OR_RETURN(const std::string contents, ReadUserFile(jsonl_path));
   const fs::path directory = fs::path(jsonl_path).parent_path();
   const ImageFolder folder(directory.string());
@@ -62,7 +62,8 @@ absl::StatusOr<std::unique_ptr<JsonlDataset>> JsonlDataset::Open(
     const std::string where = line_at + ": ";
     absl::StatusOr<nlohmann::json> parsed = ParseJsonStrict(line);
     if (!parsed.ok()) {
-      // "line 1, column 36: invalid JSON: ..." of a one-line document: the file's line is in `where`.
+      // "line 1, column 36: invalid JSON: ..." of a one-line document: the file's line is in
+      // `where`.
       absl::string_view message = parsed.status().message();
       if (absl::StartsWith(message, "line 1, ")) message.remove_prefix(8);
       return absl::InvalidArgumentError(absl::StrCat(where, message));
@@ -117,7 +118,8 @@ absl::StatusOr<Example> JsonlDataset::Get(int64_t index) const {
         absl::StrCat(jsonl_path_, ": index ", index, " outside [0, ", size(), ")"));
   }
   const Sample& sample = samples_[index];
-  absl::StatusOr<Image> image = LoadSampleImage(sample.image_path, image_size_, preprocessor_.get());
+  absl::StatusOr<Image> image =
+      LoadSampleImage(sample.image_path, image_size_, preprocessor_.get());
   if (!image.ok()) {
     return absl::Status(image.status().code(), absl::StrCat(jsonl_path_, ":", sample.line, ": ",
                                                             image.status().message()));

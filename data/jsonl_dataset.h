@@ -35,7 +35,8 @@ class JsonlDataset final : public Dataset {
   // InvalidArgument naming its line unless allow_images_outside (data.allow_images_outside).
   static absl::StatusOr<std::unique_ptr<JsonlDataset>> Open(
       const std::string& jsonl_path, int64_t image_size,
-      std::shared_ptr<const ImagePreprocessor> preprocessor = nullptr, bool allow_images_outside = false);
+      std::shared_ptr<const ImagePreprocessor> preprocessor = nullptr,
+      bool allow_images_outside = false);
 
   int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
   absl::StatusOr<Example> Get(int64_t index) const override;

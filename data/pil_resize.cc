@@ -25,7 +25,7 @@ double Bilinear(double x) {
 // One pass's kernel: for each output position, the first input index, the count, and the
 // fixed-point coefficients (Resample.c: precompute_coeffs, normalize_coeffs_8bpc).
 struct Kernel {
-  int size = 0;                // coefficients per output position
+  int size = 0;  // coefficients per output position
   std::vector<int> first, count;
   std::vector<int32_t> coefficients;  // [out, size]
 };
@@ -57,8 +57,8 @@ Kernel Precompute(int in_size, int out_size, PilFilter filter) {
     }
     for (int x = 0; x < xmax; ++x) {
       const double v = total != 0.0 ? w[x] / total : w[x];
-      k.coefficients[static_cast<size_t>(xx) * k.size + x] =
-          static_cast<int32_t>(v < 0 ? -0.5 + v * (1 << kPrecisionBits) : 0.5 + v * (1 << kPrecisionBits));
+      k.coefficients[static_cast<size_t>(xx) * k.size + x] = static_cast<int32_t>(
+          v < 0 ? -0.5 + v * (1 << kPrecisionBits) : 0.5 + v * (1 << kPrecisionBits));
     }
     k.first[xx] = xmin;
     k.count[xx] = xmax;
@@ -76,14 +76,19 @@ uint8_t Clip8(int64_t v) {
 struct Plane8 {
   int channels = 3, height = 0, width = 0;
   std::vector<uint8_t> v;
-  uint8_t at(int c, int y, int x) const { return v[(static_cast<size_t>(c) * height + y) * width + x]; }
+  uint8_t at(int c, int y, int x) const {
+    return v[(static_cast<size_t>(c) * height + y) * width + x];
+  }
   uint8_t& at(int c, int y, int x) { return v[(static_cast<size_t>(c) * height + y) * width + x]; }
 };
 
 }  // namespace
 
 Image ResizePil(const Image& image, int64_t height, int64_t width, PilFilter filter) {
-  Plane8 in{static_cast<int>(image.channels), static_cast<int>(image.height), static_cast<int>(image.width), {}};
+  Plane8 in{static_cast<int>(image.channels),
+            static_cast<int>(image.height),
+            static_cast<int>(image.width),
+            {}};
   in.v.resize(image.pixels.size());
   for (size_t i = 0; i < image.pixels.size(); ++i) {
     in.v[i] = static_cast<uint8_t>(std::lround(std::clamp(image.pixels[i], 0.0f, 1.0f) * 255.0f));
@@ -107,7 +112,8 @@ Image ResizePil(const Image& image, int64_t height, int64_t width, PilFilter fil
         for (int xx = 0; xx < out_w; ++xx) {
           int64_t ss = int64_t{1} << (kPrecisionBits - 1);
           const int32_t* k = &horizontal.coefficients[static_cast<size_t>(xx) * horizontal.size];
-          for (int x = 0; x < horizontal.count[xx]; ++x) ss += in.at(c, y + first_row, x + horizontal.first[xx]) * int64_t{k[x]};
+          for (int x = 0; x < horizontal.count[xx]; ++x)
+            ss += in.at(c, y + first_row, x + horizontal.first[xx]) * int64_t{k[x]};
           temp.at(c, y, xx) = Clip8(ss);
         }
       }
@@ -122,7 +128,8 @@ Image ResizePil(const Image& image, int64_t height, int64_t width, PilFilter fil
         const int32_t* k = &vertical.coefficients[static_cast<size_t>(yy) * vertical.size];
         for (int x = 0; x < current.width; ++x) {
           int64_t ss = int64_t{1} << (kPrecisionBits - 1);
-          for (int y = 0; y < vertical.count[yy]; ++y) ss += current.at(c, y + vertical.first[yy], x) * int64_t{k[y]};
+          for (int y = 0; y < vertical.count[yy]; ++y)
+            ss += current.at(c, y + vertical.first[yy], x) * int64_t{k[y]};
           out.at(c, yy, x) = Clip8(ss);
         }
       }
@@ -134,7 +141,8 @@ Image ResizePil(const Image& image, int64_t height, int64_t width, PilFilter fil
   result.height = current.height;
   result.width = current.width;
   result.pixels.resize(current.v.size());
-  for (size_t i = 0; i < current.v.size(); ++i) result.pixels[i] = static_cast<float>(current.v[i]) / 255.0f;
+  for (size_t i = 0; i < current.v.size(); ++i)
+    result.pixels[i] = static_cast<float>(current.v[i]) / 255.0f;
   return result;
 }
 

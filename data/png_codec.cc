@@ -75,7 +75,8 @@ bool ReadPngPixels(png_structp png, png_infop info, PngContext* context, PngLayo
                    std::vector<unsigned char>* pixels, std::vector<png_bytep>* rows) {
   if (setjmp(context->jump)) return false;
   png_read_info(png, info);
-  if (uint64_t{png_get_image_width(png, info)} * png_get_image_height(png, info) > context->max_pixels) {
+  if (uint64_t{png_get_image_width(png, info)} * png_get_image_height(png, info) >
+      context->max_pixels) {
     layout->width = png_get_image_width(png, info);
     layout->height = png_get_image_height(png, info);
     context->too_large = true;
@@ -123,7 +124,8 @@ unsigned char ToByte(float value) {
 
 namespace internal {
 
-absl::StatusOr<Image> DecodePng(std::string_view bytes, const std::string& name, uint64_t max_pixels) {
+absl::StatusOr<Image> DecodePng(std::string_view bytes, const std::string& name,
+                                uint64_t max_pixels) {
   PngContext context;
   context.max_pixels = max_pixels;
   context.input = reinterpret_cast<const unsigned char*>(bytes.data());

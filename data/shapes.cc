@@ -14,8 +14,8 @@ namespace tandem::data {
 namespace {
 
 // Stream tags, hashed with the seed and split so that no two purposes share random numbers.
-constexpr uint64_t kBlockStream = 1;   // the order of combinations inside a block of 432
-constexpr uint64_t kJitterStream = 2;  // one sample's jitter
+constexpr uint64_t kBlockStream = 1;         // the order of combinations inside a block of 432
+constexpr uint64_t kJitterStream = 2;        // one sample's jitter
 constexpr uint64_t kConversationStream = 3;  // one sample's questions
 
 // Grid cell centres in image units. 0.2 rather than 1/6 from the edge keeps the largest shape
@@ -88,33 +88,47 @@ std::string Caption(const ShapeAttributes& attributes) {
   return caption;
 }
 
-ShapesDataset::ShapesDataset(uint64_t seed, int64_t image_size, Split split, int64_t size, ShapesText text)
+ShapesDataset::ShapesDataset(uint64_t seed, int64_t image_size, Split split, int64_t size,
+                             ShapesText text)
     : seed_(seed), image_size_(image_size), split_(split), size_(size), text_(text) {}
 
 namespace {
 
 // The questions of ShapesConversation, one per attribute and one for the whole caption.
 constexpr std::array<std::string_view, 5> kQuestions = {
-    "What colour is the shape?", "What shape is it?", "Where is the shape?", "Is the shape small or large?",
-    "Describe the image."};
+    "What colour is the shape?", "What shape is it?", "Where is the shape?",
+    "Is the shape small or large?", "Describe the image."};
 
 std::string Answer(const ShapeAttributes& a, size_t question) {
   std::string answer;
   switch (question) {
-    case 0: answer.append("It is ").append(ColourName(a.colour)); break;
-    case 1: answer.append("It is a ").append(ShapeName(a.shape)); break;
-    case 2: answer.append("At the ").append(PlaceName(a.place)); break;
-    case 3: answer.append("It is ").append(SizeName(a.size)); break;
-    default: answer = Caption(a); answer[0] = 'A'; break;
+    case 0:
+      answer.append("It is ").append(ColourName(a.colour));
+      break;
+    case 1:
+      answer.append("It is a ").append(ShapeName(a.shape));
+      break;
+    case 2:
+      answer.append("At the ").append(PlaceName(a.place));
+      break;
+    case 3:
+      answer.append("It is ").append(SizeName(a.size));
+      break;
+    default:
+      answer = Caption(a);
+      answer[0] = 'A';
+      break;
   }
   return answer + ".";
 }
 
 }  // namespace
 
-std::vector<tokenizer::ChatMessage> ShapesConversation(const ShapeAttributes& attributes, uint64_t draw) {
+std::vector<tokenizer::ChatMessage> ShapesConversation(const ShapeAttributes& attributes,
+                                                       uint64_t draw) {
   const size_t first = draw % kQuestions.size();
-  const size_t second = (first + 1 + draw / kQuestions.size() % (kQuestions.size() - 1)) % kQuestions.size();
+  const size_t second =
+      (first + 1 + draw / kQuestions.size() % (kQuestions.size() - 1)) % kQuestions.size();
   return {{"user", "<image>\n" + std::string(kQuestions[first])},
           {"assistant", Answer(attributes, first)},
           {"user", std::string(kQuestions[second])},
@@ -175,8 +189,8 @@ std::string ShapesDataset::TextOf(const ShapeAttributes& attributes, int64_t ind
 
 std::vector<tokenizer::ChatMessage> ShapesDataset::ConversationOf(const ShapeAttributes& attributes,
                                                                   int64_t index) const {
-  return ShapesConversation(attributes,
-                            HashKey({seed_, SplitTag(split_), kConversationStream, static_cast<uint64_t>(index)}));
+  return ShapesConversation(attributes, HashKey({seed_, SplitTag(split_), kConversationStream,
+                                                 static_cast<uint64_t>(index)}));
 }
 
 std::vector<tokenizer::ChatMessage> ShapesDataset::Messages(int64_t index) const {
@@ -189,7 +203,8 @@ std::vector<std::string> ShapesDataset::VocabularyTexts() const {
   const int64_t count = std::min(size_, kVocabularySamples);
   texts.reserve(count + kQuestions.size());
   for (int64_t i = 0; i < count; ++i) texts.push_back(Text(i));
-  for (size_t q = 0; q < kQuestions.size(); ++q) texts.push_back(std::string(kQuestions[q]) + " It is a.");
+  for (size_t q = 0; q < kQuestions.size(); ++q)
+    texts.push_back(std::string(kQuestions[q]) + " It is a.");
   return texts;
 }
 

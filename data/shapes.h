@@ -1,6 +1,6 @@
-// The procedural "shapes" dataset (docs/design.md §4): one coloured shape on a dark background, captioned
-// "a small red circle at the top left". It needs no download and is the same from the same seed on
-// every machine.
+// The procedural "shapes" dataset (docs/design.md §4): one coloured shape on a dark background,
+// captioned "a small red circle at the top left". It needs no download and is the same from the
+// same seed on every machine.
 //
 // Attributes: 4 shapes x 6 colours x 9 positions (a 3x3 grid) x 2 sizes = 432 combinations.
 // Sample i of a split is a pure function of (seed, split, i), computed with the counter-based
@@ -79,7 +79,8 @@ std::string Caption(const ShapeAttributes& attributes);
 // shape?" ("It is red."), "What shape is it?" ("It is a circle."), "Where is the shape?" ("At the
 // top left."), "Is the shape small or large?" ("It is small.") and "Describe the image." (the
 // caption as a sentence), picked by `draw`. The first question carries the image mark.
-std::vector<tokenizer::ChatMessage> ShapesConversation(const ShapeAttributes& attributes, uint64_t draw);
+std::vector<tokenizer::ChatMessage> ShapesConversation(const ShapeAttributes& attributes,
+                                                       uint64_t draw);
 
 // What a sample's text is: its caption, or a conversation about it (ShapesConversation, questions
 // drawn from (seed, split, index)).
@@ -111,7 +112,8 @@ class ShapesDataset final : public Dataset {
  private:
   // Text and Messages of a sample whose attributes are known (Render has them).
   std::string TextOf(const ShapeAttributes& attributes, int64_t index) const;
-  std::vector<tokenizer::ChatMessage> ConversationOf(const ShapeAttributes& attributes, int64_t index) const;
+  std::vector<tokenizer::ChatMessage> ConversationOf(const ShapeAttributes& attributes,
+                                                     int64_t index) const;
 
   uint64_t seed_;
   int64_t image_size_;

@@ -17,7 +17,8 @@ constexpr char kImage[] = "<image>";
 std::string ConversationWords(const std::vector<tokenizer::ChatMessage>& messages) {
   std::string out;
   for (const auto& message : messages) {
-    absl::StrAppend(&out, out.empty() ? "" : " ", absl::StrReplaceAll(message.content, {{kImage, " "}}));
+    absl::StrAppend(&out, out.empty() ? "" : " ",
+                    absl::StrReplaceAll(message.content, {{kImage, " "}}));
   }
   return out;
 }
@@ -28,16 +29,17 @@ TextCodec TextCodec::Words(Tokenizer tokenizer) {
   return codec;
 }
 
-absl::StatusOr<TextCodec> TextCodec::Hf(tokenizer::HfTokenizer tokenizer, tokenizer::ChatTemplate chat,
-                                        int64_t image_tokens) {
+absl::StatusOr<TextCodec> TextCodec::Hf(tokenizer::HfTokenizer tokenizer,
+                                        tokenizer::ChatTemplate chat, int64_t image_tokens) {
   const auto image = tokenizer.TokenToId(kImage);
   if (!image) return absl::InvalidArgumentError("the tokenizer has no \"<image>\" token");
   const auto eos = tokenizer.eos_id();
   const std::string& turn_end = chat.end_of_turn();
   const auto end = turn_end.empty() ? eos : tokenizer.TokenToId(turn_end);
   if (!end) {
-    return absl::InvalidArgumentError(absl::StrCat("the tokenizer has no \"", turn_end, "\" token, which ends a turn in ",
-                                                   chat.name(), "'s chat template"));
+    return absl::InvalidArgumentError(absl::StrCat("the tokenizer has no \"", turn_end,
+                                                   "\" token, which ends a turn in ", chat.name(),
+                                                   "'s chat template"));
   }
   // transformers' LLaVA recipes pad with the pad token, else with eos; the padding is never a
   // target and a causal model never attends to it from the positions before.
@@ -61,9 +63,11 @@ std::string TextCodec::Decode(const std::vector<int64_t>& ids) const {
   return words_->Decode(std::vector<int32_t>(ids.begin(), ids.end()));
 }
 
-absl::StatusOr<EncodedConversation> TextCodec::Encode(const std::vector<tokenizer::ChatMessage>& messages,
-                                                      const std::string& source) const {
-  if (hf_) return EncodeMessages(messages, source, *hf_, *chat_, image_tokens_, /*add_generation_prompt=*/false);
+absl::StatusOr<EncodedConversation> TextCodec::Encode(
+    const std::vector<tokenizer::ChatMessage>& messages, const std::string& source) const {
+  if (hf_)
+    return EncodeMessages(messages, source, *hf_, *chat_, image_tokens_,
+                          /*add_generation_prompt=*/false);
   EncodedConversation out;
   for (const auto& message : messages) {
     const bool answer = message.role == "assistant";
@@ -78,23 +82,26 @@ absl::StatusOr<EncodedConversation> TextCodec::Encode(const std::vector<tokenize
   return out;
 }
 
-absl::StatusOr<TextCodec::Prompt> TextCodec::EncodePrompt(const std::vector<tokenizer::ChatMessage>& messages,
-                                                          const std::string& source) const {
+absl::StatusOr<TextCodec::Prompt> TextCodec::EncodePrompt(
+    const std::vector<tokenizer::ChatMessage>& messages, const std::string& source) const {
   if (messages.empty() || messages.back().role != "assistant") {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": the last message is not the assistant's, so there is "
-                                                           "no answer to evaluate"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source,
+                     ": the last message is not the assistant's, so there is "
+                     "no answer to evaluate"));
   }
   const std::vector<tokenizer::ChatMessage> asked(messages.begin(), messages.end() - 1);
   Prompt prompt;
   if (hf_) {
-    ASSIGN_OR_RETURN(auto encoded,
-                     EncodeMessages(asked, source, *hf_, *chat_, image_tokens_, /*add_generation_prompt=*/true));
+    ASSIGN_OR_RETURN(auto encoded, EncodeMessages(asked, source, *hf_, *chat_, image_tokens_,
+                                                  /*add_generation_prompt=*/true));
     prompt.ids = std::move(encoded.ids);
   } else {
     ASSIGN_OR_RETURN(auto encoded, Encode(asked, source));
     prompt.ids = std::move(encoded.ids);
   }
-  // The answer is the last run of labelled positions of the whole conversation, less its end of turn.
+  // The answer is the last run of labelled positions of the whole conversation, less its end of
+  // turn.
   ASSIGN_OR_RETURN(const EncodedConversation whole, Encode(messages, source));
   size_t end = whole.labels.size();
   while (end > 0 && whole.labels[end - 1] == EncodedConversation::kIgnore) --end;
@@ -102,11 +109,13 @@ absl::StatusOr<TextCodec::Prompt> TextCodec::EncodePrompt(const std::vector<toke
   while (begin > 0 && whole.labels[begin - 1] != EncodedConversation::kIgnore) --begin;
   prompt.answer.assign(whole.labels.begin() + static_cast<std::ptrdiff_t>(begin),
                        whole.labels.begin() + static_cast<std::ptrdiff_t>(end));
-  if (!prompt.answer.empty() && std::find(stop_ids_.begin(), stop_ids_.end(), prompt.answer.back()) != stop_ids_.end()) {
+  if (!prompt.answer.empty() &&
+      std::find(stop_ids_.begin(), stop_ids_.end(), prompt.answer.back()) != stop_ids_.end()) {
     prompt.answer.pop_back();
   }
   if (prompt.ids.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": nothing comes before the answer to prompt with"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": nothing comes before the answer to prompt with"));
   }
   return prompt;
 }

@@ -8,9 +8,9 @@
 //          differently there); the text is the "tandem" chat format without the image mark:
 //          (user words) <bos> (answer words) <eos> ... A caption is the answer to a user turn
 //          holding only the image, so it reads <bos> caption <eos>.
-//   Hf     A Hugging Face tokenizer and chat template (tokenizer/chat_template.h): LLaVA's layout, the
-//          rendered conversation with `image_tokens` copies of the "<image>" id, which the image's
-//          embedding rows replace.
+//   Hf     A Hugging Face tokenizer and chat template (tokenizer/chat_template.h): LLaVA's
+//          layout, the rendered conversation with `image_tokens` copies of the "<image>" id, which
+//          the image's embedding rows replace.
 //
 // Labels are the ids of the assistant turns and their end-of-turn token, kIgnoreLabel elsewhere
 // (data/conversation.h). Stateless after construction; const methods are thread-safe.
@@ -35,8 +35,8 @@ class TextCodec {
   static TextCodec Words(Tokenizer tokenizer);
   // InvalidArgument when the tokenizer lacks "<image>", a pad or eos token, or the template's
   // end-of-turn token.
-  static absl::StatusOr<TextCodec> Hf(tokenizer::HfTokenizer tokenizer, tokenizer::ChatTemplate chat,
-                                      int64_t image_tokens);
+  static absl::StatusOr<TextCodec> Hf(tokenizer::HfTokenizer tokenizer,
+                                      tokenizer::ChatTemplate chat, int64_t image_tokens);
 
   // The whole conversation. `source` names the sample in errors.
   absl::StatusOr<EncodedConversation> Encode(const std::vector<tokenizer::ChatMessage>& messages,

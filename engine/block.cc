@@ -144,7 +144,8 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
       }
     }
 
-    // One gradient per forward argument: none for the block address and the anchor, then the inputs.
+    // One gradient per forward argument: none for the block address and the anchor, then the
+    // inputs.
     variable_list result(2 + inputs.size());
     for (size_t k = 0; k < input_positions.size(); ++k) result[2 + input_positions[k]] = grads[k];
     return result;

@@ -3,14 +3,16 @@
 // repeated layers (transformer blocks) from BlockModule and implementing Run.
 //
 // NOTE [Block recomputation]
-// Block::Forward runs Run through a custom autograd function when the block needs it (its engine is at
-// ZeRO-3, or set_recompute(true)):
-// - forward: gather the block's parameters (ZeRO-3), run under no-grad, release them, keep the inputs.
-// - backward: gather again, re-run Run with grad enabled under the forward's autocast state, and take
+// Block::Forward runs Run through a custom autograd function when the block needs it (its engine is
+// at ZeRO-3, or set_recompute(true)):
+// - forward: gather the block's parameters (ZeRO-3), run under no-grad, release them, keep the
+// inputs.
+// - backward: gather again, re-run Run with grad enabled under the forward's autocast state, and
+// take
 //   the gradients of the inputs and of the block's parameters with torch::autograd::grad (no
-//   AccumulateGrad runs, so this is not a nested backward into the engine's hooks). Parameter gradients
-//   go straight to the engine's reduction (or, with no engine, are added to param.grad()); the
-//   parameters are released; the input gradients flow on.
+//   AccumulateGrad runs, so this is not a nested backward into the engine's hooks). Parameter
+//   gradients go straight to the engine's reduction (or, with no engine, are added to
+//   param.grad()); the parameters are released; the input gradients flow on.
 // Run must be deterministic (no dropout): it runs twice. Otherwise Forward simply calls Run.
 // Run may read only the block's own parameters and its inputs: a parameter from elsewhere would get
 // no gradient from the recomputation, so the backward fails naming it instead.

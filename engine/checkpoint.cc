@@ -27,10 +27,10 @@
 // saved tensor and one buffer of its own domain at a time. The RNG state is this rank's own if the
 // saved group had this rank, else rank 0's; step counts and client state come from rank 0's shard.
 // Precision, the parameter count and the parameters' names, shapes and dtypes ("parameters", one
-// line each) must match (FailedPrecondition otherwise, naming the first parameter that differs). All headers are
-// checked before the engine changes; only a shard that changes on disk during the load can leave
-// it partly loaded. If gradient_accumulation_steps changed, the micro step count is rescaled so
-// that the next micro-batch starts a new accumulation.
+// line each) must match (FailedPrecondition otherwise, naming the first parameter that differs).
+// All headers are checked before the engine changes; only a shard that changes on disk during the
+// load can leave it partly loaded. If gradient_accumulation_steps changed, the micro step count is
+// rescaled so that the next micro-batch starts a new accumulation.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -140,7 +140,8 @@ struct Piece {
 };
 
 // The overlaps of two segment lists, each sorted by `global`.
-std::vector<Piece> Overlap(const std::vector<DomainSegment>& source, const std::vector<DomainSegment>& target) {
+std::vector<Piece> Overlap(const std::vector<DomainSegment>& source,
+                           const std::vector<DomainSegment>& target) {
   std::vector<Piece> pieces;
   size_t i = 0, j = 0;
   while (i < source.size() && j < target.size()) {
@@ -164,12 +165,14 @@ std::vector<Piece> Overlap(const std::vector<DomainSegment>& source, const std::
 
 absl::Status Engine::SaveCheckpoint(const std::string& directory,
                                     const std::map<std::string, std::string>& client_state) {
-  if (reducer_->in_backward()) return absl::FailedPreconditionError("checkpoint: called during backward");
+  if (reducer_->in_backward())
+    return absl::FailedPreconditionError("checkpoint: called during backward");
   if (absl::Status error = reducer_->error(); !error.ok()) return error;
   if (micro_steps_ % config_.gradient_accumulation_steps != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint: ", directory, ": save at an accumulation boundary (micro step ", micro_steps_.load(),
-        " is inside a step of ", config_.gradient_accumulation_steps, " micro-batches)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint: ", directory, ": save at an accumulation boundary (micro step ",
+                     micro_steps_.load(), " is inside a step of ",
+                     config_.gradient_accumulation_steps, " micro-batches)"));
   }
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
@@ -183,8 +186,9 @@ absl::Status Engine::SaveCheckpoint(const std::string& directory,
     std::vector<at::Tensor> weights;
     for (size_t u = 0; u < layout_.units().size(); ++u) weights.push_back(UnitWeights(u));
     // A wholly frozen model has no units (its weights are in frozen.safetensors).
-    tensors.emplace_back("weights", weights.empty() ? at::empty({0}, at::TensorOptions().dtype(param_dtype_))
-                                                    : at::cat(weights).cpu());
+    tensors.emplace_back("weights", weights.empty()
+                                        ? at::empty({0}, at::TensorOptions().dtype(param_dtype_))
+                                        : at::cat(weights).cpu());
     if (master_.defined()) tensors.emplace_back("master", master_.cpu());
     tensors.emplace_back("exp_avg", exp_avg_.cpu());
     tensors.emplace_back("exp_avg_sq", exp_avg_sq_.cpu());
@@ -263,8 +267,8 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
   RETURN_IF_ERROR(expect(first, "precision", PrecisionName(config_)));
   // Checkpoints written before the manifest existed are matched by their size alone.
   if (const std::string* saved = CheckpointMeta(first, "parameters")) {
-    RETURN_IF_ERROR(CheckParameterManifest(first.path, *saved,
-                                           ParameterManifest(layout_, param_dtype_)));
+    RETURN_IF_ERROR(
+        CheckParameterManifest(first.path, *saved, ParameterManifest(layout_, param_dtype_)));
   }
   RETURN_IF_ERROR(expect(first, "num_parameters", std::to_string(layout_.num_elements())));
   ASSIGN_OR_RETURN(const NamedTensors frozen, ReadFrozen(directory));

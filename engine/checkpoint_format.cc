@@ -56,8 +56,8 @@ absl::StatusOr<std::vector<int64_t>> ParseUnitElements(const SafetensorsHeader& 
   return elements;
 }
 
-std::vector<DomainSegment> DomainSegments(const std::vector<int64_t>& unit_elements, int world, int stage, int rank,
-                                          int64_t* domain_elements) {
+std::vector<DomainSegment> DomainSegments(const std::vector<int64_t>& unit_elements, int world,
+                                          int stage, int rank, int64_t* domain_elements) {
   std::vector<DomainSegment> segments;
   int64_t global = 0, local = 0;
   for (int64_t numel : unit_elements) {

@@ -29,7 +29,8 @@ absl::StatusOr<int> SavedWorldSize(const std::string& marker);
 
 // A shard's "unit_elements": the real element count of each unit, which add up to
 // `num_parameters`. InvalidArgument naming the shard otherwise.
-absl::StatusOr<std::vector<int64_t>> ParseUnitElements(const SafetensorsHeader& shard, int64_t num_parameters);
+absl::StatusOr<std::vector<int64_t>> ParseUnitElements(const SafetensorsHeader& shard,
+                                                       int64_t num_parameters);
 
 // Real parameter elements [global, global + length) of the flattened model that sit at
 // [local, local + length) of a domain tensor.
@@ -42,7 +43,7 @@ struct DomainSegment {
 // The real elements of `rank`'s domain in a group of `world` ranks at ZeRO `stage` whose units hold
 // `unit_elements` each (Engine::DomainStart / DomainLength and NOTE [Units]); `domain_elements`
 // receives the domain's length, padding included.
-std::vector<DomainSegment> DomainSegments(const std::vector<int64_t>& unit_elements, int world, int stage, int rank,
-                                          int64_t* domain_elements);
+std::vector<DomainSegment> DomainSegments(const std::vector<int64_t>& unit_elements, int world,
+                                          int stage, int rank, int64_t* domain_elements);
 
 }  // namespace tandem::engine

@@ -6,7 +6,8 @@ namespace tandem::engine {
 
 absl::Status CheckTensorLayout(const at::Tensor& t, const char* name) {
   if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(name, " is undefined"));
-  if (!t.is_contiguous()) return absl::InvalidArgumentError(absl::StrCat(name, " is not contiguous"));
+  if (!t.is_contiguous())
+    return absl::InvalidArgumentError(absl::StrCat(name, " is not contiguous"));
   return absl::OkStatus();
 }
 

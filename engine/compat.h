@@ -1,16 +1,16 @@
 // The few LibTorch APIs that differ between Debian's 1.13 and 2.x, behind one set of names.
 //
 // Autocast: 1.13 has per-device functions (set_cpu_enabled, set_autocast_cpu_dtype, is_enabled for
-// CUDA); 2.4 introduced the device-generic set_autocast_enabled(device, ...) and deprecated the old names.
-// Attention: at::scaled_dot_product_attention is public from 2.0 and serves CUDA tensors; CPU tensors
-// (and 1.13) get the math written out (ScaledDotProductAttention below).
-// CUDA allocator statistics: StatType moved from c10::cuda::CUDACachingAllocator to c10/core in 2.x.
-// Gloo: what ProcessGroupGloo can do natively (NOTE [Gloo emulation] in gloo_communicator.cc).
-// Optimizer state: torch::optim::Optimizer::state() is keyed by a string in 1.13, a void* in 2.x.
+// CUDA); 2.4 introduced the device-generic set_autocast_enabled(device, ...) and deprecated the old
+// names. Attention: at::scaled_dot_product_attention is public from 2.0 and serves CUDA tensors;
+// CPU tensors (and 1.13) get the math written out (ScaledDotProductAttention below). CUDA allocator
+// statistics: StatType moved from c10::cuda::CUDACachingAllocator to c10/core in 2.x. Gloo: what
+// ProcessGroupGloo can do natively (NOTE [Gloo emulation] in gloo_communicator.cc). Optimizer
+// state: torch::optim::Optimizer::state() is keyed by a string in 1.13, a void* in 2.x.
 #pragma once
 
-#include <ATen/autocast_mode.h>
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
 #include <sstream>
@@ -43,7 +43,8 @@ inline bool IsAutocastEnabled(c10::DeviceType device) {
 #if TANDEM_TORCH_AT_LEAST(2, 4)
   return at::autocast::is_autocast_enabled(device);
 #else
-  return device == c10::DeviceType::CUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+  return device == c10::DeviceType::CUDA ? at::autocast::is_enabled()
+                                         : at::autocast::is_cpu_enabled();
 #endif
 }
 
@@ -132,7 +133,9 @@ typename StateMap::key_type OptimizerStateKey(const StateMap&, const at::Tensor&
 inline at::Tensor RepeatKvHeads(const at::Tensor& kv, int64_t heads) {
   const int64_t batch = kv.size(0), kv_heads = kv.size(1), seq = kv.size(2), dim = kv.size(3);
   if (kv_heads == heads) return kv;
-  return kv.unsqueeze(2).expand({batch, kv_heads, heads / kv_heads, seq, dim}).reshape({batch, heads, seq, dim});
+  return kv.unsqueeze(2)
+      .expand({batch, kv_heads, heads / kv_heads, seq, dim})
+      .reshape({batch, heads, seq, dim});
 }
 
 // softmax(q k^T / sqrt(d) + causal mask) v over the last two dims; q [B, heads, seq, head_dim], k
@@ -148,9 +151,10 @@ inline at::Tensor RepeatKvHeads(const at::Tensor& kv, int64_t heads) {
 inline at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
                                             const at::Tensor& v, bool is_causal) {
   const int64_t heads = q.size(1);
-  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && k.size(1) == v.size(1) && k.size(1) > 0 &&
-                  heads % k.size(1) == 0,
-              "attention: q [B, heads, S, d] and k, v [B, kv_heads, S, d] with heads a multiple of kv_heads, got ",
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && k.size(1) == v.size(1) &&
+                  k.size(1) > 0 && heads % k.size(1) == 0,
+              "attention: q [B, heads, S, d] and k, v [B, kv_heads, S, d] with heads a multiple of "
+              "kv_heads, got ",
               q.sizes(), ", ", k.sizes(), " and ", v.sizes());
 #if TANDEM_TORCH_AT_LEAST(2, 5)
   if (!q.device().is_cpu()) {

@@ -20,12 +20,12 @@ ComputePlan PlanCompute(const Config& config, const platform::Bf16Support& suppo
   plan.activation_dtype = param;
   if (!config.autocast_enabled) {
     plan.emulated_bf16 = param == at::kBFloat16 && !support.native;
-    plan.reason = absl::StrCat("no autocast: computes in the parameter dtype (",
-                               c10::toString(param), ")");
+    plan.reason =
+        absl::StrCat("no autocast: computes in the parameter dtype (", c10::toString(param), ")");
   } else if (config.autocast_dtype == AutocastDType::kAuto && !support.auto_is_bf16) {
     plan.activation_dtype = at::kFloat;
-    plan.reason = absl::StrCat("torch_autocast.dtype \"auto\": fp32 compute (", support.detail,
-                               ")", param == at::kBFloat16 ? " from bf16 storage" : "");
+    plan.reason = absl::StrCat("torch_autocast.dtype \"auto\": fp32 compute (", support.detail, ")",
+                               param == at::kBFloat16 ? " from bf16 storage" : "");
   } else {
     plan.autocast = true;
     plan.autocast_dtype = at::kBFloat16;

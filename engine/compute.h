@@ -1,9 +1,10 @@
 // What an engine's forward computes in, decided once per engine from its config and its device.
 //
 // NOTE [Compute dtype]
-// Low-precision storage (bf16 params, grads, master weights, moments) is what saves memory; it stays
-// whatever the device. Low-precision compute pays off only where the device multiplies bf16 in
-// hardware (platform/bf16_support.h); elsewhere LibTorch emulates it, 20-30x slower than fp32. So:
+// Low-precision storage (bf16 params, grads, master weights, moments) is what saves memory; it
+// stays whatever the device. Low-precision compute pays off only where the device multiplies bf16
+// in hardware (platform/bf16_support.h); elsewhere LibTorch emulates it, 20-30x slower than fp32.
+// So:
 //
 //   torch_autocast            device       forward
 //   enabled, dtype "auto"     native bf16  autocast to bf16 (residual stream in the param dtype)
@@ -30,7 +31,7 @@
 namespace tandem::engine {
 
 struct ComputePlan {
-  bool autocast = false;                      // run forward under autocast to autocast_dtype
+  bool autocast = false;  // run forward under autocast to autocast_dtype
   at::ScalarType autocast_dtype = at::kBFloat16;
   at::ScalarType activation_dtype = at::kFloat;  // the model's residual stream
   // The dtype the model's output comes out in: the autocast dtype for a projection under autocast,

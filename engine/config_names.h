@@ -1,6 +1,6 @@
 // The engine's configuration types, which engine_config/ parses (its own namespace), named in the
-// engine's namespace too: the engine's API (Engine::Create, the schedulers, the compute dtype) takes
-// them, and code that drives an engine reads them as engine::Config, engine::DType, ...
+// engine's namespace too: the engine's API (Engine::Create, the schedulers, the compute dtype)
+// takes them, and code that drives an engine reads them as engine::Config, engine::DType, ...
 #pragma once
 
 #include "engine_config/config.h"

@@ -2,9 +2,9 @@
 // for benchmarks (bytes a step moves) and tests (how many all-gathers are in flight at once).
 //
 // Bytes are the tensor bytes each rank hands to a collective: the buffer of an all-reduce, the
-// input of a reduce-scatter, the output of an all-gather, the tensor of a broadcast, the input of an all-to-all. What a
-// backend moves on the wire differs by algorithm (a ring all-reduce sends about twice the buffer);
-// these are the sizes DeepSpeed's and PyTorch's communication logs report.
+// input of a reduce-scatter, the output of an all-gather, the tensor of a broadcast, the input of
+// an all-to-all. What a backend moves on the wire differs by algorithm (a ring all-reduce sends
+// about twice the buffer); these are the sizes DeepSpeed's and PyTorch's communication logs report.
 //
 // Thread-compatible, like the Communicator it wraps: one thread issues operations; the counters are
 // read by that thread.

@@ -14,8 +14,8 @@ namespace tandem::engine {
 
 #if defined(TANDEM_CUDA_TORCH) && defined(TANDEM_HAVE_CUDA_KERNELS)
 
-absl::Status RunAdamWOnDevice(const kernels::AdamWBuffers& buffers, const kernels::AdamWHyper& hyper,
-                              c10::Device device) {
+absl::Status RunAdamWOnDevice(const kernels::AdamWBuffers& buffers,
+                              const kernels::AdamWHyper& hyper, c10::Device device) {
   c10::cuda::CUDAGuard guard(device);
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
   if (const int error = kernels::AdamWCuda(buffers, hyper, stream); error != cudaSuccess) {
@@ -45,8 +45,8 @@ void ReleaseCachedDeviceMemory() {}
 
 absl::Status RunAdamWOnDevice(const kernels::AdamWBuffers&, const kernels::AdamWHyper&,
                               c10::Device device) {
-  return absl::UnimplementedError(absl::StrCat(
-      "engine: parameters are on ", device.str(), " but Tandem was built without CUDA support"));
+  return absl::UnimplementedError(absl::StrCat("engine: parameters are on ", device.str(),
+                                               " but Tandem was built without CUDA support"));
 }
 
 int64_t DevicePeakBytes(c10::Device) { return 0; }

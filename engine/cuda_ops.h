@@ -1,6 +1,6 @@
-// Device-side pieces of the engine that need a CUDA LibTorch (current stream, allocator statistics).
-// With a CPU-only LibTorch they return Unimplemented / 0, and the engine never calls them for CPU
-// tensors.
+// Device-side pieces of the engine that need a CUDA LibTorch (current stream, allocator
+// statistics). With a CPU-only LibTorch they return Unimplemented / 0, and the engine never calls
+// them for CPU tensors.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -13,8 +13,8 @@
 namespace tandem::engine {
 
 // Runs the fused AdamW kernel on `device`'s current CUDA stream.
-absl::Status RunAdamWOnDevice(const kernels::AdamWBuffers& buffers, const kernels::AdamWHyper& hyper,
-                              c10::Device device);
+absl::Status RunAdamWOnDevice(const kernels::AdamWBuffers& buffers,
+                              const kernels::AdamWHyper& hyper, c10::Device device);
 
 // Peak bytes allocated by the CUDA caching allocator on `device` since the process started.
 int64_t DevicePeakBytes(c10::Device device);

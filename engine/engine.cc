@@ -215,7 +215,8 @@ absl::Status Engine::Initialize() {
     const platform::Bf16Support support = platform::DetectBf16Support(device_.str());
     compute_ = PlanCompute(config_, support);
     WarnOnce(EmulatedBf16Warning(compute_, config_, support, device_));
-    if (communicator_->rank() == 0) TANDEM_LOG(kDebug, kComponent) << "compute: " << compute_.reason;
+    if (communicator_->rank() == 0)
+      TANDEM_LOG(kDebug, kComponent) << "compute: " << compute_.reason;
   }
   int64_t trainable_elements = 0;
   for (const ParamSpec& spec : specs) trainable_elements += spec.numel;
@@ -252,9 +253,10 @@ absl::Status Engine::Initialize() {
 
   last_lr_ = current_lr();
   ReleaseFreedMemory(device_);  // the frozen parameters' original storage
-  TANDEM_LOG(kDebug, kComponent) << "group " << communicator_->group_name() << " rank "
-                                 << rank() << ": " << layout_.num_elements() << " parameters in "
-                                 << layout_.units().size() << " units, ZeRO stage " << config_.zero.stage;
+  TANDEM_LOG(kDebug, kComponent) << "group " << communicator_->group_name() << " rank " << rank()
+                                 << ": " << layout_.num_elements() << " parameters in "
+                                 << layout_.units().size() << " units, ZeRO stage "
+                                 << config_.zero.stage;
   return absl::OkStatus();
 }
 
@@ -310,7 +312,8 @@ absl::Status Engine::InitializeBuffers() {
   }
   resident_ = at::zeros({resident_elements}, options.dtype(param_dtype_));
   owned_shards_ = at::zeros({owned_elements}, options.dtype(param_dtype_));
-  if (config_.has_separate_master()) master_ = at::zeros({domain_elements_}, options.dtype(at::kFloat));
+  if (config_.has_separate_master())
+    master_ = at::zeros({domain_elements_}, options.dtype(at::kFloat));
 
   // Unit by unit: rank 0's initial values (in fp32, so a separate master starts exact) go into the
   // flat storage, and the unit's parameters are pointed at it (or, for stage-3 blocks, at nothing),
@@ -359,9 +362,10 @@ absl::Status Engine::InitializeBuffers() {
 
 void Engine::InstallHooks() {
   // Accumulators are taken after set_data (a dtype change replaces a parameter's accumulator) and
-  // kept alive here: a parameter holds its accumulator only weakly. Stage-3 block parameters get none:
-  // their gradients come from the block's recomputation (AcceptBlockGradients), and an accumulator
-  // made while they are released would record their empty shape as the gradient's shape.
+  // kept alive here: a parameter holds its accumulator only weakly. Stage-3 block parameters get
+  // none: their gradients come from the block's recomputation (AcceptBlockGradients), and an
+  // accumulator made while they are released would record their empty shape as the gradient's
+  // shape.
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!IsResident(layout_.slots()[i].unit)) {
       hook_keys_.push_back(0);
@@ -377,7 +381,8 @@ void Engine::InstallHooks() {
 
 compat::AutocastScope Engine::Autocast() const {
   const auto device = device_.type();
-  if (!compute_.autocast) return compat::AutocastScope(device, compat::AutocastState::Capture(device));
+  if (!compute_.autocast)
+    return compat::AutocastScope(device, compat::AutocastState::Capture(device));
   return compat::AutocastScope(device, {true, compute_.autocast_dtype});
 }
 
@@ -398,7 +403,9 @@ absl::Status Engine::Backward(const at::Tensor& loss) {
 
 // ---- Gradient flow: the hooks' entry points, forwarded to the reducer (gradient_reducer.h) ----
 
-void Engine::OnGradientAccumulated(int index) { reducer_->AddFromHook(index, params_[index].mutable_grad()); }
+void Engine::OnGradientAccumulated(int index) {
+  reducer_->AddFromHook(index, params_[index].mutable_grad());
+}
 
 void Engine::EnterBackward() { reducer_->EnterBackward(); }
 
@@ -431,7 +438,8 @@ absl::Status Engine::Wait(const std::shared_ptr<Work>& work) const {
   return work->Wait(std::chrono::milliseconds(config_.collective_timeout_ms));
 }
 
-// ---- ZeRO-3 blocks --------------------------------------------------------------------------------
+// ---- ZeRO-3 blocks
+// --------------------------------------------------------------------------------
 
 absl::Status Engine::CheckBlockOrder(int block_id) {
   if (world_size() == 1) return absl::OkStatus();
@@ -445,9 +453,10 @@ absl::Status Engine::CheckBlockOrder(int block_id) {
   auto describe = [&](float value) {
     const int block = static_cast<int>(value) / 2;
     const bool in_backward = static_cast<int>(value) % 2 == 1;
-    return absl::StrCat("block ", block, " (", block >= 0 && block < static_cast<int>(block_names_.size())
-                                                    ? block_names_[block]
-                                                    : std::string("?"),
+    return absl::StrCat("block ", block, " (",
+                        block >= 0 && block < static_cast<int>(block_names_.size())
+                            ? block_names_[block]
+                            : std::string("?"),
                         ") for its ", in_backward ? "backward" : "forward");
   };
   for (int r = 0; r < world_size(); ++r) {

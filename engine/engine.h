@@ -1,4 +1,5 @@
-// The low-precision ZeRO engine: one rank of a data-parallel group training one module (docs/design.md §3).
+// The low-precision ZeRO engine: one rank of a data-parallel group training one module
+// (docs/design.md §3).
 //
 // Usage (each rank):
 //   auto engine = Engine::Create(model, communicator, config).value();
@@ -10,26 +11,28 @@
 //   }
 //
 // PyTorch-identical backward (NOTE [Gradient flow]): the engine never wraps forward or backward. It
-// installs a post-hook on every trainable parameter's gradient accumulator. Each hook copies the fresh
-// gradient (scaled by 1/(world * gradient_accumulation_steps) with gradient_reduction "mean") into its
-// unit's reduction bucket (or straight into the gradient buffer: NOTE [Buckets]), frees param.grad, and once a unit is complete launches its reduction
-// (all-reduce at stages 0-1, reduce-scatter at 2-3) while autograd keeps running. The first hook of a
-// backward queues an autograd-engine final callback; when the backward ends it launches every unit not
-// yet launched, in a fixed order, so all ranks issue the same collectives in the same order even when a
-// rank's graph did not reach some parameters (they contribute zeros), and folds the reduced buckets into
+// installs a post-hook on every trainable parameter's gradient accumulator. Each hook copies the
+// fresh gradient (scaled by 1/(world * gradient_accumulation_steps) with gradient_reduction "mean")
+// into its unit's reduction bucket (or straight into the gradient buffer: NOTE [Buckets]), frees
+// param.grad, and once a unit is complete launches its reduction (all-reduce at stages 0-1,
+// reduce-scatter at 2-3) while autograd keeps running. The first hook of a backward queues an
+// autograd-engine final callback; when the backward ends it launches every unit not yet launched,
+// in a fixed order, so all ranks issue the same collectives in the same order even when a rank's
+// graph did not reach some parameters (they contribute zeros), and folds the reduced buckets into
 // the gradient accumulation buffer. BlockModules (block.h) route their parameters' gradients in the
 // same way from their recomputing backward. So loss.backward(), out.backward(non_scalar_grad), one
-// backward through several engines' outputs, losses built outside the engine and several backward calls
-// per step all reduce correctly; gradients accumulate until the boundary.
+// backward through several engines' outputs, losses built outside the engine and several backward
+// calls per step all reduce correctly; gradients accumulate until the boundary.
 //
 // Step() counts micro-steps; at every gradient_accumulation_steps-th call it computes the global
-// gradient norm across the group, clips, runs the fused AdamW over this rank's partition, all-gathers
-// the updated parameters (stages 1-2, and the resident parameters of stage 3) and zeroes the gradients.
+// gradient norm across the group, clips, runs the fused AdamW over this rank's partition,
+// all-gathers the updated parameters (stages 1-2, and the resident parameters of stage 3) and
+// zeroes the gradients.
 //
 // ZeRO stages and buffers (NOTE [Units] in layout.h for partitioning):
 //   stage 0: everything replicated; 1: master weights and moments partitioned; 2: + gradients;
-//   3: + parameters of BlockModules, gathered per block just in time (block.h). Parameters outside any
-//   BlockModule stay resident at stage 3 (DeepSpeed's persistent parameters).
+//   3: + parameters of BlockModules, gathered per block just in time (block.h). Parameters outside
+//   any BlockModule stay resident at stage 3 (DeepSpeed's persistent parameters).
 // Precision: fp32; bf16 params + fp32 master + fp32 moments + bf16 grads (16 B/param); with
 // bf16_master_weights_and_grads the bf16 parameter is the master (no second copy) and with
 // bf16_optimizer_states the moments are bf16: 8 B/param. tandem.bf16_update picks nearest, Kahan or
@@ -41,14 +44,14 @@
 // gathered with their block. They are checkpointed and exported with the rest, and an engine whose
 // every parameter is frozen still runs forward and evaluation (Step() then only counts).
 //
-// Errors: Create returns InvalidArgument for a config/model mismatch. A failed or timed-out collective
-// inside a hook cannot be returned from backward: it is recorded and returned by the next Step() (and the
-// gradients of that step are not applied). No rank hangs its group (NOTE [Failed backward] in
-// engine_step.cc): a rank whose backward never reached the engine contributes zeros at Step(); a
-// backward that threw is finished by the next Step(), which returns Aborted, and at the optimizer
-// step every rank of the group learns of it, skips the update and returns Aborted naming the rank;
-// the engines are ready for the next step. Collective methods (Step at the boundary, Gather*, Save/Load,
-// Export) must be called by every rank in the same order.
+// Errors: Create returns InvalidArgument for a config/model mismatch. A failed or timed-out
+// collective inside a hook cannot be returned from backward: it is recorded and returned by the
+// next Step() (and the gradients of that step are not applied). No rank hangs its group (NOTE
+// [Failed backward] in engine_step.cc): a rank whose backward never reached the engine contributes
+// zeros at Step(); a backward that threw is finished by the next Step(), which returns Aborted, and
+// at the optimizer step every rank of the group learns of it, skips the update and returns Aborted
+// naming the rank; the engines are ready for the next step. Collective methods (Step at the
+// boundary, Gather*, Save/Load, Export) must be called by every rank in the same order.
 //
 // Thread-safety: one training thread per engine; hooks may run on autograd threads (guarded).
 #pragma once
@@ -72,10 +75,10 @@
 #include "engine/communicator.h"
 #include "engine/compat.h"
 #include "engine/compute.h"
+#include "engine/config_names.h"
 #include "engine/gradient_reducer.h"
 #include "engine/layout.h"
 #include "engine/memory.h"
-#include "engine/config_names.h"
 
 namespace torch::autograd {
 struct Node;
@@ -90,8 +93,8 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 // holds at most ReductionUnitElements: reduce_bucket_size, and no more than 1/kUnitsPerModel of the
 // trainable parameters (but not under kMinUnitElements), so that with DeepSpeed's default of 5e8
 // a model of any size reduces its first units while backward is still producing the rest, and no
-// bucket holds the whole model's gradient. At most two reductions are in flight (kMaxBucketsInFlight;
-// launching a third waits for the oldest). Where a unit is reduced:
+// bucket holds the whole model's gradient. At most two reductions are in flight
+// (kMaxBucketsInFlight; launching a third waits for the oldest). Where a unit is reduced:
 // - stages 0 and 1 with communication_data_type equal to the gradient dtype (fp32 engines, or bf16
 //   gradients with communication_data_type bf16): in place, in the gradient buffer: no bucket.
 // - otherwise in a bucket of the communication dtype (fp32 by default), allocated when the unit's
@@ -104,12 +107,12 @@ int64_t ReductionUnitElements(const Config& config, int64_t trainable_elements);
 
 class Engine : public BlockHost {
  public:
-  // Takes over `model`'s trainable parameters: converts them to the configured dtype, broadcasts rank
-  // 0's values to the group, partitions them and installs the gradient hooks. All ranks call Create
-  // with the same model architecture and config. A tensor registered under several names (tied
-  // input and output embeddings) is one parameter, named by its first name: one slot, its gradient
-  // accumulated once from every use; ExportSafetensors writes it under every name. At ZeRO-3 it
-  // may not sit in a BlockModule (InvalidArgument naming both names).
+  // Takes over `model`'s trainable parameters: converts them to the configured dtype, broadcasts
+  // rank 0's values to the group, partitions them and installs the gradient hooks. All ranks call
+  // Create with the same model architecture and config. A tensor registered under several names
+  // (tied input and output embeddings) is one parameter, named by its first name: one slot, its
+  // gradient accumulated once from every use; ExportSafetensors writes it under every name. At
+  // ZeRO-3 it may not sit in a BlockModule (InvalidArgument naming both names).
   static absl::StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<torch::nn::Module> model,
                                                         std::shared_ptr<Communicator> communicator,
                                                         Config config);
@@ -131,12 +134,13 @@ class Engine : public BlockHost {
   // Call once per micro-batch, after its backward calls.
   absl::Status Step();
 
-  // Clipping by the norm of a larger model than this group's (both groups of a job together): at each
-  // accumulation boundary Step() passes the group's squared gradient norm to `combine`, which returns
-  // the squared norm of the whole model (e.g. this group's plus the other group's, exchanged with it).
-  // Step() clips by that norm against gradient_clipping and skips the update when it is not finite, so
-  // groups that combine the same squares make the same decision. last_grad_norm() stays this group's
-  // norm; last_global_grad_norm() is the combined one. An error from `combine` fails the Step.
+  // Clipping by the norm of a larger model than this group's (both groups of a job together): at
+  // each accumulation boundary Step() passes the group's squared gradient norm to `combine`, which
+  // returns the squared norm of the whole model (e.g. this group's plus the other group's,
+  // exchanged with it). Step() clips by that norm against gradient_clipping and skips the update
+  // when it is not finite, so groups that combine the same squares make the same decision.
+  // last_grad_norm() stays this group's norm; last_global_grad_norm() is the combined one. An error
+  // from `combine` fails the Step.
   using GradNormCombiner = std::function<absl::StatusOr<double>(double group_squares)>;
   void SetGradNormCombiner(GradNormCombiner combine) { combine_norm_ = std::move(combine); }
   // The group's squared gradient norm now (a collective at ZeRO stages 1-3: every rank calls it).
@@ -188,7 +192,8 @@ class Engine : public BlockHost {
   absl::Status ExportSafetensors(const std::string& path);
   // What ExportSafetensors writes, on every rank (collective): every parameter, trainable and
   // frozen, under each of its names, in named_parameters() order. `metadata` gets the header's.
-  absl::StatusOr<NamedTensors> ExportTensors(std::map<std::string, std::string>* metadata = nullptr);
+  absl::StatusOr<NamedTensors> ExportTensors(
+      std::map<std::string, std::string>* metadata = nullptr);
 
   // Checkpoints (engine/checkpoint.cc). SaveCheckpoint writes this rank's shard into `directory`
   // atomically, and rank 0 writes the "complete" marker after every rank finished; call at an
@@ -226,10 +231,10 @@ class Engine : public BlockHost {
   // part under stochastic rounding (NOTE [Random streams] in engine_step.cc).
   struct UpdateSegment {
     int unit = 0;
-    int64_t begin = 0;   // offset in the unit's domain
+    int64_t begin = 0;  // offset in the unit's domain
     int64_t length = 0;
-    int group = 0;       // index in optimizer_groups_
-    int param = -1;      // under stochastic rounding: the parameter (index in params_), else -1
+    int group = 0;   // index in optimizer_groups_
+    int param = -1;  // under stochastic rounding: the parameter (index in params_), else -1
     int64_t param_offset = 0;  // and the index in it of the segment's first element
   };
   // Whether an update rounds stochastically: bf16 masters under bf16_update "stochastic", or bf16
@@ -243,7 +248,7 @@ class Engine : public BlockHost {
     std::vector<int> params;       // indices in frozen_
     std::vector<int64_t> offsets;  // of each in the unit
     int64_t numel = 0, padded = 0, shard = 0;
-    int64_t shard_offset = 0;      // in frozen_shards_
+    int64_t shard_offset = 0;  // in frozen_shards_
   };
 
   Engine(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Communicator> communicator,
@@ -251,8 +256,9 @@ class Engine : public BlockHost {
   absl::Status Initialize();
   absl::Status InitializeBuffers();
   void InstallHooks();
-  // engine/optimizer_groups.cc: each parameter's group (InvalidArgument naming a tandem.param_groups
-  // entry that matches no parameter), then the update segments over the layout's domains.
+  // engine/optimizer_groups.cc: each parameter's group (InvalidArgument naming a
+  // tandem.param_groups entry that matches no parameter), then the update segments over the
+  // layout's domains.
   absl::Status AssignOptimizerGroups();
   void BuildUpdateSegments();
   double GroupLr(const OptimizerGroup& group) const;
@@ -302,7 +308,7 @@ class Engine : public BlockHost {
   Layout layout_;
   std::shared_ptr<Engine*> self_;  // hooks hold it; nulled on destruction
 
-  std::vector<at::Tensor> params_;  // trainable parameters, module order
+  std::vector<at::Tensor> params_;                 // trainable parameters, module order
   std::unordered_map<const void*, int> index_of_;  // TensorImpl -> index in params_
   // Second names of tied parameters (a tensor registered under several names): name -> index in
   // params_. The parameter has one slot; export writes it under every name.

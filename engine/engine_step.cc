@@ -4,9 +4,9 @@
 
 #include <cmath>
 #include <deque>
+#include <exception>
 #include <limits>
 #include <utility>
-#include <exception>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -99,11 +99,12 @@ double Engine::current_lr() const {
 // At the accumulation boundary every rank reports whether it failed in the all-reduce that also
 // sums the squared gradient norm (world-size floats more; at stage 0, where the norm needs no
 // collective, it is the step's one extra collective). If any rank failed, every rank drops the
-// step's gradients, counts the step as skipped, passes a NaN to the whole-model norm exchange so the
-// other group skips too, and returns Aborted naming the failed ranks. The engines are consistent and
-// ready for the next step. At stage 3 the peers of a rank whose backward stopped early may still be
-// gathering blocks for theirs, collectives this rank no longer issues: they wait for the collective
-// timeout, which names the operation (engine_config/CONFIG.md, "Failures inside a step").
+// step's gradients, counts the step as skipped, passes a NaN to the whole-model norm exchange so
+// the other group skips too, and returns Aborted naming the failed ranks. The engines are
+// consistent and ready for the next step. At stage 3 the peers of a rank whose backward stopped
+// early may still be gathering blocks for theirs, collectives this rank no longer issues: they wait
+// for the collective timeout, which names the operation (engine_config/CONFIG.md, "Failures inside
+// a step").
 
 absl::Status Engine::Step() {
   const bool boundary = IsGradientAccumulationBoundary();
@@ -169,7 +170,8 @@ void Engine::LeaveOutOfGradNorm(const std::vector<std::string>& names) {
     for (size_t i = 0; i < layout_.params().size(); ++i) {
       if (layout_.params()[i].name != name) continue;
       const ParamSlot& slot = layout_.slots()[i];
-      left_out_of_norm_[slot.unit].emplace_back(slot.offset, slot.offset + layout_.params()[i].numel);
+      left_out_of_norm_[slot.unit].emplace_back(slot.offset,
+                                                slot.offset + layout_.params()[i].numel);
     }
   }
 }
@@ -188,7 +190,8 @@ double Engine::DomainSquares(int unit) const {
 
 absl::StatusOr<Engine::GroupCheck> Engine::CheckGroup(bool failed_here) {
   GroupCheck check;
-  for (size_t u = 0; u < layout_.units().size(); ++u) check.squares += DomainSquares(static_cast<int>(u));
+  for (size_t u = 0; u < layout_.units().size(); ++u)
+    check.squares += DomainSquares(static_cast<int>(u));
   if (world_size() == 1) {
     if (failed_here) check.failed_ranks.push_back(0);
     return check;
@@ -334,7 +337,8 @@ absl::Status Engine::AllGatherResident() {
 }
 
 absl::StatusOr<std::vector<at::Tensor>> Engine::GatherUnits(bool gradients) {
-  if (reducer_->in_backward()) return absl::FailedPreconditionError("engine: gather during backward");
+  if (reducer_->in_backward())
+    return absl::FailedPreconditionError("engine: gather during backward");
   if (absl::Status error = reducer_->error(); !error.ok()) return error;
   std::vector<at::Tensor> result;
   for (size_t i = 0; i < layout_.units().size(); ++i) {
@@ -406,7 +410,8 @@ absl::StatusOr<NamedTensors> Engine::ExportTensors(std::map<std::string, std::st
     return absl::InternalError(absl::StrCat("export: ", e.what()));
   }
   for (const auto& [alias, index] : aliases_) named.emplace_back(alias, named[index].second);
-  for (const auto& [alias, index] : frozen_aliases_) frozen.emplace_back(alias, frozen[index].second);
+  for (const auto& [alias, index] : frozen_aliases_)
+    frozen.emplace_back(alias, frozen[index].second);
   // In the model's own order of names, as named_parameters() lists them.
   std::map<std::string, at::Tensor> by_name;
   for (auto& [name, tensor] : named) by_name.emplace(name, tensor);
@@ -417,7 +422,8 @@ absl::StatusOr<NamedTensors> Engine::ExportTensors(std::map<std::string, std::st
     if (it != by_name.end()) named.emplace_back(it->first, it->second);
   }
   if (metadata != nullptr) {
-    *metadata = {{"format", "pt"}, {"producer", "tandem"}, {"global_steps", std::to_string(global_steps_)}};
+    *metadata = {
+        {"format", "pt"}, {"producer", "tandem"}, {"global_steps", std::to_string(global_steps_)}};
   }
   return named;
 }

@@ -78,7 +78,8 @@ absl::Status Engine::InitializeFrozen(const std::map<const void*, int>& block_of
     RETURN_IF_ERROR(Wait(communicator_->Broadcast(init, 0)));
     frozen_shards_.narrow(0, unit.shard_offset, unit.shard)
         .copy_(init.narrow(0, rank() * unit.shard, unit.shard));
-    for (int index : unit.params) frozen_[index].set_data(at::empty({0}, options.dtype(param_dtype_)));
+    for (int index : unit.params)
+      frozen_[index].set_data(at::empty({0}, options.dtype(param_dtype_)));
   }
   return absl::OkStatus();
 }
@@ -108,13 +109,13 @@ absl::Status Engine::GatherFrozenBlock(int block_id) {
   if (frozen_units_.empty() || frozen_units_[block_id].numel == 0) return absl::OkStatus();
   const FrozenUnit& unit = frozen_units_[block_id];
   at::Tensor full = at::empty({unit.padded}, frozen_shards_.options());
-  RETURN_IF_ERROR(Wait(communicator_->AllGather(
-      frozen_shards_.narrow(0, unit.shard_offset, unit.shard), full)));
+  RETURN_IF_ERROR(Wait(
+      communicator_->AllGather(frozen_shards_.narrow(0, unit.shard_offset, unit.shard), full)));
   frozen_gathered_[block_id] = full;
   for (size_t k = 0; k < unit.params.size(); ++k) {
     const int index = unit.params[k];
-    frozen_[index].set_data(full.narrow(0, unit.offsets[k], Numel(frozen_shapes_[index]))
-                                .view(frozen_shapes_[index]));
+    frozen_[index].set_data(
+        full.narrow(0, unit.offsets[k], Numel(frozen_shapes_[index])).view(frozen_shapes_[index]));
   }
   return absl::OkStatus();
 }
@@ -128,15 +129,16 @@ void Engine::ReleaseFrozenBlock(int block_id) {
 }
 
 absl::StatusOr<NamedTensors> Engine::GatherFrozenParameters() {
-  if (reducer_->in_backward()) return absl::FailedPreconditionError("engine: gather during backward");
+  if (reducer_->in_backward())
+    return absl::FailedPreconditionError("engine: gather during backward");
   std::vector<at::Tensor> values(frozen_.size());
   try {
     for (size_t b = 0; b < frozen_units_.size(); ++b) {
       const FrozenUnit& unit = frozen_units_[b];
       if (unit.numel == 0) continue;
       at::Tensor full = at::empty({unit.padded}, frozen_shards_.options());
-      RETURN_IF_ERROR(Wait(communicator_->AllGather(
-          frozen_shards_.narrow(0, unit.shard_offset, unit.shard), full)));
+      RETURN_IF_ERROR(Wait(
+          communicator_->AllGather(frozen_shards_.narrow(0, unit.shard_offset, unit.shard), full)));
       for (size_t k = 0; k < unit.params.size(); ++k) {
         const int index = unit.params[k];
         values[index] = full.narrow(0, unit.offsets[k], Numel(frozen_shapes_[index]))
@@ -173,9 +175,9 @@ absl::StatusOr<NamedTensors> Engine::ReadFrozen(const std::string& directory) co
   if (!std::filesystem::exists(path)) {
     // Checkpoints written before frozen parameters were saved: the trainable manifest matched,
     // so the frozen ones keep the values this engine was created with.
-    TANDEM_LOG(kWarning, "engine") << "checkpoint: " << path << " is missing: the "
-                                   << frozen_.size() << " frozen parameters (the first is "
-                                   << frozen_names_[0] << ") keep their current values";
+    TANDEM_LOG(kWarning, "engine")
+        << "checkpoint: " << path << " is missing: the " << frozen_.size()
+        << " frozen parameters (the first is " << frozen_names_[0] << ") keep their current values";
     return NamedTensors{};
   }
   ASSIGN_OR_RETURN(SafetensorsHeader header, ReadSafetensorsHeader(path));

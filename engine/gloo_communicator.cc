@@ -11,8 +11,9 @@
 //   (world_size times the traffic of a real reduce-scatter), then copies this rank's chunk into the
 //   output. ProcessGroupGloo's own reduce-scatter (_reduce_scatter_base,
 //   reduce_scatter_tensor_coalesced and the list reduce_scatter, checked on 2.11) does exactly this
-//   too, but returns a Work whose isCompleted() never turns true and whose wait() ignores its timeout
-//   and copies the chunk only then: the engine's non-blocking polling would never see it finish.
+//   too, but returns a Work whose isCompleted() never turns true and whose wait() ignores its
+//   timeout and copies the chunk only then: the engine's non-blocking polling would never see it
+//   finish.
 // - all-gather: 2.3+ gathers with _allgather_base. 1.13 runs Gloo's list all-gather into a fresh
 //   buffer, then one copy into the output. Both write the output only after the gather finished, so
 //   the input may be this rank's chunk of the output.

@@ -36,7 +36,8 @@ GradientReducer::GradientReducer(Options options)
   launched_.assign(units, false);
   buckets_.assign(units, at::Tensor());
   delivered_.assign(layout.params().size(), false);
-  for (size_t u = 0; u < units; ++u) pending_[u] = layout.units()[u].end_param - layout.units()[u].first_param;
+  for (size_t u = 0; u < units; ++u)
+    pending_[u] = layout.units()[u].end_param - layout.units()[u].first_param;
   next_launch_ = static_cast<int>(units) - 1;
 }
 
@@ -47,7 +48,8 @@ bool GradientReducer::DefersReduction() const {
 }
 
 bool GradientReducer::ReducesInPlace() const {
-  return options_.stage <= 1 && options_.comm_dtype == options_.grad_dtype && !reduced_this_micro_step_;
+  return options_.stage <= 1 && options_.comm_dtype == options_.grad_dtype &&
+         !reduced_this_micro_step_;
 }
 
 void GradientReducer::EnterBackward() {
@@ -85,9 +87,9 @@ void GradientReducer::AddLocked(int index, const at::Tensor& grad) {
   const Layout& layout = *options_.layout;
   const int u = layout.slots()[index].unit;
   if (launched_[u]) {
-    RecordErrorLocked(absl::InternalError(absl::StrCat(
-        "parameter ", layout.params()[index].name,
-        " received a gradient after its bucket was reduced in the same backward")));
+    RecordErrorLocked(absl::InternalError(
+        absl::StrCat("parameter ", layout.params()[index].name,
+                     " received a gradient after its bucket was reduced in the same backward")));
     return;
   }
   at::Tensor target;
@@ -95,8 +97,9 @@ void GradientReducer::AddLocked(int index, const at::Tensor& grad) {
     target = options_.unit_gradients(u);
   } else {
     if (!buckets_[u].defined()) {
-      buckets_[u] = at::zeros({layout.units()[u].padded},
-                              at::TensorOptions().device(options_.device).dtype(options_.comm_dtype));
+      buckets_[u] =
+          at::zeros({layout.units()[u].padded},
+                    at::TensorOptions().device(options_.device).dtype(options_.comm_dtype));
       NoteBucketBytesLocked();
     }
     target = buckets_[u];
@@ -133,9 +136,11 @@ void GradientReducer::LaunchUnitLocked(int unit) {
     in_flight_.push_back(std::move(flight));
     return;
   }
-  flight.bucket = buckets_[unit].defined()
-                      ? buckets_[unit]
-                      : at::zeros({u.padded}, at::TensorOptions().device(options_.device).dtype(options_.comm_dtype));
+  flight.bucket =
+      buckets_[unit].defined()
+          ? buckets_[unit]
+          : at::zeros({u.padded},
+                      at::TensorOptions().device(options_.device).dtype(options_.comm_dtype));
   buckets_[unit] = at::Tensor();
   if (options_.stage <= 1 && options_.accumulation_steps > 1 && !reduced_this_micro_step_) {
     // The window's earlier micro-batches, summed locally: reduced now, with this one's.
@@ -154,7 +159,9 @@ void GradientReducer::LaunchUnitLocked(int unit) {
 }
 
 void GradientReducer::NoteBucketBytesLocked() {
-  auto bytes = [](const at::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; };
+  auto bytes = [](const at::Tensor& t) {
+    return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
+  };
   int64_t live = 0;
   for (const at::Tensor& bucket : buckets_) live += bytes(bucket);
   for (const InFlight& flight : in_flight_) {
@@ -169,7 +176,8 @@ absl::Status GradientReducer::FoldLocked(size_t keep_at_most, bool block) {
     if (!block && !flight.work->IsCompleted()) break;
     absl::Status status = flight.work->Wait(options_.timeout);
     if (status.ok() && !flight.in_place) {
-      options_.unit_gradients(flight.unit).add_(options_.stage <= 1 ? flight.bucket : flight.output);
+      options_.unit_gradients(flight.unit)
+          .add_(options_.stage <= 1 ? flight.bucket : flight.output);
     }
     in_flight_.pop_front();
     if (!status.ok()) return status;
@@ -216,15 +224,17 @@ GradientReducer::Settled GradientReducer::SettleMicroStep(int64_t micro_step, bo
     FinishLocked();
     options_.zero_gradients();
     if (backward_failure_.empty()) {
-      backward_failure_ =
-          absl::StrCat("the backward of micro step ", micro_step, " did not finish (an exception inside it?)");
+      backward_failure_ = absl::StrCat("the backward of micro step ", micro_step,
+                                       " did not finish (an exception inside it?)");
     }
-  } else if (backwards_this_micro_step_ == 0 && !DefersReduction() && !options_.layout->units().empty()) {
+  } else if (backwards_this_micro_step_ == 0 && !DefersReduction() &&
+             !options_.layout->units().empty()) {
     // No gradient reached this engine in this micro-batch (its loss did not depend on the
     // engine's parameters): this rank contributes zeros to the reduction its peers are in.
     WarnOnce(absl::StrCat("engine: group ", options_.communicator->group_name(), " rank ",
-                          options_.communicator->rank(), ": no gradient reached the engine in micro step ",
-                          micro_step, "; this rank contributes zeros to the group's reduction"));
+                          options_.communicator->rank(),
+                          ": no gradient reached the engine in micro step ", micro_step,
+                          "; this rank contributes zeros to the group's reduction"));
     FinishLocked();
   }
   backwards_this_micro_step_ = 0;
@@ -232,8 +242,8 @@ GradientReducer::Settled GradientReducer::SettleMicroStep(int64_t micro_step, bo
   Settled settled;
   settled.error = error_;
   // An error returns before the boundary takes the failure: it stays for the next Step().
-  settled.failure =
-      take_failure && error_.ok() ? std::exchange(backward_failure_, std::string()) : backward_failure_;
+  settled.failure = take_failure && error_.ok() ? std::exchange(backward_failure_, std::string())
+                                                : backward_failure_;
   return settled;
 }
 

@@ -1,6 +1,6 @@
-// The engine's gradient flow between Step() calls (NOTE [Gradient flow] in engine.h, NOTE [Buckets]):
-// each trainable parameter's gradient lands in its unit's bucket, or straight in the gradient
-// buffer; a unit whose parameters have all arrived is reduced (all-reduce at stages 0-1,
+// The engine's gradient flow between Step() calls (NOTE [Gradient flow] in engine.h, NOTE
+// [Buckets]): each trainable parameter's gradient lands in its unit's bucket, or straight in the
+// gradient buffer; a unit whose parameters have all arrived is reduced (all-reduce at stages 0-1,
 // reduce-scatter at 2-3) while autograd keeps running, at most kMaxBucketsInFlight at a time, and
 // folded into the gradient buffer; when the backward call ends every unit not yet launched is
 // launched in a fixed order, so that every rank issues the same collectives. Step() then settles
@@ -39,8 +39,8 @@ class GradientReducer {
   struct Options {
     const Layout* layout = nullptr;  // outlives the reducer
     Communicator* communicator = nullptr;
-    int stage = 0;                    // ZeRO stage
-    bool overlap_comm = true;         // launch units during backward, not only at its end
+    int stage = 0;             // ZeRO stage
+    bool overlap_comm = true;  // launch units during backward, not only at its end
     int64_t accumulation_steps = 1;
     std::chrono::milliseconds timeout{0};  // of each collective
     at::Device device{at::kCPU};
@@ -92,8 +92,8 @@ class GradientReducer {
   struct InFlight {
     int unit = 0;
     std::shared_ptr<Work> work;
-    at::Tensor bucket;  // all-reduced in place (stages 0-1) or reduce-scattered from (2-3)
-    at::Tensor output;  // reduce-scatter result (stages 2-3)
+    at::Tensor bucket;      // all-reduced in place (stages 0-1) or reduce-scattered from (2-3)
+    at::Tensor output;      // reduce-scatter result (stages 2-3)
     bool in_place = false;  // bucket is the unit's slice of the gradient buffer: nothing to fold
   };
 
@@ -111,8 +111,8 @@ class GradientReducer {
   void LaunchReadyLocked();
   void LaunchUnitLocked(int unit);
   void NoteBucketBytesLocked();  // updates peak_bucket_bytes_ after a bucket was allocated
-  // Adds reduced buckets, oldest first, into the gradient buffer until at most `keep_at_most` remain
-  // in flight; waits for them if `block`, else stops at the first one not yet complete.
+  // Adds reduced buckets, oldest first, into the gradient buffer until at most `keep_at_most`
+  // remain in flight; waits for them if `block`, else stops at the first one not yet complete.
   absl::Status FoldLocked(size_t keep_at_most, bool block);
   // Launches every unit not yet launched, folds the reductions and ends the backward.
   void FinishLocked();

@@ -33,8 +33,8 @@ absl::StatusOr<Layout> Layout::Build(std::vector<ParamSpec> params, int world_si
     if (p.group >= 0) {
       if (p.group >= static_cast<int>(group_closed.size())) group_closed.resize(p.group + 1, false);
       if (group_closed[p.group]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "layout: parameters of block ", p.group, " are not consecutive (at ", p.name, ")"));
+        return absl::InvalidArgumentError(absl::StrCat("layout: parameters of block ", p.group,
+                                                       " are not consecutive (at ", p.name, ")"));
       }
     }
     bool starts_new = !open || p.group != current.group ||

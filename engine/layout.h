@@ -1,16 +1,17 @@
 // How an engine lays its trainable parameters out in flat buffers and splits them across the group.
 //
 // NOTE [Units]
-// Parameters, in the module's named_parameters() order, are grouped into units: consecutive parameters
-// up to reduce_bucket_size elements, and at ZeRO-3 each BlockModule's parameters as one unit of their
-// own (gathered together just in time for the block). A unit is padded to a multiple of the world size
-// and every rank owns the same-sized chunk of every unit: rank r owns [r*shard, (r+1)*shard) of it.
-// A unit is the granularity of everything collective: one gradient reduction (all-reduce at stages
-// 0-1, reduce-scatter at 2-3), one parameter all-gather after the step, one just-in-time gather at
-// stage 3. Partitions are uneven-proof: padding elements are zero and are never read back.
+// Parameters, in the module's named_parameters() order, are grouped into units: consecutive
+// parameters up to reduce_bucket_size elements, and at ZeRO-3 each BlockModule's parameters as one
+// unit of their own (gathered together just in time for the block). A unit is padded to a multiple
+// of the world size and every rank owns the same-sized chunk of every unit: rank r owns [r*shard,
+// (r+1)*shard) of it. A unit is the granularity of everything collective: one gradient reduction
+// (all-reduce at stages 0-1, reduce-scatter at 2-3), one parameter all-gather after the step, one
+// just-in-time gather at stage 3. Partitions are uneven-proof: padding elements are zero and are
+// never read back.
 //
-// Coordinates: "full" offsets index the concatenation of all padded units; "shard" offsets index the
-// concatenation of this rank's chunks. Thread-compatible (immutable after Build).
+// Coordinates: "full" offsets index the concatenation of all padded units; "shard" offsets index
+// the concatenation of this rank's chunks. Thread-compatible (immutable after Build).
 #pragma once
 
 #include <cstdint>
@@ -37,10 +38,10 @@ struct Unit {
   int first_param = 0;  // [first_param, end_param) in parameter order
   int end_param = 0;
   int group = -1;
-  int64_t numel = 0;        // real elements
-  int64_t padded = 0;       // numel rounded up to a multiple of the world size
-  int64_t shard = 0;        // padded / world size
-  int64_t full_offset = 0;  // start in full coordinates
+  int64_t numel = 0;         // real elements
+  int64_t padded = 0;        // numel rounded up to a multiple of the world size
+  int64_t shard = 0;         // padded / world size
+  int64_t full_offset = 0;   // start in full coordinates
   int64_t shard_offset = 0;  // start of this rank's chunk in shard coordinates
 };
 

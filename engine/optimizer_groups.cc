@@ -1,6 +1,6 @@
-// Optimizer parameter groups: which hyperparameters each parameter's update uses (tandem.param_groups
-// and tandem.no_decay, engine_config/CONFIG.md), and the update segments that carry them through
-// the flat partitions.
+// Optimizer parameter groups: which hyperparameters each parameter's update uses
+// (tandem.param_groups and tandem.no_decay, engine_config/CONFIG.md), and the update segments that
+// carry them through the flat partitions.
 //
 // NOTE [Optimizer groups]
 // A parameter belongs to the first tandem.param_groups entry with a pattern matching its name, else
@@ -77,7 +77,8 @@ absl::Status Engine::AssignOptimizerGroups() {
         }
       }
     }
-    const ParamGroupConfig* group = config_group >= 0 ? &config_.param_groups[config_group] : nullptr;
+    const ParamGroupConfig* group =
+        config_group >= 0 ? &config_.param_groups[config_group] : nullptr;
     if (group != nullptr) group_used[config_group] = true;
     const bool no_decay =
         config_.no_decay && (group == nullptr || !group->weight_decay) &&
@@ -90,9 +91,9 @@ absl::Status Engine::AssignOptimizerGroups() {
       g.name = group != nullptr ? group->path : "default";
       if (no_decay) g.name += " (no_decay)";
       g.lr = group != nullptr ? group->lr : std::nullopt;
-      g.weight_decay =
-          no_decay ? 0.0 : (group != nullptr ? group->weight_decay.value_or(opt.weight_decay)
-                                             : opt.weight_decay);
+      g.weight_decay = no_decay ? 0.0
+                                : (group != nullptr ? group->weight_decay.value_or(opt.weight_decay)
+                                                    : opt.weight_decay);
       g.beta1 = group != nullptr ? group->beta1.value_or(opt.beta1) : opt.beta1;
       g.beta2 = group != nullptr ? group->beta2.value_or(opt.beta2) : opt.beta2;
       g.eps = group != nullptr ? group->eps.value_or(opt.eps) : opt.eps;
@@ -120,8 +121,8 @@ absl::Status Engine::AssignOptimizerGroups() {
       const double decay = group.lr.value_or(SchedulePeak(config_)) * group.weight_decay;
       if (decay > 0.0 && decay < 1.0 / 512) {
         TANDEM_LOG(kWarning, kComponent)
-            << "optimizer group " << group.name << ": weight decay shrinks each weight by "
-            << decay << " a step, under half a bf16 spacing (1/512 of the weight), so bf16 master "
+            << "optimizer group " << group.name << ": weight decay shrinks each weight by " << decay
+            << " a step, under half a bf16 spacing (1/512 of the weight), so bf16 master "
             << "weights rounded to nearest never decay; set tandem.bf16_update to \"kahan\" or "
             << "\"stochastic\" to keep it";
         break;
@@ -186,7 +187,8 @@ double Engine::GroupLr(const OptimizerGroup& group) const {
 
 std::vector<std::pair<std::string, double>> Engine::group_lrs() const {
   std::vector<std::pair<std::string, double>> result;
-  for (const OptimizerGroup& group : optimizer_groups_) result.emplace_back(group.name, GroupLr(group));
+  for (const OptimizerGroup& group : optimizer_groups_)
+    result.emplace_back(group.name, GroupLr(group));
   return result;
 }
 

@@ -83,8 +83,8 @@ SafetensorsHeader ToHeader(const std::string& path, SafetensorsLayout layout) {
   header.path = path;
   header.metadata = std::move(layout.metadata);
   for (SafetensorsRecord& record : layout.tensors) {
-    header.tensors.push_back({std::move(record.name), FindDtype(record.dtype)->type, std::move(record.shape),
-                              record.begin, record.end, record.crc32});
+    header.tensors.push_back({std::move(record.name), FindDtype(record.dtype)->type,
+                              std::move(record.shape), record.begin, record.end, record.crc32});
   }
   return header;
 }
@@ -114,13 +114,15 @@ absl::Status WriteSafetensors(const std::string& path,
       }
       const DtypeInfo* dtype = FindDtype(tensor.scalar_type());
       if (dtype == nullptr) {
-        return InvalidTensor(path, name,
-                             absl::StrCat("dtype ", c10::toString(tensor.scalar_type()),
-                                          " is not supported (supported: ", kSafetensorsDtypes, ")"));
+        return InvalidTensor(
+            path, name,
+            absl::StrCat("dtype ", c10::toString(tensor.scalar_type()),
+                         " is not supported (supported: ", kSafetensorsDtypes, ")"));
       }
       contiguous.push_back(tensor.contiguous());
       const uint64_t bytes = contiguous.back().nbytes();
-      checksums[name] = SafetensorsHex32(SafetensorsCrc32(bytes > 0 ? contiguous.back().data_ptr() : nullptr, bytes));
+      checksums[name] = SafetensorsHex32(
+          SafetensorsCrc32(bytes > 0 ? contiguous.back().data_ptr() : nullptr, bytes));
       OrderedJson entry = OrderedJson::object();
       entry["dtype"] = std::string(dtype->name);
       entry["shape"] = tensor.sizes().vec();
@@ -164,9 +166,7 @@ absl::Status WriteSafetensors(const std::string& path,
   return WriteFileAtomically(path, file);
 }
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 int64_t SafetensorsEntry::numel() const {
   int64_t n = 1;
@@ -191,8 +191,8 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
   if (!header_size.ok()) return header_size.status();
   const uint64_t data_start = sizeof(uint64_t) + *header_size;
   absl::StatusOr<SafetensorsLayout> layout =
-      ParseSafetensorsHeader(path, std::string_view(bytes.data() + sizeof(uint64_t), *header_size), data_start,
-                             bytes.size() - data_start);
+      ParseSafetensorsHeader(path, std::string_view(bytes.data() + sizeof(uint64_t), *header_size),
+                             data_start, bytes.size() - data_start);
   if (!layout.ok()) return layout.status();
   SafetensorsHeader header = ToHeader(path, *std::move(layout));
 
@@ -206,7 +206,8 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
       }
       if (entry.crc32) {
         const uint32_t read = SafetensorsCrc32(bytes.data() + entry.begin, entry.end - entry.begin);
-        if (read != *entry.crc32) return SafetensorsChecksumMismatch(path, entry.name, *entry.crc32, read);
+        if (read != *entry.crc32)
+          return SafetensorsChecksumMismatch(path, entry.name, *entry.crc32, read);
       }
       tensors.emplace_back(std::move(entry.name), std::move(tensor));
     }
@@ -233,7 +234,8 @@ absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const std::string& path)
     return absl::DataLossError(absl::StrCat("safetensors: ", path, ": cannot read the header"));
   }
   const uint64_t data_start = sizeof(uint64_t) + *header_size;
-  absl::StatusOr<SafetensorsLayout> layout = ParseSafetensorsHeader(path, text, data_start, file_size - data_start);
+  absl::StatusOr<SafetensorsLayout> layout =
+      ParseSafetensorsHeader(path, text, data_start, file_size - data_start);
   if (!layout.ok()) return layout.status();
   return ToHeader(path, *std::move(layout));
 }
@@ -255,7 +257,8 @@ absl::StatusOr<at::Tensor> ReadSafetensor(const SafetensorsHeader& header,
   }
   if (entry->crc32) {
     const uint32_t read = SafetensorsCrc32(tensor.data_ptr(), entry->end - entry->begin);
-    if (read != *entry->crc32) return SafetensorsChecksumMismatch(header.path, name, *entry->crc32, read);
+    if (read != *entry->crc32)
+      return SafetensorsChecksumMismatch(header.path, name, *entry->crc32, read);
   }
   return tensor;
 }

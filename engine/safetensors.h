@@ -27,7 +27,8 @@ absl::Status WriteSafetensors(const std::string& path,
 
 // Reads a safetensors file into CPU tensors, in file order. Malformed files are InvalidArgument
 // naming the file and what is wrong (header length, over 100 MB of header, JSON, offsets out of
-// range, unknown dtype). A tensor whose bytes do not match its "tandem.crc32" is DataLoss naming it.
+// range, unknown dtype). A tensor whose bytes do not match its "tandem.crc32" is DataLoss naming
+// it.
 absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
     const std::string& path);
 
@@ -49,8 +50,8 @@ struct SafetensorsHeader {
 };
 // Reads only the header (the 8-byte length and the JSON); errors as ReadSafetensors'.
 absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const std::string& path);
-// Reads one tensor of `header`'s file; NotFound for a name it does not hold, DataLoss when its bytes
-// do not match its checksum.
+// Reads one tensor of `header`'s file; NotFound for a name it does not hold, DataLoss when its
+// bytes do not match its checksum.
 absl::StatusOr<at::Tensor> ReadSafetensor(const SafetensorsHeader& header, const std::string& name);
 
 }  // namespace tandem::engine

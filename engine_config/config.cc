@@ -98,12 +98,9 @@ constexpr std::string_view kFp16Keys[] = {"enabled",
                                           "min_loss_scale"};
 constexpr std::string_view kDataTypesKeys[] = {"grad_accum_dtype"};
 constexpr std::string_view kAutocastKeys[] = {"enabled", "dtype", "lower_precision_safe_modules"};
-constexpr std::string_view kTandemKeys[] = {"bf16_update",
-                                            "bf16_optimizer_states_rounding",
-                                            "gradient_reduction",
-                                            "collective_timeout_s",
-                                            "param_groups",
-                                            "no_decay"};
+constexpr std::string_view kTandemKeys[] = {"bf16_update",        "bf16_optimizer_states_rounding",
+                                            "gradient_reduction", "collective_timeout_s",
+                                            "param_groups",       "no_decay"};
 
 absl::Status ParseOptimizer(const ObjectReader& root, OptimizerConfig* out) {
   ASSIGN_OR_RETURN(ObjectReader opt, root.Child("optimizer", kOptimizerKeys));

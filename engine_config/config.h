@@ -1,10 +1,10 @@
 // The engine's configuration: DeepSpeed's JSON keys, same names and meaning (docs/design.md §3).
 //
-// ParseConfig is strict: an unknown key, a wrong type, an out-of-range value or an unsupported combination
-// is an InvalidArgument error whose message starts with the key path, e.g.
+// ParseConfig is strict: an unknown key, a wrong type, an out-of-range value or an unsupported
+// combination is an InvalidArgument error whose message starts with the key path, e.g.
 //   "zero_optimization.stage: must be 0..3, got 4".
-// A user's ds_config.json for the features Tandem supports parses unchanged. Tandem's own extensions
-// live under the "tandem" key. Every key, its default and its meaning is listed in
+// A user's ds_config.json for the features Tandem supports parses unchanged. Tandem's own
+// extensions live under the "tandem" key. Every key, its default and its meaning is listed in
 // engine_config/CONFIG.md.
 #pragma once
 
@@ -17,7 +17,6 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json_fwd.hpp"
 
-
 namespace tandem::engine_config {
 
 enum class OptimizerType { kAdam, kAdamW };
@@ -29,8 +28,9 @@ struct OptimizerConfig {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
-  // Decoupled weight decay (AdamW). "AdamW" is always true; "Adam" takes params.adam_w_mode (default
-  // true, as DeepSpeed's FusedAdam); false gives classic Adam (L2 term added to the gradient).
+  // Decoupled weight decay (AdamW). "AdamW" is always true; "Adam" takes params.adam_w_mode
+  // (default true, as DeepSpeed's FusedAdam); false gives classic Adam (L2 term added to the
+  // gradient).
   bool adam_w_mode = true;
 };
 
@@ -40,21 +40,22 @@ enum class WarmupType { kLog, kLinear };
 // DeepSpeed's deepspeed/runtime/lr_schedules.py parameters, same defaults.
 struct SchedulerConfig {
   SchedulerType type = SchedulerType::kNone;
-  double warmup_min_lr = 0.0;      // WarmupLR, WarmupDecayLR
-  double warmup_max_lr = 0.001;    // WarmupLR, WarmupDecayLR
+  double warmup_min_lr = 0.0;       // WarmupLR, WarmupDecayLR
+  double warmup_max_lr = 0.001;     // WarmupLR, WarmupDecayLR
   int64_t warmup_num_steps = 1000;  // all three
   WarmupType warmup_type = WarmupType::kLog;
-  int64_t total_num_steps = 0;     // WarmupDecayLR, WarmupCosineLR (required there, > warmup_num_steps)
-  double warmup_min_ratio = 0.0;   // WarmupCosineLR: lr ratio at step 0
-  double cos_min_ratio = 0.0001;   // WarmupCosineLR: lr ratio at the end
+  int64_t total_num_steps =
+      0;  // WarmupDecayLR, WarmupCosineLR (required there, > warmup_num_steps)
+  double warmup_min_ratio = 0.0;  // WarmupCosineLR: lr ratio at step 0
+  double cos_min_ratio = 0.0001;  // WarmupCosineLR: lr ratio at the end
 };
 
 struct ZeroConfig {
-  int stage = 0;                              // 0 replicated, 1 optimizer states, 2 + grads, 3 + params
+  int stage = 0;  // 0 replicated, 1 optimizer states, 2 + grads, 3 + params
   int64_t reduce_bucket_size = 500000000;     // most elements per reduction unit (NOTE [Buckets])
   int64_t allgather_bucket_size = 500000000;  // most elements of post-step all-gathers in flight
   bool overlap_comm = true;                   // reduce buckets while backward still runs
-  bool contiguous_gradients = true;           // always true in Tandem (flat buffers); false is rejected
+  bool contiguous_gradients = true;  // always true in Tandem (flat buffers); false is rejected
 };
 
 enum class DType { kFloat32, kBFloat16 };
@@ -78,8 +79,9 @@ enum class MomentRounding {
 };
 
 // An optimizer parameter group (Tandem extension, tandem.param_groups[i]): the parameters whose
-// names match one of `params` take the given hyperparameters; unset ones come from optimizer.params.
-// A parameter belongs to the first group that matches it, or to the default group.
+// names match one of `params` take the given hyperparameters; unset ones come from
+// optimizer.params. A parameter belongs to the first group that matches it, or to the default
+// group.
 struct ParamGroupConfig {
   std::string path;                 // "tandem.param_groups[i]" with the config's prefix, for errors
   std::vector<std::string> params;  // name patterns: '*' any run of characters, '?' one
@@ -134,26 +136,27 @@ struct Config {
   // Weight decay 0 for biases, norm weights and embeddings unless their group sets weight_decay.
   bool no_decay = true;
   GradientReduction gradient_reduction = GradientReduction::kMean;
-  int64_t collective_timeout_ms = 300000;  // tandem.collective_timeout_s * 1000: deadline of every wait
+  int64_t collective_timeout_ms =
+      300000;  // tandem.collective_timeout_s * 1000: deadline of every wait
 
   // Derived dtypes.
   DType param_dtype() const { return bf16_enabled ? DType::kBFloat16 : DType::kFloat32; }
   bool has_separate_master() const { return bf16_enabled && !bf16_master_weights_and_grads; }
-  DType grad_dtype() const {
-    return grad_accum_dtype.value_or(param_dtype());
-  }
+  DType grad_dtype() const { return grad_accum_dtype.value_or(param_dtype()); }
   DType optimizer_state_dtype() const {
     return bf16_optimizer_states ? DType::kBFloat16 : DType::kFloat32;
   }
 };
 
-// Parses a JSON document (the text of a ds_config.json). A JSON syntax error is InvalidArgument with the
-// line and column.
+// Parses a JSON document (the text of a ds_config.json). A JSON syntax error is InvalidArgument
+// with the line and column.
 absl::StatusOr<Config> ParseConfig(std::string_view json_text);
 
-// Parses an already-decoded JSON object (e.g. the `engine` block of a job spec). `path_prefix` is put in
-// front of every key path in error messages ("llm.engine." gives "llm.engine.zero_optimization.stage: ...").
-absl::StatusOr<Config> ParseConfigJson(const nlohmann::json& json, std::string_view path_prefix = "");
+// Parses an already-decoded JSON object (e.g. the `engine` block of a job spec). `path_prefix` is
+// put in front of every key path in error messages ("llm.engine." gives
+// "llm.engine.zero_optimization.stage: ...").
+absl::StatusOr<Config> ParseConfigJson(const nlohmann::json& json,
+                                       std::string_view path_prefix = "");
 
 // Reads and parses a file; errors name the file.
 absl::StatusOr<Config> LoadConfigFile(const std::string& path);

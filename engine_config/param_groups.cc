@@ -53,8 +53,8 @@ absl::Status ParseParamGroups(const ObjectReader& tandem, std::vector<ParamGroup
   for (size_t i = 0; i < groups->size(); ++i) {
     ParamGroupConfig group;
     group.path = absl::StrCat(path, "[", i, "]");
-    ASSIGN_OR_RETURN(ObjectReader reader, ObjectReader::Open((*groups)[i], group.path,
-                                                             group.path + ".", kGroupKeys));
+    ASSIGN_OR_RETURN(ObjectReader reader,
+                     ObjectReader::Open((*groups)[i], group.path, group.path + ".", kGroupKeys));
     const nlohmann::json* params = reader.Find("params");
     const std::string params_path = reader.PathOf("params");
     if (params == nullptr) return Error(params_path, "required");

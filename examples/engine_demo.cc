@@ -1,9 +1,9 @@
-// tandem-engine-demo: trains a residual MLP on a synthetic regression task with Tandem's ZeRO engine
-// on N local rank processes (Gloo on 127.0.0.1), then prints the loss curve and each rank's memory.
-// The parent process starts the ranks (common/rank_launcher.h) and waits for them.
-#include <CLI/CLI.hpp>
+// tandem-engine-demo: trains a residual MLP on a synthetic regression task with Tandem's ZeRO
+// engine on N local rank processes (Gloo on 127.0.0.1), then prints the loss curve and each rank's
+// memory. The parent process starts the ranks (common/rank_launcher.h) and waits for them.
 #include <torch/torch.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -54,8 +54,9 @@ int Fail(int rank, const absl::Status& status) {
 int RunRank(const Options& options) {
   torch::set_num_threads(options.threads);
   const int rank = options.rank;
-  auto config = options.config_path.empty() ? tandem::engine_config::ParseConfig("{}")
-                                            : tandem::engine_config::LoadConfigFile(options.config_path);
+  auto config = options.config_path.empty()
+                    ? tandem::engine_config::ParseConfig("{}")
+                    : tandem::engine_config::LoadConfigFile(options.config_path);
   if (!config.ok()) return Fail(rank, config.status());
   if (options.stage >= 0) config->zero.stage = options.stage;
   auto store = tandem::OpenFileStore(options.store);
@@ -79,10 +80,12 @@ int RunRank(const Options& options) {
   tandem::examples::Teacher teacher(kInputs, kOutputs, /*seed=*/42);
 
   if (rank == 0) {
-    std::printf("tandem engine demo: %lld parameters, %d ranks, ZeRO stage %d, %s, %d steps of %d x %lld x %d samples\n",
-                static_cast<long long>(num_parameters), options.ranks, c.zero.stage,
-                PrecisionName(c).c_str(), options.steps, options.ranks,
-                static_cast<long long>(micro_batch), gas);
+    std::printf(
+        "tandem engine demo: %lld parameters, %d ranks, ZeRO stage %d, %s, %d steps of %d x %lld x "
+        "%d samples\n",
+        static_cast<long long>(num_parameters), options.ranks, c.zero.stage,
+        PrecisionName(c).c_str(), options.steps, options.ranks, static_cast<long long>(micro_batch),
+        gas);
     std::fflush(stdout);
   }
   const auto start = std::chrono::steady_clock::now();
@@ -133,8 +136,8 @@ int RunRank(const Options& options) {
       if (!value.ok()) return Fail(rank, value.status());
       tandem::engine::MemoryReport m;
       std::istringstream in(*value);
-      in >> m.num_parameters >> m.param_bytes >> m.grad_bytes >> m.master_bytes >> m.optimizer_bytes >>
-          m.peak_bytes;
+      in >> m.num_parameters >> m.param_bytes >> m.grad_bytes >> m.master_bytes >>
+          m.optimizer_bytes >> m.peak_bytes;
       m.rank = r;
       m.peak_source = "rss";
       reports.push_back(m);
@@ -158,10 +161,12 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--ranks", options.ranks, "Number of rank processes")->check(CLI::Range(1, 64));
   app.add_option("--steps", options.steps, "Optimizer steps")->check(CLI::PositiveNumber);
-  app.add_option("--stage", options.stage, "Override zero_optimization.stage")->check(CLI::Range(0, 3));
+  app.add_option("--stage", options.stage, "Override zero_optimization.stage")
+      ->check(CLI::Range(0, 3));
   app.add_option("--width", options.width, "Model width")->check(CLI::PositiveNumber);
   app.add_option("--blocks", options.blocks, "Residual blocks")->check(CLI::PositiveNumber);
-  app.add_option("--threads", options.threads, "Intra-op threads per rank")->check(CLI::PositiveNumber);
+  app.add_option("--threads", options.threads, "Intra-op threads per rank")
+      ->check(CLI::PositiveNumber);
   app.add_option("--rank", options.rank, "(internal) run as this rank")->group("");
   app.add_option("--store", options.store, "(internal) rendezvous directory")->group("");
   CLI11_PARSE(app, argc, argv);

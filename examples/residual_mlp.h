@@ -63,7 +63,9 @@ class Teacher {
     w1_ = at::randn({in, 64}, g) / std::sqrt(static_cast<double>(in));
     w2_ = at::randn({64, out}, g) / 8.0;
   }
-  at::Tensor operator()(const at::Tensor& x) const { return at::matmul(at::tanh(at::matmul(x, w1_)), w2_); }
+  at::Tensor operator()(const at::Tensor& x) const {
+    return at::matmul(at::tanh(at::matmul(x, w1_)), w2_);
+  }
 
  private:
   at::Tensor w1_, w2_;

@@ -44,7 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto rendered = t->Render(variables, options);
   if (!rendered.ok()) {
     const auto code = rendered.status().code();
-    if (code != absl::StatusCode::kInvalidArgument && code != absl::StatusCode::kFailedPrecondition &&
+    if (code != absl::StatusCode::kInvalidArgument &&
+        code != absl::StatusCode::kFailedPrecondition &&
         code != absl::StatusCode::kResourceExhausted) {
       std::fprintf(stderr, "unexpected error code: %s\n", rendered.status().ToString().c_str());
       std::abort();

@@ -36,8 +36,8 @@ inline const std::string& DataDirectory() {
 // Writes the input as <directory>/<name> and returns its path.
 inline std::string WriteInput(const uint8_t* data, size_t size, const std::string& name) {
   const std::string path = DataDirectory() + "/" + name;
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(data),
-                                                                static_cast<std::streamsize>(size));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   return path;
 }
 

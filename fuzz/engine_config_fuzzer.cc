@@ -1,5 +1,5 @@
-// libFuzzer target: the engine config parser (engine_config::ParseConfig: DeepSpeed's JSON keys, strict)
-// on arbitrary bytes. An error must name a key path or say the text is not JSON.
+// libFuzzer target: the engine config parser (engine_config::ParseConfig: DeepSpeed's JSON keys,
+// strict) on arbitrary bytes. An error must name a key path or say the text is not JSON.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>

@@ -1,6 +1,7 @@
 // The body of the PNG and JPEG fuzzers: DecodeImage on the input, with the format's magic bytes put
 // in front when the input lacks them, so every mutation reaches the decoder under test. Beyond "no
-// crash, no hang, no leak": a decoded image is 3 x H x W within the pixel cap, every value in [0, 1].
+// crash, no hang, no leak": a decoded image is 3 x H x W within the pixel cap, every value in [0,
+// 1].
 #pragma once
 
 #include <cstddef>
@@ -24,8 +25,9 @@ inline int DecodeImageInput(const uint8_t* data, size_t size, std::string_view m
   const uint64_t plane = static_cast<uint64_t>(image->height) * static_cast<uint64_t>(image->width);
   if (image->channels != 3 || image->height <= 0 || image->width <= 0 || plane > cap ||
       image->pixels.size() != 3 * plane) {
-    std::fprintf(stderr, "decoded %lld x %lld x %lld with %zu values\n", static_cast<long long>(image->channels),
-                 static_cast<long long>(image->height), static_cast<long long>(image->width), image->pixels.size());
+    std::fprintf(stderr, "decoded %lld x %lld x %lld with %zu values\n",
+                 static_cast<long long>(image->channels), static_cast<long long>(image->height),
+                 static_cast<long long>(image->width), image->pixels.size());
     std::abort();
   }
   for (float v : image->pixels) {

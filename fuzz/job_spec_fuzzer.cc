@@ -25,11 +25,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       tandem::jobspec::ParseJobSpecJson(recorded, "recorded.json");
   if (!again.ok() || !(*again == *config)) {
     std::fprintf(stderr, "a valid spec's recorded form does not read back: %s\n%s\n",
-                 again.ok() ? "another config" : std::string(again.status().message()).c_str(), recorded.c_str());
+                 again.ok() ? "another config" : std::string(again.status().message()).c_str(),
+                 recorded.c_str());
     std::abort();
   }
   for (const tandem::Role role : tandem::kRoles) {
-    absl::StatusOr<tandem::jobspec::MemoryEstimate> estimate = tandem::jobspec::EstimateGroupMemory(*config, role);
+    absl::StatusOr<tandem::jobspec::MemoryEstimate> estimate =
+        tandem::jobspec::EstimateGroupMemory(*config, role);
     if (!estimate.ok() || estimate->total() < 0 || estimate->model_state_bytes < 0) {
       std::fprintf(stderr, "a valid spec's %s memory estimate is %s\n", tandem::RoleName(role),
                    estimate.ok() ? "negative" : std::string(estimate.status().message()).c_str());

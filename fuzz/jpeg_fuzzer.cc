@@ -1,4 +1,5 @@
-// libFuzzer target: the JPEG decoder (data/jpeg_codec.cc through data::DecodeImage). fuzz/image_fuzzer_main.h.
+// libFuzzer target: the JPEG decoder (data/jpeg_codec.cc through data::DecodeImage).
+// fuzz/image_fuzzer_main.h.
 #include "fuzz/image_fuzzer_main.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -20,7 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (response.rfind("HTTP/1.1 ", 0) != 0) std::abort();
   const size_t head_end = response.find("\r\n\r\n");
   const size_t length_at = response.find("Content-Length: ");
-  if (head_end == std::string::npos || length_at == std::string::npos || length_at > head_end) std::abort();
+  if (head_end == std::string::npos || length_at == std::string::npos || length_at > head_end)
+    std::abort();
   size_t length = 0;
   const size_t length_end = response.find("\r\n", length_at);
   if (!absl::SimpleAtoi(response.substr(length_at + 16, length_end - length_at - 16), &length) ||

@@ -24,10 +24,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     uint64_t bytes_needed = tandem::SafetensorsElementSize(t.dtype);
     for (int64_t dim : t.shape) bytes_needed *= static_cast<uint64_t>(dim);
     const bool empty = t.begin == t.end;
-    if (t.begin < data_start || t.end > size || t.begin > t.end || bytes_needed != t.end - t.begin ||
-        (!empty && t.begin < previous_end)) {
+    if (t.begin < data_start || t.end > size || t.begin > t.end ||
+        bytes_needed != t.end - t.begin || (!empty && t.begin < previous_end)) {
       std::fprintf(stderr, "tensor '%s' [%llu, %llu) breaks the layout\n", t.name.c_str(),
-                   static_cast<unsigned long long>(t.begin), static_cast<unsigned long long>(t.end));
+                   static_cast<unsigned long long>(t.begin),
+                   static_cast<unsigned long long>(t.end));
       std::abort();
     }
     if (!empty) previous_end = t.end;

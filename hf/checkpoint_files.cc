@@ -6,9 +6,9 @@
 #include <set>
 #include <sstream>
 
-#include "common/atomic_file.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "common/strict_json.h"
 
@@ -25,15 +25,18 @@ absl::StatusOr<CheckpointFiles> CheckpointFiles::Open(const std::string& directo
   if (fs::exists(index_path, ec)) {
     ASSIGN_OR_RETURN(const std::string text, ReadUserFile(index_path.string()));
     auto index = ParseJsonStrict(text);
-    if (!index.ok()) return absl::InvalidArgumentError(absl::StrCat(index_path.string(), ": ", index.status().message()));
+    if (!index.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat(index_path.string(), ": ", index.status().message()));
     const auto map = index->find("weight_map");
     if (map == index->end() || !map->is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(index_path.string(), ": weight_map must be an object"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(index_path.string(), ": weight_map must be an object"));
     }
     for (const auto& [name, file] : map->items()) {
       if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(index_path.string(), ": weight_map.", name, " must name a file of the directory"));
+        return absl::InvalidArgumentError(absl::StrCat(index_path.string(), ": weight_map.", name,
+                                                       " must name a file of the directory"));
       }
       weight_map[name] = file.get<std::string>();
       file_names.insert(file.get<std::string>());
@@ -48,28 +51,32 @@ absl::StatusOr<CheckpointFiles> CheckpointFiles::Open(const std::string& directo
   if (file_names.empty()) {
     const bool bin = fs::exists(fs::path(directory) / "pytorch_model.bin", ec) ||
                      fs::exists(fs::path(directory) / "pytorch_model.bin.index.json", ec);
-    return absl::NotFoundError(absl::StrCat(directory, ": no *.safetensors weights",
-                                            bin ? " (PyTorch .bin checkpoints are not read: convert them to "
-                                                  "safetensors with transformers' save_pretrained)"
-                                                : ""));
+    return absl::NotFoundError(
+        absl::StrCat(directory, ": no *.safetensors weights",
+                     bin ? " (PyTorch .bin checkpoints are not read: convert them to "
+                           "safetensors with transformers' save_pretrained)"
+                         : ""));
   }
   for (const std::string& name : file_names) {
-    ASSIGN_OR_RETURN(auto header, engine::ReadSafetensorsHeader((fs::path(directory) / name).string()));
+    ASSIGN_OR_RETURN(auto header,
+                     engine::ReadSafetensorsHeader((fs::path(directory) / name).string()));
     const size_t at = files.headers_.size();
     for (const auto& tensor : header.tensors) {
       const auto [it, inserted] = files.file_of_.emplace(tensor.name, at);
       if (!inserted) {
-        return absl::InvalidArgumentError(absl::StrCat(directory, ": tensor '", tensor.name, "' is in both ",
-                                                       files.headers_[it->second].path, " and ", header.path));
+        return absl::InvalidArgumentError(
+            absl::StrCat(directory, ": tensor '", tensor.name, "' is in both ",
+                         files.headers_[it->second].path, " and ", header.path));
       }
     }
     files.headers_.push_back(std::move(header));
   }
   for (const auto& [name, file] : weight_map) {
     const auto it = files.file_of_.find(name);
-    if (it == files.file_of_.end() || fs::path(files.headers_[it->second].path).filename() != file) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(index_path.string(), ": tensor '", name, "' is not in ", file, " as the index says"));
+    if (it == files.file_of_.end() ||
+        fs::path(files.headers_[it->second].path).filename() != file) {
+      return absl::InvalidArgumentError(absl::StrCat(index_path.string(), ": tensor '", name,
+                                                     "' is not in ", file, " as the index says"));
     }
   }
   return files;
@@ -89,7 +96,8 @@ const engine::SafetensorsEntry* CheckpointFiles::Find(const std::string& name) c
 
 absl::StatusOr<at::Tensor> CheckpointFiles::Read(const std::string& name) const {
   const auto it = file_of_.find(name);
-  if (it == file_of_.end()) return absl::NotFoundError(absl::StrCat(directory_, ": no tensor '", name, "'"));
+  if (it == file_of_.end())
+    return absl::NotFoundError(absl::StrCat(directory_, ": no tensor '", name, "'"));
   return engine::ReadSafetensor(headers_[it->second], name);
 }
 

@@ -19,6 +19,7 @@
 #include "engine/safetensors.h"
 #include "engine_config/config.h"
 #include "engine_config/param_groups.h"
+#include "hf/pretrained_config.h"
 #include "hf/pretrained_job.h"
 #include "hf/weight_names.h"
 #include "jobspec/job_spec.h"
@@ -26,7 +27,6 @@
 #include "models/vision_encoder.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/chat_template.h"
-#include "hf/pretrained_config.h"
 #include "tokenizer/hf_tokenizer.h"
 
 namespace tandem::hf {
@@ -42,18 +42,19 @@ constexpr char kPunctuation[] = R"([!-/:-@\[-`{-~])";
 
 // Copies tensors under Tandem's names into `module`'s parameters, checking every shape; `source`
 // (a file or a checkpoint directory) names them in errors.
-absl::Status CopyWeights(const std::map<std::string, at::Tensor>& by_name, torch::nn::Module& module,
-                         const std::string& source) {
+absl::Status CopyWeights(const std::map<std::string, at::Tensor>& by_name,
+                         torch::nn::Module& module, const std::string& source) {
   torch::NoGradGuard no_grad;
   for (auto& item : module.named_parameters(/*recurse=*/true)) {
     const auto it = by_name.find(item.key());
     if (it == by_name.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": no weight '", item.key(), "' for the job's model"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": no weight '", item.key(), "' for the job's model"));
     }
     if (it->second.sizes() != item.value().sizes()) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": weight '", item.key(), "' has shape ",
-                                                     c10::str(it->second.sizes()), ", the job's model needs ",
-                                                     c10::str(item.value().sizes())));
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": weight '", item.key(), "' has shape ", c10::str(it->second.sizes()),
+          ", the job's model needs ", c10::str(item.value().sizes())));
     }
     item.value().copy_(it->second);
   }
@@ -63,25 +64,31 @@ absl::Status CopyWeights(const std::map<std::string, at::Tensor>& by_name, torch
 // The run's final weights (vision.safetensors, llm.safetensors).
 absl::Status LoadRunWeights(torch::nn::Module& module, const std::string& file) {
   ASSIGN_OR_RETURN(const auto tensors, engine::ReadSafetensors(file));
-  return CopyWeights(std::map<std::string, at::Tensor>(tensors.begin(), tensors.end()), module, file);
+  return CopyWeights(std::map<std::string, at::Tensor>(tensors.begin(), tensors.end()), module,
+                     file);
 }
 
 // A checkpoint of one group (<checkpoint>/vision or /llm, ZeRO shards of any world size) read into
 // `module`: an engine of one rank takes the module over as training did (the group's engine
 // config and freeze list), loads the shards, and the gathered fp32 values fill a fresh copy.
-absl::Status LoadCheckpointWeights(std::shared_ptr<torch::nn::Module> training, torch::nn::Module& module,
-                                   const std::string& engine_json, const std::vector<std::string>& freeze,
+absl::Status LoadCheckpointWeights(std::shared_ptr<torch::nn::Module> training,
+                                   torch::nn::Module& module, const std::string& engine_json,
+                                   const std::vector<std::string>& freeze,
                                    const std::string& directory, const std::string& group) {
   auto json = nlohmann::json::parse(engine_json, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(group, ".engine: not valid JSON"));
-  ASSIGN_OR_RETURN(engine_config::Config config, engine_config::ParseConfigJson(json, absl::StrCat(group, ".engine")));
+  if (json.is_discarded())
+    return absl::InvalidArgumentError(absl::StrCat(group, ".engine: not valid JSON"));
+  ASSIGN_OR_RETURN(engine_config::Config config,
+                   engine_config::ParseConfigJson(json, absl::StrCat(group, ".engine")));
   config.gradient_reduction = engine_config::GradientReduction::kSum;
   for (auto& item : training->named_parameters(/*recurse=*/true)) {
     for (const std::string& pattern : freeze) {
-      if (engine_config::MatchesNamePattern(pattern, item.key())) item.value().set_requires_grad(false);
+      if (engine_config::MatchesNamePattern(pattern, item.key()))
+        item.value().set_requires_grad(false);
     }
   }
-  ASSIGN_OR_RETURN(auto engine, engine::Engine::Create(training, engine::CreateSingleRankCommunicator(group), config));
+  ASSIGN_OR_RETURN(auto engine, engine::Engine::Create(
+                                    training, engine::CreateSingleRankCommunicator(group), config));
   RETURN_IF_ERROR(engine->LoadCheckpoint(directory).status());
   ASSIGN_OR_RETURN(auto trainable, engine->GatherParameters());
   ASSIGN_OR_RETURN(auto frozen, engine->GatherFrozenParameters());
@@ -94,7 +101,8 @@ absl::Status LoadCheckpointWeights(std::shared_ptr<torch::nn::Module> training, 
 absl::Status AddVisionTensors(const models::VisionEncoderImpl& vision, Tensors& out) {
   const auto& c = vision.config();
   std::vector<std::pair<std::string, at::Tensor>> ours;
-  for (const auto& item : vision.named_parameters(/*recurse=*/true)) ours.emplace_back(item.key(), item.value());
+  for (const auto& item : vision.named_parameters(/*recurse=*/true))
+    ours.emplace_back(item.key(), item.value());
   if (c.positions == "sincos") ours.emplace_back("positions", vision.named_buffers()["positions"]);
   for (const auto& [name, value] : ours) {
     ASSIGN_OR_RETURN(const auto theirs, TheirVisionNames(name));
@@ -204,8 +212,8 @@ Json LlavaConfig(const models::VisionConfig& v, const models::LlmConfig& m, int6
 }
 
 Json AddedToken(int64_t id, const std::string& content) {
-  return {{"id", id},          {"content", content}, {"single_word", false}, {"lstrip", false},
-          {"rstrip", false},   {"normalized", false}, {"special", true}};
+  return {{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+          {"rstrip", false}, {"normalized", false}, {"special", true}};
 }
 
 // Tandem's word tokenizer as a tokenizers WordLevel model, with <image> after its words.
@@ -214,29 +222,38 @@ Json TokenizerJson(const data::Tokenizer& t, int64_t image_token) {
   for (size_t i = 0; i < t.words().size(); ++i) vocab[t.words()[i]] = static_cast<int64_t>(i);
   vocab[kImageToken] = image_token;
   Json added = Json::array();
-  for (int32_t id = 0; id < data::Tokenizer::kNumSpecial; ++id) added.push_back(AddedToken(id, t.Word(id)));
+  for (int32_t id = 0; id < data::Tokenizer::kNumSpecial; ++id)
+    added.push_back(AddedToken(id, t.Word(id)));
   added.push_back(AddedToken(image_token, kImageToken));
   const std::string bos = t.Word(data::Tokenizer::kBos);
-  return {{"version", "1.0"},
-          {"truncation", nullptr},
-          {"padding", nullptr},
-          {"added_tokens", added},
-          {"normalizer", {{"type", "Lowercase"}}},
-          {"pre_tokenizer",
-           {{"type", "Sequence"},
-            {"pretokenizers",
-             {{{"type", "WhitespaceSplit"}},
-              {{"type", "Split"}, {"pattern", {{"Regex", kPunctuation}}}, {"behavior", "Isolated"}, {"invert", false}}}}}},
-          {"post_processor",
-           {{"type", "TemplateProcessing"},
-            {"single", {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"SpecialToken", {{"id", bos}, {"type_id", 0}}}}}},
-            {"pair",
-             {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
-              {{"Sequence", {{"id", "B"}, {"type_id", 1}}}},
-              {{"SpecialToken", {{"id", bos}, {"type_id", 1}}}}}},
-            {"special_tokens", {{bos, {{"id", bos}, {"ids", {data::Tokenizer::kBos}}, {"tokens", {bos}}}}}}}},
-          {"decoder", nullptr},
-          {"model", {{"type", "WordLevel"}, {"vocab", vocab}, {"unk_token", t.Word(data::Tokenizer::kUnk)}}}};
+  return {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", added},
+      {"normalizer", {{"type", "Lowercase"}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "WhitespaceSplit"}},
+          {{"type", "Split"},
+           {"pattern", {{"Regex", kPunctuation}}},
+           {"behavior", "Isolated"},
+           {"invert", false}}}}}},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single",
+         {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+          {{"SpecialToken", {{"id", bos}, {"type_id", 0}}}}}},
+        {"pair",
+         {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+          {{"Sequence", {{"id", "B"}, {"type_id", 1}}}},
+          {{"SpecialToken", {{"id", bos}, {"type_id", 1}}}}}},
+        {"special_tokens",
+         {{bos, {{"id", bos}, {"ids", {data::Tokenizer::kBos}}, {"tokens", {bos}}}}}}}},
+      {"decoder", nullptr},
+      {"model",
+       {{"type", "WordLevel"}, {"vocab", vocab}, {"unk_token", t.Word(data::Tokenizer::kUnk)}}}};
 }
 
 absl::Status WriteJson(const fs::path& path, const Json& json) {
@@ -251,13 +268,15 @@ absl::Status AddImageToken(const fs::path& dir, int64_t id) {
   const auto patch = [&](const fs::path& path, const auto& change) -> absl::Status {
     ASSIGN_OR_RETURN(const std::string text, ReadFile(path.string()));
     Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!json.is_object()) return absl::InvalidArgumentError(absl::StrCat(path.string(), ": not a JSON object"));
+    if (!json.is_object())
+      return absl::InvalidArgumentError(absl::StrCat(path.string(), ": not a JSON object"));
     change(json);
     return WriteJson(path, json);
   };
   const fs::path tokenizer = dir / "tokenizer.json";
   RETURN_IF_ERROR(patch(tokenizer, [&](Json& json) {
-    if (!json.contains("added_tokens") || !json["added_tokens"].is_array()) json["added_tokens"] = Json::array();
+    if (!json.contains("added_tokens") || !json["added_tokens"].is_array())
+      json["added_tokens"] = Json::array();
     json["added_tokens"].push_back(AddedToken(id, kImageToken));
   }));
   std::error_code ec;
@@ -285,7 +304,8 @@ absl::Status WriteShards(const fs::path& dir, const Tensors& tensors, int64_t ma
     total += size;
   }
   const std::map<std::string, std::string> metadata{{"format", "pt"}};
-  if (shards.size() == 1) return engine::WriteSafetensors((dir / "model.safetensors").string(), shards[0], metadata);
+  if (shards.size() == 1)
+    return engine::WriteSafetensors((dir / "model.safetensors").string(), shards[0], metadata);
   Json weight_map = Json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
     char name[64];
@@ -293,7 +313,8 @@ absl::Status WriteShards(const fs::path& dir, const Tensors& tensors, int64_t ma
     RETURN_IF_ERROR(engine::WriteSafetensors((dir / name).string(), shards[i], metadata));
     for (const auto& item : shards[i]) weight_map[item.first] = name;
   }
-  return WriteJson(dir / "model.safetensors.index.json", {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
+  return WriteJson(dir / "model.safetensors.index.json",
+                   {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
 }
 
 // Where a run's or a checkpoint's files are: job.json is the run's; a checkpoint
@@ -308,21 +329,25 @@ absl::StatusOr<Source> FindSource(const std::string& directory) {
   std::error_code ec;
   if (fs::exists(dir / "job.json", ec)) return Source{dir, {}};
   const fs::path run = dir.parent_path().parent_path();
-  if (fs::exists(dir / "vision", ec) && fs::exists(dir / "llm", ec) && fs::exists(run / "job.json", ec)) {
+  if (fs::exists(dir / "vision", ec) && fs::exists(dir / "llm", ec) &&
+      fs::exists(run / "job.json", ec)) {
     if (!fs::exists(dir / "complete", ec)) {
-      return absl::FailedPreconditionError(absl::StrCat(directory, ": an incomplete checkpoint (no complete marker)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(directory, ": an incomplete checkpoint (no complete marker)"));
     }
     return Source{run, dir};
   }
-  return absl::NotFoundError(absl::StrCat(directory, ": neither a run directory (job.json) nor one of its "
-                                                     "checkpoints (checkpoints/step-N)"));
+  return absl::NotFoundError(absl::StrCat(directory,
+                                          ": neither a run directory (job.json) nor one of its "
+                                          "checkpoints (checkpoints/step-N)"));
 }
 
 absl::Status Export(const ExportOptions& options, const fs::path& dir) {
   ASSIGN_OR_RETURN(const Source source, FindSource(options.run_dir));
   const fs::path& run = source.run;
   const fs::path weights = source.checkpoint.empty() ? run : source.checkpoint;
-  ASSIGN_OR_RETURN(jobspec::ResolvedJobSpec spec, jobspec::ReadJobSpecFile((run / "job.json").string()));
+  ASSIGN_OR_RETURN(jobspec::ResolvedJobSpec spec,
+                   jobspec::ReadJobSpecFile((run / "job.json").string()));
   jobspec::JobConfig job = std::move(spec.config);
   RETURN_IF_ERROR(ResolvePretrainedModels(job));
   const bool own_llm = job.llm.pretrained.empty();
@@ -335,10 +360,10 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
   v.output_dim = m.hidden;
   if (own_llm) m.vocab_size = words->size();
   if (v.final_norm || v.projector != "mlp2x") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        options.run_dir, ": the run's vision model has ",
-        v.final_norm ? "a LayerNorm before its projector" : "a linear projector",
-        ", a layout Hugging Face's LLaVA cannot express (models/README.md)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(options.run_dir, ": the run's vision model has ",
+                     v.final_norm ? "a LayerNorm before its projector" : "a linear projector",
+                     ", a layout Hugging Face's LLaVA cannot express (models/README.md)"));
   }
   torch::manual_seed(0);
   models::VisionEncoder vision(v);
@@ -347,18 +372,21 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
     for (const char* file : {"vision.safetensors", "llm.safetensors"}) {
       std::error_code ec;
       if (!fs::exists(run / file, ec)) {
-        return absl::FailedPreconditionError(absl::StrCat(options.run_dir, ": no ", file,
-                                                          ": the run has not finished (its final weights are "
-                                                          "written at the end; export one of its checkpoints)"));
+        return absl::FailedPreconditionError(
+            absl::StrCat(options.run_dir, ": no ", file,
+                         ": the run has not finished (its final weights are "
+                         "written at the end; export one of its checkpoints)"));
       }
     }
     RETURN_IF_ERROR(LoadRunWeights(*vision, (run / "vision.safetensors").string()));
     RETURN_IF_ERROR(LoadRunWeights(*llm, (run / "llm.safetensors").string()));
   } else {
-    RETURN_IF_ERROR(LoadCheckpointWeights(models::VisionEncoder(v).ptr(), *vision, job.vision.engine_json,
-                                          job.vision.freeze, (source.checkpoint / "vision").string(), "vision"));
-    RETURN_IF_ERROR(LoadCheckpointWeights(models::Llm(m).ptr(), *llm, job.llm.engine_json, job.llm.freeze,
-                                          (source.checkpoint / "llm").string(), "llm"));
+    RETURN_IF_ERROR(LoadCheckpointWeights(models::VisionEncoder(v).ptr(), *vision,
+                                          job.vision.engine_json, job.vision.freeze,
+                                          (source.checkpoint / "vision").string(), "vision"));
+    RETURN_IF_ERROR(LoadCheckpointWeights(models::Llm(m).ptr(), *llm, job.llm.engine_json,
+                                          job.llm.freeze, (source.checkpoint / "llm").string(),
+                                          "llm"));
   }
 
   Tensors tensors;
@@ -369,9 +397,10 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
     const int64_t image_token = words->size();
     m.vocab_size += 1;
     RETURN_IF_ERROR(WriteJson(dir / "config.json", LlavaConfig(v, m, image_token, TokenIds{})));
-    RETURN_IF_ERROR(WriteJson(dir / "generation_config.json", {{"bos_token_id", data::Tokenizer::kBos},
-                                                                {"eos_token_id", data::Tokenizer::kEos},
-                                                                {"pad_token_id", data::Tokenizer::kPad}}));
+    RETURN_IF_ERROR(
+        WriteJson(dir / "generation_config.json", {{"bos_token_id", data::Tokenizer::kBos},
+                                                   {"eos_token_id", data::Tokenizer::kEos},
+                                                   {"pad_token_id", data::Tokenizer::kPad}}));
     RETURN_IF_ERROR(WriteJson(dir / "tokenizer.json", TokenizerJson(*words, image_token)));
     RETURN_IF_ERROR(WriteJson(dir / "tokenizer_config.json",
                               {{"tokenizer_class", "PreTrainedTokenizerFast"},
@@ -390,8 +419,9 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
     ids.eos = eos.empty() ? Json(nullptr) : eos.size() == 1 ? Json(eos[0]) : Json(eos);
     ids.pad = pretrained.pad_token_id >= 0 ? Json(pretrained.pad_token_id) : Json(nullptr);
     RETURN_IF_ERROR(WriteJson(dir / "config.json", LlavaConfig(v, m, m.image_token_id, ids)));
-    for (const char* file : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                             "chat_template.jinja", "chat_template.json", "generation_config.json"}) {
+    for (const char* file :
+         {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+          "chat_template.jinja", "chat_template.json", "generation_config.json"}) {
       std::error_code ec;
       const fs::path from = fs::path(job.llm.pretrained) / file;
       if (!fs::exists(from, ec)) continue;
@@ -401,7 +431,8 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
     RETURN_IF_ERROR(AddImageToken(dir, m.image_token_id));
   }
   if (!job.vision.pretrained.empty()) {  // the tower's own preprocessing
-    ASSIGN_OR_RETURN(const std::string settings, data::ModelImagePreprocessorJson(job.vision.pretrained));
+    ASSIGN_OR_RETURN(const std::string settings,
+                     data::ModelImagePreprocessorJson(job.vision.pretrained));
     return WriteFileAtomically((dir / "preprocessor_config.json").string(), settings + "\n");
   }
   const double mean = 0.5, std = 0.5;
@@ -424,14 +455,17 @@ bool IsRunDirectory(const std::string& directory) { return FindSource(directory)
 
 absl::Status ExportRunAsLlava(const ExportOptions& options) {
   RETURN_IF_ERROR(FindSource(options.run_dir).status());
-  if (options.max_shard_bytes <= 0) return absl::InvalidArgumentError("the shard size must be positive");
+  if (options.max_shard_bytes <= 0)
+    return absl::InvalidArgumentError("the shard size must be positive");
   fs::path out = fs::path(options.out_dir).lexically_normal();
   if (!out.has_filename()) out = out.parent_path();  // "dir/" names "dir"
   std::error_code ec;
   if (fs::exists(out, ec)) {
-    return absl::AlreadyExistsError(absl::StrCat(options.out_dir, ": exists; name a new directory"));
+    return absl::AlreadyExistsError(
+        absl::StrCat(options.out_dir, ": exists; name a new directory"));
   }
-  const fs::path temp = out.parent_path() / absl::StrCat(".", out.filename().string(), ".tmp-", std::random_device{}());
+  const fs::path temp = out.parent_path() /
+                        absl::StrCat(".", out.filename().string(), ".tmp-", std::random_device{}());
   fs::create_directories(temp, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat(temp.string(), ": ", ec.message()));
   absl::Status status;

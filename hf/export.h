@@ -4,11 +4,13 @@
 // The run's job.json gives the models and its tokenizer.json the vocabulary; the weights are the
 // run's final ones (vision.safetensors, llm.safetensors), or, given one of its checkpoints
 // (RUN_DIR/checkpoints/step-N), that checkpoint's: its ZeRO shards of any world size are read by
-// an engine of one rank with the group's engine config and freeze list, and gathered. What is written:
+// an engine of one rank with the group's engine config and freeze list, and gathered. What is
+// written:
 //   config.json            "llava": a "siglip_vision_model" tower (no class token, no pooling
 //                          head; its post-layernorm, which LLaVA does not run, as the identity),
 //                          vision_feature_layer -1 with the "full" strategy, the mlp2x projector,
-//                          and a "llama" LLM; image_token_index is one new token after the vocabulary
+//                          and a "llama" LLM; image_token_index is one new token after the
+//                          vocabulary
 //   model*.safetensors     fp32, sharded at max_shard_bytes with model.safetensors.index.json,
 //                          under transformers 5's names (NOTE [Hugging Face names])
 //   tokenizer.json,        the word-level tokenizer as a WordLevel model (lowercase, split on

@@ -1,7 +1,6 @@
 #include "hf/generate.h"
 
 #include <torch/torch.h>
-
 #include <unistd.h>
 
 #include <filesystem>
@@ -21,15 +20,16 @@ constexpr char kImageMarker[] = "<image>";
 
 size_t Count(const std::string& text, const std::string& what) {
   size_t count = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++count;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size()))
+    ++count;
   return count;
 }
 
 absl::StatusOr<at::Tensor> ImageTensor(const LlavaModel& model, const std::string& path) {
   ASSIGN_OR_RETURN(const data::Image decoded, data::DecodeImageFile(path));
   ASSIGN_OR_RETURN(const data::Image image, data::Preprocess(model.preprocessor, decoded));
-  return torch::from_blob(const_cast<float*>(image.pixels.data()), {1, image.channels, image.height, image.width},
-                          torch::kFloat)
+  return torch::from_blob(const_cast<float*>(image.pixels.data()),
+                          {1, image.channels, image.height, image.width}, torch::kFloat)
       .clone();
 }
 
@@ -46,7 +46,6 @@ absl::StatusOr<GenerateResult> GenerateOrThrow(const GenerateRequest& request);
 
 }  // namespace
 
-
 absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request) {
   try {
     return GenerateOrThrow(request);
@@ -62,12 +61,13 @@ namespace {
 absl::StatusOr<GenerateResult> GenerateOrThrow(const GenerateRequest& request) {
   if (request.threads > 0) at::set_num_threads(request.threads);
   if (request.max_new_tokens <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens must be positive, got ", request.max_new_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-new-tokens must be positive, got ", request.max_new_tokens));
   }
   const size_t markers = Count(request.prompt, kImageMarker);
   if (!request.image_path.empty() && markers != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("the prompt must mark the image with one \"<image>\", it has ",
-                                                   markers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the prompt must mark the image with one \"<image>\", it has ", markers));
   }
   if (request.image_path.empty() && markers > 0) {
     return absl::InvalidArgumentError("the prompt has \"<image>\" but no --image was given");
@@ -93,23 +93,30 @@ absl::StatusOr<GenerateResult> GenerateOrThrow(const GenerateRequest& request) {
   LlavaModel& model = *loaded;
   const int64_t image_token = model.config.llm->image_token_id;
   if (model.tokenizer.TokenToId(kImageMarker) != image_token) {
-    return absl::InvalidArgumentError(absl::StrCat(request.model_dir, ": the tokenizer's \"<image>\" is not ",
-                                                   "config.json's image_token_index ", image_token));
+    return absl::InvalidArgumentError(
+        absl::StrCat(request.model_dir, ": the tokenizer's \"<image>\" is not ",
+                     "config.json's image_token_index ", image_token));
   }
 
   std::string text = request.prompt;
   bool add_special_tokens = true;
   if (request.chat) {
-    absl::StatusOr<tokenizer::ChatTemplate> chat = tokenizer::ChatTemplate::For(request.chat_template, model.tokenizer);
-    if (!chat.ok()) return absl::InvalidArgumentError(absl::StrCat(request.model_dir, ": ", chat.status().message()));
-    absl::StatusOr<std::string> rendered = chat->Render({{"user", request.prompt}}, /*add_generation_prompt=*/true);
+    absl::StatusOr<tokenizer::ChatTemplate> chat =
+        tokenizer::ChatTemplate::For(request.chat_template, model.tokenizer);
+    if (!chat.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat(request.model_dir, ": ", chat.status().message()));
+    absl::StatusOr<std::string> rendered =
+        chat->Render({{"user", request.prompt}}, /*add_generation_prompt=*/true);
     if (!rendered.ok()) {
-      return absl::Status(rendered.status().code(), absl::StrCat(request.model_dir, ": ", rendered.status().message()));
+      return absl::Status(rendered.status().code(),
+                          absl::StrCat(request.model_dir, ": ", rendered.status().message()));
     }
     text = *std::move(rendered);
     add_special_tokens = false;  // the template wrote them, as apply_chat_template tokenizes
   }
-  ASSIGN_OR_RETURN(const std::vector<int64_t> ids, model.tokenizer.Encode(text, add_special_tokens));
+  ASSIGN_OR_RETURN(const std::vector<int64_t> ids,
+                   model.tokenizer.Encode(text, add_special_tokens));
 
   torch::NoGradGuard no_grad;
   at::Tensor features;
@@ -126,14 +133,16 @@ absl::StatusOr<GenerateResult> GenerateOrThrow(const GenerateRequest& request) {
     features = model.vision->forward(image);
   }
   if (static_cast<int64_t>(prompt.size()) >= model.config.llm->max_seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat("the prompt's ", prompt.size(), " tokens leave no room in the ",
-                                                   "model's ", model.config.llm->max_seq_len, " positions"));
+    return absl::InvalidArgumentError(absl::StrCat("the prompt's ", prompt.size(),
+                                                   " tokens leave no room in the ", "model's ",
+                                                   model.config.llm->max_seq_len, " positions"));
   }
   GenerateResult result;
   result.prompt_tokens = static_cast<int64_t>(prompt.size());
   result.prompt_token_ids = prompt;
   result.prompt_text = text;
-  result.token_ids = models::GenerateGreedyCached(model.llm, features, prompt, model.stop_ids, request.max_new_tokens);
+  result.token_ids = models::GenerateGreedyCached(model.llm, features, prompt, model.stop_ids,
+                                                  request.max_new_tokens);
   result.text = model.tokenizer.Decode(result.token_ids, /*skip_special_tokens=*/true);
   return result;
 }

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/atomic_file.h"
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "common/strict_json.h"
 #include "hf/checkpoint_files.h"
@@ -29,7 +29,8 @@ absl::Status ReadGenerationStops(const fs::path& file, std::vector<int64_t>& ids
   if (!fs::exists(file, ec)) return absl::OkStatus();
   ASSIGN_OR_RETURN(const std::string text, ReadUserFile(file.string()));
   auto parsed = ParseJsonStrict(text);
-  if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(file.string(), ": ", parsed.status().message()));
+  if (!parsed.ok())
+    return absl::InvalidArgumentError(absl::StrCat(file.string(), ": ", parsed.status().message()));
   const auto it = parsed->find("eos_token_id");
   if (it == parsed->end()) return absl::OkStatus();
   for (const auto& id : it->is_array() ? *it : nlohmann::json::array({*it})) {
@@ -41,7 +42,6 @@ absl::Status ReadGenerationStops(const fs::path& file, std::vector<int64_t>& ids
 absl::StatusOr<LlavaModel> LoadLlavaOrThrow(const std::string& directory);
 
 }  // namespace
-
 
 absl::StatusOr<LlavaModel> LoadLlava(const std::string& directory) {
   try {
@@ -59,8 +59,9 @@ absl::StatusOr<LlavaModel> LoadLlavaOrThrow(const std::string& directory) {
   LlavaModel model;
   ASSIGN_OR_RETURN(model.config, ReadPretrainedConfig(directory));
   if (model.config.kind != PretrainedKind::kLlava) {
-    return absl::InvalidArgumentError(absl::StrCat(directory, ": a ", model.config.model_type,
-                                                   " model, not a LLaVA one (model_type \"llava\")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(directory, ": a ", model.config.model_type,
+                     " model, not a LLaVA one (model_type \"llava\")"));
   }
   const fs::path dir(directory);
   ASSIGN_OR_RETURN(model.preprocessor, data::ReadModelImagePreprocessor(directory));
@@ -75,8 +76,9 @@ absl::StatusOr<LlavaModel> LoadLlavaOrThrow(const std::string& directory) {
   ASSIGN_OR_RETURN(model.tokenizer, tokenizer::HfTokenizer::Load(directory));
   const models::LlmConfig& llm = *model.config.llm;
   if (model.tokenizer.vocab_size() > llm.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(directory, ": the tokenizer has ", model.tokenizer.vocab_size(),
-                                                   " tokens, the LLM's vocab_size is ", llm.vocab_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat(directory, ": the tokenizer has ", model.tokenizer.vocab_size(),
+                     " tokens, the LLM's vocab_size is ", llm.vocab_size));
   }
   ASSIGN_OR_RETURN(const auto files, CheckpointFiles::Open(directory));
   model.vision = models::VisionEncoder(vision);

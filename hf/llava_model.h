@@ -1,5 +1,6 @@
 // A whole Hugging Face LLaVA directory as Tandem's models, ready for inference: config.json,
-// the safetensors weights, tokenizer.json (with tokenizer_config.json) and preprocessor_config.json.
+// the safetensors weights, tokenizer.json (with tokenizer_config.json) and
+// preprocessor_config.json.
 //
 //   ASSIGN_OR_RETURN(hf::LlavaModel model, hf::LoadLlava(dir));
 //   at::Tensor features = model.vision->forward(images01);   // normalised as the preprocessor says

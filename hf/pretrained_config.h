@@ -2,7 +2,8 @@
 //
 // Three kinds of directory are read:
 //   - a whole LLaVA checkpoint (model_type "llava": LlavaForConditionalGeneration), whose
-//     vision_config and text_config give both models and whose projector is linear_1 -> act -> linear_2;
+//     vision_config and text_config give both models and whose projector is linear_1 -> act ->
+//     linear_2;
 //   - a vision tower: "clip_vision_model" or "siglip_vision_model", or a whole "clip" / "siglip"
 //     model whose vision_config is read (its text model is not used);
 //   - an LLM: "llama" or "qwen2" (LlamaForCausalLM, Qwen2ForCausalLM).
@@ -45,7 +46,8 @@ struct PretrainedConfig {
   // The dtype config.json names ("dtype" or "torch_dtype"): "float32", "bfloat16", "float16", or
   // empty when it names none. Every tensor of the checkpoint must have it.
   std::string dtype;
-  // Token ids from config.json (the LLM's; -1 or empty when it has none). eos_token_id may be a list.
+  // Token ids from config.json (the LLM's; -1 or empty when it has none). eos_token_id may be a
+  // list.
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
   int64_t pad_token_id = -1;

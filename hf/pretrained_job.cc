@@ -4,9 +4,9 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "data/image_preprocessor.h"
 #include "hf/pretrained_config.h"
-#include "common/status_macros.h"
 #include "jobspec/job_spec.h"
 #include "tokenizer/hf_tokenizer.h"
 
@@ -49,27 +49,30 @@ absl::Status ResolveVision(jobspec::JobConfig& job) {
   auto config = ReadPretrainedConfig(dir);
   if (!config.ok()) return Prefixed(kVision, config.status());
   if (config->kind == PretrainedKind::kLlm) {
-    return Prefixed(kVision, absl::InvalidArgumentError(
-                                 absl::StrCat(dir, ": a ", config->model_type, " model has no vision tower")));
+    return Prefixed(kVision, absl::InvalidArgumentError(absl::StrCat(
+                                 dir, ": a ", config->model_type, " model has no vision tower")));
   }
   if (job.vision.new_projector && config->kind != PretrainedKind::kLlava) {
-    return absl::InvalidArgumentError(absl::StrCat("vision.new_projector: ", dir, " is a vision tower alone, whose "
+    return absl::InvalidArgumentError(absl::StrCat("vision.new_projector: ", dir,
+                                                   " is a vision tower alone, whose "
                                                    "projector is always new"));
   }
   models::VisionConfig vision = *config->vision;
   const int64_t hidden = job.llm.model.hidden;
-  if (config->kind == PretrainedKind::kLlava && !job.vision.new_projector && vision.output_dim != hidden) {
-    return Prefixed(kVision, absl::InvalidArgumentError(absl::StrCat(
-                                 dir, ": its projector outputs ", vision.output_dim, " wide, the LLM is ", hidden)));
+  if (config->kind == PretrainedKind::kLlava && !job.vision.new_projector &&
+      vision.output_dim != hidden) {
+    return Prefixed(kVision, absl::InvalidArgumentError(
+                                 absl::StrCat(dir, ": its projector outputs ", vision.output_dim,
+                                              " wide, the LLM is ", hidden)));
   }
   vision.output_dim = hidden;
   auto preprocessor = data::ReadModelImagePreprocessor(dir);
   if (!preprocessor.ok()) return Prefixed(kVision, preprocessor.status());
   if (preprocessor->output_size() != vision.image_size) {
-    return Prefixed(kVision, absl::InvalidArgumentError(absl::StrCat(
-                                 dir, ": its image processor makes images of ", preprocessor->output_size(),
-                                 " pixels, the tower takes ",
-                                 vision.image_size)));
+    return Prefixed(kVision,
+                    absl::InvalidArgumentError(absl::StrCat(
+                        dir, ": its image processor makes images of ", preprocessor->output_size(),
+                        " pixels, the tower takes ", vision.image_size)));
   }
   vision.image_mean = preprocessor->image_mean;
   vision.image_std = preprocessor->image_std;

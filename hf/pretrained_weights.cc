@@ -20,31 +20,39 @@ namespace {
 
 using NamesOf = std::function<absl::StatusOr<std::vector<LocalName>>(const std::string&)>;
 
-std::string ShapeText(at::IntArrayRef shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+std::string ShapeText(at::IntArrayRef shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
 
 std::string DtypeName(at::ScalarType dtype) {
   switch (dtype) {
-    case at::kFloat: return "float32";
-    case at::kBFloat16: return "bfloat16";
-    case at::kHalf: return "float16";
-    default: return c10::toString(dtype);
+    case at::kFloat:
+      return "float32";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kHalf:
+      return "float16";
+    default:
+      return c10::toString(dtype);
   }
 }
 
 // The shape transformers stores `ours` in, one of `count` stacked tensors.
 std::vector<int64_t> TheirShape(const std::string& ours, at::IntArrayRef shape, size_t count) {
   std::vector<int64_t> theirs(shape.begin(), shape.end());
-  if (ours == "class_token") return {shape.back()};             // [1, 1, h] -> [h]
-  if (ours == "positions") return {shape[1], shape[2]};         // [1, N, h] -> [N, h]
-  if (count > 1) theirs[0] /= static_cast<int64_t>(count);       // qkv rows
+  if (ours == "class_token") return {shape.back()};         // [1, 1, h] -> [h]
+  if (ours == "positions") return {shape[1], shape[2]};     // [1, N, h] -> [N, h]
+  if (count > 1) theirs[0] /= static_cast<int64_t>(count);  // qkv rows
   return theirs;
 }
 
-// `extra_vocab_rows`: the model's embedding (and head) has that many rows more than the checkpoint's,
-// for tokens added after its vocabulary; they are zero. `shards`: how a tensor-parallel model's
-// parameters are split (models::LlmImpl::shards); each takes its shard of the whole tensor.
-absl::Status Load(const PretrainedConfig& config, const CheckpointFiles& files, torch::nn::Module& model,
-                  const std::set<Part>& parts, const NamesOf& names_of, bool tied_head, int64_t extra_vocab_rows,
+// `extra_vocab_rows`: the model's embedding (and head) has that many rows more than the
+// checkpoint's, for tokens added after its vocabulary; they are zero. `shards`: how a
+// tensor-parallel model's parameters are split (models::LlmImpl::shards); each takes its shard of
+// the whole tensor.
+absl::Status Load(const PretrainedConfig& config, const CheckpointFiles& files,
+                  torch::nn::Module& model, const std::set<Part>& parts, const NamesOf& names_of,
+                  bool tied_head, int64_t extra_vocab_rows,
                   const std::map<std::string, parallel::Shard>& shards = {}) {
   const std::string& dir = config.directory;
   std::map<std::pair<Part, std::string>, std::string> available;  // (part, local name) -> full name
@@ -74,8 +82,9 @@ absl::Status Load(const PretrainedConfig& config, const CheckpointFiles& files, 
     for (const LocalName& local : *theirs) {
       const auto it = available.find({local.part, local.name});
       if (it == available.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(dir, ": missing tensor '", FullName(config.kind, local),
-                                                       "' ", ShapeText(expected), " that config.json implies"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(dir, ": missing tensor '", FullName(config.kind, local), "' ",
+                         ShapeText(expected), " that config.json implies"));
       }
       const engine::SafetensorsEntry* entry = files.Find(it->second);
       if (!at::isFloatingType(entry->dtype) ||
@@ -85,9 +94,9 @@ absl::Status Load(const PretrainedConfig& config, const CheckpointFiles& files, 
             config.dtype.empty() ? "a floating-point dtype" : config.dtype));
       }
       if (entry->shape != expected) {
-        return absl::InvalidArgumentError(absl::StrCat(dir, ": tensor '", it->second, "' has shape ",
-                                                       ShapeText(entry->shape), ", config.json makes it ",
-                                                       ShapeText(expected)));
+        return absl::InvalidArgumentError(
+            absl::StrCat(dir, ": tensor '", it->second, "' has shape ", ShapeText(entry->shape),
+                         ", config.json makes it ", ShapeText(expected)));
       }
       ASSIGN_OR_RETURN(at::Tensor tensor, files.Read(it->second));
       tensors.push_back(std::move(tensor));
@@ -95,15 +104,18 @@ absl::Status Load(const PretrainedConfig& config, const CheckpointFiles& files, 
     }
     at::Tensor value = tensors.size() == 1 ? tensors[0] : torch::cat(tensors, 0);
     if (vocabulary && extra_vocab_rows > 0) {
-      value = torch::cat({value, torch::zeros({extra_vocab_rows, value.size(1)}, value.options())}, 0);
+      value =
+          torch::cat({value, torch::zeros({extra_vocab_rows, value.size(1)}, value.options())}, 0);
     }
     parameter.copy_(parallel::TakeShard(value.reshape(whole), split).to(parameter.dtype()));
   }
   for (const auto& [local, full] : available) {
     if (used.count(full)) continue;
-    if (local.first == Part::kLmHead && tied_head) continue;  // a tied checkpoint may still store it
-    return absl::InvalidArgumentError(absl::StrCat(dir, ": unexpected tensor '", full,
-                                                   "': the model config.json describes has no place for it"));
+    if (local.first == Part::kLmHead && tied_head)
+      continue;  // a tied checkpoint may still store it
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": unexpected tensor '", full,
+                     "': the model config.json describes has no place for it"));
   }
   return absl::OkStatus();
 }
@@ -130,15 +142,17 @@ absl::Status LoadVisionWeights(const PretrainedConfig& config, const CheckpointF
   return Load(config, files, vision, parts, names, /*tied_head=*/false, /*extra_vocab_rows=*/0);
 }
 
-absl::Status LoadLlmWeights(const PretrainedConfig& config, const CheckpointFiles& files, models::LlmImpl& llm) {
+absl::Status LoadLlmWeights(const PretrainedConfig& config, const CheckpointFiles& files,
+                            models::LlmImpl& llm) {
   if (config.kind == PretrainedKind::kVisionTower) {
     return absl::InvalidArgumentError(absl::StrCat(config.directory, ": a ", config.model_type,
                                                    " checkpoint has no language model"));
   }
-  // A token added after the checkpoint's vocabulary (LLaVA's <image>, hf/pretrained_job.h) adds rows.
+  // A token added after the checkpoint's vocabulary (LLaVA's <image>, hf/pretrained_job.h) adds
+  // rows.
   const int64_t extra = std::max<int64_t>(llm.config().vocab_size - config.llm->vocab_size, 0);
-  return Load(config, files, llm, {Part::kLlm, Part::kLmHead}, TheirLlmNames, llm.config().tie_embeddings, extra,
-              llm.shards());
+  return Load(config, files, llm, {Part::kLlm, Part::kLmHead}, TheirLlmNames,
+              llm.config().tie_embeddings, extra, llm.shards());
 }
 
 absl::Status LoadPretrainedVision(const std::string& directory, models::VisionEncoderImpl& vision,

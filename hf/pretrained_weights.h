@@ -10,11 +10,12 @@
 // LoadVisionWeights fills the vision tower, and from a LLaVA checkpoint the projector too (a tower
 // read alone leaves the projector as initialised). LoadLlmWeights fills the LLM; a tied model needs
 // no lm_head and ignores one that is there. An LLM with more vocabulary rows than config.json's (a
-// token added after the vocabulary: LLaVA's <image>) gets zero rows after the checkpoint's. A tensor the model needs and the checkpoint lacks, a
-// tensor of a loaded part that the model has no place for, a shape that differs from the config's,
-// a dtype other than config.json's (or not floating point) are each InvalidArgument naming the
-// tensor and the directory; the model may then be partly filled and must not be used.
-// Call before an engine takes the model. Not thread-safe for one model.
+// token added after the vocabulary: LLaVA's <image>) gets zero rows after the checkpoint's. A
+// tensor the model needs and the checkpoint lacks, a tensor of a loaded part that the model has no
+// place for, a shape that differs from the config's, a dtype other than config.json's (or not
+// floating point) are each InvalidArgument naming the tensor and the directory; the model may then
+// be partly filled and must not be used. Call before an engine takes the model. Not thread-safe for
+// one model.
 #pragma once
 
 #include "absl/status/status.h"
@@ -28,7 +29,8 @@ namespace tandem::hf {
 // `new_projector`: a LLaVA checkpoint's projector is not loaded either.
 absl::Status LoadVisionWeights(const PretrainedConfig& config, const CheckpointFiles& files,
                                models::VisionEncoderImpl& vision, bool new_projector = false);
-absl::Status LoadLlmWeights(const PretrainedConfig& config, const CheckpointFiles& files, models::LlmImpl& llm);
+absl::Status LoadLlmWeights(const PretrainedConfig& config, const CheckpointFiles& files,
+                            models::LlmImpl& llm);
 
 // ReadPretrainedConfig, CheckpointFiles::Open and LoadVisionWeights (LoadLlmWeights) for
 // `directory` (a job's vision.pretrained and llm.pretrained, hf/pretrained_job.h).

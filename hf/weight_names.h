@@ -8,7 +8,8 @@
 //              embeddings.position_embedding.weight [N, h]     positions [1, N, h]
 //              pre_layrnorm.*, post_layernorm.*                pre_norm.*, post_norm.*
 //              encoder.layers.i.layer_norm{1,2}.*              blocks.i.norm{1,2}.*
-//              encoder.layers.i.self_attn.{q,k,v}_proj.*       blocks.i.attn.qkv.* (q, k, v stacked on rows)
+//              encoder.layers.i.self_attn.{q,k,v}_proj.*       blocks.i.attn.qkv.* (q, k, v
+//                                                              stacked on rows)
 //              encoder.layers.i.self_attn.out_proj.*           blocks.i.attn.proj.*
 //              encoder.layers.i.mlp.fc{1,2}.*                  blocks.i.mlp.fc{1,2}.*
 //              head.* (SigLIP)                                 head.*
@@ -48,7 +49,8 @@ struct LocalName {
 
 // The part and local name of a tensor of a checkpoint of `kind`; nullopt for a tensor Tandem
 // skips (a CLIP or SigLIP text model); an error naming the tensor when it belongs to no part.
-absl::StatusOr<std::optional<LocalName>> ClassifyCheckpointName(PretrainedKind kind, const std::string& name);
+absl::StatusOr<std::optional<LocalName>> ClassifyCheckpointName(PretrainedKind kind,
+                                                                const std::string& name);
 
 // transformers' local names of Tandem's vision parameter `ours` (three for a stacked qkv), with
 // its part (kVision or kProjector); NotFound when it has none (Tandem's own final norm, linear

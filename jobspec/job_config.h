@@ -1,6 +1,6 @@
-// JobConfig: a training job as plain C++ values, resolved from a `tandem.v1.JobSpec` (jobspec/job_spec.h).
-// Paths are as the spec holds them: absolute when it came from a file (jobspec::ReadJobSpecFile),
-// else relative to the working directory.
+// JobConfig: a training job as plain C++ values, resolved from a `tandem.v1.JobSpec`
+// (jobspec/job_spec.h). Paths are as the spec holds them: absolute when it came from a file
+// (jobspec::ReadJobSpecFile), else relative to the working directory.
 //
 // This header is the seam between the proto side (CLI, coordinator) and the LibTorch side (models,
 // trainer, actors): it includes neither protobuf nor LibTorch, so both sides can include it. The
@@ -19,24 +19,25 @@
 namespace tandem::jobspec {
 
 struct VisionGroupConfig {
-  std::string pool = "vision";   // actor pool the group is scheduled on
-  int32_t actors = 1;            // data-parallel ranks
+  std::string pool = "vision";  // actor pool the group is scheduled on
+  int32_t actors = 1;           // data-parallel ranks
   models::VisionConfig model;
-  std::string engine_json = "{}";  // the group's DeepSpeed-style engine config, as a JSON object
+  std::string engine_json = "{}";   // the group's DeepSpeed-style engine config, as a JSON object
   std::vector<std::string> freeze;  // name patterns of parameters that do not train
   // A Hugging Face tower or LLaVA directory whose sizes replace `model`
   // (hf::ResolvePretrainedModels) and whose weights the vision stage loads; "" = from scratch.
   std::string pretrained;
   bool new_projector = false;  // a LLaVA directory's tower, with a new projector
-  int32_t sequence_parallel = 1;  // ranks each image's positions split over (vision.parallel.sequence)
+  int32_t sequence_parallel =
+      1;  // ranks each image's positions split over (vision.parallel.sequence)
   int32_t replicas() const { return actors / sequence_parallel; }  // data-parallel ranks
 
   bool operator==(const VisionGroupConfig&) const = default;
 };
 
-// How the image embeddings reach the ranks of a tensor-parallel LLM replica (llm.parallel.embeddings):
-// every rank receives them from the vision ranks, or the first receives them and broadcasts them
-// over the replica's communicator (NOTE [Parallel sets] in step/stage.h).
+// How the image embeddings reach the ranks of a tensor-parallel LLM replica
+// (llm.parallel.embeddings): every rank receives them from the vision ranks, or the first receives
+// them and broadcasts them over the replica's communicator (NOTE [Parallel sets] in step/stage.h).
 enum class EmbeddingRoute { kEachRank, kBroadcast };
 inline const char* EmbeddingRouteName(EmbeddingRoute route) {
   return route == EmbeddingRoute::kBroadcast ? "broadcast" : "each_rank";
@@ -52,9 +53,10 @@ struct LlmGroupConfig {
   // `model` (hf::ResolvePretrainedModels), whose weights the LLM stage loads and whose tokenizer
   // the job uses; "" = from scratch with the word tokenizer.
   std::string pretrained;
-  std::string chat_template;  // with `pretrained`: "chatml", "llama3", "tandem"; "" = the model's own
+  std::string
+      chat_template;  // with `pretrained`: "chatml", "llama3", "tandem"; "" = the model's own
   int32_t tensor_parallel = 1;  // ranks each model splits over (llm.parallel.tensor)
-  EmbeddingRoute embeddings = EmbeddingRoute::kEachRank;  // llm.parallel.embeddings
+  EmbeddingRoute embeddings = EmbeddingRoute::kEachRank;         // llm.parallel.embeddings
   int32_t replicas() const { return actors / tensor_parallel; }  // data-parallel ranks
 
   bool operator==(const LlmGroupConfig&) const = default;
@@ -87,8 +89,8 @@ struct JobConfig {
   VisionGroupConfig vision;
   LlmGroupConfig llm;
   ScheduleConfig schedule;
-  int64_t max_restarts = 3;      // failure.max_restarts
-  std::string resume_from;       // a checkpoint directory; "" = from scratch
+  int64_t max_restarts = 3;  // failure.max_restarts
+  std::string resume_from;   // a checkpoint directory; "" = from scratch
 
   bool operator==(const JobConfig&) const = default;
 };

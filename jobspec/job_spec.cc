@@ -51,7 +51,8 @@ void ForEachPath(tandem::v1::JobSpec& spec, Visit visit) {
     visit("data.jsonl.eval", *spec.mutable_data()->mutable_jsonl()->mutable_eval());
   }
   if (spec.has_data() && spec.data().has_conversations()) {
-    tandem::v1::ConversationsDataSpec& conversations = *spec.mutable_data()->mutable_conversations();
+    tandem::v1::ConversationsDataSpec& conversations =
+        *spec.mutable_data()->mutable_conversations();
     visit("data.conversations.train", *conversations.mutable_train());
     visit("data.conversations.eval", *conversations.mutable_eval());
   }
@@ -104,7 +105,8 @@ absl::Status CheckPathsAbsolute(const tandem::v1::JobSpec& spec, std::string_vie
   return status;
 }
 
-absl::StatusOr<ResolvedJobSpec> ResolveJobSpecJson(std::string_view json, std::string_view source_name) {
+absl::StatusOr<ResolvedJobSpec> ResolveJobSpecJson(std::string_view json,
+                                                   std::string_view source_name) {
   ASSIGN_OR_RETURN(tandem::v1::JobSpec spec, ParseJobSpecProto(json, source_name));
   return ResolveJobSpec(std::move(spec), source_name);
 }

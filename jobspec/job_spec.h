@@ -47,22 +47,23 @@ struct ResolvedJobSpec {
 // JSON text in `engine_json`, and ValidateJobConfig runs. `source_name` (usually the file name)
 // starts every error message. Relative paths stay as written (they resolve against the working
 // directory).
-absl::StatusOr<ResolvedJobSpec> ResolveJobSpecJson(std::string_view json, std::string_view source_name);
+absl::StatusOr<ResolvedJobSpec> ResolveJobSpecJson(std::string_view json,
+                                                   std::string_view source_name);
 
 // ResolveJobSpecJson's config alone: for a JobConfig from JSON text (tests, tools).
 absl::StatusOr<JobConfig> ParseJobSpecJson(std::string_view json, std::string_view source_name);
 
-// Reads the file at `path` once and resolves it as ResolveJobSpecJson does, with `path` as the source
-// name, after making the spec's relative paths absolute against the directory holding the file
-// (normalised: "data/../x.jsonl" is "<dir>/x.jsonl"). A missing file is NotFound ("<path>: no
+// Reads the file at `path` once and resolves it as ResolveJobSpecJson does, with `path` as the
+// source name, after making the spec's relative paths absolute against the directory holding the
+// file (normalised: "data/../x.jsonl" is "<dir>/x.jsonl"). A missing file is NotFound ("<path>: no
 // such file"); another read failure keeps its errno's code.
 absl::StatusOr<ResolvedJobSpec> ReadJobSpecFile(const std::string& path);
 
 // Checks a resolved config: the rules of proto/tandem/v1/job.proto on values, the model
-// divisibility rules, the sequence budget, and each group's engine_json (engine_config::ParseConfigJson with the
-// "vision.engine." or "llm.engine." prefix, plus its agreement with `schedule`). Messages start
-// with the dotted path, without a source name. The parser calls it; call it yourself on a JobConfig
-// built in code.
+// divisibility rules, the sequence budget, and each group's engine_json
+// (engine_config::ParseConfigJson with the "vision.engine." or "llm.engine." prefix, plus its
+// agreement with `schedule`). Messages start with the dotted path, without a source name. The
+// parser calls it; call it yourself on a JobConfig built in code.
 absl::Status ValidateJobConfig(const JobConfig& config);
 
 // Names that reach logs, metrics labels and `tandem jobs`: a job's `name` is a file name of at most
@@ -70,7 +71,8 @@ absl::Status ValidateJobConfig(const JobConfig& config);
 // --pool) is at most kMaxPoolNameLength of the same characters, as a Kubernetes label value is.
 inline constexpr size_t kMaxNameLength = 128;
 inline constexpr size_t kMaxPoolNameLength = 63;
-// OK, or InvalidArgument saying what is wrong with `pool` ("must not be empty", ...), without a path.
+// OK, or InvalidArgument saying what is wrong with `pool` ("must not be empty", ...), without a
+// path.
 absl::Status CheckPoolName(std::string_view pool);
 
 }  // namespace tandem::jobspec

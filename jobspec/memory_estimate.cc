@@ -19,16 +19,21 @@
 namespace tandem::jobspec {
 namespace {
 
-int64_t DtypeBytes(engine_config::DType dtype) { return dtype == engine_config::DType::kBFloat16 ? 2 : 4; }
+int64_t DtypeBytes(engine_config::DType dtype) {
+  return dtype == engine_config::DType::kBFloat16 ? 2 : 4;
+}
 
 bool Frozen(const models::ParameterInfo& p, const std::vector<std::string>& freeze) {
   if (p.frozen) return true;
-  return std::any_of(freeze.begin(), freeze.end(),
-                     [&](const std::string& pattern) { return engine_config::MatchesNamePattern(pattern, p.name); });
+  return std::any_of(freeze.begin(), freeze.end(), [&](const std::string& pattern) {
+    return engine_config::MatchesNamePattern(pattern, p.name);
+  });
 }
 
 // `elements` (or bytes) split evenly over `ranks`; ZeRO's padding of uneven partitions aside.
-double Split(double elements, int64_t ranks) { return elements / static_cast<double>(std::max<int64_t>(ranks, 1)); }
+double Split(double elements, int64_t ranks) {
+  return elements / static_cast<double>(std::max<int64_t>(ranks, 1));
+}
 
 std::string Count(int64_t n) {
   if (n >= 1'000'000'000'000) return absl::StrFormat("%.2fT", n / 1e12);
@@ -41,7 +46,8 @@ std::string Count(int64_t n) {
 
 std::string FormatBytes(int64_t bytes) {
   const double b = static_cast<double>(bytes);
-  if (b >= double(int64_t{1} << 40)) return absl::StrFormat("%.1f TiB", b / double(int64_t{1} << 40));
+  if (b >= double(int64_t{1} << 40))
+    return absl::StrFormat("%.1f TiB", b / double(int64_t{1} << 40));
   if (b >= double(1 << 30)) return absl::StrFormat("%.1f GiB", b / double(1 << 30));
   if (b >= double(1 << 20)) return absl::StrFormat("%.1f MiB", b / double(1 << 20));
   return absl::StrFormat("%.0f KiB", std::ceil(b / 1024));
@@ -52,10 +58,12 @@ absl::StatusOr<MemoryEstimate> EstimateGroupMemory(const JobConfig& job, Role ro
   const std::string& engine_json = vision ? job.vision.engine_json : job.llm.engine_json;
   absl::StatusOr<nlohmann::json> document = ParseJsonStrict(engine_json);
   if (!document.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(RoleName(role), ".engine: ", document.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(RoleName(role), ".engine: ", document.status().message()));
   }
-  ASSIGN_OR_RETURN(const engine_config::Config config,
-                   engine_config::ParseConfigJson(*document, absl::StrCat(RoleName(role), ".engine.")));
+  ASSIGN_OR_RETURN(
+      const engine_config::Config config,
+      engine_config::ParseConfigJson(*document, absl::StrCat(RoleName(role), ".engine.")));
 
   MemoryEstimate e;
   e.role = role;
@@ -65,7 +73,8 @@ absl::StatusOr<MemoryEstimate> EstimateGroupMemory(const JobConfig& job, Role ro
   // the weights), an LLM group's ranks of one tensor index.
   const int64_t ranks = vision ? job.vision.actors : job.llm.replicas();
   const std::vector<models::ParameterInfo> list =
-      vision ? models::VisionParameterList(job.vision.model) : models::LlmParameterList(job.llm.model);
+      vision ? models::VisionParameterList(job.vision.model)
+             : models::LlmParameterList(job.llm.model);
   // Elements on tensor-parallel rank 0, which holds the most (an uneven vocabulary's extra row).
   double trainable_block = 0, trainable_other = 0, frozen_block = 0, frozen_other = 0;
   for (const models::ParameterInfo& p : list) {
@@ -82,8 +91,9 @@ absl::StatusOr<MemoryEstimate> EstimateGroupMemory(const JobConfig& job, Role ro
   e.zero_stage = stage;
   const double weight = DtypeBytes(config.param_dtype());
   const double trainable = trainable_block + trainable_other;
-  const double weights = stage == 3 ? trainable_other * weight + Split(trainable_block * weight, ranks)
-                                    : trainable * weight;
+  const double weights = stage == 3
+                             ? trainable_other * weight + Split(trainable_block * weight, ranks)
+                             : trainable * weight;
   const double grads = stage <= 1 ? trainable * DtypeBytes(config.grad_dtype())
                                   : Split(trainable * DtypeBytes(config.grad_dtype()), ranks);
   const double per_owned = (config.has_separate_master() ? 4 : 0) +
@@ -109,8 +119,8 @@ absl::StatusOr<MemoryEstimate> EstimateGroupMemory(const JobConfig& job, Role ro
     const double layers = FreezesWholeGroup(freeze) ? 0 : static_cast<double>(m.feature_index());
     const double per_position = 8.0 * m.hidden + 2.0 * m.mlp_hidden;
     const double sequence_share = static_cast<double>(job.vision.sequence_parallel);
-    e.activation_bytes =
-        static_cast<int64_t>(samples * e.positions / sequence_share * layers * per_position * compute);
+    e.activation_bytes = static_cast<int64_t>(samples * e.positions / sequence_share * layers *
+                                              per_position * compute);
     e.data_bytes = static_cast<int64_t>(samples * m.channels * m.image_size * m.image_size * 4.0);
   } else {
     const models::LlmConfig& m = job.llm.model;
@@ -120,8 +130,9 @@ absl::StatusOr<MemoryEstimate> EstimateGroupMemory(const JobConfig& job, Role ro
     const double kv = static_cast<double>(m.kv_heads * m.resolved_head_dim());
     const double per_position = 4.0 * m.hidden + (2 * q + 2 * kv + 4.0 * m.mlp_hidden) / tensor;
     const double vocabulary = std::ceil(static_cast<double>(m.vocab_size) / tensor);
-    e.activation_bytes = static_cast<int64_t>(samples * e.positions * m.layers * per_position * compute +
-                                              samples * text * vocabulary * 4.0 * 2);
+    e.activation_bytes =
+        static_cast<int64_t>(samples * e.positions * m.layers * per_position * compute +
+                             samples * text * vocabulary * 4.0 * 2);
   }
   if (job.data.kind == data::DataConfig::Kind::kShapes) {
     e.data_bytes += 8 * job.data.shapes.train_samples;  // data/sampler.h's EpochPermutation
@@ -134,33 +145,36 @@ std::string DescribeEstimate(const MemoryEstimate& e, const JobConfig& job) {
   const std::string group = RoleName(e.role);
   const bool pretrained = !(vision ? job.vision.pretrained : job.llm.pretrained).empty();
   const int64_t ranks = vision ? job.vision.actors : job.llm.replicas();
-  std::string model = absl::StrCat(group, pretrained ? ".pretrained" : ".model", ": ", Count(e.parameters),
-                                   " parameters");
+  std::string model = absl::StrCat(group, pretrained ? ".pretrained" : ".model", ": ",
+                                   Count(e.parameters), " parameters");
   if (e.rank_parameters != e.parameters) {
-    absl::StrAppend(&model, ", ", Count(e.rank_parameters), " on a rank of llm.parallel.tensor = ",
-                    job.llm.tensor_parallel);
+    absl::StrAppend(&model, ", ", Count(e.rank_parameters),
+                    " on a rank of llm.parallel.tensor = ", job.llm.tensor_parallel);
   }
   std::string text = absl::StrCat(
-      "an estimated ", FormatBytes(e.total()), " on each actor: model states ", FormatBytes(e.model_state_bytes), " (",
-      model, "; ", group, ".engine: ", absl::StrFormat("%.1f", e.state_bytes_per_parameter),
-      " bytes each at ZeRO stage ", e.zero_stage, " over ", ranks, " data-parallel rank", ranks == 1 ? "" : "s",
-      "), activations ", FormatBytes(e.activation_bytes), " (schedule.global_batch / schedule.micro_batches: ",
-      e.samples_per_rank, " sample", e.samples_per_rank == 1 ? "" : "s", " of ", e.positions, " positions a rank)");
+      "an estimated ", FormatBytes(e.total()), " on each actor: model states ",
+      FormatBytes(e.model_state_bytes), " (", model, "; ", group,
+      ".engine: ", absl::StrFormat("%.1f", e.state_bytes_per_parameter),
+      " bytes each at ZeRO stage ", e.zero_stage, " over ", ranks, " data-parallel rank",
+      ranks == 1 ? "" : "s", "), activations ", FormatBytes(e.activation_bytes),
+      " (schedule.global_batch / schedule.micro_batches: ", e.samples_per_rank, " sample",
+      e.samples_per_rank == 1 ? "" : "s", " of ", e.positions, " positions a rank)");
   if (job.data.kind == data::DataConfig::Kind::kShapes) {
-    absl::StrAppend(&text, ", data ", FormatBytes(e.data_bytes), " (data.shapes.train_samples: the order of ",
-                    job.data.shapes.train_samples, " samples)");
+    absl::StrAppend(&text, ", data ", FormatBytes(e.data_bytes),
+                    " (data.shapes.train_samples: the order of ", job.data.shapes.train_samples,
+                    " samples)");
   } else {
     absl::StrAppend(&text, ", data ", FormatBytes(e.data_bytes), " (a micro-batch)");
   }
   return text;
 }
 
-absl::Status CheckEstimateFits(const MemoryEstimate& estimate, const JobConfig& job, int64_t available,
-                               const std::string& where) {
+absl::Status CheckEstimateFits(const MemoryEstimate& estimate, const JobConfig& job,
+                               int64_t available, const std::string& where) {
   if (available <= 0 || estimate.total() <= available) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(RoleName(estimate.role), ": needs ",
-                                                   DescribeEstimate(estimate, job), ", more than the ",
-                                                   FormatBytes(available), " of ", where));
+  return absl::ResourceExhaustedError(
+      absl::StrCat(RoleName(estimate.role), ": needs ", DescribeEstimate(estimate, job),
+                   ", more than the ", FormatBytes(available), " of ", where));
 }
 
 }  // namespace tandem::jobspec

@@ -34,10 +34,10 @@ namespace tandem::jobspec {
 
 struct MemoryEstimate {
   Role role = Role::kVision;
-  int64_t parameters = 0;         // the group's whole model, frozen ones included
-  int64_t rank_parameters = 0;    // on the rank holding most: a tensor-parallel rank's shards
+  int64_t parameters = 0;       // the group's whole model, frozen ones included
+  int64_t rank_parameters = 0;  // on the rank holding most: a tensor-parallel rank's shards
   double state_bytes_per_parameter = 0;  // model-state bytes per trainable parameter on one rank
-  int zero_stage = 0;             // the group's engine's
+  int zero_stage = 0;                    // the group's engine's
   int64_t model_state_bytes = 0;  // weights, gradients, master weights, moments, frozen weights
   int64_t activation_bytes = 0;   // one micro-batch's, on one rank
   int64_t samples_per_rank = 0;   // of a micro-batch
@@ -64,7 +64,7 @@ std::string DescribeEstimate(const MemoryEstimate& estimate, const JobConfig& jo
 
 // OK when the estimate fits `available` bytes; else ResourceExhausted
 // "<group>: needs <DescribeEstimate>, more than the <available> of <where>".
-absl::Status CheckEstimateFits(const MemoryEstimate& estimate, const JobConfig& job, int64_t available,
-                               const std::string& where);
+absl::Status CheckEstimateFits(const MemoryEstimate& estimate, const JobConfig& job,
+                               int64_t available, const std::string& where);
 
 }  // namespace tandem::jobspec

@@ -147,7 +147,8 @@ JobConfig Resolve(const tandem::v1::JobSpec& spec) {
   config.vision.freeze.assign(vision.freeze().begin(), vision.freeze().end());
   config.vision.pretrained = spec.pretrained().empty() ? vision.pretrained() : spec.pretrained();
   config.vision.new_projector = vision.new_projector();
-  if (vision.parallel().has_sequence()) config.vision.sequence_parallel = vision.parallel().sequence();
+  if (vision.parallel().has_sequence())
+    config.vision.sequence_parallel = vision.parallel().sequence();
 
   const tandem::v1::LlmGroupSpec& llm = spec.llm();
   if (llm.has_pool()) config.llm.pool = llm.pool();
@@ -158,7 +159,8 @@ JobConfig Resolve(const tandem::v1::JobSpec& spec) {
   config.llm.pretrained = spec.pretrained().empty() ? llm.pretrained() : spec.pretrained();
   config.llm.chat_template = llm.chat_template();
   if (llm.parallel().has_tensor()) config.llm.tensor_parallel = llm.parallel().tensor();
-  if (llm.parallel().embeddings() == "broadcast") config.llm.embeddings = EmbeddingRoute::kBroadcast;
+  if (llm.parallel().embeddings() == "broadcast")
+    config.llm.embeddings = EmbeddingRoute::kBroadcast;
 
   // The projector maps patches into the LLM's embedding space.
   config.vision.model.output_dim = config.llm.model.hidden;
@@ -170,7 +172,8 @@ JobConfig Resolve(const tandem::v1::JobSpec& spec) {
 
 }  // namespace
 
-absl::StatusOr<ResolvedJobSpec> ResolveJobSpec(tandem::v1::JobSpec spec, std::string_view source_name) {
+absl::StatusOr<ResolvedJobSpec> ResolveJobSpec(tandem::v1::JobSpec spec,
+                                               std::string_view source_name) {
   RETURN_IF_ERROR(internal::WithSource(ValidateJobSpec(spec), source_name));
   ResolvedJobSpec resolved;
   resolved.config = Resolve(spec);

@@ -88,14 +88,17 @@ namespace {
 absl::Status CheckData(const data::DataConfig& data) {
   switch (data.kind) {
     case data::DataConfig::Kind::kShapes:
-      RETURN_IF_ERROR(Between("data.shapes.train_samples", data.shapes.train_samples, 1, kMaxSamples));
-      RETURN_IF_ERROR(Between("data.shapes.eval_samples", data.shapes.eval_samples, 1, kMaxSamples));
+      RETURN_IF_ERROR(
+          Between("data.shapes.train_samples", data.shapes.train_samples, 1, kMaxSamples));
+      RETURN_IF_ERROR(
+          Between("data.shapes.eval_samples", data.shapes.eval_samples, 1, kMaxSamples));
       break;
     case data::DataConfig::Kind::kJsonl:
       if (data.jsonl.train_path.empty()) return PathError("data.jsonl.train", "is required");
       break;
     case data::DataConfig::Kind::kConversations:
-      if (data.conversations.train_path.empty()) return PathError("data.conversations.train", "is required");
+      if (data.conversations.train_path.empty())
+        return PathError("data.conversations.train", "is required");
       break;
   }
   if (data.max_text_tokens < 2) {
@@ -103,13 +106,15 @@ absl::Status CheckData(const data::DataConfig& data) {
                      data.max_text_tokens);
   }
   if (data.max_text_tokens > kMaxTextTokens) {
-    return PathError("data.max_text_tokens", "must be <= ", kMaxTextTokens, ", got ", data.max_text_tokens);
+    return PathError("data.max_text_tokens", "must be <= ", kMaxTextTokens, ", got ",
+                     data.max_text_tokens);
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckGroup(std::string_view group, const std::string& pool, int32_t actors) {
-  if (absl::Status bad = CheckPoolName(pool); !bad.ok()) return PathError(JoinPath(group, "pool"), bad.message());
+  if (absl::Status bad = CheckPoolName(pool); !bad.ok())
+    return PathError(JoinPath(group, "pool"), bad.message());
   return Between(JoinPath(group, "actors"), actors, 1, kMaxActors);
 }
 
@@ -166,19 +171,22 @@ absl::Status CheckLlmModel(const models::LlmConfig& m) {
   return Between("llm.model.vocab_size", m.vocab_size, 0, models::kMaxVocabulary);
 }
 
-// How messages name a group's data-parallel ranks: "llm.actors", or "llm.actors / llm.parallel.tensor".
+// How messages name a group's data-parallel ranks: "llm.actors", or "llm.actors /
+// llm.parallel.tensor".
 std::string ReplicasName(std::string_view group, int32_t degree, std::string_view dimension) {
   if (degree == 1) return JoinPath(group, "actors");
-  return absl::StrCat(JoinPath(group, "actors"), " / ", JoinPath(JoinPath(group, "parallel"), dimension));
+  return absl::StrCat(JoinPath(group, "actors"), " / ",
+                      JoinPath(JoinPath(group, "parallel"), dimension));
 }
 
 // `degree` ranks of `group` split each model along `dimension`: it divides the group's actors.
-absl::Status CheckDegree(std::string_view group, std::string_view dimension, int32_t degree, int32_t actors) {
+absl::Status CheckDegree(std::string_view group, std::string_view dimension, int32_t degree,
+                         int32_t actors) {
   const std::string path = JoinPath(JoinPath(group, "parallel"), dimension);
   RETURN_IF_ERROR(Between(path, degree, 1, kMaxActors));
   if (actors % degree != 0) {
-    return PathError(path, "must divide ", JoinPath(group, "actors"), " (", actors, ") into replicas of ", degree,
-                     " ranks, got ", degree);
+    return PathError(path, "must divide ", JoinPath(group, "actors"), " (", actors,
+                     ") into replicas of ", degree, " ranks, got ", degree);
   }
   return absl::OkStatus();
 }
@@ -187,9 +195,11 @@ absl::Status CheckDegree(std::string_view group, std::string_view dimension, int
 absl::Status CheckSequenceParallel(const VisionGroupConfig& v) {
   RETURN_IF_ERROR(CheckDegree("vision", "sequence", v.sequence_parallel, v.actors));
   const int32_t s = v.sequence_parallel;
-  if (s == 1 || !v.pretrained.empty()) return absl::OkStatus();  // a tower's shape is checked on load
+  if (s == 1 || !v.pretrained.empty())
+    return absl::OkStatus();  // a tower's shape is checked on load
   if (v.model.heads % s != 0) {
-    return PathError("vision.parallel.sequence", "must divide vision.model.heads (", v.model.heads, "), got ", s);
+    return PathError("vision.parallel.sequence", "must divide vision.model.heads (", v.model.heads,
+                     "), got ", s);
   }
   if (v.model.num_positions() % s != 0) {
     return PathError("vision.parallel.sequence", "must divide the ", v.model.num_positions(),
@@ -202,15 +212,19 @@ absl::Status CheckSequenceParallel(const VisionGroupConfig& v) {
 absl::Status CheckTensorParallel(const LlmGroupConfig& l) {
   RETURN_IF_ERROR(CheckDegree("llm", "tensor", l.tensor_parallel, l.actors));
   const int32_t t = l.tensor_parallel;
-  if (t == 1 || !l.pretrained.empty()) return absl::OkStatus();  // a pretrained shape is checked on load
+  if (t == 1 || !l.pretrained.empty())
+    return absl::OkStatus();  // a pretrained shape is checked on load
   const models::LlmConfig& m = l.model;
-  if (m.heads % t != 0) return PathError("llm.parallel.tensor", "must divide llm.model.heads (", m.heads, "), got ", t);
+  if (m.heads % t != 0)
+    return PathError("llm.parallel.tensor", "must divide llm.model.heads (", m.heads, "), got ", t);
   if (m.kv_heads % t != 0 && t % m.kv_heads != 0) {
     return PathError("llm.parallel.tensor", "must divide llm.model.kv_heads (", m.kv_heads,
-                     ") or be a multiple of it (each KV head then serves ", "several ranks), got ", t);
+                     ") or be a multiple of it (each KV head then serves ", "several ranks), got ",
+                     t);
   }
   if (m.mlp_hidden % t != 0) {
-    return PathError("llm.parallel.tensor", "must divide llm.model.mlp_hidden (", m.mlp_hidden, "), got ", t);
+    return PathError("llm.parallel.tensor", "must divide llm.model.mlp_hidden (", m.mlp_hidden,
+                     "), got ", t);
   }
   return absl::OkStatus();
 }
@@ -229,8 +243,8 @@ absl::Status CheckSchedule(const JobConfig& c) {
   }
   RETURN_IF_ERROR(MultipleOf("schedule.global_batch", s.global_batch, "schedule.micro_batches",
                              s.micro_batches));
-  // docs/design.md §2: each micro-batch is split into contiguous blocks over the data-parallel ranks of
-  // each group (the ranks of one tensor- or sequence-parallel set share their block).
+  // docs/design.md §2: each micro-batch is split into contiguous blocks over the data-parallel
+  // ranks of each group (the ranks of one tensor- or sequence-parallel set share their block).
   const int64_t micro = s.global_batch / s.micro_batches;
   const bool vision_larger = c.vision.replicas() >= c.llm.replicas();
   const int64_t ranks = vision_larger ? c.vision.replicas() : c.llm.replicas();
@@ -290,11 +304,12 @@ absl::Status CheckEngine(std::string_view group, const std::string& engine_json,
     }
     if (given != micro / actors) {
       return PathError(key, "must equal schedule.global_batch / schedule.micro_batches / ",
-                       Sv(ranks_name), " = ", s.global_batch, " / ", s.micro_batches, " / ",
-                       actors, " = ", micro / actors, " or be left out, got ", given);
+                       Sv(ranks_name), " = ", s.global_batch, " / ", s.micro_batches, " / ", actors,
+                       " = ", micro / actors, " or be left out, got ", given);
     }
   }
-  // engine_config::Config cannot tell an explicit "mean" from the default, so look at the JSON itself.
+  // engine_config::Config cannot tell an explicit "mean" from the default, so look at the JSON
+  // itself.
   auto tandem = document->find("tandem");
   if (tandem != document->end() && tandem->is_object()) {
     auto reduction = tandem->find("gradient_reduction");
@@ -347,8 +362,9 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
   RETURN_IF_ERROR(CheckFreeze("vision", config.vision.freeze));
   RETURN_IF_ERROR(CheckFreeze("llm", config.llm.freeze));
   if (FreezesWholeGroup(config.vision.freeze) && FreezesWholeGroup(config.llm.freeze)) {
-    return PathError("llm.freeze", "freezes the whole LLM while vision.freeze freezes the whole "
-                                   "encoder: nothing would train");
+    return PathError("llm.freeze",
+                     "freezes the whole LLM while vision.freeze freezes the whole "
+                     "encoder: nothing would train");
   }
   RETURN_IF_ERROR(Between("failure.max_restarts", config.max_restarts, 0, kMaxRestarts));
   RETURN_IF_ERROR(CheckEngine("vision", config.vision.engine_json, config.vision.replicas(),
@@ -360,11 +376,14 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
 
 absl::Status ValidateJobSpec(const tandem::v1::JobSpec& spec) {
   if (spec.data().source_case() == tandem::v1::DataSpec::SOURCE_NOT_SET) {
-    return PathError("data", "a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
+    return PathError("data",
+                     "a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
   }
   const tandem::v1::VisionGroupSpec& vision = spec.vision();
-  if (const std::string& preset = vision.model().preset(); !preset.empty() && !VisionPreset(preset)) {
-    return PathError("vision.model.preset", "unknown preset ", Quoted(preset), "; known: ", VisionPresetNames());
+  if (const std::string& preset = vision.model().preset();
+      !preset.empty() && !VisionPreset(preset)) {
+    return PathError("vision.model.preset", "unknown preset ", Quoted(preset),
+                     "; known: ", VisionPresetNames());
   }
   const tandem::v1::LlmGroupSpec& llm = spec.llm();
   if (!spec.pretrained().empty() && (!vision.pretrained().empty() || !llm.pretrained().empty())) {
@@ -373,40 +392,50 @@ absl::Status ValidateJobSpec(const tandem::v1::JobSpec& spec) {
   }
   const bool vision_pretrained = !spec.pretrained().empty() || !vision.pretrained().empty();
   if (vision_pretrained && vision.has_model()) {
-    return PathError("vision.model", "must be left out with a pretrained vision tower: the shape comes from its "
-                                     "config.json");
+    return PathError("vision.model",
+                     "must be left out with a pretrained vision tower: the shape comes from its "
+                     "config.json");
   }
   if (vision.parallel().has_tensor()) {
-    return PathError("vision.parallel.tensor", "is the LLM group's (llm.parallel.tensor); the vision group splits "
-                                               "by sequence (vision.parallel.sequence)");
+    return PathError("vision.parallel.tensor",
+                     "is the LLM group's (llm.parallel.tensor); the vision group splits "
+                     "by sequence (vision.parallel.sequence)");
   }
   if (vision.parallel().has_embeddings()) {
-    return PathError("vision.parallel.embeddings", "is the LLM group's (llm.parallel.embeddings): how the "
-                                                   "embeddings reach its tensor-parallel ranks");
+    return PathError("vision.parallel.embeddings",
+                     "is the LLM group's (llm.parallel.embeddings): how the "
+                     "embeddings reach its tensor-parallel ranks");
   }
   if (vision.new_projector() && !vision_pretrained) {
-    return PathError("vision.new_projector", "needs a pretrained vision tower (vision.pretrained or pretrained)");
+    return PathError("vision.new_projector",
+                     "needs a pretrained vision tower (vision.pretrained or pretrained)");
   }
   if (const std::string& preset = llm.model().preset(); !preset.empty() && !LlmPreset(preset)) {
-    return PathError("llm.model.preset", "unknown preset ", Quoted(preset), "; known: ", LlmPresetNames());
+    return PathError("llm.model.preset", "unknown preset ", Quoted(preset),
+                     "; known: ", LlmPresetNames());
   }
   const bool llm_pretrained = !spec.pretrained().empty() || !llm.pretrained().empty();
   if (llm_pretrained && llm.has_model()) {
-    return PathError("llm.model", "must be left out with a pretrained LLM: the shape comes from its config.json");
+    return PathError(
+        "llm.model",
+        "must be left out with a pretrained LLM: the shape comes from its config.json");
   }
   if (llm.parallel().has_sequence()) {
-    return PathError("llm.parallel.sequence", "is the vision group's (vision.parallel.sequence); the LLM group "
-                                              "splits by tensor (llm.parallel.tensor)");
+    return PathError("llm.parallel.sequence",
+                     "is the vision group's (vision.parallel.sequence); the LLM group "
+                     "splits by tensor (llm.parallel.tensor)");
   }
   if (llm.parallel().has_embeddings()) {
     const std::string& route = llm.parallel().embeddings();
     if (route != "broadcast" && route != "each_rank") {
-      return PathError("llm.parallel.embeddings", "must be \"each_rank\" or \"broadcast\", got ", Quoted(route));
+      return PathError("llm.parallel.embeddings", "must be \"each_rank\" or \"broadcast\", got ",
+                       Quoted(route));
     }
   }
   if (!llm.chat_template().empty() && !llm_pretrained) {
-    return PathError("llm.chat_template", "needs a pretrained LLM (llm.pretrained or pretrained): Tandem's own "
-                                          "LLM reads the \"tandem\" format");
+    return PathError("llm.chat_template",
+                     "needs a pretrained LLM (llm.pretrained or pretrained): Tandem's own "
+                     "LLM reads the \"tandem\" format");
   }
   return absl::OkStatus();
 }

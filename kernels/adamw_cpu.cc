@@ -4,16 +4,18 @@
 // Host-side constants, computed once per call in double and cast to float:
 //   one_minus_beta1 = 1 - beta1, one_minus_beta2 = 1 - beta2, decay = 1 - lr * weight_decay,
 //   step_size = lr / (1 - beta1^step), sqrt_bc2 = sqrt(1 - beta2^step).
-// Each element then does, in fp32 and in exactly this order (torch::optim::AdamW / Adam, LibTorch 1.13):
+// Each element then does, in fp32 and in exactly this order (torch::optim::AdamW / Adam,
+// LibTorch 1.13):
 //   g = grad * grad_scale
 //   Adam only:  g = g + weight_decay * w
 //   m = beta1 * m + one_minus_beta1 * g
 //   v = beta2 * v + (one_minus_beta2 * g) * g
 //   AdamW only: w = w * decay
 //   w_new = w - (step_size * m) / (sqrt(v) / sqrt_bc2 + eps)
-// with w read from `master` if present, else from `param`. bf16 moments are stored rounded to nearest,
-// or with state_rounding kStochastic as FloatToBf16Stochastic(m, CounterRandom(seed ^ kExpAvgStream,
-// seed_offset + i)) and v likewise with kExpAvgSqStream; w_new itself uses the unrounded fp32 m and v. The weight is written as:
+// with w read from `master` if present, else from `param`. bf16 moments are stored rounded to
+// nearest, or with state_rounding kStochastic as FloatToBf16Stochastic(m, CounterRandom(seed ^
+// kExpAvgStream, seed_offset + i)) and v likewise with kExpAvgSqStream; w_new itself uses the
+// unrounded fp32 m and v. The weight is written as:
 //   master present:    master = w_new; param = w_new (fp32) or FloatToBf16Nearest(w_new) (bf16)
 //   fp32 param:        param = w_new
 //   bf16, kNearest:    param = FloatToBf16Nearest(w_new)
@@ -22,13 +24,14 @@
 //                        delta = (w_new - w) + c
 //                        param = FloatToBf16Nearest(w + delta)
 //                        compensation = FloatToBf16Nearest(delta - (float(param) - w))
-// No FMA contraction anywhere (see UpdateRange), so the result is the same on every x86 code path, and
-// the same as kernels/adamw_cuda.cu, which spells each rounding step out with intrinsics.
+// No FMA contraction anywhere (see UpdateRange), so the result is the same on every x86 code path,
+// and the same as kernels/adamw_cuda.cu, which spells each rounding step out with intrinsics.
 //
 // Work layout: the range is cut into kChunk-element chunks spread over OpenMP threads with
 // schedule(static); each chunk is one `omp simd` loop in a function instantiated per (param dtype,
-// master present, grad dtype, state dtype and its rounding, rounding, Adam or AdamW), so the hot loop never branches on
-// a dtype. On x86-64 each instantiation also exists compiled for AVX2 and AVX-512, picked at run time.
+// master present, grad dtype, state dtype and its rounding, rounding, Adam or AdamW), so the hot
+// loop never branches on a dtype. On x86-64 each instantiation also exists compiled for AVX2 and
+// AVX-512, picked at run time.
 //
 // Build requirement: -fno-math-errno. With errno-setting sqrt GCC keeps a libm call in the loop and
 // does not vectorise it (3-4x slower); the #error below makes a missing flag a build failure.
@@ -62,9 +65,9 @@ constexpr int kBlock = 256;        // elements per vectorised loop
 constexpr int kSumLanes = 8;       // independent double accumulators per SumOfSquares part
 constexpr int kMaxSumParts = 256;  // SumOfSquares partials, added in a fixed order
 
-// Storage traits: an element of a buffer read as float, and a float written back rounded to nearest.
-// StoreMoment writes a moment: `random` is the element's draw, used only by Bf16Stochastic (a dead
-// computation elsewhere, which the compiler drops).
+// Storage traits: an element of a buffer read as float, and a float written back rounded to
+// nearest. StoreMoment writes a moment: `random` is the element's draw, used only by Bf16Stochastic
+// (a dead computation elsewhere, which the compiler drops).
 struct F32 {
   using Storage = float;
   static float Load(float x) { return x; }
@@ -96,7 +99,7 @@ struct Constants {
   float eps;
   float grad_scale;
   uint64_t seed;
-  uint64_t exp_avg_seed;     // stochastic rounding of the moments: streams apart from the weights'
+  uint64_t exp_avg_seed;  // stochastic rounding of the moments: streams apart from the weights'
   uint64_t exp_avg_sq_seed;
 };
 
@@ -128,11 +131,13 @@ Constants MakeConstants(const AdamWBuffers& b, const AdamWHyper& h) {
 // vectorising) the stochastic-rounding variants when the step lived in a helper taking m and v by
 // reference. -fopt-info-vec shows whether every `omp simd` loop is vectorised.
 template <class P, bool kMaster, class G, class S, Rounding kRounding, bool kDecoupled>
-[[gnu::always_inline]] inline void UpdateBlock(
-    typename P::Storage* __restrict param, float* __restrict master,
-    const typename G::Storage* __restrict grad, typename S::Storage* __restrict exp_avg,
-    typename S::Storage* __restrict exp_avg_sq, uint16_t* __restrict compensation,
-    const Constants& c, uint64_t index, int len) {
+[[gnu::always_inline]] inline void UpdateBlock(typename P::Storage* __restrict param,
+                                               float* __restrict master,
+                                               const typename G::Storage* __restrict grad,
+                                               typename S::Storage* __restrict exp_avg,
+                                               typename S::Storage* __restrict exp_avg_sq,
+                                               uint16_t* __restrict compensation,
+                                               const Constants& c, uint64_t index, int len) {
 #pragma omp simd
   for (int j = 0; j < len; ++j) {
     float g = G::Load(grad[j]) * c.grad_scale;

@@ -2,13 +2,14 @@
 //
 // Same formulas, order and rounding as the CPU kernel (NOTE [AdamW element update] in
 // kernels/adamw_cpu.cc). Every fp32 operation is an explicit round-to-nearest intrinsic (__fmul_rn,
-// __fadd_rn, __fsub_rn, __fdiv_rn, __fsqrt_rn): nvcc would otherwise contract a * b + c into an FMA,
-// and these intrinsics are never contracted. So, with denormals kept (no -ftz / --use_fast_math), a
-// GPU step gives the same bits as a CPU step, stochastic rounding included (CounterRandom is shared).
+// __fadd_rn, __fsub_rn, __fdiv_rn, __fsqrt_rn): nvcc would otherwise contract a * b + c into an
+// FMA, and these intrinsics are never contracted. So, with denormals kept (no -ftz /
+// --use_fast_math), a GPU step gives the same bits as a CPU step, stochastic rounding included
+// (CounterRandom is shared).
 //
-// One grid-stride kernel per (param dtype, master present, grad dtype, state dtype, rounding, Adam or
-// AdamW), chosen on the host, so the device loop never branches on a dtype. Launched on the caller's
-// stream; nothing is synchronised or allocated.
+// One grid-stride kernel per (param dtype, master present, grad dtype, state dtype, rounding, Adam
+// or AdamW), chosen on the host, so the device loop never branches on a dtype. Launched on the
+// caller's stream; nothing is synchronised or allocated.
 #ifdef TANDEM_HAVE_CUDA_KERNELS
 
 #include <cuda_runtime.h>
@@ -84,7 +85,8 @@ Constants MakeConstants(const AdamWHyper& h) {
 }
 
 template <bool kDecoupled>
-__device__ __forceinline__ float AdamStep(const Constants& c, float w, float g, float& m, float& v) {
+__device__ __forceinline__ float AdamStep(const Constants& c, float w, float g, float& m,
+                                          float& v) {
   if constexpr (!kDecoupled) g = __fadd_rn(g, __fmul_rn(c.weight_decay, w));
   m = __fadd_rn(__fmul_rn(c.beta1, m), __fmul_rn(c.one_minus_beta1, g));
   v = __fadd_rn(__fmul_rn(c.beta2, v), __fmul_rn(__fmul_rn(c.one_minus_beta2, g), g));
@@ -94,8 +96,7 @@ __device__ __forceinline__ float AdamStep(const Constants& c, float w, float g, 
 }
 
 template <class P, bool kMaster, class G, class S, Rounding kRounding, bool kDecoupled>
-__global__ void __launch_bounds__(kThreadsPerBlock)
-    AdamWKernel(AdamWBuffers b, Constants c) {
+__global__ void __launch_bounds__(kThreadsPerBlock) AdamWKernel(AdamWBuffers b, Constants c) {
   auto* const param = static_cast<typename P::Storage*>(b.param);
   float* const master = b.master;
   const auto* const grad = static_cast<const typename G::Storage*>(b.grad);
@@ -138,7 +139,8 @@ using LaunchFn = void (*)(const AdamWBuffers&, const Constants&, int blocks, cud
 
 template <class P, bool kMaster, class G, class S, Rounding kRounding, bool kDecoupled>
 void Launch(const AdamWBuffers& b, const Constants& c, int blocks, cudaStream_t stream) {
-  AdamWKernel<P, kMaster, G, S, kRounding, kDecoupled><<<blocks, kThreadsPerBlock, 0, stream>>>(b, c);
+  AdamWKernel<P, kMaster, G, S, kRounding, kDecoupled>
+      <<<blocks, kThreadsPerBlock, 0, stream>>>(b, c);
 }
 
 // Compile-time dispatch: each helper calls `f` with a tag type standing for the runtime value.

@@ -1,9 +1,10 @@
-// bfloat16 <-> float conversions shared by the CPU kernels and (as __host__ __device__) the CUDA ones.
+// bfloat16 <-> float conversions shared by the CPU kernels and (as __host__ __device__) the CUDA
+// ones.
 //
 // FloatToBf16Nearest rounds to nearest even, as PyTorch does (NaN stays NaN). FloatToBf16Stochastic
-// rounds up with probability equal to the discarded fraction, using `random` (any uniformly distributed
-// 32-bit value; its low 16 bits are used), so E[result] == x.
-// CounterRandom is a stateless hash: the same (seed, index) gives the same value on CPU and GPU.
+// rounds up with probability equal to the discarded fraction, using `random` (any uniformly
+// distributed 32-bit value; its low 16 bits are used), so E[result] == x. CounterRandom is a
+// stateless hash: the same (seed, index) gives the same value on CPU and GPU.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,8 @@ TANDEM_HD float Bf16ToFloat(uint16_t b) {
 TANDEM_HD uint16_t FloatToBf16Nearest(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof(u));
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(u >> 16);
 }
@@ -40,8 +42,8 @@ TANDEM_HD uint16_t FloatToBf16Stochastic(float f, uint32_t random) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-// Seeds of the moments' stochastic rounding are the step's seed xor these, so the weights', the first
-// and the second moments' draws of one element are independent streams.
+// Seeds of the moments' stochastic rounding are the step's seed xor these, so the weights', the
+// first and the second moments' draws of one element are independent streams.
 constexpr uint64_t kExpAvgStream = 0x243f6a8885a308d3ull;
 constexpr uint64_t kExpAvgSqStream = 0x13198a2e03707344ull;
 

@@ -39,8 +39,8 @@ RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 bool IsKnownActivation(std::string_view name) {
-  for (std::string_view known : {"gelu", "gelu_tanh", "gelu_pytorch_tanh", "gelu_new", "quick_gelu", "silu", "relu",
-                                 "linear"}) {
+  for (std::string_view known : {"gelu", "gelu_tanh", "gelu_pytorch_tanh", "gelu_new", "quick_gelu",
+                                 "silu", "relu", "linear"}) {
     if (name == known) return true;
   }
   return false;
@@ -48,7 +48,8 @@ bool IsKnownActivation(std::string_view name) {
 
 at::Tensor Activate(std::string_view name, const at::Tensor& x) {
   if (name == "gelu") return torch::gelu(x);
-  if (name == "gelu_tanh" || name == "gelu_pytorch_tanh" || name == "gelu_new") return torch::gelu(x, "tanh");
+  if (name == "gelu_tanh" || name == "gelu_pytorch_tanh" || name == "gelu_new")
+    return torch::gelu(x, "tanh");
   if (name == "quick_gelu") return x * torch::sigmoid(1.702 * x);
   if (name == "silu") return torch::silu(x);
   if (name == "relu") return torch::relu(x);
@@ -73,32 +74,41 @@ at::Tensor Conv2dAs(const torch::nn::Conv2d& conv, const at::Tensor& x) {
                     *o.dilation(), o.groups());
 }
 
-at::Tensor LayerNormFp32(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
-  return at::layer_norm(x.to(at::kFloat), {x.size(-1)}, weight.to(at::kFloat), bias.to(at::kFloat), eps)
+at::Tensor LayerNormFp32(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                         double eps) {
+  return at::layer_norm(x.to(at::kFloat), {x.size(-1)}, weight.to(at::kFloat), bias.to(at::kFloat),
+                        eps)
       .to(x.scalar_type());
 }
 
-RotaryTables MakeRotaryTables(int64_t head_dim, int64_t max_seq_len, double theta, const RopeScaling& scaling) {
-  TORCH_CHECK(head_dim > 0 && head_dim % 2 == 0, "rotary: head_dim must be even and positive, got ", head_dim);
+RotaryTables MakeRotaryTables(int64_t head_dim, int64_t max_seq_len, double theta,
+                              const RopeScaling& scaling) {
+  TORCH_CHECK(head_dim > 0 && head_dim % 2 == 0, "rotary: head_dim must be even and positive, got ",
+              head_dim);
   TORCH_CHECK(max_seq_len >= 0, "rotary: max_seq_len must be >= 0, got ", max_seq_len);
   TORCH_CHECK(theta > 0, "rotary: rope_theta must be positive, got ", theta);
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  at::Tensor inv_freq =
-      torch::pow(theta, -torch::arange(0, head_dim, 2, f64) / static_cast<double>(head_dim));  // [d/2]
+  at::Tensor inv_freq = torch::pow(
+      theta, -torch::arange(0, head_dim, 2, f64) / static_cast<double>(head_dim));  // [d/2]
   if (scaling.type == "linear") {
-    TORCH_CHECK(scaling.factor > 0, "rotary: linear scaling needs factor > 0, got ", scaling.factor);
+    TORCH_CHECK(scaling.factor > 0, "rotary: linear scaling needs factor > 0, got ",
+                scaling.factor);
     inv_freq = inv_freq / scaling.factor;
   } else if (scaling.type == "llama3") {
-    const double factor = scaling.factor, low = scaling.low_freq_factor, high = scaling.high_freq_factor;
+    const double factor = scaling.factor, low = scaling.low_freq_factor,
+                 high = scaling.high_freq_factor;
     const auto original = static_cast<double>(scaling.original_max_positions);
-    TORCH_CHECK(factor > 0 && original > 0 && high > low, "rotary: llama3 scaling needs factor > 0, ",
-                "original_max_position_embeddings > 0 and high_freq_factor > low_freq_factor, got ", factor, ", ",
-                original, ", ", high, " and ", low);
+    TORCH_CHECK(factor > 0 && original > 0 && high > low,
+                "rotary: llama3 scaling needs factor > 0, ",
+                "original_max_position_embeddings > 0 and high_freq_factor > low_freq_factor, got ",
+                factor, ", ", original, ", ", high, " and ", low);
     const at::Tensor wavelength = 2.0 * M_PI / inv_freq;
-    const at::Tensor scaled = torch::where(wavelength > original / low, inv_freq / factor, inv_freq);
+    const at::Tensor scaled =
+        torch::where(wavelength > original / low, inv_freq / factor, inv_freq);
     const at::Tensor smooth = (original / wavelength - low) / (high - low);
     const at::Tensor smoothed = (1.0 - smooth) * scaled / factor + smooth * scaled;
-    const at::Tensor medium = wavelength.ge(original / high).logical_and(wavelength.le(original / low));
+    const at::Tensor medium =
+        wavelength.ge(original / high).logical_and(wavelength.le(original / low));
     inv_freq = torch::where(medium, smoothed, scaled);
   } else {
     TORCH_CHECK(scaling.type == "default", "rotary: unknown rope_type \"", scaling.type,
@@ -131,8 +141,8 @@ at::Tensor RotateHalfTransposed(const at::Tensor& u) {
 // the same operands (a bf16 operand times an fp32 one is computed in fp32, as after a cast), so the
 // results are the same bits. The gradient g arrives in y's dtype, which is x's.
 struct RotaryFunction : public torch::autograd::Function<RotaryFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
-                            const at::Tensor& sin) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& cos, const at::Tensor& sin) {
     const at::Tensor cos32 = cos.to(at::kFloat), sin32 = sin.to(at::kFloat);
     ctx->save_for_backward({cos32, sin32});
     return (x * cos32 + RotateHalf(x) * sin32).to(x.scalar_type());
@@ -142,7 +152,8 @@ struct RotaryFunction : public torch::autograd::Function<RotaryFunction> {
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& g = grads[0];
-    return {(g * saved[0] + RotateHalfTransposed(g * saved[1])).to(g.scalar_type()), at::Tensor(), at::Tensor()};
+    return {(g * saved[0] + RotateHalfTransposed(g * saved[1])).to(g.scalar_type()), at::Tensor(),
+            at::Tensor()};
   }
 };
 

@@ -61,7 +61,8 @@ class LlmAttentionImpl : public torch::nn::Module {
     bool causal = true;
     if (cache != nullptr) {
       if (cache->keys.defined()) {
-        TORCH_CHECK(seq == 1, "Llm: a cached forward after the first takes one token at a time, got ", seq);
+        TORCH_CHECK(seq == 1,
+                    "Llm: a cached forward after the first takes one token at a time, got ", seq);
         k = torch::cat({cache->keys, k}, 2);
         v = torch::cat({cache->values, v}, 2);
         causal = false;  // one query, after every cached position
@@ -71,8 +72,8 @@ class LlmAttentionImpl : public torch::nn::Module {
     }
     // Query head h reads KV head h / (heads / kv_heads), as HF's repeat_kv.
     const at::Tensor out = compat::ScaledDotProductAttention(q, k, v, causal);
-    return parallel::ReduceFromGroup(LinearAs(o_, out.transpose(1, 2).reshape({batch, seq, heads_ * head_dim_})),
-                                     *tp_);
+    return parallel::ReduceFromGroup(
+        LinearAs(o_, out.transpose(1, 2).reshape({batch, seq, heads_ * head_dim_})), *tp_);
   }
 
   void Init(double std, double residual_std) {
@@ -88,9 +89,12 @@ class LlmAttentionImpl : public torch::nn::Module {
   at::Tensor KeysOrValues(const torch::nn::Linear& linear, const at::Tensor& x) const {
     if (shared_kv_head_ < 0) return LinearAs(linear, x);
     const auto rows = [&](const at::Tensor& t) {
-      return parallel::CopyToGroup(t, *tp_).narrow(0, shared_kv_head_ * head_dim_, head_dim_).to(x.scalar_type());
+      return parallel::CopyToGroup(t, *tp_)
+          .narrow(0, shared_kv_head_ * head_dim_, head_dim_)
+          .to(x.scalar_type());
     };
-    return at::linear(x, rows(linear->weight), linear->bias.defined() ? rows(linear->bias) : at::Tensor());
+    return at::linear(x, rows(linear->weight),
+                      linear->bias.defined() ? rows(linear->bias) : at::Tensor());
   }
 
   TensorParallel tp_;
@@ -111,7 +115,8 @@ class LlmMlpImpl : public torch::nn::Module {
 
   at::Tensor forward(const at::Tensor& input) {
     const at::Tensor x = parallel::CopyToGroup(input, *tp_);
-    return parallel::ReduceFromGroup(LinearAs(down_, torch::silu(LinearAs(gate_, x)) * LinearAs(up_, x)), *tp_);
+    return parallel::ReduceFromGroup(
+        LinearAs(down_, torch::silu(LinearAs(gate_, x)) * LinearAs(up_, x)), *tp_);
   }
 
   void Init(double std, double residual_std) {
@@ -143,7 +148,8 @@ class LlmBlock : public engine::BlockModule {
     return {RunCached(inputs[0], inputs[1], inputs[2], nullptr)};
   }
 
-  at::Tensor RunCached(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, KvCache::Layer* cache) {
+  at::Tensor RunCached(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin,
+                       KvCache::Layer* cache) {
     x = x + attn_(attn_norm_(x), cos, sin, cache);
     x = x + mlp_(mlp_norm_(x));
     return x;
@@ -160,8 +166,9 @@ void CheckConfig(const LlmConfig& c) {
   TORCH_CHECK(c.vocab_size > 0, "Llm: vocab_size must be set (> 0), got ", c.vocab_size);
   TORCH_CHECK(c.hidden > 0 && c.layers >= 0 && c.heads > 0 && c.kv_heads > 0 && c.mlp_hidden > 0 &&
                   c.max_seq_len > 0,
-              "Llm: sizes must be positive (hidden ", c.hidden, ", layers ", c.layers, ", heads ", c.heads,
-              ", kv_heads ", c.kv_heads, ", mlp_hidden ", c.mlp_hidden, ", max_seq_len ", c.max_seq_len, ")");
+              "Llm: sizes must be positive (hidden ", c.hidden, ", layers ", c.layers, ", heads ",
+              c.heads, ", kv_heads ", c.kv_heads, ", mlp_hidden ", c.mlp_hidden, ", max_seq_len ",
+              c.max_seq_len, ")");
   if (c.head_dim > 0) {
     TORCH_CHECK(c.head_dim % 2 == 0, "Llm: head_dim must be even, got ", c.head_dim);
   } else {
@@ -170,17 +177,21 @@ void CheckConfig(const LlmConfig& c) {
   }
   TORCH_CHECK(c.image_token_id < c.vocab_size, "Llm: image_token_id ", c.image_token_id,
               " is outside the vocabulary of ", c.vocab_size);
-  TORCH_CHECK(c.heads % c.kv_heads == 0, "Llm: heads ", c.heads, " must be a multiple of kv_heads ", c.kv_heads);
+  TORCH_CHECK(c.heads % c.kv_heads == 0, "Llm: heads ", c.heads, " must be a multiple of kv_heads ",
+              c.kv_heads);
 }
 
 void CheckTensorParallel(const LlmConfig& c, int size) {
   if (size == 1) return;
-  TORCH_CHECK(c.heads % size == 0, "Llm: ", c.heads, " heads do not split over ", size, " tensor-parallel ranks");
-  TORCH_CHECK(c.kv_heads % size == 0 || size % c.kv_heads == 0, "Llm: ", c.kv_heads,
-              " KV heads neither split over ", size, " tensor-parallel ranks nor replicate over them evenly");
-  TORCH_CHECK(c.mlp_hidden % size == 0, "Llm: mlp_hidden ", c.mlp_hidden, " does not split over ", size,
+  TORCH_CHECK(c.heads % size == 0, "Llm: ", c.heads, " heads do not split over ", size,
               " tensor-parallel ranks");
-  TORCH_CHECK(c.vocab_size >= size, "Llm: a vocabulary of ", c.vocab_size, " for ", size, " tensor-parallel ranks");
+  TORCH_CHECK(c.kv_heads % size == 0 || size % c.kv_heads == 0, "Llm: ", c.kv_heads,
+              " KV heads neither split over ", size,
+              " tensor-parallel ranks nor replicate over them evenly");
+  TORCH_CHECK(c.mlp_hidden % size == 0, "Llm: mlp_hidden ", c.mlp_hidden, " does not split over ",
+              size, " tensor-parallel ranks");
+  TORCH_CHECK(c.vocab_size >= size, "Llm: a vocabulary of ", c.vocab_size, " for ", size,
+              " tensor-parallel ranks");
 }
 
 }  // namespace
@@ -209,11 +220,14 @@ void LlmImpl::TakeShards(torch::nn::Module& module, const std::string& prefix) {
 }
 
 LlmImpl::LlmImpl(const LlmConfig& config, parallel::ParallelGroup tensor_parallel)
-    : config_(config), tensor_parallel_(std::make_shared<const parallel::ParallelGroup>(std::move(tensor_parallel))) {
+    : config_(config),
+      tensor_parallel_(
+          std::make_shared<const parallel::ParallelGroup>(std::move(tensor_parallel))) {
   CheckConfig(config_);
   CheckTensorParallel(config_, tensor_parallel_->size());
   const auto& c = config_;
-  vocab_columns_ = parallel::EvenSplit(c.vocab_size, tensor_parallel_->size(), tensor_parallel_->rank());
+  vocab_columns_ =
+      parallel::EvenSplit(c.vocab_size, tensor_parallel_->size(), tensor_parallel_->rank());
   // Each part is built whole, initialised in the single-process order and cut to this rank's shard
   // before the next is built (NOTE [Tensor-parallel LLM]).
   embed_ = register_module("embed", torch::nn::Embedding(c.vocab_size, c.hidden));
@@ -232,7 +246,8 @@ LlmImpl::LlmImpl(const LlmConfig& config, parallel::ParallelGroup tensor_paralle
     InitLinear(head_, kInitStd);
     TakeShards(*head_, "head.");
   }
-  RotaryTables rope = MakeRotaryTables(c.resolved_head_dim(), c.max_seq_len, c.rope_theta, c.rope_scaling);
+  RotaryTables rope =
+      MakeRotaryTables(c.resolved_head_dim(), c.max_seq_len, c.rope_theta, c.rope_scaling);
   rope_cos_ = register_buffer("rope_cos", rope.cos);
   rope_sin_ = register_buffer("rope_sin", rope.sin);
 }
@@ -241,19 +256,24 @@ at::Tensor LlmImpl::forward(const at::Tensor& prefix, const at::Tensor& tokens) 
   return Forward(prefix, tokens, nullptr, nullptr, nullptr);
 }
 
-at::Tensor LlmImpl::ForwardLast(const at::Tensor& prefix, const at::Tensor& tokens, const at::Tensor& last) {
-  TORCH_CHECK(last.defined() && last.dim() == 1 && last.size(0) == tokens.size(0), "Llm: last must be [",
-              tokens.size(0), "], got ", last.defined() ? last.sizes() : at::IntArrayRef{});
+at::Tensor LlmImpl::ForwardLast(const at::Tensor& prefix, const at::Tensor& tokens,
+                                const at::Tensor& last) {
+  TORCH_CHECK(last.defined() && last.dim() == 1 && last.size(0) == tokens.size(0),
+              "Llm: last must be [", tokens.size(0), "], got ",
+              last.defined() ? last.sizes() : at::IntArrayRef{});
   return Forward(prefix, tokens, nullptr, &last, nullptr);
 }
 
-at::Tensor LlmImpl::ForwardRows(const at::Tensor& prefix, const at::Tensor& tokens, const at::Tensor& rows) {
+at::Tensor LlmImpl::ForwardRows(const at::Tensor& prefix, const at::Tensor& tokens,
+                                const at::Tensor& rows) {
   TORCH_CHECK(rows.defined() && rows.dim() == 1 && rows.scalar_type() == at::kLong,
-              "Llm: rows must be int64 [N], got ", rows.defined() ? rows.sizes() : at::IntArrayRef{});
+              "Llm: rows must be int64 [N], got ",
+              rows.defined() ? rows.sizes() : at::IntArrayRef{});
   return Forward(prefix, tokens, nullptr, nullptr, &rows);
 }
 
-at::Tensor LlmImpl::ForwardCached(const at::Tensor& prefix, const at::Tensor& tokens, KvCache& cache) {
+at::Tensor LlmImpl::ForwardCached(const at::Tensor& prefix, const at::Tensor& tokens,
+                                  KvCache& cache) {
   if (cache.layers.empty()) cache.layers.resize(blocks_.size());
   TORCH_CHECK(cache.layers.size() == blocks_.size(), "Llm: a KV cache of ", cache.layers.size(),
               " layers for a model of ", blocks_.size());
@@ -266,36 +286,41 @@ at::Tensor LlmImpl::Forward(const at::Tensor& prefix, const at::Tensor& tokens, 
   TORCH_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.size(1) >= 1,
               "Llm: tokens must be [batch, text_len >= 1], got ",
               tokens.defined() ? tokens.sizes() : at::IntArrayRef{});
-  TORCH_CHECK(tokens.scalar_type() == at::kLong, "Llm: tokens must be int64, got ", tokens.scalar_type());
+  TORCH_CHECK(tokens.scalar_type() == at::kLong, "Llm: tokens must be int64, got ",
+              tokens.scalar_type());
   const int64_t batch = tokens.size(0), text = tokens.size(1);
   const bool has_prefix = prefix.defined() && prefix.numel() > 0;
   if (has_prefix && c.image_token_id < 0) {
     TORCH_CHECK(prefix.dim() == 3 && prefix.size(0) == batch && prefix.size(2) == c.hidden,
-                "Llm: prefix must be [", batch, ", patches, ", c.hidden, "] to match tokens ", tokens.sizes(),
-                ", got ", prefix.sizes());
+                "Llm: prefix must be [", batch, ", patches, ", c.hidden, "] to match tokens ",
+                tokens.sizes(), ", got ", prefix.sizes());
   } else if (has_prefix) {
-    TORCH_CHECK(prefix.dim() == 3 && prefix.size(2) == c.hidden, "Llm: image embeddings must be [images, positions, ",
-                c.hidden, "], got ", prefix.sizes());
+    TORCH_CHECK(prefix.dim() == 3 && prefix.size(2) == c.hidden,
+                "Llm: image embeddings must be [images, positions, ", c.hidden, "], got ",
+                prefix.sizes());
   }
   // LLaVA's layout puts the embeddings in place of the image tokens; otherwise they are a prefix.
   const int64_t patches = has_prefix && c.image_token_id < 0 ? prefix.size(1) : 0;
   const int64_t start = cache != nullptr ? cache->length : 0;
-  TORCH_CHECK(start + patches + text <= c.max_seq_len, "Llm: sequence of ", start, " cached + ", patches,
-              " prefix positions + ", text, " tokens = ", start + patches + text, " exceeds max_seq_len ",
-              c.max_seq_len);
+  TORCH_CHECK(start + patches + text <= c.max_seq_len, "Llm: sequence of ", start, " cached + ",
+              patches, " prefix positions + ", text, " tokens = ", start + patches + text,
+              " exceeds max_seq_len ", c.max_seq_len);
 
   // The residual stream runs in the compute dtype (NOTE [Model dtypes]); an autocast prefix (bf16)
   // is cast to it, and its gradient flows back in the prefix's own dtype.
   const auto dtype = compute_dtype_.value_or(embed_->weight.scalar_type());
-  at::Tensor x = parallel::VocabParallelEmbedding(embed_->weight, tokens, vocab_columns_, *tensor_parallel_).to(dtype);
+  at::Tensor x =
+      parallel::VocabParallelEmbedding(embed_->weight, tokens, vocab_columns_, *tensor_parallel_)
+          .to(dtype);
   // While decoding (a cache and no image) a generated image token is embedded as any token, as
   // transformers does; otherwise the image tokens must match the embeddings given.
   if (c.image_token_id >= 0 && (has_prefix || cache == nullptr || cache->length == 0)) {
     const at::Tensor mask = tokens.eq(c.image_token_id);
     const int64_t placeholders = mask.sum().item<int64_t>();
     const int64_t rows = has_prefix ? prefix.size(0) * prefix.size(1) : 0;
-    TORCH_CHECK(placeholders == rows, "Llm: the text holds ", placeholders, " image tokens (id ", c.image_token_id,
-                ") for ", rows, " image embeddings", has_prefix ? "" : " (no image)");
+    TORCH_CHECK(placeholders == rows, "Llm: the text holds ", placeholders, " image tokens (id ",
+                c.image_token_id, ") for ", rows, " image embeddings",
+                has_prefix ? "" : " (no image)");
     if (rows > 0) x = x.masked_scatter(mask.unsqueeze(-1).expand_as(x), prefix.to(dtype));
   } else if (patches > 0) {
     x = torch::cat({prefix.to(dtype), x}, 1);
@@ -316,18 +341,23 @@ at::Tensor LlmImpl::Forward(const at::Tensor& prefix, const at::Tensor& tokens, 
   if (cache != nullptr) {
     x = norm_(x.narrow(1, seq - 1, 1));
   } else if (last != nullptr) {
-    const at::Tensor batch_rows = torch::arange(batch, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
+    const at::Tensor batch_rows =
+        torch::arange(batch, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
     x = norm_(x.narrow(1, patches, text).index({batch_rows, last->to(x.device())}).unsqueeze(1));
   } else if (rows != nullptr) {
-    x = norm_(x.narrow(1, patches, text).reshape({batch * text, x.size(2)}).index_select(0, rows->to(x.device())));
+    x = norm_(x.narrow(1, patches, text)
+                  .reshape({batch * text, x.size(2)})
+                  .index_select(0, rows->to(x.device())));
   } else {
     x = norm_(x.narrow(1, patches, text));
   }
   // The head is column-parallel over the vocabulary: this rank's logits.
   x = parallel::CopyToGroup(x, *tensor_parallel_);
-  at::Tensor logits = c.tie_embeddings ? at::linear(x, embed_->weight.to(x.scalar_type())) : LinearAs(head_, x);
+  at::Tensor logits =
+      c.tie_embeddings ? at::linear(x, embed_->weight.to(x.scalar_type())) : LinearAs(head_, x);
   if (cache == nullptr && last == nullptr) return logits;  // forward's, or ForwardRows
-  return parallel::GatherLastDim(logits, c.vocab_size, *tensor_parallel_);  // generation reads all of them
+  return parallel::GatherLastDim(logits, c.vocab_size,
+                                 *tensor_parallel_);  // generation reads all of them
 }
 
 void LlmImpl::set_compute_dtype(c10::optional<at::ScalarType> dtype) { compute_dtype_ = dtype; }
@@ -355,22 +385,24 @@ Targeted TargetedPositions(const at::Tensor& labels) {
 
 }  // namespace
 
-TokenLoss LabelLoss(const at::Tensor& logits, const at::Tensor& labels, const parallel::ParallelGroup& group,
-                    const parallel::Range& columns) {
+TokenLoss LabelLoss(const at::Tensor& logits, const at::Tensor& labels,
+                    const parallel::ParallelGroup& group, const parallel::Range& columns) {
   TORCH_CHECK(logits.defined() && labels.defined() && logits.dim() == 3 && labels.dim() == 2 &&
                   logits.size(0) == labels.size(0) && logits.size(1) == labels.size(1),
               "LabelLoss: logits [batch, T, vocab] and labels [batch, T] must agree, got logits ",
               logits.defined() ? logits.sizes() : at::IntArrayRef{}, " and labels ",
               labels.defined() ? labels.sizes() : at::IntArrayRef{});
   const int64_t length = labels.size(1), vocab = logits.size(2);
-  if (length < 2) return {logits.to(at::kFloat).sum() * 0.0, 0};  // nothing to predict; keeps the graph
+  if (length < 2)
+    return {logits.to(at::kFloat).sum() * 0.0, 0};  // nothing to predict; keeps the graph
   // Only the labelled positions are converted to fp32: prompts, images and padding are most of a
   // conversation, and a [B, T, vocab] fp32 copy is large with a real vocabulary.
   const Targeted targeted = TargetedPositions(labels);
   const at::Tensor predictions = logits.reshape({-1, vocab}).index_select(0, targeted.rows);
   // Without a group this is cross_entropy's sum (vocab_parallel.h).
   const parallel::Range whole{0, vocab};
-  return {parallel::VocabParallelCrossEntropySum(predictions, targeted.targets, group.active() ? columns : whole, group),
+  return {parallel::VocabParallelCrossEntropySum(predictions, targeted.targets,
+                                                 group.active() ? columns : whole, group),
           targeted.rows.size(0)};
 }
 
@@ -378,15 +410,18 @@ TokenLoss LabelLoss(const Llm& llm, const at::Tensor& logits, const at::Tensor& 
   return LabelLoss(logits, labels, llm->tensor_parallel(), llm->vocab_columns());
 }
 
-TokenLoss ForwardLabelLoss(Llm& llm, const at::Tensor& prefix, const at::Tensor& tokens, const at::Tensor& labels) {
-  TORCH_CHECK(tokens.defined() && labels.defined() && tokens.dim() == 2 && labels.sizes() == tokens.sizes(),
-              "ForwardLabelLoss: tokens and labels must both be [batch, T], got ",
-              tokens.defined() ? tokens.sizes() : at::IntArrayRef{}, " and ",
-              labels.defined() ? labels.sizes() : at::IntArrayRef{});
+TokenLoss ForwardLabelLoss(Llm& llm, const at::Tensor& prefix, const at::Tensor& tokens,
+                           const at::Tensor& labels) {
+  TORCH_CHECK(
+      tokens.defined() && labels.defined() && tokens.dim() == 2 && labels.sizes() == tokens.sizes(),
+      "ForwardLabelLoss: tokens and labels must both be [batch, T], got ",
+      tokens.defined() ? tokens.sizes() : at::IntArrayRef{}, " and ",
+      labels.defined() ? labels.sizes() : at::IntArrayRef{});
   const Targeted targeted = TargetedPositions(labels);
   const at::Tensor logits = llm->ForwardRows(prefix, tokens, targeted.rows);
   // Without tensor parallelism vocab_columns() is the whole vocabulary.
-  return {parallel::VocabParallelCrossEntropySum(logits, targeted.targets, llm->vocab_columns(), llm->tensor_parallel()),
+  return {parallel::VocabParallelCrossEntropySum(logits, targeted.targets, llm->vocab_columns(),
+                                                 llm->tensor_parallel()),
           targeted.rows.size(0)};
 }
 
@@ -395,19 +430,21 @@ TokenLoss CaptionLoss(const at::Tensor& logits, const at::Tensor& tokens, int64_
   return LabelLoss(logits, tokens.masked_fill(tokens.eq(pad_id), kIgnoreLabel));
 }
 
-TokenLoss CaptionLoss(const Llm& llm, const at::Tensor& logits, const at::Tensor& tokens, int64_t pad_id) {
+TokenLoss CaptionLoss(const Llm& llm, const at::Tensor& logits, const at::Tensor& tokens,
+                      int64_t pad_id) {
   TORCH_CHECK(tokens.defined(), "CaptionLoss: tokens are undefined");
   return LabelLoss(llm, logits, tokens.masked_fill(tokens.eq(pad_id), kIgnoreLabel));
 }
 
-std::vector<std::vector<int64_t>> GenerateGreedyBatch(Llm& llm, const at::Tensor& images,
-                                                      const std::vector<std::vector<int64_t>>& prompts,
-                                                      int64_t pad_id, const std::vector<int64_t>& stop_ids,
-                                                      int64_t max_new_tokens, bool stop_when_done) {
+std::vector<std::vector<int64_t>> GenerateGreedyBatch(
+    Llm& llm, const at::Tensor& images, const std::vector<std::vector<int64_t>>& prompts,
+    int64_t pad_id, const std::vector<int64_t>& stop_ids, int64_t max_new_tokens,
+    bool stop_when_done) {
   torch::NoGradGuard no_grad;
   const int64_t batch = static_cast<int64_t>(prompts.size());
   TORCH_CHECK(batch > 0, "GenerateGreedyBatch: no prompts");
-  for (const auto& prompt : prompts) TORCH_CHECK(!prompt.empty(), "GenerateGreedyBatch: a prompt has no tokens");
+  for (const auto& prompt : prompts)
+    TORCH_CHECK(!prompt.empty(), "GenerateGreedyBatch: a prompt has no tokens");
   TORCH_CHECK(!images.defined() || images.size(0) == batch || llm->config().image_token_id >= 0,
               "GenerateGreedyBatch: ", images.size(0), " prefix rows for ", batch, " prompts");
   // A prefix adds its positions ahead of the tokens; LLaVA's image rows stand in for tokens.
@@ -416,7 +453,8 @@ std::vector<std::vector<int64_t>> GenerateGreedyBatch(Llm& llm, const at::Tensor
   const auto long_options = torch::TensorOptions().dtype(torch::kLong);
 
   // A row stops at a stop id or when it fills the positions; a stopped row no longer grows.
-  const size_t capacity = static_cast<size_t>(std::max<int64_t>(llm->config().max_seq_len - prefix, 0));
+  const size_t capacity =
+      static_cast<size_t>(std::max<int64_t>(llm->config().max_seq_len - prefix, 0));
   std::vector<std::vector<int64_t>> sequences = prompts;
   std::vector<std::vector<int64_t>> generated(static_cast<size_t>(batch));
   std::vector<bool> done(static_cast<size_t>(batch), false);
@@ -437,7 +475,9 @@ std::vector<std::vector<int64_t>> GenerateGreedyBatch(Llm& llm, const at::Tensor
     at::Tensor last = torch::empty({batch}, long_options);
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t length = static_cast<int64_t>(std::min(sequences[b].size(), longest));
-      tokens[b].narrow(0, 0, length).copy_(torch::tensor(sequences[b], long_options).narrow(0, 0, length));
+      tokens[b]
+          .narrow(0, 0, length)
+          .copy_(torch::tensor(sequences[b], long_options).narrow(0, 0, length));
       last[b] = length - 1;
     }
     const at::Tensor logits = llm->ForwardLast(images, tokens.to(device), last);  // [B, 1, vocab]
@@ -464,17 +504,21 @@ std::vector<std::vector<int64_t>> GenerateGreedyBatch(Llm& llm, const at::Tensor
 }
 
 std::vector<std::vector<int32_t>> GenerateGreedy(Llm& llm, const at::Tensor& prefix, int64_t bos_id,
-                                                 int64_t eos_id, int64_t max_new_tokens, bool stop_when_done) {
+                                                 int64_t eos_id, int64_t max_new_tokens,
+                                                 bool stop_when_done) {
   const int64_t batch = prefix.defined() ? prefix.size(0) : 1;
-  const auto rows = GenerateGreedyBatch(llm, prefix, std::vector<std::vector<int64_t>>(batch, {bos_id}),
-                                        /*pad_id=*/bos_id, {eos_id}, max_new_tokens, stop_when_done);
+  const auto rows =
+      GenerateGreedyBatch(llm, prefix, std::vector<std::vector<int64_t>>(batch, {bos_id}),
+                          /*pad_id=*/bos_id, {eos_id}, max_new_tokens, stop_when_done);
   std::vector<std::vector<int32_t>> generated;
   for (const auto& row : rows) generated.emplace_back(row.begin(), row.end());
   return generated;
 }
 
-std::vector<int64_t> GenerateGreedyCached(Llm& llm, const at::Tensor& images, const std::vector<int64_t>& prompt,
-                                          const std::vector<int64_t>& stop_ids, int64_t max_new_tokens) {
+std::vector<int64_t> GenerateGreedyCached(Llm& llm, const at::Tensor& images,
+                                          const std::vector<int64_t>& prompt,
+                                          const std::vector<int64_t>& stop_ids,
+                                          int64_t max_new_tokens) {
   torch::NoGradGuard no_grad;
   TORCH_CHECK(!prompt.empty(), "GenerateGreedyCached: the prompt has no tokens");
   const auto device = llm->parameters().front().device();

@@ -6,17 +6,18 @@
 //                   x += down(silu(gate(n)) * up(n))  with n = RMSNorm(x)
 //   logits = head(RMSNorm(x[:, P:]))                  [B, T, vocab], text positions only
 //
-// Each decoder block is an engine::BlockModule called through Forward (ZeRO-3 gathering, recompute).
-// Dtypes: NOTE [Model dtypes] in models/layers.h; under autocast the logits have the autocast dtype
-// (CaptionLoss computes in fp32).
+// Each decoder block is an engine::BlockModule called through Forward (ZeRO-3 gathering,
+// recompute). Dtypes: NOTE [Model dtypes] in models/layers.h; under autocast the logits have the
+// autocast dtype (CaptionLoss computes in fp32).
 //
 // Conventions (models/README.md): position p of the sequence attends to positions <= p, so every
-// text position sees the whole prefix and the text before it; logits[:, t] predicts tokens[:, t + 1].
+// text position sees the whole prefix and the text before it; logits[:, t] predicts tokens[:, t +
+// 1].
 //
-// Errors: the constructor, forward and the helpers throw c10::Error (TORCH_CHECK) for an inconsistent
-// config or wrongly shaped inputs; messages name the sizes. Token ids are not range-checked here (that
-// would synchronise with the device): an id outside [0, vocab_size) fails inside the embedding.
-// Thread-compatible: one forward at a time.
+// Errors: the constructor, forward and the helpers throw c10::Error (TORCH_CHECK) for an
+// inconsistent config or wrongly shaped inputs; messages name the sizes. Token ids are not
+// range-checked here (that would synchronise with the device): an id outside [0, vocab_size) fails
+// inside the embedding. Thread-compatible: one forward at a time.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -41,7 +42,8 @@
 
 namespace tandem::models {
 
-// The keys and values of the positions a generation has seen, per decoder block (GenerateGreedyCached).
+// The keys and values of the positions a generation has seen, per decoder block
+// (GenerateGreedyCached).
 struct KvCache {
   struct Layer {
     at::Tensor keys;    // [B, kv_heads, length, head_dim], after rotary
@@ -69,10 +71,10 @@ struct KvCache {
 class LlmImpl : public torch::nn::Module {
  public:
   // Builds and initialises the model from the default generator (deterministic given
-  // torch::manual_seed). REQUIRES: vocab_size > 0, hidden a multiple of heads with an even head_dim,
-  // heads a multiple of kv_heads, max_seq_len > 0; sizes positive. With a tensor-parallel group of T
-  // ranks (NOTE [Tensor-parallel LLM]) also: T divides heads and mlp_hidden, T divides kv_heads or
-  // kv_heads divides T, and vocab_size >= T. The group must outlive the model.
+  // torch::manual_seed). REQUIRES: vocab_size > 0, hidden a multiple of heads with an even
+  // head_dim, heads a multiple of kv_heads, max_seq_len > 0; sizes positive. With a tensor-parallel
+  // group of T ranks (NOTE [Tensor-parallel LLM]) also: T divides heads and mlp_hidden, T divides
+  // kv_heads or kv_heads divides T, and vocab_size >= T. The group must outlive the model.
   explicit LlmImpl(const LlmConfig& config, parallel::ParallelGroup tensor_parallel = {});
 
   // prefix [B, P, hidden] (any float dtype; undefined or P = 0 for text only), tokens [B, T] int64,
@@ -83,18 +85,20 @@ class LlmImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& prefix, const at::Tensor& tokens);
 
   // forward for inference with a KV cache: the positions continue from cache.length, and after the
-  // first call tokens is one token [B, 1] (no prefix). Returns the logits of the last position only,
-  // [B, 1, vocab_size]. Runs the blocks directly, so the model must not be partitioned by a ZeRO-3
-  // engine. REQUIRES: no autograd is wanted (NoGradGuard).
+  // first call tokens is one token [B, 1] (no prefix). Returns the logits of the last position
+  // only, [B, 1, vocab_size]. Runs the blocks directly, so the model must not be partitioned by a
+  // ZeRO-3 engine. REQUIRES: no autograd is wanted (NoGradGuard).
   at::Tensor ForwardCached(const at::Tensor& prefix, const at::Tensor& tokens, KvCache& cache);
 
   // forward's logits at one token per row only, tokens[b, last[b]]: [B, 1, vocab_size]. The other
   // positions never reach the head (a [B, T, vocab] tensor is large with a real vocabulary). Whole
   // also on a tensor-parallel rank (gathered over the group), as are ForwardCached's.
-  at::Tensor ForwardLast(const at::Tensor& prefix, const at::Tensor& tokens, const at::Tensor& last);
+  at::Tensor ForwardLast(const at::Tensor& prefix, const at::Tensor& tokens,
+                         const at::Tensor& last);
   // forward's logits at the text positions rows (flat indices b * T + t into [B, T] tokens) only:
   // [N, this rank's vocabulary columns], as forward's (ForwardLabelLoss below).
-  at::Tensor ForwardRows(const at::Tensor& prefix, const at::Tensor& tokens, const at::Tensor& rows);
+  at::Tensor ForwardRows(const at::Tensor& prefix, const at::Tensor& tokens,
+                         const at::Tensor& rows);
 
   const LlmConfig& config() const { return config_; }
 
@@ -113,8 +117,8 @@ class LlmImpl : public torch::nn::Module {
   const std::vector<std::shared_ptr<engine::BlockModule>>& blocks() const { return blocks_; }
 
  private:
-  at::Tensor Forward(const at::Tensor& prefix, const at::Tensor& tokens, KvCache* cache, const at::Tensor* last,
-                     const at::Tensor* rows);
+  at::Tensor Forward(const at::Tensor& prefix, const at::Tensor& tokens, KvCache* cache,
+                     const at::Tensor* last, const at::Tensor* rows);
 
   // Replaces the data of the parameters of `module` (named `prefix` + their names) by this rank's
   // shards and records them in shards_.
@@ -146,43 +150,46 @@ inline constexpr int64_t kIgnoreLabel = -100;
 // How a tensor-parallel model's parameter `name` (a name of the whole model, as named_parameters
 // gives it) is split over `size` ranks, for rank `rank` (NOTE [Tensor-parallel LLM]); dim -1 for a
 // replicated one, and for every parameter when size is 1.
-parallel::Shard LlmParameterShard(const LlmConfig& config, std::string_view name, int size, int rank);
+parallel::Shard LlmParameterShard(const LlmConfig& config, std::string_view name, int size,
+                                  int rank);
 
 // logits [B, T, V] from Llm::forward, labels [B, T]: logits[:, t] predicts labels[:, t + 1], and
 // positions labelled kIgnoreLabel predict nothing (nor does the last). Computed in fp32. The caller
-// normalises (docs/design.md §2: divide by the global batch's count). Synchronises with the device to read
-// `count`. Of a tensor-parallel model (llm->tensor_parallel(), llm->vocab_columns()), logits holds
-// this rank's columns of the vocabulary and the loss is parallel::VocabParallelCrossEntropySum's,
-// the same on every rank.
-TokenLoss LabelLoss(const at::Tensor& logits, const at::Tensor& labels, const parallel::ParallelGroup& group = {},
-                    const parallel::Range& columns = {});
+// normalises (docs/design.md §2: divide by the global batch's count). Synchronises with the device
+// to read `count`. Of a tensor-parallel model (llm->tensor_parallel(), llm->vocab_columns()),
+// logits holds this rank's columns of the vocabulary and the loss is
+// parallel::VocabParallelCrossEntropySum's, the same on every rank.
+TokenLoss LabelLoss(const at::Tensor& logits, const at::Tensor& labels,
+                    const parallel::ParallelGroup& group = {}, const parallel::Range& columns = {});
 TokenLoss LabelLoss(const Llm& llm, const at::Tensor& logits, const at::Tensor& labels);
 
 // LabelLoss(llm, llm->forward(prefix, tokens), labels), with the head applied to the positions that
 // predict a target only (Llm::ForwardRows): a caption's few tokens among a sequence of image and
 // prompt positions need a few rows of [positions, vocabulary] logits, not all of them, and the
 // gradient of the others is not filled with zeros.
-TokenLoss ForwardLabelLoss(Llm& llm, const at::Tensor& prefix, const at::Tensor& tokens, const at::Tensor& labels);
+TokenLoss ForwardLabelLoss(Llm& llm, const at::Tensor& prefix, const at::Tensor& tokens,
+                           const at::Tensor& labels);
 
 // LabelLoss with tokens [B, T] = <bos> w1 .. wn <eos> <pad> ... as their own labels, the pad_id
 // targets ignored.
 TokenLoss CaptionLoss(const at::Tensor& logits, const at::Tensor& tokens, int64_t pad_id);
-TokenLoss CaptionLoss(const Llm& llm, const at::Tensor& logits, const at::Tensor& tokens, int64_t pad_id);
+TokenLoss CaptionLoss(const Llm& llm, const at::Tensor& logits, const at::Tensor& tokens,
+                      int64_t pad_id);
 
 // Greedy decoding of a batch under NoGradGuard, one full forward per new token (no KV cache, so
 // the ranks of a ZeRO-3 group, which must call forward equally often, can run it): row b continues
 // prompts[b], with `images` as forward takes them (a prefix [B, P, hidden], or LLaVA's rows for the
-// prompts' image tokens; undefined for text only). Rows are right-padded with pad_id, which a causal
-// model's last-token logits never see. Row b's result is its new ids up to and excluding the first
-// of `stop_ids`; a row also stops when it fills max_seq_len (less a prefix), or after writing
+// prompts' image tokens; undefined for text only). Rows are right-padded with pad_id, which a
+// causal model's last-token logits never see. Row b's result is its new ids up to and excluding the
+// first of `stop_ids`; a row also stops when it fills max_seq_len (less a prefix), or after writing
 // LLaVA's image token (kept in its result: no image stands behind it), and a stopped row no longer
 // grows. Runs max_new_tokens steps, fewer once every row has stopped when `stop_when_done`
 // (without it, exactly max_new_tokens forwards on every rank, same output). Runs under the
 // caller's autocast state.
-std::vector<std::vector<int64_t>> GenerateGreedyBatch(Llm& llm, const at::Tensor& images,
-                                                      const std::vector<std::vector<int64_t>>& prompts,
-                                                      int64_t pad_id, const std::vector<int64_t>& stop_ids,
-                                                      int64_t max_new_tokens, bool stop_when_done = true);
+std::vector<std::vector<int64_t>> GenerateGreedyBatch(
+    Llm& llm, const at::Tensor& images, const std::vector<std::vector<int64_t>>& prompts,
+    int64_t pad_id, const std::vector<int64_t>& stop_ids, int64_t max_new_tokens,
+    bool stop_when_done = true);
 
 // GenerateGreedyBatch of captions: every row starts from <bos> after `prefix` [B, P, hidden] (an
 // undefined prefix decodes one text-only row) and stops at eos_id.
@@ -194,7 +201,9 @@ std::vector<std::vector<int32_t>> GenerateGreedy(Llm& llm, const at::Tensor& pre
 // `prompt` token ids, with `images` [N, P, hidden] as LLaVA places them (or as a prefix; undefined
 // for text only). Returns the new ids, ending with the first of `stop_ids` if one was produced;
 // stops after max_new_tokens or at max_seq_len. Runs under NoGradGuard and the caller's autocast.
-std::vector<int64_t> GenerateGreedyCached(Llm& llm, const at::Tensor& images, const std::vector<int64_t>& prompt,
-                                          const std::vector<int64_t>& stop_ids, int64_t max_new_tokens);
+std::vector<int64_t> GenerateGreedyCached(Llm& llm, const at::Tensor& images,
+                                          const std::vector<int64_t>& prompt,
+                                          const std::vector<int64_t>& stop_ids,
+                                          int64_t max_new_tokens);
 
 }  // namespace tandem::models

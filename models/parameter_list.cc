@@ -61,7 +61,8 @@ std::vector<ParameterInfo> VisionParameterList(const VisionConfig& c) {
   if (c.patch_bias) out.Add("patch_embed.bias", {h});
   if (c.pre_norm) out.LayerNorm("pre_norm", h);
   for (int64_t i = 0; i < c.layers; ++i) {
-    out.Enter("blocks." + std::to_string(i) + ".", /*frozen=*/i >= c.feature_index(), /*in_block=*/true);
+    out.Enter("blocks." + std::to_string(i) + ".", /*frozen=*/i >= c.feature_index(),
+              /*in_block=*/true);
     out.LayerNorm("norm1", h);
     out.Linear("attn.qkv", h, 3 * h);
     out.Linear("attn.proj", h, h);
@@ -118,21 +119,25 @@ TensorSplit LlmParameterSplit(const LlmConfig& c, std::string_view name, int siz
   // With fewer KV heads than ranks every rank holds all of k and v.
   const bool kv_replicated = c.kv_heads % size != 0;
   if (name == "embed.weight" || name == "head.weight") return {0, c.vocab_size};
-  if (EndsWith(name, ".attn.q.weight") || EndsWith(name, ".attn.q.bias")) return {0, c.heads * head_dim};
-  if ((EndsWith(name, ".attn.k.weight") || EndsWith(name, ".attn.k.bias") || EndsWith(name, ".attn.v.weight") ||
-       EndsWith(name, ".attn.v.bias")) &&
+  if (EndsWith(name, ".attn.q.weight") || EndsWith(name, ".attn.q.bias"))
+    return {0, c.heads * head_dim};
+  if ((EndsWith(name, ".attn.k.weight") || EndsWith(name, ".attn.k.bias") ||
+       EndsWith(name, ".attn.v.weight") || EndsWith(name, ".attn.v.bias")) &&
       !kv_replicated) {
     return {0, c.kv_heads * head_dim};
   }
   if (EndsWith(name, ".attn.o.weight")) return {1, c.heads * head_dim};
-  if (EndsWith(name, ".mlp.gate.weight") || EndsWith(name, ".mlp.up.weight")) return {0, c.mlp_hidden};
+  if (EndsWith(name, ".mlp.gate.weight") || EndsWith(name, ".mlp.up.weight"))
+    return {0, c.mlp_hidden};
   if (EndsWith(name, ".mlp.down.weight")) return {1, c.mlp_hidden};
   return {};
 }
 
-int64_t LlmShardElements(const LlmConfig& config, const ParameterInfo& parameter, int size, int rank) {
+int64_t LlmShardElements(const LlmConfig& config, const ParameterInfo& parameter, int size,
+                         int rank) {
   const TensorSplit split = LlmParameterSplit(config, parameter.name, size);
-  if (split.dim < 0 || split.full == 0) return parameter.numel();  // an empty vocabulary: nothing to split
+  if (split.dim < 0 || split.full == 0)
+    return parameter.numel();  // an empty vocabulary: nothing to split
   const int64_t rows = split.full / size + (rank < split.full % size ? 1 : 0);
   return parameter.numel() / split.full * rows;
 }

@@ -1,5 +1,5 @@
-// The parameters of the two models (models/vision_encoder.h, models/llm.h) by name and shape, worked
-// out from their sizes without building them: what a job's memory estimate counts
+// The parameters of the two models (models/vision_encoder.h, models/llm.h) by name and shape,
+// worked out from their sizes without building them: what a job's memory estimate counts
 // (jobspec/memory_estimate.h) at submit, where no model can be built. Plain C++, no LibTorch: the
 // models' tests hold these lists equal to the built modules' named_parameters().
 //
@@ -40,6 +40,7 @@ TensorSplit LlmParameterSplit(const LlmConfig& config, std::string_view name, in
 
 // The elements of `parameter` that rank `rank` of `size` holds: with an uneven split the first
 // full % size ranks hold one row or column more.
-int64_t LlmShardElements(const LlmConfig& config, const ParameterInfo& parameter, int size, int rank);
+int64_t LlmShardElements(const LlmConfig& config, const ParameterInfo& parameter, int size,
+                         int rank);
 
 }  // namespace tandem::models

@@ -31,17 +31,20 @@ class VisionAttentionImpl : public torch::nn::Module {
 
   at::Tensor forward(const at::Tensor& x) {
     const int64_t batch = x.size(0), seq = x.size(1), hidden = x.size(2), dim = hidden / heads_;
-    at::Tensor qkv = LinearAs(qkv_, x).view({batch, seq, 3, heads_, dim});  // [B, n, 3, heads, head_dim]
+    at::Tensor qkv =
+        LinearAs(qkv_, x).view({batch, seq, 3, heads_, dim});  // [B, n, 3, heads, head_dim]
     if (sp_->active()) {
       // [B, n, heads, 3 head_dim] (this rank's n positions) -> [B, N, heads / S, 3 head_dim]: every
       // position, this rank's heads; q, k and v travel in one all-to-all.
-      qkv = parallel::SequenceToHeads(qkv.transpose(2, 3).reshape({batch, seq, heads_, 3 * dim}), *sp_);
+      qkv = parallel::SequenceToHeads(qkv.transpose(2, 3).reshape({batch, seq, heads_, 3 * dim}),
+                                      *sp_);
       qkv = qkv.view({batch, qkv.size(1), qkv.size(2), 3, dim}).transpose(2, 3);
     }
     // [3, B, heads / S, N, head_dim], unbound: its backward stacks the three gradients in one
     // kernel, where selecting each zero-fills a [3, ...] gradient and adds them up.
     const std::vector<at::Tensor> q_k_v = qkv.permute({2, 0, 3, 1, 4}).unbind(0);
-    at::Tensor out = compat::ScaledDotProductAttention(q_k_v[0], q_k_v[1], q_k_v[2], /*is_causal=*/false);
+    at::Tensor out =
+        compat::ScaledDotProductAttention(q_k_v[0], q_k_v[1], q_k_v[2], /*is_causal=*/false);
     out = parallel::HeadsToSequence(out.transpose(1, 2), *sp_);  // [B, n, heads, head_dim]
     return LinearAs(proj_, out.reshape({batch, seq, hidden}));
   }
@@ -65,7 +68,9 @@ class VisionMlpImpl : public torch::nn::Module {
         fc1_(register_module("fc1", torch::nn::Linear(hidden, mlp_hidden))),
         fc2_(register_module("fc2", torch::nn::Linear(mlp_hidden, hidden))) {}
 
-  at::Tensor forward(const at::Tensor& x) { return LinearAs(fc2_, Activate(activation_, LinearAs(fc1_, x))); }
+  at::Tensor forward(const at::Tensor& x) {
+    return LinearAs(fc2_, Activate(activation_, LinearAs(fc1_, x)));
+  }
 
   void Init(double std, double residual_std) {
     InitLinear(fc1_, std);
@@ -83,9 +88,13 @@ class VisionBlock : public engine::BlockModule {
  public:
   VisionBlock(const VisionConfig& c, const SequenceParallel& sp)
       : eps_(c.norm_eps),
-        norm1_(register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)))),
+        norm1_(register_module(
+            "norm1",
+            torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)))),
         attn_(register_module("attn", VisionAttention(c.hidden, c.heads, sp))),
-        norm2_(register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)))),
+        norm2_(register_module(
+            "norm2",
+            torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)))),
         mlp_(register_module("mlp", VisionMlp(c.hidden, c.mlp_hidden, c.activation))) {
     const double residual_std = kInitStd / std::sqrt(2.0 * static_cast<double>(c.layers));
     attn_->Init(kInitStd, residual_std);
@@ -110,33 +119,41 @@ class VisionBlock : public engine::BlockModule {
 
 void CheckConfig(const VisionConfig& c) {
   TORCH_CHECK(c.image_size > 0 && c.patch_size > 0 && c.image_size % c.patch_size == 0,
-              "VisionEncoder: image_size ", c.image_size, " must be a positive multiple of patch_size ",
-              c.patch_size);
+              "VisionEncoder: image_size ", c.image_size,
+              " must be a positive multiple of patch_size ", c.patch_size);
   TORCH_CHECK(c.channels > 0 && c.hidden > 0 && c.layers >= 0 && c.heads > 0 && c.mlp_hidden > 0 &&
                   c.output_dim > 0,
-              "VisionEncoder: sizes must be positive (channels ", c.channels, ", hidden ", c.hidden, ", layers ",
-              c.layers, ", heads ", c.heads, ", mlp_hidden ", c.mlp_hidden, ", output_dim ", c.output_dim, ")");
-  TORCH_CHECK(c.hidden % c.heads == 0, "VisionEncoder: hidden ", c.hidden, " must be a multiple of heads ",
-              c.heads);
-  TORCH_CHECK(c.positions == "learned" || c.positions == "sincos", "VisionEncoder: positions must be \"learned\" ",
-              "or \"sincos\", got \"", c.positions, "\"");
-  TORCH_CHECK(c.positions != "sincos" || (c.hidden % 4 == 0 && !c.class_token), "VisionEncoder: sincos positions ",
-              "need hidden ", c.hidden, " to be a multiple of 4 and no class token");
+              "VisionEncoder: sizes must be positive (channels ", c.channels, ", hidden ", c.hidden,
+              ", layers ", c.layers, ", heads ", c.heads, ", mlp_hidden ", c.mlp_hidden,
+              ", output_dim ", c.output_dim, ")");
+  TORCH_CHECK(c.hidden % c.heads == 0, "VisionEncoder: hidden ", c.hidden,
+              " must be a multiple of heads ", c.heads);
+  TORCH_CHECK(c.positions == "learned" || c.positions == "sincos",
+              "VisionEncoder: positions must be \"learned\" ", "or \"sincos\", got \"", c.positions,
+              "\"");
+  TORCH_CHECK(c.positions != "sincos" || (c.hidden % 4 == 0 && !c.class_token),
+              "VisionEncoder: sincos positions ", "need hidden ", c.hidden,
+              " to be a multiple of 4 and no class token");
   const auto per_channel = [&](const std::vector<double>& v) {
     return v.empty() || static_cast<int64_t>(v.size()) == c.channels;
   };
-  TORCH_CHECK(per_channel(c.image_mean) && per_channel(c.image_std), "VisionEncoder: image_mean and image_std ",
-              "need one value per channel (", c.channels, ") or none, got ", c.image_mean.size(), " and ",
-              c.image_std.size());
-  for (double s : c.image_std) TORCH_CHECK(s > 0, "VisionEncoder: image_std values must be positive, got ", s);
-  TORCH_CHECK(IsKnownActivation(c.activation), "VisionEncoder: unknown activation \"", c.activation, "\"");
-  TORCH_CHECK(c.projector == "linear" || c.projector == "mlp2x", "VisionEncoder: projector must be \"linear\" or ",
-              "\"mlp2x\", got \"", c.projector, "\"");
-  TORCH_CHECK(IsKnownActivation(c.projector_activation), "VisionEncoder: unknown projector activation \"",
-              c.projector_activation, "\"");
-  TORCH_CHECK(c.feature_index() >= 0 && c.feature_index() <= c.layers, "VisionEncoder: feature_layer ",
-              c.feature_layer, " is outside the ", c.layers + 1, " hidden states of ", c.layers, " layers");
-  TORCH_CHECK(c.num_features() > 0, "VisionEncoder: no features are left after dropping the first position");
+  TORCH_CHECK(per_channel(c.image_mean) && per_channel(c.image_std),
+              "VisionEncoder: image_mean and image_std ", "need one value per channel (",
+              c.channels, ") or none, got ", c.image_mean.size(), " and ", c.image_std.size());
+  for (double s : c.image_std)
+    TORCH_CHECK(s > 0, "VisionEncoder: image_std values must be positive, got ", s);
+  TORCH_CHECK(IsKnownActivation(c.activation), "VisionEncoder: unknown activation \"", c.activation,
+              "\"");
+  TORCH_CHECK(c.projector == "linear" || c.projector == "mlp2x",
+              "VisionEncoder: projector must be \"linear\" or ", "\"mlp2x\", got \"", c.projector,
+              "\"");
+  TORCH_CHECK(IsKnownActivation(c.projector_activation),
+              "VisionEncoder: unknown projector activation \"", c.projector_activation, "\"");
+  TORCH_CHECK(c.feature_index() >= 0 && c.feature_index() <= c.layers,
+              "VisionEncoder: feature_layer ", c.feature_layer, " is outside the ", c.layers + 1,
+              " hidden states of ", c.layers, " layers");
+  TORCH_CHECK(c.num_features() > 0,
+              "VisionEncoder: no features are left after dropping the first position");
 }
 
 void CheckSequenceParallel(const VisionConfig& c, int size) {
@@ -152,8 +169,8 @@ void CheckSequenceParallel(const VisionConfig& c, int size) {
 void CheckImages(const VisionConfig& c, const at::Tensor& x, const char* what) {
   TORCH_CHECK(x.defined() && x.dim() == 4 && x.size(1) == c.channels && x.size(2) == c.image_size &&
                   x.size(3) == c.image_size,
-              "VisionEncoder: expected ", what, " [batch, ", c.channels, ", ", c.image_size, ", ", c.image_size,
-              "], got ", x.defined() ? x.sizes() : at::IntArrayRef{});
+              "VisionEncoder: expected ", what, " [batch, ", c.channels, ", ", c.image_size, ", ",
+              c.image_size, "], got ", x.defined() ? x.sizes() : at::IntArrayRef{});
 }
 
 void Freeze(torch::nn::Module& module) {
@@ -184,21 +201,26 @@ parallel::Range VisionFeatureRange(const VisionConfig& config, int size, int ran
 }
 
 at::Tensor SinCosPositions2d(int64_t grid, int64_t dim) {
-  TORCH_CHECK(dim > 0 && dim % 4 == 0, "SinCosPositions2d: dim ", dim, " must be a positive multiple of 4");
+  TORCH_CHECK(dim > 0 && dim % 4 == 0, "SinCosPositions2d: dim ", dim,
+              " must be a positive multiple of 4");
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   const int64_t quarter = dim / 4;
-  const at::Tensor omega = torch::pow(10000.0, -torch::arange(quarter, f64) / static_cast<double>(quarter));
+  const at::Tensor omega =
+      torch::pow(10000.0, -torch::arange(quarter, f64) / static_cast<double>(quarter));
   const at::Tensor coords = torch::arange(grid, f64);
   const at::Tensor angles = torch::outer(coords, omega);                    // [grid, dim/4]
   const at::Tensor axis = torch::cat({angles.sin(), angles.cos()}, -1);     // [grid, dim/2]
   const at::Tensor rows = axis.unsqueeze(1).expand({grid, grid, dim / 2});  // row of patch (r, c)
-  const at::Tensor cols = axis.unsqueeze(0).expand({grid, grid, dim / 2});  // column of patch (r, c)
+  const at::Tensor cols =
+      axis.unsqueeze(0).expand({grid, grid, dim / 2});  // column of patch (r, c)
   return torch::cat({rows, cols}, -1).reshape({grid * grid, dim}).to(torch::kFloat);
 }
 
-VisionEncoderImpl::VisionEncoderImpl(const VisionConfig& config, parallel::ParallelGroup sequence_parallel)
+VisionEncoderImpl::VisionEncoderImpl(const VisionConfig& config,
+                                     parallel::ParallelGroup sequence_parallel)
     : config_(config),
-      sequence_parallel_(std::make_shared<const parallel::ParallelGroup>(std::move(sequence_parallel))) {
+      sequence_parallel_(
+          std::make_shared<const parallel::ParallelGroup>(std::move(sequence_parallel))) {
   CheckConfig(config_);
   CheckSequenceParallel(config_, sequence_parallel_->size());
   const auto& c = config_;
@@ -224,13 +246,15 @@ VisionEncoderImpl::VisionEncoderImpl(const VisionConfig& config, parallel::Paral
     patch_embed_->weight.normal_(0.0, kInitStd);
     if (c.patch_bias) patch_embed_->bias.zero_();
   }
-  const auto layer_norm = [&] { return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)); };
+  const auto layer_norm = [&] {
+    return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps));
+  };
   if (c.pre_norm) pre_norm_ = register_module("pre_norm", layer_norm());
   block_list_ = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.layers; ++i) {
     auto block = std::make_shared<VisionBlock>(c, sequence_parallel_);
-    // Blocks after the feature layer never run (LLaVA's -2 skips the last): frozen, as PyTorch would
-    // leave a parameter without gradient untouched.
+    // Blocks after the feature layer never run (LLaVA's -2 skips the last): frozen, as PyTorch
+    // would leave a parameter without gradient untouched.
     if (i >= c.feature_index()) Freeze(*block);
     block_list_->push_back(block);
     blocks_.push_back(block);
@@ -251,7 +275,9 @@ VisionEncoderImpl::VisionEncoderImpl(const VisionConfig& config, parallel::Paral
   // Buffers, so that they move with the model (NOTE [Model dtypes]: engines ignore buffers).
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   const auto per_channel = [&](const std::vector<double>& v) {
-    return (v.empty() ? torch::full({c.channels}, 0.5, f64) : torch::tensor(v, f64)).to(torch::kFloat).view({1, -1, 1, 1});
+    return (v.empty() ? torch::full({c.channels}, 0.5, f64) : torch::tensor(v, f64))
+        .to(torch::kFloat)
+        .view({1, -1, 1, 1});
   };
   pixel_mean_ = register_buffer("pixel_mean", per_channel(c.image_mean));
   pixel_std_ = register_buffer("pixel_std", per_channel(c.image_std));
@@ -270,7 +296,8 @@ at::Tensor VisionEncoderImpl::ForwardNormalized(const at::Tensor& pixels) {
   const auto dtype = compute_dtype_.value_or(patch_embed_->weight.scalar_type());
   // This rank's positions [begin, end): the class token is position 0, patch p position p + 1.
   const int64_t cls = c.class_token ? 1 : 0;
-  const int64_t first = std::max<int64_t>(positions_range_.begin - cls, 0), last = positions_range_.end - cls;
+  const int64_t first = std::max<int64_t>(positions_range_.begin - cls, 0),
+                last = positions_range_.end - cls;
   at::Tensor x;
   if (last > first) {
     // Only the grid rows holding this rank's patches go through the patch embedding.

@@ -3,9 +3,11 @@
 //
 //   images [B, C, H, W] float in [0, 1]  ->  (x - 0.5) / 0.5
 //   -> patch_embed Conv2d(C, hidden, kernel = stride = patch) -> [B, P, hidden] (P = (H/patch)^2,
-//      row-major over the patch grid) + positions (learned parameter, or fixed 2D sine-cosine buffer)
+//      row-major over the patch grid) + positions (learned parameter, or fixed 2D sine-cosine
+//      buffer)
 //   -> layers x pre-norm block: x += proj(MHSA(LN(x))); x += fc2(GELU(fc1(LN(x))))
-//   -> projector: Linear(hidden, output_dim) -> GELU -> Linear(output_dim, output_dim)  ->  [B, P, output_dim]
+//   -> projector: Linear(hidden, output_dim) -> GELU -> Linear(output_dim, output_dim)
+//   -> [B, P, output_dim]
 //
 // NOTE [Vision towers]
 // The same class holds the pretrained towers of Hugging Face checkpoints (hf/), set by the
@@ -29,9 +31,9 @@
 // its parameters just in time (ZeRO-3) and recompute it in backward (set_recompute). Dtypes: NOTE
 // [Model dtypes] in models/layers.h; under autocast the output has the autocast dtype.
 //
-// Errors: the constructor and forward throw c10::Error (TORCH_CHECK) for an inconsistent config or an
-// input of the wrong shape; the message names the sizes.
-// Thread-compatible: one forward at a time.
+// Errors: the constructor and forward throw c10::Error (TORCH_CHECK) for an inconsistent config or
+// an input of the wrong shape; the message names the sizes. Thread-compatible: one forward at a
+// time.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -65,11 +67,12 @@ namespace tandem::models {
 class VisionEncoderImpl : public torch::nn::Module {
  public:
   // Builds and initialises the model from the default generator (deterministic given
-  // torch::manual_seed). REQUIRES: image_size a positive multiple of patch_size, hidden a multiple of
-  // heads, positions "learned" or "sincos" (then hidden a multiple of 4); sizes positive. With a
+  // torch::manual_seed). REQUIRES: image_size a positive multiple of patch_size, hidden a multiple
+  // of heads, positions "learned" or "sincos" (then hidden a multiple of 4); sizes positive. With a
   // sequence-parallel group of S ranks also: S divides heads and num_positions(). The group must
   // outlive the model.
-  explicit VisionEncoderImpl(const VisionConfig& config, parallel::ParallelGroup sequence_parallel = {});
+  explicit VisionEncoderImpl(const VisionConfig& config,
+                             parallel::ParallelGroup sequence_parallel = {});
 
   // images [B, channels, image_size, image_size], values in [0, 1] -> [B, num_features, output_dim]
   // ([B, feature_range().size(), output_dim] on a sequence-parallel rank).
@@ -106,10 +109,10 @@ class VisionEncoderImpl : public torch::nn::Module {
   torch::nn::LayerNorm pre_norm_{nullptr};
   torch::nn::ModuleList block_list_{nullptr};
   std::vector<std::shared_ptr<engine::BlockModule>> blocks_;
-  torch::nn::LayerNorm norm_{nullptr};         // when config.final_norm
-  torch::nn::Linear projector_{nullptr};       // "linear", or linear_1 of "mlp2x"
-  torch::nn::Linear projector_2_{nullptr};     // linear_2 of "mlp2x"
-  at::Tensor pixel_mean_, pixel_std_;          // fp32 buffers [1, channels, 1, 1]
+  torch::nn::LayerNorm norm_{nullptr};      // when config.final_norm
+  torch::nn::Linear projector_{nullptr};    // "linear", or linear_1 of "mlp2x"
+  torch::nn::Linear projector_2_{nullptr};  // linear_2 of "mlp2x"
+  at::Tensor pixel_mean_, pixel_std_;       // fp32 buffers [1, channels, 1, 1]
   c10::optional<at::ScalarType> compute_dtype_;
 };
 TORCH_MODULE(VisionEncoder);
@@ -119,8 +122,8 @@ TORCH_MODULE(VisionEncoder);
 // REQUIRES: size divides num_positions().
 parallel::Range VisionFeatureRange(const VisionConfig& config, int size, int rank);
 
-// The fixed 2D sine-cosine position table [grid * grid, dim] (fp32, row-major over the grid, as MAE):
-// the first dim/2 channels encode the patch row, the last dim/2 the column; each half is
+// The fixed 2D sine-cosine position table [grid * grid, dim] (fp32, row-major over the grid, as
+// MAE): the first dim/2 channels encode the patch row, the last dim/2 the column; each half is
 // [sin(p * w_k), cos(p * w_k)] with w_k = 10000^(-k / (dim/4)), k < dim/4. REQUIRES: dim % 4 == 0.
 at::Tensor SinCosPositions2d(int64_t grid, int64_t dim);
 

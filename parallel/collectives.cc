@@ -41,11 +41,13 @@ at::Tensor SumOverGroup(const at::Tensor& x, const ParallelGroup& group) {
 // [B, S/G, H, D] -> [B, S, H/G, D]
 at::Tensor SwapToHeads(const at::Tensor& x, const ParallelGroup& group) {
   const int64_t g = group.size();
-  TORCH_CHECK(x.dim() == 4, "SequenceToHeads: need [batch, sequence / ", g, ", heads, head_dim], got ", x.sizes());
+  TORCH_CHECK(x.dim() == 4, "SequenceToHeads: need [batch, sequence / ", g,
+              ", heads, head_dim], got ", x.sizes());
   const int64_t batch = x.size(0), local = x.size(1), heads = x.size(2), dim = x.size(3);
-  TORCH_CHECK(heads % g == 0, "SequenceToHeads: ", heads, " heads do not divide over ", g, " ranks of group '",
-              group.comm->group_name(), "'");
-  at::Tensor send = x.reshape({batch, local, g, heads / g, dim}).permute({2, 0, 1, 3, 4}).contiguous();
+  TORCH_CHECK(heads % g == 0, "SequenceToHeads: ", heads, " heads do not divide over ", g,
+              " ranks of group '", group.comm->group_name(), "'");
+  at::Tensor send =
+      x.reshape({batch, local, g, heads / g, dim}).permute({2, 0, 1, 3, 4}).contiguous();
   at::Tensor received = at::empty_like(send);
   if (send.numel() > 0) WaitOrThrow(group.comm->AllToAll(send, received), group);
   // Chunk s holds rank s's positions: they come s-th in the sequence.
@@ -55,11 +57,13 @@ at::Tensor SwapToHeads(const at::Tensor& x, const ParallelGroup& group) {
 // [B, S, H/G, D] -> [B, S/G, H, D]
 at::Tensor SwapToSequence(const at::Tensor& x, const ParallelGroup& group) {
   const int64_t g = group.size();
-  TORCH_CHECK(x.dim() == 4, "HeadsToSequence: need [batch, sequence, heads / ", g, ", head_dim], got ", x.sizes());
+  TORCH_CHECK(x.dim() == 4, "HeadsToSequence: need [batch, sequence, heads / ", g,
+              ", head_dim], got ", x.sizes());
   const int64_t batch = x.size(0), seq = x.size(1), heads = x.size(2), dim = x.size(3);
   TORCH_CHECK(seq % g == 0, "HeadsToSequence: a sequence of ", seq, " does not divide over ", g,
               " ranks of group '", group.comm->group_name(), "'");
-  at::Tensor send = x.reshape({batch, g, seq / g, heads, dim}).permute({1, 0, 2, 3, 4}).contiguous();
+  at::Tensor send =
+      x.reshape({batch, g, seq / g, heads, dim}).permute({1, 0, 2, 3, 4}).contiguous();
   at::Tensor received = at::empty_like(send);
   if (send.numel() > 0) WaitOrThrow(group.comm->AllToAll(send, received), group);
   // Chunk s holds rank s's heads for this rank's positions.
@@ -81,7 +85,9 @@ struct ReduceFromGroupFunction : public torch::autograd::Function<ReduceFromGrou
   static at::Tensor forward(AutogradContext*, const at::Tensor& x, const ParallelGroup& group) {
     return SumOverGroup(x, group);
   }
-  static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], at::Tensor()}; }
+  static variable_list backward(AutogradContext*, variable_list grads) {
+    return {grads[0], at::Tensor()};
+  }
 };
 
 struct SequenceToHeadsFunction : public torch::autograd::Function<SequenceToHeadsFunction> {
@@ -145,8 +151,8 @@ at::Tensor GatherLastDim(const at::Tensor& x, int64_t total, const ParallelGroup
   if (!group.active()) return x;
   torch::NoGradGuard no_grad;
   const Range mine = EvenSplit(total, group.size(), group.rank());
-  TORCH_CHECK(x.size(-1) == mine.size(), "GatherLastDim: rank ", group.rank(), " holds ", x.size(-1),
-              " columns; its share of ", total, " is ", mine.size());
+  TORCH_CHECK(x.size(-1) == mine.size(), "GatherLastDim: rank ", group.rank(), " holds ",
+              x.size(-1), " columns; its share of ", total, " is ", mine.size());
   std::vector<int64_t> sizes = x.sizes().vec();
   sizes.back() = total;
   // Every other rank's columns are zero here: the sum is exact, also in bf16.

@@ -52,7 +52,9 @@ struct RankCommunicators {
 
 // Joins the rank's groups through `store` (engine::CreateGroupCommunicator under each group's
 // name; `options.group_name` is ignored). Its errors name the group.
-absl::StatusOr<RankCommunicators> CreateRankCommunicators(const RankLayout& layout, std::shared_ptr<KeyValueStore> store,
-                                                          const c10::Device& device, engine::GroupOptions options);
+absl::StatusOr<RankCommunicators> CreateRankCommunicators(const RankLayout& layout,
+                                                          std::shared_ptr<KeyValueStore> store,
+                                                          const c10::Device& device,
+                                                          engine::GroupOptions options);
 
 }  // namespace tandem::parallel

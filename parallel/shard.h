@@ -23,8 +23,9 @@ struct Shard {
 // Throws c10::Error when `full` does not have the shard's full size along its dimension.
 inline at::Tensor TakeShard(const at::Tensor& full, const Shard& shard) {
   if (!shard.split()) return full;
-  TORCH_CHECK(full.dim() > shard.dim && full.size(shard.dim) == shard.full, "TakeShard: a tensor of ", full.sizes(),
-              " is not split ", shard.full, " along dimension ", shard.dim);
+  TORCH_CHECK(full.dim() > shard.dim && full.size(shard.dim) == shard.full,
+              "TakeShard: a tensor of ", full.sizes(), " is not split ", shard.full,
+              " along dimension ", shard.dim);
   return full.narrow(shard.dim, shard.range.begin, shard.range.size()).contiguous();
 }
 

@@ -12,9 +12,11 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // Forward: the loss per row [N] in fp32. Saves the local softmax and the one-hot's position.
-struct VocabParallelCrossEntropyFunction : public torch::autograd::Function<VocabParallelCrossEntropyFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets,
-                            const Range& columns, const ParallelGroup& group) {
+struct VocabParallelCrossEntropyFunction
+    : public torch::autograd::Function<VocabParallelCrossEntropyFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits,
+                            const at::Tensor& targets, const Range& columns,
+                            const ParallelGroup& group) {
     const int64_t rows = logits.size(0), g = group.size();
     const at::Tensor x = logits.to(at::kFloat);
     // The largest logit of each row over the whole vocabulary, for a stable exponential.
@@ -26,7 +28,8 @@ struct VocabParallelCrossEntropyFunction : public torch::autograd::Function<Voca
     const at::Tensor mine = local.ge(0).logical_and(local.lt(columns.size()));
     const at::Tensor index = local.clamp(0, columns.size() - 1).unsqueeze(1);
     // One all-reduce: [sum of exponentials ; the target's shifted logit, from the rank holding it].
-    at::Tensor sums = at::cat({exponentials.sum(1), shifted.gather(1, index).squeeze(1) * mine.to(at::kFloat)});
+    at::Tensor sums =
+        at::cat({exponentials.sum(1), shifted.gather(1, index).squeeze(1) * mine.to(at::kFloat)});
     WaitOrThrow(group.comm->AllReduceSum(sums), group);
     const at::Tensor total = sums.narrow(0, 0, rows);
     ctx->save_for_backward({exponentials / total.unsqueeze(1), index, mine});
@@ -46,10 +49,11 @@ struct VocabParallelCrossEntropyFunction : public torch::autograd::Function<Voca
 
 }  // namespace
 
-at::Tensor VocabParallelEmbedding(const at::Tensor& weight, const at::Tensor& tokens, const Range& rows,
-                                  const ParallelGroup& group) {
-  TORCH_CHECK(weight.dim() == 2 && weight.size(0) == rows.size(), "VocabParallelEmbedding: rank ", group.rank(),
-              " holds rows [", rows.begin, ", ", rows.end, ") and a table of ", weight.sizes());
+at::Tensor VocabParallelEmbedding(const at::Tensor& weight, const at::Tensor& tokens,
+                                  const Range& rows, const ParallelGroup& group) {
+  TORCH_CHECK(weight.dim() == 2 && weight.size(0) == rows.size(), "VocabParallelEmbedding: rank ",
+              group.rank(), " holds rows [", rows.begin, ", ", rows.end, ") and a table of ",
+              weight.sizes());
   if (!group.active()) return F::embedding(tokens, weight);
   const at::Tensor local = tokens - rows.begin;
   const at::Tensor outside = local.lt(0).logical_or(local.ge(rows.size()));
@@ -58,14 +62,15 @@ at::Tensor VocabParallelEmbedding(const at::Tensor& weight, const at::Tensor& to
   return ReduceFromGroup(embedded, group);
 }
 
-at::Tensor VocabParallelCrossEntropySum(const at::Tensor& logits, const at::Tensor& targets, const Range& columns,
-                                        const ParallelGroup& group) {
+at::Tensor VocabParallelCrossEntropySum(const at::Tensor& logits, const at::Tensor& targets,
+                                        const Range& columns, const ParallelGroup& group) {
   TORCH_CHECK(logits.dim() == 2 && targets.dim() == 1 && logits.size(0) == targets.size(0) &&
                   logits.size(1) == columns.size(),
-              "VocabParallelCrossEntropySum: logits [rows, ", columns.size(), "] and targets [rows] must agree, got ",
-              logits.sizes(), " and ", targets.sizes());
+              "VocabParallelCrossEntropySum: logits [rows, ", columns.size(),
+              "] and targets [rows] must agree, got ", logits.sizes(), " and ", targets.sizes());
   if (!group.active()) {
-    return F::cross_entropy(logits.to(at::kFloat), targets, F::CrossEntropyFuncOptions().reduction(torch::kSum));
+    return F::cross_entropy(logits.to(at::kFloat), targets,
+                            F::CrossEntropyFuncOptions().reduction(torch::kSum));
   }
   if (logits.size(0) == 0) return logits.to(at::kFloat).sum();  // keeps the graph; issues nothing
   return VocabParallelCrossEntropyFunction::apply(logits, targets, columns, group).sum();

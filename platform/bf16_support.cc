@@ -1,7 +1,7 @@
 #include "platform/bf16_support.h"
 
-#include <ATen/Context.h>
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 
 #include <algorithm>
 #include <atomic>
@@ -59,7 +59,8 @@ Bf16Support CudaSupport(const std::string& device) {
   const int index = d.has_index() ? d.index() : c10::cuda::current_device();
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(index);
   support.native = support.auto_is_bf16 = props->major >= 8;
-  support.detail = absl::StrCat(props->name, ", compute capability ", props->major, ".", props->minor);
+  support.detail =
+      absl::StrCat(props->name, ", compute capability ", props->major, ".", props->minor);
 #else
   support.native = support.auto_is_bf16 = true;
   support.detail = "CUDA device (capability unknown: LibTorch without CUDA)";
@@ -97,8 +98,9 @@ absl::StatusOr<CpuBf16Override> ParseCpuBf16Override(std::string_view text) {
   if (text.empty() || text == "detect") return CpuBf16Override::kNone;
   if (text == "absent") return CpuBf16Override::kAbsent;
   if (text == "emulated") return CpuBf16Override::kEmulated;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "TANDEM_CPU_BF16: must be \"detect\", \"absent\" or \"emulated\", got \"", std::string(text), "\""));
+  return absl::InvalidArgumentError(
+      absl::StrCat("TANDEM_CPU_BF16: must be \"detect\", \"absent\" or \"emulated\", got \"",
+                   std::string(text), "\""));
 }
 
 void SetCpuBf16Override(CpuBf16Override mode) {

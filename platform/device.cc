@@ -29,11 +29,10 @@ absl::Status CheckDevice(const std::string& flag, const std::string& device, int
                          bool allow_spread) {
   const std::string what = absl::StrCat(flag, flag.empty() ? "" : " ", device, ": ");
   const std::string there =
-      cuda_devices == 0 ? "this host has no CUDA device"
-      : cuda_devices == 1
-          ? "this host has 1 CUDA device (cuda:0)"
-          : absl::StrCat("this host has ", cuda_devices, " CUDA devices (cuda:0 to cuda:",
-                         cuda_devices - 1, ")");
+      cuda_devices == 0   ? "this host has no CUDA device"
+      : cuda_devices == 1 ? "this host has 1 CUDA device (cuda:0)"
+                          : absl::StrCat("this host has ", cuda_devices,
+                                         " CUDA devices (cuda:0 to cuda:", cuda_devices - 1, ")");
   if (device == "cpu") return absl::OkStatus();
   if (device == "cuda" && allow_spread) {
     if (cuda_devices == 0) return absl::InvalidArgumentError(what + there);
@@ -44,8 +43,8 @@ absl::Status CheckDevice(const std::string& flag, const std::string& device, int
   if (!absl::ConsumePrefix(&index_text, "cuda:") || index_text.empty() ||
       index_text.find_first_not_of("0123456789") != absl::string_view::npos ||
       !absl::SimpleAtoi(index_text, &index)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, "expected cpu", allow_spread ? ", cuda" : "", " or cuda:N"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "expected cpu", allow_spread ? ", cuda" : "", " or cuda:N"));
   }
   if (index >= cuda_devices) return absl::InvalidArgumentError(what + there);
   return absl::OkStatus();
@@ -75,11 +74,15 @@ int64_t HostMemoryBytes(const std::string& meminfo, const std::string& limit) {
     if (!absl::ConsumePrefix(&rest, "MemTotal:")) continue;
     rest = absl::StripAsciiWhitespace(rest);
     int64_t kib = 0;
-    if (absl::ConsumeSuffix(&rest, "kB") && absl::SimpleAtoi(absl::StripAsciiWhitespace(rest), &kib)) total = kib * 1024;
+    if (absl::ConsumeSuffix(&rest, "kB") &&
+        absl::SimpleAtoi(absl::StripAsciiWhitespace(rest), &kib))
+      total = kib * 1024;
   }
   int64_t cap = 0;
   // cgroup v1 reports "no limit" as a number near 2^63: any cap above the total is none.
-  if (absl::SimpleAtoi(absl::StripAsciiWhitespace(limit), &cap) && cap > 0 && (total == 0 || cap < total)) return cap;
+  if (absl::SimpleAtoi(absl::StripAsciiWhitespace(limit), &cap) && cap > 0 &&
+      (total == 0 || cap < total))
+    return cap;
   return total;
 }
 
@@ -92,8 +95,8 @@ int64_t DeviceMemoryBytes(const std::string& device) {
 #ifdef TANDEM_CUDA_TORCH
   absl::string_view index_text = device;
   int index = 0;
-  if (absl::ConsumePrefix(&index_text, "cuda:") && absl::SimpleAtoi(index_text, &index) && index >= 0 &&
-      index < CudaDeviceCount()) {
+  if (absl::ConsumePrefix(&index_text, "cuda:") && absl::SimpleAtoi(index_text, &index) &&
+      index >= 0 && index < CudaDeviceCount()) {
     try {
       return static_cast<int64_t>(at::cuda::getDeviceProperties(index)->totalGlobalMem);
     } catch (const std::exception&) {

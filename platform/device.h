@@ -27,8 +27,8 @@ int CudaDeviceCount();
 absl::Status CheckDevice(const std::string& flag, const std::string& device, int cuda_devices,
                          bool allow_spread);
 
-// The device of the `rank`-th actor of a group under a checked `device`: "cuda" spreads the ranks over
-// the `cuda_devices` devices, any other value is every rank's.
+// The device of the `rank`-th actor of a group under a checked `device`: "cuda" spreads the ranks
+// over the `cuda_devices` devices, any other value is every rank's.
 std::string DeviceOfRank(const std::string& device, int rank, int cuda_devices);
 
 // The memory a job may use on `device`: a CUDA device's total memory; for "cpu" the host's

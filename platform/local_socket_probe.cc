@@ -75,7 +75,8 @@ LocalSocketProbe ProbeLocalSocket(std::chrono::milliseconds timeout) {
   address.sun_family = AF_UNIX;
   // Abstract: sun_path starts with a NUL, and the name is the bytes after it (no terminator).
   std::memcpy(address.sun_path + 1, probe.name.data(), probe.name.size());
-  const auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + probe.name.size());
+  const auto length =
+      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + probe.name.size());
 
   const Fd listener(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (listener.get() < 0) return Failed(probe, "socket", errno);
@@ -95,8 +96,10 @@ LocalSocketProbe ProbeLocalSocket(std::chrono::milliseconds timeout) {
 
   // A few bytes there and back: what a local link's handshake does first.
   const std::string message = absl::StrCat("tandem local link probe ", probe.name);
-  for (const auto& [from, to] : {std::pair{client.get(), server.get()}, std::pair{server.get(), client.get()}}) {
-    if (send(from, message.data(), message.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(message.size())) {
+  for (const auto& [from, to] :
+       {std::pair{client.get(), server.get()}, std::pair{server.get(), client.get()}}) {
+    if (send(from, message.data(), message.size(), MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(message.size())) {
       return Failed(probe, "send", errno);
     }
     std::string got(message.size(), '\0');
@@ -108,7 +111,8 @@ LocalSocketProbe ProbeLocalSocket(std::chrono::milliseconds timeout) {
       if (n < 0 && errno != EINTR && errno != EAGAIN) return Failed(probe, "receive", errno);
       if (n > 0) filled += static_cast<size_t>(n);
     }
-    if (got != message) return Failed(probe, "compare", 0, "the bytes received differ from those sent");
+    if (got != message)
+      return Failed(probe, "compare", 0, "the bytes received differ from those sent");
   }
   probe.ok = true;
   probe.bytes = static_cast<int>(message.size());

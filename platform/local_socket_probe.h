@@ -14,11 +14,12 @@ namespace tandem::platform {
 
 struct LocalSocketProbe {
   bool ok = false;
-  std::string name;       // the abstract name tried (without the leading NUL), "tandem-doctor-<pid>-<hex>"
-  int bytes = 0;          // bytes that went each way
-  // On failure: the step ("random", "socket", "bind", "listen", "connect", "accept", "send", "receive",
-  // "compare"), its errno (0 when the failure is no OS error) and one line naming both, e.g.
-  // "bind: Operation not permitted (EPERM)".
+  std::string
+      name;       // the abstract name tried (without the leading NUL), "tandem-doctor-<pid>-<hex>"
+  int bytes = 0;  // bytes that went each way
+  // On failure: the step ("random", "socket", "bind", "listen", "connect", "accept", "send",
+  // "receive", "compare"), its errno (0 when the failure is no OS error) and one line naming both,
+  // e.g. "bind: Operation not permitted (EPERM)".
   std::string step;
   int error_number = 0;
   std::string error;

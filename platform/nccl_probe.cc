@@ -1,7 +1,8 @@
 // One process drives every GPU: ncclCommInitAll makes a communicator per device, and each
 // iteration issues one ncclAllReduce per device between ncclGroupStart and ncclGroupEnd (one thread
-// may not issue them one after another: each waits for the others). The buffers are LibTorch tensors
-// on each device's current stream, which the all-reduces use too, so the fill precedes them.
+// may not issue them one after another: each waits for the others). The buffers are LibTorch
+// tensors on each device's current stream, which the all-reduces use too, so the fill precedes
+// them.
 #ifdef TANDEM_HAVE_NCCL
 
 #include "platform/nccl_probe.h"
@@ -26,8 +27,9 @@ constexpr int kWarmUp = 3;
 
 absl::Status CudaStatus(cudaError_t error, const char* call, const char* file, int line) {
   if (error == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(file, ":", line, ": ", call, ": ", cudaGetErrorName(error),
-                                          " (", cudaGetErrorString(error), ")"));
+  return absl::InternalError(absl::StrCat(file, ":", line, ": ", call, ": ",
+                                          cudaGetErrorName(error), " (", cudaGetErrorString(error),
+                                          ")"));
 }
 
 absl::Status NcclStatus(ncclResult_t result, const char* call, const char* file, int line) {
@@ -56,7 +58,8 @@ absl::StatusOr<AllReduceSpeed> Measure(int gpus, int64_t bytes, int iterations) 
   for (int i = 0; i < gpus; ++i) devices[i] = i;
   Communicators communicators;
   communicators.comms.assign(gpus, nullptr);
-  RETURN_IF_ERROR(TANDEM_PROBE_NCCL(ncclCommInitAll(communicators.comms.data(), gpus, devices.data())));
+  RETURN_IF_ERROR(
+      TANDEM_PROBE_NCCL(ncclCommInitAll(communicators.comms.data(), gpus, devices.data())));
   communicators.failed = true;  // until the end is reached
 
   std::vector<at::Tensor> send, receive;
@@ -118,7 +121,8 @@ absl::StatusOr<AllReduceSpeed> Measure(int gpus, int64_t bytes, int iterations) 
 std::string NcclVersion() {
   int code = 0;
   if (ncclGetVersion(&code) != ncclSuccess) return "unknown";
-  // From 2.9 the code is major * 10000 + minor * 100 + patch; before, major * 1000 + minor * 100 + patch.
+  // From 2.9 the code is major * 10000 + minor * 100 + patch; before, major * 1000 + minor * 100 +
+  // patch.
   const int major = code >= 10000 ? code / 10000 : code / 1000;
   const int minor = code >= 10000 ? code / 100 % 100 : code / 100 % 10;
   return absl::StrCat(major, ".", minor, ".", code % 100);

@@ -32,7 +32,8 @@ std::string BuildSetting(const std::string& config, const std::string& key) {
   const std::string needle = key + "=";
   size_t at = config.find(needle);
   // A whole key: at the start of the list or after ", ".
-  while (at != std::string::npos && at > 0 && config[at - 1] != ' ') at = config.find(needle, at + 1);
+  while (at != std::string::npos && at > 0 && config[at - 1] != ' ')
+    at = config.find(needle, at + 1);
   if (at == std::string::npos) return "";
   const size_t begin = at + needle.size();
   const size_t end = config.find_first_of(",\n", begin);
@@ -77,7 +78,8 @@ double MeasureGpuMatmul(int index, int size, int iterations) {
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < iterations; ++i) at::mm_out(c, a, b);
   C10_CUDA_CHECK(cudaDeviceSynchronize());
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return 2.0 * size * size * static_cast<double>(size) * iterations / seconds / 1e12;
 }
 
@@ -87,8 +89,8 @@ CudaReport DescribeCuda(const LibTorchInfo& libtorch, const ReportOptions& optio
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess) {
     (void)cudaGetLastError();  // clear it for LibTorch
-    // With the NVIDIA kernel driver loaded, a failure is a broken node (a driver older than the CUDA
-    // runtime, devices taken away); without it, a machine with no GPU.
+    // With the NVIDIA kernel driver loaded, a failure is a broken node (a driver older than the
+    // CUDA runtime, devices taken away); without it, a machine with no GPU.
     const bool driver = std::filesystem::exists("/proc/driver/nvidia/version");
     report.unusable = driver;
     report.none_reason = absl::StrCat(driver ? "the NVIDIA driver is loaded, but CUDA fails: "
@@ -108,7 +110,8 @@ CudaReport DescribeCuda(const LibTorchInfo& libtorch, const ReportOptions& optio
       device.memory_bytes = static_cast<int64_t>(props->totalGlobalMem);
       device.bf16 = DetectBf16Support(absl::StrCat("cuda:", i));
       if (options.probes) {
-        device.bf16_matmul_tflops = MeasureGpuMatmul(i, options.gpu_matmul_size, options.iterations);
+        device.bf16_matmul_tflops =
+            MeasureGpuMatmul(i, options.gpu_matmul_size, options.iterations);
       }
     } catch (const std::exception& e) {
       device.error = e.what();
@@ -129,8 +132,9 @@ CudaReport DescribeCuda(const LibTorchInfo& libtorch, const ReportOptions& optio
   const int visible = at::detail::getCUDAHooks().getNumGPUs();
   report.unusable = visible > 0;
   report.none_reason =
-      visible > 0 ? absl::StrCat(visible, " CUDA device(s), but this build of Tandem has no CUDA code "
-                                          "(it was configured without CUDA or without NCCL)")
+      visible > 0 ? absl::StrCat(visible,
+                                 " CUDA device(s), but this build of Tandem has no CUDA code "
+                                 "(it was configured without CUDA or without NCCL)")
                   : "no CUDA device";
   return report;
 }

@@ -36,27 +36,27 @@ struct LibTorchInfo {
   bool cuda = false;         // LibTorch was built with CUDA (USE_CUDA=ON in at::show_config())
   std::string cuda_version;  // the CUDA it was built with, e.g. "13.0"; "" without CUDA
   bool tandem_cuda = false;  // this build of Tandem has its CUDA code (TANDEM_CUDA_TORCH)
-  std::string blas_info;     // BLAS_INFO of LibTorch's build: "mkl", "open", "generic" (libblas.so.3)
-  std::string mkl;           // the MKL LibTorch carries, e.g. "Intel(R) oneAPI Math Kernel Library
-                             // Version 2024.2-Product Build 20240605"; "" when none
-  int threads = 0;           // intra-op threads (at::get_num_threads())
+  std::string blas_info;  // BLAS_INFO of LibTorch's build: "mkl", "open", "generic" (libblas.so.3)
+  std::string mkl;        // the MKL LibTorch carries, e.g. "Intel(R) oneAPI Math Kernel Library
+                          // Version 2024.2-Product Build 20240605"; "" when none
+  int threads = 0;        // intra-op threads (at::get_num_threads())
 };
 
 struct CpuReport {
   CpuFeatures features;
-  Bf16Support bf16;                         // DetectBf16Support("cpu"), the override applied
+  Bf16Support bf16;  // DetectBf16Support("cpu"), the override applied
   CpuBf16Override bf16_override = CpuBf16Override::kNone;  // from TANDEM_CPU_BF16
-  std::optional<MatmulSpeed> matmul;        // MeasureCpuMatmul(); absent when probes are skipped
+  std::optional<MatmulSpeed> matmul;  // MeasureCpuMatmul(); absent when probes are skipped
 };
 
 struct CudaDevice {
   int index = 0;
-  std::string name;               // e.g. "NVIDIA H100 80GB HBM3"
-  int major = 0, minor = 0;       // compute capability
+  std::string name;          // e.g. "NVIDIA H100 80GB HBM3"
+  int major = 0, minor = 0;  // compute capability
   int64_t memory_bytes = 0;
-  Bf16Support bf16;               // native from compute capability 8.0
+  Bf16Support bf16;                          // native from compute capability 8.0
   std::optional<double> bf16_matmul_tflops;  // measured bf16 matmul; absent when skipped or failed
-  std::string error;              // why the matmul probe failed; "" otherwise
+  std::string error;                         // why the matmul probe failed; "" otherwise
 };
 
 struct CudaReport {
@@ -72,18 +72,20 @@ struct CudaReport {
 // nccl-tests time it: algbw = bytes / time per all-reduce, busbw = algbw * 2 (n - 1) / n.
 struct AllReduceSpeed {
   int gpus = 0;
-  int64_t bytes = 0;       // per GPU
-  int iterations = 0;      // timed, after warm-up ones
-  double seconds = 0;      // per all-reduce
-  double algbw_gbps = 0;   // GB/s (1e9 bytes)
+  int64_t bytes = 0;      // per GPU
+  int iterations = 0;     // timed, after warm-up ones
+  double seconds = 0;     // per all-reduce
+  double algbw_gbps = 0;  // GB/s (1e9 bytes)
   double busbw_gbps = 0;
 };
 
 struct NcclReport {
-  bool built_in = false;     // this build has the NCCL backend (TANDEM_HAVE_NCCL)
-  std::string version;       // of the library loaded (ncclGetVersion), e.g. "2.28.9"; "" when not built in
-  std::optional<AllReduceSpeed> all_reduce;  // measured across 2 or more GPUs, unless skipped or failed
-  std::string error;         // why the all-reduce failed; "" otherwise
+  bool built_in = false;  // this build has the NCCL backend (TANDEM_HAVE_NCCL)
+  std::string
+      version;  // of the library loaded (ncclGetVersion), e.g. "2.28.9"; "" when not built in
+  std::optional<AllReduceSpeed>
+      all_reduce;     // measured across 2 or more GPUs, unless skipped or failed
+  std::string error;  // why the all-reduce failed; "" otherwise
 };
 
 struct PlatformReport {

@@ -3,7 +3,6 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/version.h>
-
 #include <unistd.h>
 
 #include <cstdio>

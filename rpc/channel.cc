@@ -20,7 +20,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   return grpc::CreateCustomChannel(address, ClientCredentials(), args);
 }
 
-void ConfigureServer(grpc::ServerBuilder& builder, const std::string& listen, int* port, const ServerLimits& limits) {
+void ConfigureServer(grpc::ServerBuilder& builder, const std::string& listen, int* port,
+                     const ServerLimits& limits) {
   grpc::EnableDefaultHealthCheckService(true);
   builder.AddListeningPort(listen, ServerCredentials(), port);
   builder.SetMaxReceiveMessageSize(limits.max_receive_bytes);
@@ -46,7 +47,8 @@ std::unique_ptr<grpc::ClientContext> ContextWithTimeout(std::chrono::millisecond
 
 std::string WithPort(const std::string& address, int port) {
   const size_t colon = address.rfind(':');
-  return (colon == std::string::npos ? address : address.substr(0, colon)) + ":" + std::to_string(port);
+  return (colon == std::string::npos ? address : address.substr(0, colon)) + ":" +
+         std::to_string(port);
 }
 
 }  // namespace tandem::rpc

@@ -18,8 +18,9 @@ absl::Status CheckHealth(const std::string& address, std::chrono::milliseconds t
   const absl::Status status = FromGrpc(stub->Check(&context, request, &response), what);
   if (!status.ok()) return status;
   if (response.status() != HealthCheckResponse::SERVING) {
-    return absl::FailedPreconditionError(absl::StrCat(what, " is not serving (",
-                                               HealthCheckResponse::ServingStatus_Name(response.status()), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " is not serving (",
+                     HealthCheckResponse::ServingStatus_Name(response.status()), ")"));
   }
   return absl::OkStatus();
 }
@@ -35,7 +36,8 @@ std::string HealthStreak::Why() const {
     return absl::StrCat("was stuck (health NOT_SERVING ", failed_,
                         " times in a row: a command ran past the command timeout) and was killed");
   }
-  return absl::StrCat("did not answer ", failed_, " health checks in a row (stopped or hung: ", last_.message(),
+  return absl::StrCat("did not answer ", failed_,
+                      " health checks in a row (stopped or hung: ", last_.message(),
                       ") and was killed");
 }
 

@@ -20,16 +20,19 @@ class RemoteStore : public KeyValueStore {
     request.set_key(key);
     request.set_value(value);
     v1::StoreSetResponse response;
-    return FromGrpc(stub_->StoreSet(ContextWithTimeout(kCallTimeout).get(), request, &response), What("set", key));
+    return FromGrpc(stub_->StoreSet(ContextWithTimeout(kCallTimeout).get(), request, &response),
+                    What("set", key));
   }
 
-  absl::StatusOr<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override {
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  std::chrono::milliseconds timeout) override {
     v1::StoreGetRequest request;
     request.set_key(key);
     request.set_timeout_ms(timeout.count());
     v1::StoreGetResponse response;
     absl::Status status = FromGrpc(
-        stub_->StoreGet(ContextWithTimeout(timeout + kCallTimeout).get(), request, &response), What("get", key));
+        stub_->StoreGet(ContextWithTimeout(timeout + kCallTimeout).get(), request, &response),
+        What("get", key));
     if (!status.ok()) return status;
     return response.value();
   }
@@ -40,7 +43,8 @@ class RemoteStore : public KeyValueStore {
     request.set_delta(delta);
     v1::StoreAddResponse response;
     absl::Status status =
-        FromGrpc(stub_->StoreAdd(ContextWithTimeout(kCallTimeout).get(), request, &response), What("add", key));
+        FromGrpc(stub_->StoreAdd(ContextWithTimeout(kCallTimeout).get(), request, &response),
+                 What("add", key));
     if (!status.ok()) return status;
     return response.value();
   }
@@ -50,7 +54,8 @@ class RemoteStore : public KeyValueStore {
     request.set_key(key);
     v1::StoreCheckResponse response;
     absl::Status status =
-        FromGrpc(stub_->StoreCheck(ContextWithTimeout(kCallTimeout).get(), request, &response), What("check", key));
+        FromGrpc(stub_->StoreCheck(ContextWithTimeout(kCallTimeout).get(), request, &response),
+                 What("check", key));
     if (!status.ok()) return status;
     return response.present();
   }

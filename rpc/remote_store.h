@@ -1,5 +1,5 @@
-// The coordinator's rendezvous store (tandem.v1.Coordinator Store* rpcs) as a KeyValueStore, for the
-// groups' communicators to bootstrap from (docs/design.md §5). Thread-safe (gRPC stubs are).
+// The coordinator's rendezvous store (tandem.v1.Coordinator Store* rpcs) as a KeyValueStore, for
+// the groups' communicators to bootstrap from (docs/design.md §5). Thread-safe (gRPC stubs are).
 #pragma once
 
 #include <memory>

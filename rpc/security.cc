@@ -48,9 +48,9 @@ absl::StatusOr<std::string> ReadFlagFile(const char* flag, const std::string& pa
 
 absl::Status CheckTokenLength(const std::string& token, const std::string& where) {
   if (token.size() < kMinTokenLength || token.size() > kMaxTokenLength) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": a token of ", token.size(), " characters; a token has ",
-                                                   kMinTokenLength, " to ", kMaxTokenLength,
-                                                   " (e.g. openssl rand -hex 32)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": a token of ", token.size(), " characters; a token has ",
+                     kMinTokenLength, " to ", kMaxTokenLength, " (e.g. openssl rand -hex 32)"));
   }
   return absl::OkStatus();
 }
@@ -82,7 +82,8 @@ absl::StatusOr<Security> LoadSecurity(const SecurityFlags& flags) {
     absl::StatusOr<std::string> token = ReadFlagFile("--token-file", flags.token_file);
     if (!token.ok()) return token.status();
     security.token = std::string(absl::StripAsciiWhitespace(*token));
-    RETURN_IF_ERROR(CheckTokenLength(security.token, absl::StrCat("--token-file: ", flags.token_file)));
+    RETURN_IF_ERROR(
+        CheckTokenLength(security.token, absl::StrCat("--token-file: ", flags.token_file)));
   } else if (const char* env = std::getenv(kTokenEnvironment); env != nullptr) {
     security.token = std::string(absl::StripAsciiWhitespace(env));
     if (security.token.empty()) {
@@ -135,23 +136,28 @@ class TokenProcessor final : public grpc::AuthMetadataProcessor {
  public:
   explicit TokenProcessor(std::string token) : token_(std::move(token)) {}
   bool IsBlocking() const override { return false; }  // compares strings only
-  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext*, OutputMetadata*, OutputMetadata*) override {
+  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext*, OutputMetadata*,
+                       OutputMetadata*) override {
     const auto path = metadata.find(":path");
-    if (path != metadata.end() && absl::StartsWith(absl::string_view(path->second.data(), path->second.size()),
-                                                   "/grpc.health.v1.Health/")) {
+    if (path != metadata.end() &&
+        absl::StartsWith(absl::string_view(path->second.data(), path->second.size()),
+                         "/grpc.health.v1.Health/")) {
       return grpc::Status::OK;  // probes carry no token
     }
     const auto found = metadata.find(kMetadataKey);
     const std::string_view presented =
-        found == metadata.end() ? std::string_view() : std::string_view(found->second.data(), found->second.size());
+        found == metadata.end() ? std::string_view()
+                                : std::string_view(found->second.data(), found->second.size());
     const std::string_view bearer(kBearer);
-    if (presented.substr(0, bearer.size()) == bearer && SameSecret(presented.substr(bearer.size()), token_)) {
+    if (presented.substr(0, bearer.size()) == bearer &&
+        SameSecret(presented.substr(bearer.size()), token_)) {
       return grpc::Status::OK;
     }
     const char* what = found == metadata.end() ? "no token" : "a wrong token";
     LogRefusal(what);
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        absl::StrCat(what, ": calls need the cluster's token (--token-file or $", kTokenEnvironment, ")"));
+                        absl::StrCat(what, ": calls need the cluster's token (--token-file or $",
+                                     kTokenEnvironment, ")"));
   }
 
  private:
@@ -160,9 +166,12 @@ class TokenProcessor final : public grpc::AuthMetadataProcessor {
     std::lock_guard<std::mutex> lock(mu_);
     ++refused_;
     const auto now = std::chrono::steady_clock::now();
-    if (logged_ != std::chrono::steady_clock::time_point{} && now - logged_ < std::chrono::minutes(1)) return;
-    TANDEM_LOG(kWarning, kComponent) << "refused a TLS call with " << what << " before reading it (UNAUTHENTICATED; "
-                                     << refused_ << " refused since the last such line)";
+    if (logged_ != std::chrono::steady_clock::time_point{} &&
+        now - logged_ < std::chrono::minutes(1))
+      return;
+    TANDEM_LOG(kWarning, kComponent)
+        << "refused a TLS call with " << what << " before reading it (UNAUTHENTICATED; " << refused_
+        << " refused since the last such line)";
     logged_ = now;
     refused_ = 0;
   }
@@ -184,7 +193,8 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials() {
   options.pem_root_certs = security.ca_pem;
   options.pem_key_cert_pairs.push_back({security.key_pem, security.cert_pem});
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::SslServerCredentials(options);
-  if (!security.token.empty()) credentials->SetAuthMetadataProcessor(std::make_shared<TokenProcessor>(security.token));
+  if (!security.token.empty())
+    credentials->SetAuthMetadataProcessor(std::make_shared<TokenProcessor>(security.token));
   return credentials;
 }
 
@@ -206,9 +216,10 @@ grpc::Status Authorize(const grpc::ServerContext& context) {
   static GuessThrottle* throttle = new GuessThrottle();
   const std::string host = PeerHost(context.peer());
   if (!throttle->Allows(host, GuessThrottle::Clock::now())) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        absl::StrCat(host, " presented ", GuessThrottle::kMaxWrongTokens,
-                                     " wrong tokens within a minute: its calls are refused until the minute ends"));
+    return grpc::Status(
+        grpc::StatusCode::UNAUTHENTICATED,
+        absl::StrCat(host, " presented ", GuessThrottle::kMaxWrongTokens,
+                     " wrong tokens within a minute: its calls are refused until the minute ends"));
   }
   if (has_bearer && SameSecret(presented.substr(bearer.size()), security.token)) {
     return grpc::Status::OK;
@@ -219,7 +230,8 @@ grpc::Status Authorize(const grpc::ServerContext& context) {
   if (found != metadata.end()) throttle->Refused(host, GuessThrottle::Clock::now());
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (logged->size() >= GuessThrottle::kMaxHosts) logged->clear();  // bounded: hosts may be logged again
+    if (logged->size() >= GuessThrottle::kMaxHosts)
+      logged->clear();  // bounded: hosts may be logged again
     if (logged->insert(host).second) {
       TANDEM_LOG(kWarning, kComponent)
           << "refused a call from " << context.peer() << " with " << what
@@ -234,7 +246,8 @@ grpc::Status Authorize(const grpc::ServerContext& context) {
 bool GuessThrottle::Allows(const std::string& host, Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = hosts_.find(host);
-  return it == hosts_.end() || now - it->second.start >= kWindow || it->second.wrong < kMaxWrongTokens;
+  return it == hosts_.end() || now - it->second.start >= kWindow ||
+         it->second.wrong < kMaxWrongTokens;
 }
 
 void GuessThrottle::Refused(const std::string& host, Clock::time_point now) {

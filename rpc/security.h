@@ -75,8 +75,8 @@ void AttachToken(grpc::ClientContext& context);
 grpc::Status Authorize(const grpc::ServerContext& context);
 
 // Counts each peer host's wrong tokens (a call without one guesses nothing) per minute-long window,
-// so a token cannot be guessed at the rate the server answers. Bounded: it remembers at most kMaxHosts hosts, forgetting the oldest
-// windows first. Thread-safe.
+// so a token cannot be guessed at the rate the server answers. Bounded: it remembers at most
+// kMaxHosts hosts, forgetting the oldest windows first. Thread-safe.
 class GuessThrottle {
  public:
   using Clock = std::chrono::steady_clock;

@@ -20,7 +20,8 @@ inline grpc::Status ToGrpc(const absl::Status& status) {
 inline absl::Status FromGrpc(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   std::string message = status.error_message();
-  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) message += " (is it running and reachable?)";
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE)
+    message += " (is it running and reachable?)";
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), message);
 }
 

@@ -16,24 +16,29 @@ std::string FormatDuration(double seconds) {
 
 std::string FormatProgressLine(const Progress& p) {
   const int width = static_cast<int>(absl::StrFormat("%d", p.total_steps).size());
-  std::string line = absl::StrFormat("step %*d/%d  loss %.4f  %.1f samples/s  elapsed %s", width, p.step,
-                                     p.total_steps, p.loss, p.samples_per_s, FormatDuration(p.elapsed_s));
+  std::string line =
+      absl::StrFormat("step %*d/%d  loss %.4f  %.1f samples/s  elapsed %s", width, p.step,
+                      p.total_steps, p.loss, p.samples_per_s, FormatDuration(p.elapsed_s));
   if (p.step > 0 && p.step < p.total_steps) {
-    const double eta = p.elapsed_s / static_cast<double>(p.step) * static_cast<double>(p.total_steps - p.step);
+    const double eta =
+        p.elapsed_s / static_cast<double>(p.step) * static_cast<double>(p.total_steps - p.step);
     line += "  ETA " + FormatDuration(eta);
   }
   if (!p.note.empty()) line += "  (" + p.note + ")";
   return line;
 }
 
-ProgressPrinter::ProgressPrinter(std::FILE* out, bool interactive) : out_(out), interactive_(interactive) {}
+ProgressPrinter::ProgressPrinter(std::FILE* out, bool interactive)
+    : out_(out), interactive_(interactive) {}
 
 void ProgressPrinter::Update(const Progress& progress) {
   if (out_ == nullptr) return;
   const auto now = std::chrono::steady_clock::now();
   const bool last = progress.step >= progress.total_steps;
   if (interactive_) {
-    if (!last && progress.note.empty() && line_open_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    if (!last && progress.note.empty() && line_open_ &&
+        now - last_draw_ < std::chrono::milliseconds(100))
+      return;
     std::fprintf(out_, "\r%s\033[K", FormatProgressLine(progress).c_str());
     line_open_ = true;
   } else {

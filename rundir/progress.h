@@ -1,6 +1,6 @@
 // The live progress line of a training run and its formatting. On a terminal the line is redrawn in
-// place ("\r", at most ten times a second); elsewhere (CI logs, pipes) a full line is printed every 5% of
-// the run, so logs stay short. Torch-free: `tandem submit --wait` prints the same line.
+// place ("\r", at most ten times a second); elsewhere (CI logs, pipes) a full line is printed every
+// 5% of the run, so logs stay short. Torch-free: `tandem submit --wait` prints the same line.
 #pragma once
 
 #include <chrono>
@@ -11,12 +11,12 @@
 namespace tandem::rundir {
 
 struct Progress {
-  int64_t step = 0;         // optimizer steps done
+  int64_t step = 0;  // optimizer steps done
   int64_t total_steps = 0;
   double loss = 0;
   double samples_per_s = 0;  // smoothed
   double elapsed_s = 0;
-  std::string note;          // e.g. "eval" while an evaluation runs; may be empty
+  std::string note;  // e.g. "eval" while an evaluation runs; may be empty
 };
 
 // "1m05s", "42s", "2h03m".

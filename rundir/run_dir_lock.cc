@@ -9,9 +9,11 @@
 
 namespace tandem::rundir {
 
-absl::StatusOr<RunDirLock> RunDirLock::Acquire(const std::string& run_dir, const std::string& holder) {
+absl::StatusOr<RunDirLock> RunDirLock::Acquire(const std::string& run_dir,
+                                               const std::string& holder) {
   const std::string path = (std::filesystem::path(run_dir) / ".lock").string();
-  ASSIGN_OR_RETURN(FileLock lock, FileLock::Acquire(path, absl::StrCat("run directory ", run_dir), holder));
+  ASSIGN_OR_RETURN(FileLock lock,
+                   FileLock::Acquire(path, absl::StrCat("run directory ", run_dir), holder));
   return RunDirLock(std::move(lock), run_dir);
 }
 

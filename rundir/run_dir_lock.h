@@ -19,14 +19,16 @@ class RunDirLock {
   // Takes the lock without waiting; `holder` (a job's id and name) is written into the lock file
   // for whoever tries next. FailedPrecondition naming the directory and the holder when another
   // has it; the errno's status naming the file when it cannot be opened (a symlink is refused).
-  static absl::StatusOr<RunDirLock> Acquire(const std::string& run_dir, const std::string& holder = "a job");
+  static absl::StatusOr<RunDirLock> Acquire(const std::string& run_dir,
+                                            const std::string& holder = "a job");
 
   // Removes what writers that died left in the locked directory: the temporary files of
   // WriteFileAtomically ("<name>.tmp.<pid>"), at any depth. Returns how many. Errors name the file.
   absl::StatusOr<int> RemoveLeftoverTempFiles() const;
 
  private:
-  RunDirLock(FileLock lock, std::string run_dir) : lock_(std::move(lock)), run_dir_(std::move(run_dir)) {}
+  RunDirLock(FileLock lock, std::string run_dir)
+      : lock_(std::move(lock)), run_dir_(std::move(run_dir)) {}
   FileLock lock_;
   std::string run_dir_;
 };

@@ -21,30 +21,34 @@ double Seconds(RunDriver::Clock::duration d) { return std::chrono::duration<doub
 absl::StatusOr<std::unique_ptr<RunDriver>> RunDriver::Open(const RunDriverOptions& options) {
   std::error_code ec;
   fs::create_directories(fs::path(options.run_dir) / "checkpoints", ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", options.run_dir, ": ", ec.message()));
+  if (ec)
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", options.run_dir, ": ", ec.message()));
   ASSIGN_OR_RETURN(RunDirLock lock, RunDirLock::Acquire(options.run_dir, options.holder));
   ASSIGN_OR_RETURN(const int leftovers, lock.RemoveLeftoverTempFiles());
-  RETURN_IF_ERROR(
-      WriteFileAtomically((fs::path(options.run_dir) / "job.json").string(), options.job_json + "\n"));
+  RETURN_IF_ERROR(WriteFileAtomically((fs::path(options.run_dir) / "job.json").string(),
+                                      options.job_json + "\n"));
   // Where the run starts: its own last complete checkpoint, else the one its spec names.
   std::optional<CheckpointInfo> resume = LatestCheckpoint(options.run_dir);
   const bool own = resume.has_value();
   if (!resume && !options.resume_from.empty()) {
     absl::StatusOr<CheckpointInfo> named = ReadResumePoint(options.resume_from, options.loop.steps);
     if (!named.ok()) {
-      return absl::Status(named.status().code(), absl::StrCat("resume_from: ", named.status().message()));
+      return absl::Status(named.status().code(),
+                          absl::StrCat("resume_from: ", named.status().message()));
     }
     resume = *std::move(named);
   }
   ASSIGN_OR_RETURN(MetricsLog metrics,
                    MetricsLog::OpenResumed((fs::path(options.run_dir) / "metrics.jsonl").string(),
                                            resume ? resume->step : 0));
-  return std::unique_ptr<RunDriver>(
-      new RunDriver(options, std::move(lock), std::move(resume), own, std::move(metrics), leftovers));
+  return std::unique_ptr<RunDriver>(new RunDriver(options, std::move(lock), std::move(resume), own,
+                                                  std::move(metrics), leftovers));
 }
 
-RunDriver::RunDriver(RunDriverOptions options, RunDirLock lock, std::optional<CheckpointInfo> resume,
-                     bool resume_is_own, MetricsLog metrics, int leftovers)
+RunDriver::RunDriver(RunDriverOptions options, RunDirLock lock,
+                     std::optional<CheckpointInfo> resume, bool resume_is_own, MetricsLog metrics,
+                     int leftovers)
     : options_(std::move(options)),
       lock_(std::move(lock)),
       resume_(std::move(resume)),
@@ -67,18 +71,19 @@ absl::StatusOr<RunSummary> RunDriver::Run(RunGroups& groups, Clock::time_point s
     ASSIGN_OR_RETURN(int64_t last, groups.BeforeSegment(first, planned));
     last = std::clamp(last, first, planned);
     Clock::time_point last_answer = Clock::now();  // evaluations and checkpoints are not step time
-    RETURN_IF_ERROR(groups.RunSteps(first, last, [&](int64_t step, const StepOutcome& outcome) -> absl::Status {
-      const Clock::time_point now = Clock::now();
-      const double step_seconds = Seconds(now - last_answer);
-      last_answer = now;
-      ASSIGN_OR_RETURN(const StepRecord record,
-                       loop_.RecordStep(step, outcome, step_seconds, Seconds(now - train_start)));
-      RETURN_IF_ERROR(metrics_.Append(record));
-      RETURN_IF_ERROR(groups.OnStep(record));
-      // The segment's last step is drawn after its evaluation, which the plot shows.
-      if (step != last && loop_.ShouldWritePlot(step)) RETURN_IF_ERROR(WritePlot());
-      return absl::OkStatus();
-    }));
+    RETURN_IF_ERROR(
+        groups.RunSteps(first, last, [&](int64_t step, const StepOutcome& outcome) -> absl::Status {
+          const Clock::time_point now = Clock::now();
+          const double step_seconds = Seconds(now - last_answer);
+          last_answer = now;
+          ASSIGN_OR_RETURN(const StepRecord record, loop_.RecordStep(step, outcome, step_seconds,
+                                                                     Seconds(now - train_start)));
+          RETURN_IF_ERROR(metrics_.Append(record));
+          RETURN_IF_ERROR(groups.OnStep(record));
+          // The segment's last step is drawn after its evaluation, which the plot shows.
+          if (step != last && loop_.ShouldWritePlot(step)) RETURN_IF_ERROR(WritePlot());
+          return absl::OkStatus();
+        }));
     done = last;
     if (loop_.ShouldEvaluate(last)) RETURN_IF_ERROR(Evaluate(groups, last));
     if (loop_.ShouldCheckpoint(last)) RETURN_IF_ERROR(Checkpoint(groups, last));

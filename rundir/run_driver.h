@@ -71,7 +71,7 @@ struct RunDriverOptions {
   std::string job_json;  // job.json's contents (jobspec::ResolvedJobSpec::json)
   std::string job_name;  // for loss.svg's title
   RunLoopOptions loop;
-  std::string resume_from;  // the spec's checkpoint to start from; "" for none
+  std::string resume_from;    // the spec's checkpoint to start from; "" for none
   int64_t vision_actors = 1;  // the group sizes the checkpoints' markers record
   int64_t llm_actors = 1;
 };

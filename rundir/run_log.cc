@@ -1,5 +1,8 @@
 #include "rundir/run_log.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -8,9 +11,6 @@
 #include <fstream>
 #include <string_view>
 #include <utility>
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -66,7 +66,8 @@ absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path) {
   if (file == nullptr) {
     const int error = errno;
     if (fd >= 0) ::close(fd);
-    return absl::UnavailableError(absl::StrCat(path, ": cannot open for writing: ", std::strerror(error)));
+    return absl::UnavailableError(
+        absl::StrCat(path, ": cannot open for writing: ", std::strerror(error)));
   }
   return MetricsLog(path, file);
 }
@@ -118,7 +119,8 @@ MetricsLog::~MetricsLog() {
 }
 
 absl::Status MetricsLog::WriteLine(const std::string& line) {
-  if (std::fputs(line.c_str(), file_) < 0 || std::fputc('\n', file_) == EOF || std::fflush(file_) != 0) {
+  if (std::fputs(line.c_str(), file_) < 0 || std::fputc('\n', file_) == EOF ||
+      std::fflush(file_) != 0) {
     return absl::UnavailableError(absl::StrCat(path_, ": write failed: ", std::strerror(errno)));
   }
   return absl::OkStatus();
@@ -147,23 +149,29 @@ absl::Status ReadMetrics(const std::string& path, std::vector<StepRecord>* steps
   const std::vector<absl::string_view> lines = absl::StrSplit(contents, '\n');
   // The last line with anything in it (NULs and spaces are nothing) is the only one allowed torn.
   size_t last = lines.size();
-  while (last > 0 && lines[last - 1].find_first_not_of(absl::string_view("\0 \r\t", 4)) == absl::string_view::npos) --last;
+  while (last > 0 && lines[last - 1].find_first_not_of(absl::string_view("\0 \r\t", 4)) ==
+                         absl::string_view::npos)
+    --last;
   if (torn_tail != nullptr) *torn_tail = false;
   for (size_t i = 0; i < last; ++i) {
     const size_t line_number = i + 1;
     if (lines[i].empty()) continue;
-    nlohmann::json j = nlohmann::json::parse(lines[i].begin(), lines[i].end(), nullptr, /*allow_exceptions=*/false);
-    const bool record = j.is_object() && ((j.contains("eval") && j["eval"].is_object()) || j.contains("step"));
+    nlohmann::json j = nlohmann::json::parse(lines[i].begin(), lines[i].end(), nullptr,
+                                             /*allow_exceptions=*/false);
+    const bool record =
+        j.is_object() && ((j.contains("eval") && j["eval"].is_object()) || j.contains("step"));
     if (!record && i + 1 == last) {
       if (torn_tail != nullptr) *torn_tail = true;
       break;
     }
     if (!j.is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", line_number, ": not a JSON object"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line_number, ": not a JSON object"));
     }
     if (auto it = j.find("eval"); it != j.end() && it->is_object()) {
       evals->push_back({static_cast<int64_t>(NumberOr(*it, "step", 0)),
-                        NumberOr(*it, "caption_exact_match", 0), NumberOr(*it, "token_accuracy", 0)});
+                        NumberOr(*it, "caption_exact_match", 0),
+                        NumberOr(*it, "token_accuracy", 0)});
     } else if (j.contains("step")) {
       StepRecord r;
       r.step = static_cast<int64_t>(NumberOr(j, "step", 0));
@@ -193,11 +201,20 @@ std::string Escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -237,24 +254,30 @@ std::string RenderLossSvg(const std::string& title, const std::vector<StepRecord
   }
   auto x_of = [&](double step) { return kLeft + plot_w * step / static_cast<double>(max_step); };
   auto y_of_loss = [&](double loss) {
-    double f = log_scale ? (std::log10(loss) - std::log10(y_lo)) / (std::log10(y_hi) - std::log10(y_lo))
-                         : (loss - y_lo) / (y_hi - y_lo);
+    double f = log_scale
+                   ? (std::log10(loss) - std::log10(y_lo)) / (std::log10(y_hi) - std::log10(y_lo))
+                   : (loss - y_lo) / (y_hi - y_lo);
     return kTop + plot_h * (1 - std::clamp(f, 0.0, 1.0));
   };
   auto y_of_acc = [&](double acc) { return kTop + plot_h * (1 - std::clamp(acc, 0.0, 1.0)); };
 
   std::string svg = absl::StrFormat(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f "
+      "%.0f\" "
       "font-family=\"sans-serif\" font-size=\"12\">\n"
       "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
       "<text x=\"%.0f\" y=\"24\" font-size=\"15\" font-weight=\"bold\">%s</text>\n",
       kWidth, kHeight, kWidth, kHeight, kLeft, Escape(title));
   // Frame, grid and ticks.
-  absl::StrAppendFormat(&svg, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#444\"/>\n",
+  absl::StrAppendFormat(&svg,
+                        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+                        "stroke=\"#444\"/>\n",
                         kLeft, kTop, plot_w, plot_h);
   for (int i = 0; i <= 5; ++i) {
     const double step = max_step * i / 5.0, x = x_of(step);
-    absl::StrAppendFormat(&svg, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", x, kTop, x, kTop + plot_h);
+    absl::StrAppendFormat(
+        &svg, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", x, kTop,
+        x, kTop + plot_h);
     absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", x,
                           kTop + plot_h + 16, Tick(std::round(step)));
   }
@@ -268,14 +291,18 @@ std::string RenderLossSvg(const std::string& title, const std::vector<StepRecord
   }
   for (double v : loss_ticks) {
     const double y = y_of_loss(v);
-    absl::StrAppendFormat(&svg, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", kLeft, y, kLeft + plot_w, y);
-    absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#1f77b4\">%s</text>\n",
-                          kLeft - 6, y + 4, Tick(log_scale ? v : std::round(v * 1000) / 1000));
+    absl::StrAppendFormat(
+        &svg, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", kLeft, y,
+        kLeft + plot_w, y);
+    absl::StrAppendFormat(
+        &svg, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#1f77b4\">%s</text>\n",
+        kLeft - 6, y + 4, Tick(log_scale ? v : std::round(v * 1000) / 1000));
   }
-  absl::StrAppendFormat(&svg,
-                        "<text transform=\"translate(16 %.1f) rotate(-90)\" text-anchor=\"middle\" fill=\"#1f77b4\">"
-                        "training loss%s</text>\n",
-                        kTop + plot_h / 2, log_scale ? " (log)" : "");
+  absl::StrAppendFormat(
+      &svg,
+      "<text transform=\"translate(16 %.1f) rotate(-90)\" text-anchor=\"middle\" fill=\"#1f77b4\">"
+      "training loss%s</text>\n",
+      kTop + plot_h / 2, log_scale ? " (log)" : "");
   if (!evals.empty()) {
     for (int i = 0; i <= 4; ++i) {
       const double v = i / 4.0;
@@ -283,11 +310,13 @@ std::string RenderLossSvg(const std::string& title, const std::vector<StepRecord
                             kLeft + plot_w + 6, y_of_acc(v) + 4, Tick(v));
     }
     absl::StrAppendFormat(&svg,
-                          "<text transform=\"translate(%.1f %.1f) rotate(90)\" text-anchor=\"middle\" fill=\"#d62728\">"
+                          "<text transform=\"translate(%.1f %.1f) rotate(90)\" "
+                          "text-anchor=\"middle\" fill=\"#d62728\">"
                           "held-out accuracy</text>\n",
                           kWidth - 16, kTop + plot_h / 2);
   }
-  // The loss: each step faint, and an exponential moving average (in log space when the axis is) on top.
+  // The loss: each step faint, and an exponential moving average (in log space when the axis is) on
+  // top.
   std::string points, smooth_points;
   double smooth = NAN;
   const double alpha = std::clamp(20.0 / std::max<double>(1, steps.size()), 0.02, 1.0);
@@ -299,17 +328,24 @@ std::string RenderLossSvg(const std::string& title, const std::vector<StepRecord
     absl::StrAppendFormat(&smooth_points, "%.1f,%.1f ", x_of(s.step),
                           y_of_loss(log_scale ? std::exp(smooth) : smooth));
   }
-  absl::StrAppendFormat(&svg, "<polyline fill=\"none\" stroke=\"#aec7e8\" stroke-width=\"1\" points=\"%s\"/>\n", points);
-  absl::StrAppendFormat(&svg, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"%s\"/>\n", smooth_points);
+  absl::StrAppendFormat(
+      &svg, "<polyline fill=\"none\" stroke=\"#aec7e8\" stroke-width=\"1\" points=\"%s\"/>\n",
+      points);
+  absl::StrAppendFormat(
+      &svg, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"%s\"/>\n",
+      smooth_points);
   // The evaluations.
   auto series = [&](auto value, const char* color, const char* dash) {
     std::string pts;
     for (const auto& e : evals) {
       const double x = x_of(e.step), y = y_of_acc(value(e));
       absl::StrAppendFormat(&pts, "%.1f,%.1f ", x, y);
-      absl::StrAppendFormat(&svg, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", x, y, color);
+      absl::StrAppendFormat(&svg, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", x, y,
+                            color);
     }
-    absl::StrAppendFormat(&svg, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" stroke-dasharray=\"%s\" points=\"%s\"/>\n",
+    absl::StrAppendFormat(&svg,
+                          "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" "
+                          "stroke-dasharray=\"%s\" points=\"%s\"/>\n",
                           color, dash, pts);
   };
   if (!evals.empty()) {
@@ -318,19 +354,25 @@ std::string RenderLossSvg(const std::string& title, const std::vector<StepRecord
   }
   // Legend, on a white box so curves do not run through its text.
   double lx = kLeft + 10, ly = kTop + 14;
-  absl::StrAppendFormat(&svg, "<rect x=\"%.1f\" y=\"%.1f\" width=\"290\" height=\"%d\" fill=\"white\" fill-opacity=\"0.85\"/>\n",
+  absl::StrAppendFormat(&svg,
+                        "<rect x=\"%.1f\" y=\"%.1f\" width=\"290\" height=\"%d\" fill=\"white\" "
+                        "fill-opacity=\"0.85\"/>\n",
                         lx - 4, ly - 12, evals.empty() ? 20 : 52);
   auto legend = [&](const char* color, const char* dash, const std::string& label) {
-    absl::StrAppendFormat(&svg, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\" stroke-dasharray=\"%s\"/>\n",
+    absl::StrAppendFormat(&svg,
+                          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                          "stroke-width=\"2\" stroke-dasharray=\"%s\"/>\n",
                           lx, ly - 4, lx + 22, ly - 4, color, dash);
-    absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", lx + 28, ly, Escape(label));
+    absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", lx + 28, ly,
+                          Escape(label));
     ly += 16;
   };
   legend("#1f77b4", "none", "training loss (smoothed; faint: per step)");
   if (!evals.empty()) {
     legend("#d62728", "none",
            absl::StrFormat("exact match (last %.3f)", evals.back().caption_exact_match));
-    legend("#ff9896", "4 3", absl::StrFormat("token accuracy (last %.3f)", evals.back().token_accuracy));
+    legend("#ff9896", "4 3",
+           absl::StrFormat("token accuracy (last %.3f)", evals.back().token_accuracy));
   }
   svg += "</svg>\n";
   return svg;

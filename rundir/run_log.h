@@ -1,6 +1,6 @@
-// The files a training run leaves in its run directory, written as the run goes: `metrics.jsonl` (one
-// JSON object per line), and `loss.svg` (drawn from the same records). Torch-free, so the coordinator
-// can write the same files for a disaggregated job.
+// The files a training run leaves in its run directory, written as the run goes: `metrics.jsonl`
+// (one JSON object per line), and `loss.svg` (drawn from the same records). Torch-free, so the
+// coordinator can write the same files for a disaggregated job.
 //
 //   metrics.jsonl, one line per optimizer step:
 //     {"step": 12, "loss": 1.93, "lr": 0.0029, "vision_lr": 0.0029, "grad_norm": 0.81,
@@ -21,14 +21,14 @@ namespace tandem::rundir {
 
 struct StepRecord {
   int64_t step = 0;
-  double loss = 0;           // mean token cross-entropy over the global batch
-  double lr = 0;             // the LLM group's learning rate of this update
-  double vision_lr = 0;      // the vision group's
-  double grad_norm = 0;      // global L2 norm over both models, before clipping
+  double loss = 0;              // mean token cross-entropy over the global batch
+  double lr = 0;                // the LLM group's learning rate of this update
+  double vision_lr = 0;         // the vision group's
+  double grad_norm = 0;         // global L2 norm over both models, before clipping
   double vision_grad_norm = 0;  // the vision group's part of it
   double llm_grad_norm = 0;     // the LLM group's part
-  double samples_per_s = 0;  // over this step
-  double elapsed_s = 0;      // since training started
+  double samples_per_s = 0;     // over this step
+  double elapsed_s = 0;         // since training started
 };
 
 struct EvalRecord {
@@ -44,8 +44,8 @@ class MetricsLog {
   // For a run that resumes after step `last_step` (0: from scratch): keeps the file's records up to
   // that step and drops the later ones (a run that died after its checkpoint trained them, and they
   // are trained again), rewriting the file atomically, then appends. A file that does not exist is
-  // created; one that cannot be read is an error naming its line, and is left as it was. A last line
-  // that is not a whole record (the process or the machine died while writing it) is dropped.
+  // created; one that cannot be read is an error naming its line, and is left as it was. A last
+  // line that is not a whole record (the process or the machine died while writing it) is dropped.
   static absl::StatusOr<MetricsLog> OpenResumed(const std::string& path, int64_t last_step);
   MetricsLog(MetricsLog&& other) noexcept;
   MetricsLog& operator=(MetricsLog&& other) noexcept;

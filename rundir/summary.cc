@@ -1,6 +1,7 @@
+#include "rundir/summary.h"
+
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
-#include "rundir/summary.h"
 #include "rundir/progress.h"
 
 namespace tandem::rundir {

@@ -19,9 +19,10 @@ absl::StatusOr<TensorBytes> BytesOf(const at::Tensor& tensor) {
       bytes.dtype = DType::kFloat64;
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("a ", c10::toString(tensor.scalar_type()),
-                                                     " tensor cannot cross between the groups "
-                                                     "(transfers carry bfloat16, float32, float64)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("a ", c10::toString(tensor.scalar_type()),
+                       " tensor cannot cross between the groups "
+                       "(transfers carry bfloat16, float32, float64)"));
   }
   bytes.shape.assign(tensor.sizes().begin(), tensor.sizes().end());
   bytes.data = static_cast<std::byte*>(tensor.data_ptr());

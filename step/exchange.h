@@ -1,6 +1,6 @@
-// Moving sample rows between the two groups' layouts (docs/design.md §2): which peer ranks share which rows
-// of a micro-batch with this rank (step/ownership.h), the tag of each transfer, and a tensor's rows
-// as the bytes a Transport sends or fills. LibTorch header.
+// Moving sample rows between the two groups' layouts (docs/design.md §2): which peer ranks share
+// which rows of a micro-batch with this rank (step/ownership.h), the tag of each transfer, and a
+// tensor's rows as the bytes a Transport sends or fills. LibTorch header.
 #pragma once
 
 #include <ATen/core/Tensor.h>

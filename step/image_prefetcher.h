@@ -68,9 +68,9 @@ class ImagePrefetcher {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::shared_ptr<Entry>> queue_;  // guarded by mutex_, in request order
-  bool stop_ = false;                          // guarded by mutex_
-  int64_t reads_ = 0;                          // guarded by mutex_
-  std::thread thread_;                         // last: starts once the rest is ready
+  bool stop_ = false;                         // guarded by mutex_
+  int64_t reads_ = 0;                         // guarded by mutex_
+  std::thread thread_;                        // last: starts once the rest is ready
 };
 
 }  // namespace tandem::step

@@ -20,28 +20,31 @@ absl::StatusOr<data::TextCodec> OpenPretrainedText(const jobspec::JobConfig& job
   auto tokenizer = tokenizer::HfTokenizer::Load(job.llm.pretrained);
   if (!tokenizer.ok()) return Prefixed("llm.pretrained", tokenizer.status());
   tokenizer->AddSpecialToken("<image>");  // as hf::ResolvePretrainedModels placed it
-  absl::StatusOr<tokenizer::ChatTemplate> format = tokenizer::ChatTemplate::For(job.llm.chat_template, *tokenizer);
+  absl::StatusOr<tokenizer::ChatTemplate> format =
+      tokenizer::ChatTemplate::For(job.llm.chat_template, *tokenizer);
   if (!format.ok()) {
     return Prefixed("llm.chat_template",
                     job.llm.chat_template.empty()
-                        ? absl::InvalidArgumentError(absl::StrCat(job.llm.pretrained, ": ", format.status().message()))
+                        ? absl::InvalidArgumentError(
+                              absl::StrCat(job.llm.pretrained, ": ", format.status().message()))
                         : format.status());
   }
   auto codec = data::TextCodec::Hf(*std::move(tokenizer), *format, job.vision.model.num_features());
   if (!codec.ok()) {
-    return Prefixed("llm.pretrained",
-                    absl::InvalidArgumentError(absl::StrCat(job.llm.pretrained, ": ", codec.status().message())));
+    return Prefixed("llm.pretrained", absl::InvalidArgumentError(absl::StrCat(
+                                          job.llm.pretrained, ": ", codec.status().message())));
   }
   if (codec->image_token_id() != job.llm.model.image_token_id) {
-    return Prefixed("llm.pretrained",
-                    absl::InvalidArgumentError(absl::StrCat(job.llm.pretrained, ": the tokenizer's \"<image>\" is ",
-                                                            codec->image_token_id(), ", config.json's image token ",
-                                                            job.llm.model.image_token_id)));
+    return Prefixed("llm.pretrained", absl::InvalidArgumentError(absl::StrCat(
+                                          job.llm.pretrained, ": the tokenizer's \"<image>\" is ",
+                                          codec->image_token_id(), ", config.json's image token ",
+                                          job.llm.model.image_token_id)));
   }
   if (codec->vocab_size() > job.llm.model.vocab_size) {
-    return Prefixed("llm.pretrained", absl::InvalidArgumentError(absl::StrCat(
-                                          job.llm.pretrained, ": the tokenizer has ", codec->vocab_size(),
-                                          " tokens, the model's vocabulary ", job.llm.model.vocab_size)));
+    return Prefixed("llm.pretrained",
+                    absl::InvalidArgumentError(absl::StrCat(
+                        job.llm.pretrained, ": the tokenizer has ", codec->vocab_size(),
+                        " tokens, the model's vocabulary ", job.llm.model.vocab_size)));
   }
   return codec;
 }
@@ -61,7 +64,8 @@ absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(const jobspec::JobCon
   std::shared_ptr<const data::TextCodec> text;
   const auto saved = std::filesystem::path(resume_checkpoint) / "tokenizer.json";
   std::error_code ec;
-  if (job.llm.pretrained.empty() && !resume_checkpoint.empty() && std::filesystem::exists(saved, ec)) {
+  if (job.llm.pretrained.empty() && !resume_checkpoint.empty() &&
+      std::filesystem::exists(saved, ec)) {
     ASSIGN_OR_RETURN(data::Tokenizer words, data::Tokenizer::Load(saved.string()));
     text = std::make_shared<const data::TextCodec>(data::TextCodec::Words(std::move(words)));
   } else if (job.llm.pretrained.empty()) {

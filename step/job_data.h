@@ -1,5 +1,5 @@
-// What every stage of a job reads: its datasets and how their text becomes tokens (docs/design.md §4).
-// From scratch, the word tokenizer is built from the training texts; with llm.pretrained, the
+// What every stage of a job reads: its datasets and how their text becomes tokens (docs/design.md
+// §4). From scratch, the word tokenizer is built from the training texts; with llm.pretrained, the
 // checkpoint's tokenizer and chat template are read (data/text_codec.h). Each rank of both groups
 // opens the same data and so agrees on the vocabulary and on every sample without being told;
 // stages in one process share one JobData. LibTorch-free.
@@ -31,7 +31,7 @@ struct JobData {
 // words differently. REQUIRES: hf::ResolvePretrainedModels has run on `job`. The errors of
 // data::OpenDatasets and of reading the saved tokenizer, and "llm.pretrained: ..." /
 // "llm.chat_template: ..." for a tokenizer or chat template that cannot be used.
-absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(const jobspec::JobConfig& job,
-                                                           const std::string& resume_checkpoint = "");
+absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(
+    const jobspec::JobConfig& job, const std::string& resume_checkpoint = "");
 
 }  // namespace tandem::step

@@ -39,7 +39,8 @@ class LlmStage : public Stage {
  public:
   LlmStage(const jobspec::JobConfig& job, std::shared_ptr<const JobData> data, Placement placement,
            std::shared_ptr<transport::Transport> transport, StageProgress* progress)
-      : Stage(Role::kLlm, job, std::move(data), std::move(placement), std::move(transport), progress) {}
+      : Stage(Role::kLlm, job, std::move(data), std::move(placement), std::move(transport),
+              progress) {}
 
   absl::Status Setup(std::shared_ptr<engine::Communicator> communicator) {
     auto config = job().llm.model;
@@ -48,9 +49,11 @@ class LlmStage : public Stage {
     {
       std::lock_guard<std::mutex> lock(ModelInitMutex());
       torch::manual_seed(LlmModelSeed(job().schedule.seed));
-      model_ = models::Llm(config, parallel::ParallelGroup{placement().parallel_communicator, placement().timeout});
+      model_ = models::Llm(
+          config, parallel::ParallelGroup{placement().parallel_communicator, placement().timeout});
     }
-    if (!job().llm.pretrained.empty()) RETURN_IF_ERROR(hf::LoadPretrainedLlm(job().llm.pretrained, *model_));
+    if (!job().llm.pretrained.empty())
+      RETURN_IF_ERROR(hf::LoadPretrainedLlm(job().llm.pretrained, *model_));
     // Replicated parameters (norms) are counted in the gradient norm by the replica's first rank.
     std::vector<std::string> left_out;
     if (parallel_index() > 0) {
@@ -88,13 +91,15 @@ class LlmStage : public Stage {
     for (const auto& item : model_->named_parameters()) {
       const auto shard = model_->shards().find(item.key());
       const int64_t numel = item.value().numel();
-      whole += shard == model_->shards().end() ? numel : numel / shard->second.range.size() * shard->second.full;
+      whole += shard == model_->shards().end()
+                   ? numel
+                   : numel / shard->second.range.size() * shard->second.full;
     }
     return whole;
   }
 
-  // A checkpoint saved at another tensor-parallel degree is resharded into a scratch directory first
-  // (step/tensor_parallel_checkpoint.h).
+  // A checkpoint saved at another tensor-parallel degree is resharded into a scratch directory
+  // first (step/tensor_parallel_checkpoint.h).
   absl::StatusOr<ResumePoint> LoadGroup(const std::string& checkpoint) override;
 
   // Tensor parallelism: every rank holds its shards; the first rank of replica 0 writes the whole
@@ -121,13 +126,14 @@ class LlmStage : public Stage {
     };
     std::vector<Staged> staged;
   };
-  absl::StatusOr<Incoming> ExpectEmbeddings(TransferKind kind, int64_t step, int64_t micro_batch, SampleRange mine,
-                                            int64_t samples, const at::Tensor& host);
+  absl::StatusOr<Incoming> ExpectEmbeddings(TransferKind kind, int64_t step, int64_t micro_batch,
+                                            SampleRange mine, int64_t samples,
+                                            const at::Tensor& host);
   // Awaits the slices into `host` and returns the embeddings on the device; under
   // embeddings_broadcast() the replica's first rank broadcasts them to the others (collective over
   // the replica: every rank calls it for the same micro-batches in the same order).
-  absl::StatusOr<at::Tensor> ReceiveEmbeddings(const Incoming& incoming, const at::Tensor& host, SampleRange mine,
-                                               StepResult* result);
+  absl::StatusOr<at::Tensor> ReceiveEmbeddings(const Incoming& incoming, const at::Tensor& host,
+                                               SampleRange mine, StepResult* result);
   // The positions of the image that vision rank `index` of a replica computes.
   parallel::Range Features(int index) const {
     return models::VisionFeatureRange(job().vision.model, placement().peer_parallel, index);
@@ -147,15 +153,16 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
   std::vector<at::Tensor> hosts;  // where each micro-batch's embeddings land
   std::vector<Incoming> incoming(batches.size());
   for (size_t k = 0; k < batches.size(); ++k) {
-    ASSIGN_OR_RETURN(data::TokenBatch text, data::MakeTokenBatch(*data().datasets.train, batches[k],
-                                                                 *data().text, job().data.max_text_tokens));
+    ASSIGN_OR_RETURN(data::TokenBatch text,
+                     data::MakeTokenBatch(*data().datasets.train, batches[k], *data().text,
+                                          job().data.max_text_tokens));
     TokenTensors mb = TokensOf(text);
     global_targets += mb.targets;
     tokens.push_back(Rows(mb.tokens, mine, 0).to(device()));
     labels.push_back(Rows(mb.labels, mine, 0).to(device()));
     hosts.push_back(EmbeddingBuffer(mine.size()));
-    ASSIGN_OR_RETURN(incoming[k], ExpectEmbeddings(TransferKind::kEmbeddings, step, static_cast<int64_t>(k),
-                                                   mine, b, hosts[k]));
+    ASSIGN_OR_RETURN(incoming[k], ExpectEmbeddings(TransferKind::kEmbeddings, step,
+                                                   static_cast<int64_t>(k), mine, b, hosts[k]));
   }
   // Only the replica's first rank sends gradients back and reports the loss: its peers compute the
   // same (NOTE [Parallel sets]).
@@ -164,7 +171,8 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
   std::vector<std::unique_ptr<transport::SendHandle>> sends;
   for (size_t k = 0; k < batches.size(); ++k) {
     SetPhase("transfer");
-    ASSIGN_OR_RETURN(const at::Tensor embeddings, ReceiveEmbeddings(incoming[k], hosts[k], mine, &result));
+    ASSIGN_OR_RETURN(const at::Tensor embeddings,
+                     ReceiveEmbeddings(incoming[k], hosts[k], mine, &result));
     SetPhase("forward");
     at::Tensor leaf = embeddings.detach().requires_grad_(!vision_frozen());
     at::Tensor loss;
@@ -192,8 +200,8 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
         }
         grads.push_back(slice);
         ASSIGN_OR_RETURN(auto send, Send(peer * placement().peer_parallel + index,
-                                         Tag(TransferKind::kGradients, step, static_cast<int64_t>(k), overlap,
-                                             placement().rank),
+                                         Tag(TransferKind::kGradients, step,
+                                             static_cast<int64_t>(k), overlap, placement().rank),
                                          slice, &result));
         sends.push_back(std::move(send));
       }
@@ -212,17 +220,18 @@ absl::StatusOr<EvalCounts> LlmStage::EvaluateBatch(int64_t step, int64_t batch_i
   const SampleRange mine = Mine(n);
   if (mine.empty() && !collective_generation()) return EvalCounts{};
   at::Tensor images = EmbeddingBuffer(mine.size());
-  ASSIGN_OR_RETURN(const Incoming incoming,
-                   ExpectEmbeddings(TransferKind::kEvalEmbeddings, step, batch_index, mine, n, images));
+  ASSIGN_OR_RETURN(const Incoming incoming, ExpectEmbeddings(TransferKind::kEvalEmbeddings, step,
+                                                             batch_index, mine, n, images));
   ASSIGN_OR_RETURN(images, ReceiveEmbeddings(incoming, images, mine, nullptr));
   // Every rank reads the whole batch's prompts, so that a bad sample fails every rank alike and all
   // agree on the number of tokens to generate: one past the longest answer. A rank without samples
   // still steps the generation (ZeRO-3 gathers are collective) with one placeholder row.
   const data::TextCodec& text = *data().text;
-  ASSIGN_OR_RETURN(data::PromptBatch all,
-                   data::MakePromptBatch(*data().datasets.eval, indices, text, job().data.max_text_tokens));
+  ASSIGN_OR_RETURN(data::PromptBatch all, data::MakePromptBatch(*data().datasets.eval, indices,
+                                                                text, job().data.max_text_tokens));
   int64_t longest = 0;
-  for (const auto& answer : all.answers) longest = std::max(longest, static_cast<int64_t>(answer.size()));
+  for (const auto& answer : all.answers)
+    longest = std::max(longest, static_cast<int64_t>(answer.size()));
   data::PromptBatch prompts;
   prompts.prompts.assign(all.prompts.begin() + mine.begin, all.prompts.begin() + mine.end);
   prompts.answers.assign(all.answers.begin() + mine.begin, all.answers.begin() + mine.end);
@@ -249,11 +258,13 @@ absl::StatusOr<EvalCounts> LlmStage::EvaluateBatch(int64_t step, int64_t batch_i
   return EvalCounts{score.samples, score.exact, score.tokens_total, score.tokens_correct};
 }
 
-absl::StatusOr<LlmStage::Incoming> LlmStage::ExpectEmbeddings(TransferKind kind, int64_t step, int64_t micro_batch,
-                                                              SampleRange mine, int64_t samples,
+absl::StatusOr<LlmStage::Incoming> LlmStage::ExpectEmbeddings(TransferKind kind, int64_t step,
+                                                              int64_t micro_batch, SampleRange mine,
+                                                              int64_t samples,
                                                               const at::Tensor& host) {
   Incoming incoming;
-  if (embeddings_broadcast() && parallel_index() != 0) return incoming;  // the first rank's to receive
+  if (embeddings_broadcast() && parallel_index() != 0)
+    return incoming;  // the first rank's to receive
   const int parallel = placement().peer_parallel;
   for (const auto& [peer, overlap] : Overlaps(mine, samples)) {
     for (int index = 0; index < parallel; ++index) {
@@ -264,8 +275,8 @@ absl::StatusOr<LlmStage::Incoming> LlmStage::ExpectEmbeddings(TransferKind kind,
         continue;
       }
       const parallel::Range features = Features(index);
-      Incoming::Staged staged{at::empty({overlap.size(), features.size(), width()}, host.options()), overlap,
-                              features};
+      Incoming::Staged staged{at::empty({overlap.size(), features.size(), width()}, host.options()),
+                              overlap, features};
       RETURN_IF_ERROR(Expect(incoming.tags.back(), staged.buffer));
       incoming.staged.push_back(std::move(staged));
     }
@@ -273,21 +284,28 @@ absl::StatusOr<LlmStage::Incoming> LlmStage::ExpectEmbeddings(TransferKind kind,
   return incoming;
 }
 
-absl::StatusOr<at::Tensor> LlmStage::ReceiveEmbeddings(const Incoming& incoming, const at::Tensor& host,
-                                                       SampleRange mine, StepResult* result) {
+absl::StatusOr<at::Tensor> LlmStage::ReceiveEmbeddings(const Incoming& incoming,
+                                                       const at::Tensor& host, SampleRange mine,
+                                                       StepResult* result) {
   for (const TransferTag& tag : incoming.tags) RETURN_IF_ERROR(Await(tag, result));
   for (const Incoming::Staged& staged : incoming.staged) {
-    Rows(host, staged.rows, mine.begin).narrow(1, staged.features.begin, staged.features.size()).copy_(staged.buffer);
+    Rows(host, staged.rows, mine.begin)
+        .narrow(1, staged.features.begin, staged.features.size())
+        .copy_(staged.buffer);
   }
   if (!embeddings_broadcast() || mine.empty()) return ToDevice(host);
-  // On the device, where NCCL broadcasts; the first rank's embeddings overwrite the others' buffers.
+  // On the device, where NCCL broadcasts; the first rank's embeddings overwrite the others'
+  // buffers.
   at::Tensor embeddings =
-      parallel_index() == 0 ? ToDevice(host)
-                            : at::empty(host.sizes(), at::TensorOptions().dtype(host.scalar_type()).device(device()));
+      parallel_index() == 0
+          ? ToDevice(host)
+          : at::empty(host.sizes(), at::TensorOptions().dtype(host.scalar_type()).device(device()));
   const auto start = std::chrono::steady_clock::now();
-  RETURN_IF_ERROR(placement().parallel_communicator->Broadcast(embeddings, 0)->Wait(placement().timeout));
+  RETURN_IF_ERROR(
+      placement().parallel_communicator->Broadcast(embeddings, 0)->Wait(placement().timeout));
   if (result != nullptr) {
-    result->wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    result->wait_s +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   return embeddings;
 }
@@ -300,8 +318,8 @@ absl::StatusOr<ResumePoint> LlmStage::LoadGroup(const std::string& checkpoint) {
     return absl::UnavailableError(absl::StrCat("cannot create a scratch directory like ", pattern));
   }
   // Every rank of the engine's group loads (collective): they all read the same files.
-  const absl::Status resharded =
-      ReshardLlmCheckpoint(checkpoint, model_->config(), placement().parallel, parallel_index(), pattern);
+  const absl::Status resharded = ReshardLlmCheckpoint(
+      checkpoint, model_->config(), placement().parallel, parallel_index(), pattern);
   absl::StatusOr<ResumePoint> resume = absl::UnknownError("unset");
   if (!resharded.ok()) {
     resume = resharded;
@@ -313,9 +331,10 @@ absl::StatusOr<ResumePoint> LlmStage::LoadGroup(const std::string& checkpoint) {
   std::error_code ec;
   fs::remove_all(pattern, ec);
   if (!resume.ok()) {
-    return absl::Status(resume.status().code(),
-                        absl::StrCat("resuming ", checkpoint, " saved at llm.parallel.tensor ", saved, " at ",
-                                     placement().parallel, ": ", resume.status().message()));
+    return absl::Status(
+        resume.status().code(),
+        absl::StrCat("resuming ", checkpoint, " saved at llm.parallel.tensor ", saved, " at ",
+                     placement().parallel, ": ", resume.status().message()));
   }
   return resume;
 }
@@ -333,7 +352,8 @@ absl::Status LlmStage::ExportWeights(const std::string& path) {
     shape[shard->second.dim] = shard->second.full;
     // On the group's device (NCCL reduces CUDA tensors); the export is written from the host.
     at::Tensor full = at::zeros(shape, tensor.options().device(device()));
-    full.narrow(shard->second.dim, shard->second.range.begin, shard->second.range.size()).copy_(tensor);
+    full.narrow(shard->second.dim, shard->second.range.begin, shard->second.range.size())
+        .copy_(tensor);
     parallel::WaitOrThrow(group.comm->AllReduceSum(full), group);
     tensor = full.cpu();
   }

@@ -1,7 +1,7 @@
-// Which rank of a group owns which samples of a micro-batch (docs/design.md §2): sample i of a micro-batch of
-// b samples belongs to rank floor(i * N / b) of a group of N ranks, so each rank holds one contiguous
-// block, blocks differ in size by at most one, and two groups of different sizes exchange contiguous
-// slices. Plain arithmetic, shared by the actors of both groups.
+// Which rank of a group owns which samples of a micro-batch (docs/design.md §2): sample i of a
+// micro-batch of b samples belongs to rank floor(i * N / b) of a group of N ranks, so each rank
+// holds one contiguous block, blocks differ in size by at most one, and two groups of different
+// sizes exchange contiguous slices. Plain arithmetic, shared by the actors of both groups.
 #pragma once
 
 #include <algorithm>

@@ -59,9 +59,9 @@ absl::Status Stage::Build(std::shared_ptr<torch::nn::Module> model,
                           const std::vector<std::string>& left_out_of_norm) {
   const bool vision = role_ == Role::kVision;
   const int vision_ranks = vision ? placement_.group_size : placement_.peer_group_size;
-  ASSIGN_OR_RETURN(engine_config::Config vision_config,
-                   GroupEngineConfig(job_.vision.engine_json, "vision.engine.", job_.schedule,
-                                     vision_ranks));
+  ASSIGN_OR_RETURN(
+      engine_config::Config vision_config,
+      GroupEngineConfig(job_.vision.engine_json, "vision.engine.", job_.schedule, vision_ranks));
   embedding_dtype_ = EmbeddingScalarType(vision_config, placement_.device);
   engine_config::Config config = vision_config;
   if (!vision) {
@@ -81,7 +81,8 @@ absl::Status Stage::Build(std::shared_ptr<torch::nn::Module> model,
   ASSIGN_OR_RETURN(engine_, engine::Engine::Create(model_, communicator_, config));
   if (!left_out_of_norm.empty()) engine_->LeaveOutOfGradNorm(left_out_of_norm);
   if (tensor_parallel()) {
-    engine_->SetGradNormCombiner([this](double squares) { return CombineTensorParallelSquares(squares); });
+    engine_->SetGradNormCombiner(
+        [this](double squares) { return CombineTensorParallelSquares(squares); });
   } else if (job_.schedule.gradient_clipping > 0) {
     engine_->SetGradNormCombiner([this](double squares) { return CombineGradSquares(squares); });
   }
@@ -136,9 +137,8 @@ absl::StatusOr<StepResult> Stage::RunStep(int64_t step) {
   result->compute_s = Seconds(Clock::now() - start) - result->wait_s;
   result->skipped = engine_->skipped_steps() != skipped_before;
   // With tensor parallelism each engine group holds a part of the model: the replica's sum.
-  result->grad_norm = tensor_parallel()
-                          ? std::sqrt(tensor_parallel_squares_)
-                          : engine_->last_grad_norm();
+  result->grad_norm =
+      tensor_parallel() ? std::sqrt(tensor_parallel_squares_) : engine_->last_grad_norm();
   result->lr = engine_->last_lr();
   return result;
 }
@@ -187,7 +187,8 @@ absl::Status Stage::SaveCheckpoint(int64_t step, const std::string& directory) {
     status = absl::UnavailableError(absl::StrCat("cannot create ", directory, ": ", ec.message()));
   if (status.ok()) status = SaveExtras(directory);
   // Every rank takes part even after a local error, so the group's collectives stay matched.
-  status.Update(engine_->SaveCheckpoint((fs::path(directory) / CheckpointGroupDirectory()).string(), client_state));
+  status.Update(engine_->SaveCheckpoint((fs::path(directory) / CheckpointGroupDirectory()).string(),
+                                        client_state));
   SetPhase("idle");
   return status;
 }
@@ -204,10 +205,13 @@ absl::Status Stage::Export(const std::string& path) {
   return status;
 }
 
-absl::Status Stage::ExportWeights(const std::string& path) { return engine_->ExportSafetensors(path); }
+absl::Status Stage::ExportWeights(const std::string& path) {
+  return engine_->ExportSafetensors(path);
+}
 
 std::string Stage::CheckpointGroupDirectory() const {
-  return tensor_parallel() ? LlmCheckpointDirectory(placement_.parallel, parallel_index()) : group();
+  return tensor_parallel() ? LlmCheckpointDirectory(placement_.parallel, parallel_index())
+                           : group();
 }
 
 absl::StatusOr<ResumePoint> Stage::LoadGroup(const std::string& checkpoint) {
@@ -227,8 +231,8 @@ absl::Status Stage::Expect(const TransferTag& tag, const at::Tensor& destination
 }
 
 absl::StatusOr<std::unique_ptr<transport::SendHandle>> Stage::Send(int peer, const TransferTag& tag,
-                                                                  const at::Tensor& source,
-                                                                  StepResult* result) {
+                                                                   const at::Tensor& source,
+                                                                   StepResult* result) {
   ASSIGN_OR_RETURN(TensorBytes bytes, BytesOf(source));
   if (result) result->bytes_sent += static_cast<int64_t>(bytes.size);
   return transport_->Send(peer, tag, std::move(bytes));
@@ -249,8 +253,10 @@ absl::Status Stage::WaitSends(std::vector<std::unique_ptr<transport::SendHandle>
 }
 
 absl::StatusOr<double> Stage::CombineTensorParallelSquares(double squares) {
-  at::Tensor total = at::full({1}, squares, at::TensorOptions().dtype(at::kFloat).device(placement_.device));
-  const absl::Status reduced = placement_.parallel_communicator->AllReduceSum(total)->Wait(placement_.timeout);
+  at::Tensor total =
+      at::full({1}, squares, at::TensorOptions().dtype(at::kFloat).device(placement_.device));
+  const absl::Status reduced =
+      placement_.parallel_communicator->AllReduceSum(total)->Wait(placement_.timeout);
   if (!reduced.ok()) return reduced;
   tensor_parallel_squares_ = total.cpu().item<double>();
   if (job_.schedule.gradient_clipping > 0) return CombineGradSquares(tensor_parallel_squares_);
@@ -270,9 +276,9 @@ absl::StatusOr<double> Stage::CombineGradSquares(double group_squares) {
   RETURN_IF_ERROR(Expect(incoming, theirs));
   std::vector<std::unique_ptr<transport::SendHandle>> sends;
   for (int peer = rank; peer < peers; peer += size) {
-    ASSIGN_OR_RETURN(auto send, Send(peer, Tag(TransferKind::kGradSquares, step_ + 1, 0, whole,
-                                               rank),
-                                     mine, nullptr));
+    ASSIGN_OR_RETURN(
+        auto send,
+        Send(peer, Tag(TransferKind::kGradSquares, step_ + 1, 0, whole, rank), mine, nullptr));
     sends.push_back(std::move(send));
   }
   absl::Status status = transport_->Await(incoming, placement_.timeout);

@@ -1,20 +1,22 @@
-// One rank's part of the training step of docs/design.md §2, whichever process it runs in. A job has two
-// stages, each a group of ranks:
+// One rank's part of the training step of docs/design.md §2, whichever process it runs in. A job
+// has two stages, each a group of ranks:
 //
 //   VisionStage (step/vision_stage.cc)   images -> embeddings, sent to the LLM ranks owning their
 //                                        rows; their gradients back -> embeddings.backward(grad)
 //                                        -> engine step
-//   LlmStage    (step/llm_stage.cc)      embeddings in -> loss over the global batch's target tokens
+//   LlmStage    (step/llm_stage.cc)      embeddings in -> loss over the global batch's
+//                                        target tokens
 //                                        -> loss.backward() -> leaf gradients out -> engine step;
 //                                        greedy captions and their scores for evaluation
 //
 // A stage meets the other group only through a transport::Transport, and its own group only through
 // its engine's Communicator, so the same code runs as an actor (actors/worker.cc: one stage per
-// process, gRPC or local links, Gloo or NCCL) and in the colocated trainer (trainer/colocated.cc: both
-// stages in one process over transport/in_process.h).
+// process, gRPC or local links, Gloo or NCCL) and in the colocated trainer (trainer/colocated.cc:
+// both stages in one process over transport/in_process.h).
 //
 // Every rank draws the same sample order from its own sampler (same seed), so each knows the whole
-// global batch without being told; rank r of N owns step::OwnedSamples(r, N, b) of each micro-batch.
+// global batch without being told; rank r of N owns step::OwnedSamples(r, N, b) of each
+// micro-batch.
 //
 // Commands (RunStep, Evaluate, SaveCheckpoint, Export, Resume) run on one thread at a time, in the
 // same order on every rank of both groups; the two groups run theirs concurrently. LibTorch header.
@@ -156,13 +158,16 @@ class Stage {
   virtual absl::StatusOr<ResumePoint> LoadGroup(const std::string& checkpoint);
 
   const jobspec::JobConfig& job() const { return job_; }
-  int64_t MicroBatchSize() const { return job_.schedule.global_batch / job_.schedule.micro_batches; }
+  int64_t MicroBatchSize() const {
+    return job_.schedule.global_batch / job_.schedule.micro_batches;
+  }
   // NOTE [Parallel sets]: this rank's replica and its index in it, and the replica counts.
   int replica() const { return placement_.rank / placement_.parallel; }
   int parallel_index() const { return placement_.rank % placement_.parallel; }
   int replicas() const { return placement_.group_size / placement_.parallel; }
   int peer_replicas() const { return placement_.peer_group_size / placement_.peer_parallel; }
-  // The LLM group split by tensor parallelism (the vision group's `parallel` is sequence parallelism).
+  // The LLM group split by tensor parallelism (the vision group's `parallel` is sequence
+  // parallelism).
   bool tensor_parallel() const { return role_ == Role::kLlm && placement_.parallel > 1; }
   // llm.parallel.embeddings is "broadcast" and the LLM group is tensor-parallel: only index 0 of an
   // LLM replica receives embeddings, and broadcasts them to the replica (NOTE [Parallel sets]).
@@ -184,9 +189,9 @@ class Stage {
   absl::Status Expect(const transport::TransferTag& tag, const at::Tensor& destination);
   // Sends `source` (kept alive by the caller until the send is waited for) to peer rank `peer`.
   absl::StatusOr<std::unique_ptr<transport::SendHandle>> Send(int peer,
-                                                             const transport::TransferTag& tag,
-                                                             const at::Tensor& source,
-                                                             StepResult* result);
+                                                              const transport::TransferTag& tag,
+                                                              const at::Tensor& source,
+                                                              StepResult* result);
   // Waits for an expected transfer, adding the wait to result->wait_s when result is set.
   absl::Status Await(const transport::TransferTag& tag, StepResult* result);
   absl::Status WaitSends(std::vector<std::unique_ptr<transport::SendHandle>>& sends);
@@ -201,7 +206,8 @@ class Stage {
   at::Tensor HostBuffer(at::IntArrayRef sizes, at::ScalarType dtype) const;
   // `tensor` (on the device) in a HostBuffer; waits for the copy.
   at::Tensor ToHost(const at::Tensor& tensor) const;
-  // `host` on the device; from a HostBuffer the copy is queued on the current stream, not waited for.
+  // `host` on the device; from a HostBuffer the copy is queued on the current stream, not waited
+  // for.
   at::Tensor ToDevice(const at::Tensor& host) const;
   // vision.freeze holds "*": the vision group trains nothing, runs its forward without autograd,
   // and the LLM group sends it no gradients.

@@ -40,21 +40,21 @@ absl::Status FreezeParameters(torch::nn::Module& model, const std::vector<std::s
   for (size_t i = 0; i < freeze.size(); ++i) {
     if (used[i]) continue;
     return absl::InvalidArgumentError(absl::StrCat(
-        group_name, ".freeze[", i, "]: \"", freeze[i], "\" matches no parameter of the ", group_name,
-        " model (names as in models/README.md, e.g. ", first_name, ")"));
+        group_name, ".freeze[", i, "]: \"", freeze[i], "\" matches no parameter of the ",
+        group_name, " model (names as in models/README.md, e.g. ", first_name, ")"));
   }
   if (trainable == 0 && !jobspec::FreezesWholeGroup(freeze)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        group_name, ".freeze: freezes every parameter of the ", group_name,
-        " model; write [\"*\"] to freeze the whole group, so the other group knows"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(group_name, ".freeze: freezes every parameter of the ", group_name,
+                     " model; write [\"*\"] to freeze the whole group, so the other group knows"));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<engine_config::Config> GroupEngineConfig(const std::string& engine_json,
-                                                 std::string_view prefix,
-                                                 const jobspec::ScheduleConfig& schedule,
-                                                 int world) {
+                                                        std::string_view prefix,
+                                                        const jobspec::ScheduleConfig& schedule,
+                                                        int world) {
   nlohmann::json json = nlohmann::json::parse(engine_json, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) {
     return absl::InvalidArgumentError(absl::StrCat(std::string(prefix), ": not valid JSON"));
@@ -75,7 +75,8 @@ absl::StatusOr<engine_config::Config> GroupEngineConfig(const std::string& engin
 uint64_t VisionModelSeed(uint64_t job_seed) { return job_seed; }
 uint64_t LlmModelSeed(uint64_t job_seed) { return job_seed ^ 0x9E3779B97F4A7C15ull; }
 
-at::ScalarType EmbeddingScalarType(const engine_config::Config& vision_config, const c10::Device& device) {
+at::ScalarType EmbeddingScalarType(const engine_config::Config& vision_config,
+                                   const c10::Device& device) {
   return engine::PlanCompute(vision_config, device).output_dtype;
 }
 

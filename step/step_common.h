@@ -1,6 +1,7 @@
-// What the colocated trainer and the actors share, so both run exactly the step of docs/design.md §2 and a
-// disaggregated run reproduces the colocated losses: each group's engine config, model seeds, the
-// batch-to-tensor conversion and the dtype embeddings cross in. LibTorch header (torch code only).
+// What the colocated trainer and the actors share, so both run exactly the step of docs/design.md
+// §2 and a disaggregated run reproduces the colocated losses: each group's engine config, model
+// seeds, the batch-to-tensor conversion and the dtype embeddings cross in. LibTorch header (torch
+// code only).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -31,9 +32,9 @@ namespace tandem::step {
 // already rejected contradictions) and sum reduction: the trainer normalises the loss over the
 // global batch itself. `world` is the group's size. Errors name `prefix` ("vision.engine.").
 absl::StatusOr<engine_config::Config> GroupEngineConfig(const std::string& engine_json,
-                                                 std::string_view prefix,
-                                                 const jobspec::ScheduleConfig& schedule,
-                                                 int world);
+                                                        std::string_view prefix,
+                                                        const jobspec::ScheduleConfig& schedule,
+                                                        int world);
 
 // Sets requires_grad false on every parameter of `model` whose name matches a pattern of `freeze`
 // (the group's `freeze` list; engine_config/param_groups.h's MatchesNamePattern). InvalidArgument
@@ -53,7 +54,8 @@ uint64_t LlmModelSeed(uint64_t job_seed);
 // so torch_autocast.dtype "auto" needs the two groups' devices to agree on native bf16 (one host,
 // or pools of one GPU generation); where they do not, the first transfer is refused naming both
 // dtypes, and naming the dtype in the spec resolves it.
-at::ScalarType EmbeddingScalarType(const engine_config::Config& vision_config, const c10::Device& device);
+at::ScalarType EmbeddingScalarType(const engine_config::Config& vision_config,
+                                   const c10::Device& device);
 
 // A micro-batch's images [b, 3, H, W] (data::MakeImageBatch; REQUIRES: b >= 1), in page-locked
 // memory with `pinned` (a CUDA LibTorch; copies from it to a GPU need not wait).

@@ -28,7 +28,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kOptimizerTensors[] = {"weights", "master", "exp_avg", "exp_avg_sq", "compensation"};
+constexpr const char* kOptimizerTensors[] = {"weights", "master", "exp_avg", "exp_avg_sq",
+                                             "compensation"};
 
 struct Parameter {
   std::string name;
@@ -45,7 +46,7 @@ struct SavedGroup {
   std::string directory;
   int world = 1;
   int stage = 0;
-  std::vector<int64_t> units;  // real elements per unit
+  std::vector<int64_t> units;                     // real elements per unit
   std::vector<engine::SafetensorsHeader> shards;  // by rank
   std::vector<Parameter> parameters;              // the manifest, in order
   std::string dtype;                              // the manifest's parameter dtype
@@ -67,7 +68,8 @@ absl::Status ParseManifest(const std::string& path, const std::string& text, Sav
     if (!dims.empty()) {
       for (absl::string_view dim : absl::StrSplit(dims, ", ")) {
         int64_t size = 0;
-        if (!absl::SimpleAtoi(dim, &size) || size < 0) return Bad(path, absl::StrCat("a shape reads [", dims, "]"));
+        if (!absl::SimpleAtoi(dim, &size) || size < 0)
+          return Bad(path, absl::StrCat("a shape reads [", dims, "]"));
         parameter.shape.push_back(size);
       }
     }
@@ -82,8 +84,9 @@ absl::StatusOr<SavedGroup> OpenSavedGroup(const std::string& directory) {
   group.directory = directory;
   const std::string marker = directory + "/" + engine::kCheckpointCompleteMarker;
   if (!fs::exists(marker)) {
-    return absl::FailedPreconditionError(absl::StrCat("checkpoint: ", directory, " is incomplete or missing (no '",
-                                                      engine::kCheckpointCompleteMarker, "' marker)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint: ", directory, " is incomplete or missing (no '",
+                     engine::kCheckpointCompleteMarker, "' marker)"));
   }
   ASSIGN_OR_RETURN(group.world, engine::SavedWorldSize(marker));
   for (int r = 0; r < group.world; ++r) {
@@ -97,8 +100,8 @@ absl::StatusOr<SavedGroup> OpenSavedGroup(const std::string& directory) {
   const engine::SafetensorsHeader& first = group.shards[0];
   const std::string* stage = engine::CheckpointMeta(first, "zero_stage");
   const std::string* manifest = engine::CheckpointMeta(first, "parameters");
-  if (stage == nullptr || !absl::SimpleAtoi(*stage, &group.stage) || group.stage < 0 || group.stage > 3 ||
-      manifest == nullptr) {
+  if (stage == nullptr || !absl::SimpleAtoi(*stage, &group.stage) || group.stage < 0 ||
+      group.stage > 3 || manifest == nullptr) {
     return Bad(first.path, "no zero_stage or parameters");
   }
   RETURN_IF_ERROR(ParseManifest(first.path, *manifest, &group));
@@ -110,7 +113,8 @@ absl::StatusOr<SavedGroup> OpenSavedGroup(const std::string& directory) {
 
 // Tensor `name` of every parameter of `group`, in manifest order; undefined when the group has
 // none of that name.
-absl::StatusOr<std::vector<at::Tensor>> ReadParameters(const SavedGroup& group, const std::string& name) {
+absl::StatusOr<std::vector<at::Tensor>> ReadParameters(const SavedGroup& group,
+                                                       const std::string& name) {
   if (group.shards[0].Find(name) == nullptr) return std::vector<at::Tensor>{};
   int64_t total = 0;
   for (int64_t numel : group.units) total += numel;
@@ -127,7 +131,8 @@ absl::StatusOr<std::vector<at::Tensor>> ReadParameters(const SavedGroup& group, 
                                                     " elements, its domain ", length));
     }
     for (const engine::DomainSegment& segment : segments) {
-      flat.narrow(0, segment.global, segment.length).copy_(domain.narrow(0, segment.local, segment.length));
+      flat.narrow(0, segment.global, segment.length)
+          .copy_(domain.narrow(0, segment.local, segment.length));
     }
   }
   std::vector<at::Tensor> parameters;
@@ -141,15 +146,18 @@ absl::StatusOr<std::vector<at::Tensor>> ReadParameters(const SavedGroup& group, 
 
 // The whole parameter out of the saved indices' parts (index 0's for a replicated one), and this
 // rank's shard of it.
-at::Tensor Reshard(const models::LlmConfig& config, const std::string& name, const std::vector<at::Tensor>& parts,
-                   int size, int index) {
+at::Tensor Reshard(const models::LlmConfig& config, const std::string& name,
+                   const std::vector<at::Tensor>& parts, int size, int index) {
   const int saved = static_cast<int>(parts.size());
   const parallel::Shard from = models::LlmParameterShard(config, name, saved, 0);
   const at::Tensor whole = from.split() ? torch::cat(parts, from.dim) : parts[0];
-  return parallel::TakeShard(whole, models::LlmParameterShard(config, name, size, index)).contiguous();
+  return parallel::TakeShard(whole, models::LlmParameterShard(config, name, size, index))
+      .contiguous();
 }
 
-std::string ShapeText(at::IntArrayRef shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+std::string ShapeText(at::IntArrayRef shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
 
 }  // namespace
 
@@ -161,25 +169,28 @@ absl::StatusOr<int> SavedTensorParallelDegree(const std::string& checkpoint) {
     const std::string name = entry.path().filename().string();
     const size_t of = name.find("-of-");
     int degree = 0;
-    if (name.rfind("tensor-0-of-", 0) == 0 && absl::SimpleAtoi(name.substr(of + 4), &degree) && degree > 1) {
+    if (name.rfind("tensor-0-of-", 0) == 0 && absl::SimpleAtoi(name.substr(of + 4), &degree) &&
+        degree > 1) {
       return degree;
     }
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "checkpoint: ", llm.string(), " holds neither an engine checkpoint nor tensor-<i>-of-<T> directories"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("checkpoint: ", llm.string(),
+                   " holds neither an engine checkpoint nor tensor-<i>-of-<T> directories"));
 }
 
 std::string LlmCheckpointDirectory(int degree, int index) {
   return degree == 1 ? "llm" : absl::StrCat("llm/tensor-", index, "-of-", degree);
 }
 
-absl::Status ReshardLlmCheckpoint(const std::string& checkpoint, const models::LlmConfig& config, int size,
-                                  int index, const std::string& scratch) {
+absl::Status ReshardLlmCheckpoint(const std::string& checkpoint, const models::LlmConfig& config,
+                                  int size, int index, const std::string& scratch) {
   ASSIGN_OR_RETURN(const int saved, SavedTensorParallelDegree(checkpoint));
   std::vector<SavedGroup> groups;
   for (int i = 0; i < saved; ++i) {
-    ASSIGN_OR_RETURN(SavedGroup group,
-                     OpenSavedGroup((fs::path(checkpoint) / LlmCheckpointDirectory(saved, i)).string()));
+    ASSIGN_OR_RETURN(
+        SavedGroup group,
+        OpenSavedGroup((fs::path(checkpoint) / LlmCheckpointDirectory(saved, i)).string()));
     groups.push_back(std::move(group));
   }
   const engine::SafetensorsHeader& first = groups[0].shards[0];
@@ -189,9 +200,9 @@ absl::Status ReshardLlmCheckpoint(const std::string& checkpoint, const models::L
   for (const SavedGroup& group : groups) {
     const std::string* steps = engine::CheckpointMeta(group.shards[0], "global_steps");
     if (steps == nullptr || *steps != *step) {
-      return absl::FailedPreconditionError(absl::StrCat("checkpoint: ", group.directory, " was saved at step ",
-                                                        steps ? *steps : "(none)", ", ", groups[0].directory,
-                                                        " at step ", *step));
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint: ", group.directory, " was saved at step ",
+                       steps ? *steps : "(none)", ", ", groups[0].directory, " at step ", *step));
     }
     if (!std::equal(group.parameters.begin(), group.parameters.end(), groups[0].parameters.begin(),
                     groups[0].parameters.end(), same_name)) {
@@ -216,8 +227,8 @@ absl::Status ReshardLlmCheckpoint(const std::string& checkpoint, const models::L
         for (const auto& values : parts) pieces.push_back(values.at(k));
         const at::Tensor cut = Reshard(config, groups[0].parameters[k].name, pieces, size, index);
         if (std::string(name) == "weights") {
-          manifest.push_back(
-              absl::StrCat(groups[0].parameters[k].name, " ", ShapeText(cut.sizes()), " ", groups[0].dtype));
+          manifest.push_back(absl::StrCat(groups[0].parameters[k].name, " ", ShapeText(cut.sizes()),
+                                          " ", groups[0].dtype));
           total += cut.numel();
         }
         mine.push_back(cut.view({-1}));
@@ -239,7 +250,8 @@ absl::Status ReshardLlmCheckpoint(const std::string& checkpoint, const models::L
   metadata["unit_elements"] = total > 0 ? std::to_string(total) : "";
   metadata["domain_elements"] = std::to_string(total);
   metadata["parameters"] = absl::StrJoin(manifest, "\n");
-  RETURN_IF_ERROR(engine::WriteSafetensors(scratch + "/" + engine::CheckpointShardName(0, 1), tensors, metadata));
+  RETURN_IF_ERROR(engine::WriteSafetensors(scratch + "/" + engine::CheckpointShardName(0, 1),
+                                           tensors, metadata));
 
   // Frozen parameters: each index's frozen.safetensors holds its shards whole.
   const std::string frozen0 = groups[0].directory + "/" + engine::kCheckpointFrozenFile;
@@ -249,15 +261,16 @@ absl::Status ReshardLlmCheckpoint(const std::string& checkpoint, const models::L
     try {
       std::vector<std::map<std::string, at::Tensor>> parts;
       for (const SavedGroup& group : groups) {
-        ASSIGN_OR_RETURN(auto values,
-                         engine::ReadSafetensors(group.directory + "/" + engine::kCheckpointFrozenFile));
+        ASSIGN_OR_RETURN(auto values, engine::ReadSafetensors(group.directory + "/" +
+                                                              engine::kCheckpointFrozenFile));
         parts.emplace_back(values.begin(), values.end());
       }
       for (const auto& [name, value] : parts[0]) {
         std::vector<at::Tensor> pieces;
         for (const auto& values : parts) {
           auto it = values.find(name);
-          if (it == values.end()) return Bad(frozen0, "frozen parameter " + name + " is not in every index");
+          if (it == values.end())
+            return Bad(frozen0, "frozen parameter " + name + " is not in every index");
           pieces.push_back(it->second);
         }
         frozen.emplace_back(name, Reshard(config, name, pieces, size, index));
@@ -266,12 +279,13 @@ absl::Status ReshardLlmCheckpoint(const std::string& checkpoint, const models::L
     } catch (const c10::Error& e) {
       return Bad(frozen0, e.what_without_backtrace());
     }
-    RETURN_IF_ERROR(
-        engine::WriteSafetensors(scratch + "/" + engine::kCheckpointFrozenFile, frozen,
-                                 {{"format", "pt"}, {"frozen_parameters", absl::StrJoin(frozen_manifest, "\n")}}));
+    RETURN_IF_ERROR(engine::WriteSafetensors(
+        scratch + "/" + engine::kCheckpointFrozenFile, frozen,
+        {{"format", "pt"}, {"frozen_parameters", absl::StrJoin(frozen_manifest, "\n")}}));
   }
-  return WriteFileAtomically(scratch + "/" + engine::kCheckpointCompleteMarker,
-                             absl::StrCat("{\"global_steps\": ", *step, ", \"world_size\": 1, \"zero_stage\": 0}\n"));
+  return WriteFileAtomically(
+      scratch + "/" + engine::kCheckpointCompleteMarker,
+      absl::StrCat("{\"global_steps\": ", *step, ", \"world_size\": 1, \"zero_stage\": 0}\n"));
 }
 
 }  // namespace tandem::step

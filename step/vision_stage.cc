@@ -6,22 +6,22 @@
 // engine step still runs, so the group's collectives (whole-model clipping's norm exchange) match.
 //
 // The stage runs ahead by up to kPipelineDepth micro-batches so both groups stay busy, and its
-// ImagePrefetcher reads the images of the step's micro-batches and of the next step's on a thread of
-// its own (like a DataLoader's worker), so that rendering and decoding overlap the forward and
+// ImagePrefetcher reads the images of the step's micro-batches and of the next step's on a thread
+// of its own (like a DataLoader's worker), so that rendering and decoding overlap the forward and
 // backward passes (on a GPU, into pinned memory copied to the device without a wait).
 #include <torch/torch.h>
 
 #include <deque>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "data/batch.h"
 #include "engine/engine.h"
-#include "models/vision_encoder.h"
 #include "hf/pretrained_weights.h"
+#include "models/vision_encoder.h"
 #include "step/image_prefetcher.h"
 #include "step/stage.h"
 
@@ -44,12 +44,15 @@ class VisionStage : public Stage {
     {
       std::lock_guard<std::mutex> lock(ModelInitMutex());
       torch::manual_seed(VisionModelSeed(job().schedule.seed));
-      model_ = models::VisionEncoder(job().vision.model,
-                                     parallel::ParallelGroup{placement().parallel_communicator, placement().timeout});
+      model_ = models::VisionEncoder(
+          job().vision.model,
+          parallel::ParallelGroup{placement().parallel_communicator, placement().timeout});
     }
     // hf::ResolvePretrainedModels gave the shape; the weights are the checkpoint's (the projector
     // stays as initialised for a tower alone).
-    if (!job().vision.pretrained.empty()) RETURN_IF_ERROR(hf::LoadPretrainedVision(job().vision.pretrained, *model_, job().vision.new_projector));
+    if (!job().vision.pretrained.empty())
+      RETURN_IF_ERROR(
+          hf::LoadPretrainedVision(job().vision.pretrained, *model_, job().vision.new_projector));
     RETURN_IF_ERROR(Build(model_.ptr(), std::move(communicator)));
     model_->set_compute_dtype(engine().compute().activation_dtype);
     // This rank's rows of every micro-batch, into pinned memory where they go to a GPU.
@@ -85,8 +88,9 @@ class VisionStage : public Stage {
   absl::StatusOr<at::Tensor> Images(const std::vector<int64_t>& indices);
   // Sends `rows` of `embeddings` (whose first row is sample mine.begin) to every rank of LLM
   // replica `replica`, or to its first rank under embeddings_broadcast() (NOTE [Parallel sets]).
-  absl::Status SendToReplica(transport::TransferKind kind, int64_t step, int64_t micro_batch, int replica,
-                             SampleRange rows, const at::Tensor& embeddings, SampleRange mine, StepResult* result,
+  absl::Status SendToReplica(transport::TransferKind kind, int64_t step, int64_t micro_batch,
+                             int replica, SampleRange rows, const at::Tensor& embeddings,
+                             SampleRange mine, StepResult* result,
                              std::vector<std::unique_ptr<transport::SendHandle>>* sends);
   // Asks the prefetcher for the next step's micro-batches without advancing the sampler. A read
   // that fails is kept: the step that needs the batch returns its error.
@@ -95,7 +99,8 @@ class VisionStage : public Stage {
 
   models::VisionEncoder model_{nullptr};
   // Evaluation embeddings still being sent, with the tensors the sends read from.
-  std::deque<std::pair<at::Tensor, std::vector<std::unique_ptr<transport::SendHandle>>>> eval_sends_;
+  std::deque<std::pair<at::Tensor, std::vector<std::unique_ptr<transport::SendHandle>>>>
+      eval_sends_;
   // Last: destroyed first, so its thread stops before what its reads use.
   std::unique_ptr<ImagePrefetcher> prefetcher_;
 };
@@ -129,12 +134,13 @@ absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
     for (const auto& [peer, overlap] : Overlaps(mine, b)) {
       if (!vision_frozen()) {
         // The gradient comes from the first rank of the LLM replica.
-        TransferTag grad_tag = Tag(TransferKind::kGradients, step, k, overlap, peer * placement().peer_parallel);
+        TransferTag grad_tag =
+            Tag(TransferKind::kGradients, step, k, overlap, peer * placement().peer_parallel);
         RETURN_IF_ERROR(Expect(grad_tag, Rows(f.grad, overlap, mine.begin)));
         f.grad_tags.push_back(grad_tag);
       }
-      RETURN_IF_ERROR(SendToReplica(TransferKind::kEmbeddings, step, k, peer, overlap, f.sent, mine, &result,
-                                    &f.sends));
+      RETURN_IF_ERROR(SendToReplica(TransferKind::kEmbeddings, step, k, peer, overlap, f.sent, mine,
+                                    &result, &f.sends));
     }
     in_flight.push_back(std::move(f));
     if (k == last && step < job().schedule.steps) PrefetchNextStep();
@@ -146,10 +152,10 @@ absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
   return result;
 }
 
-absl::Status VisionStage::SendToReplica(TransferKind kind, int64_t step, int64_t micro_batch, int replica,
-                                        SampleRange rows, const at::Tensor& embeddings, SampleRange mine,
-                                        StepResult* result,
-                                        std::vector<std::unique_ptr<transport::SendHandle>>* sends) {
+absl::Status VisionStage::SendToReplica(
+    TransferKind kind, int64_t step, int64_t micro_batch, int replica, SampleRange rows,
+    const at::Tensor& embeddings, SampleRange mine, StepResult* result,
+    std::vector<std::unique_ptr<transport::SendHandle>>* sends) {
   const int parallel = placement().peer_parallel;
   const int receivers = embeddings_broadcast() ? 1 : parallel;  // the first broadcasts them
   for (int peer = replica * parallel; peer < replica * parallel + receivers; ++peer) {
@@ -191,7 +197,8 @@ absl::StatusOr<EvalCounts> VisionStage::EvaluateBatch(int64_t step, int64_t batc
   const int64_t image_size = job().vision.model.image_size;
   at::Tensor images = at::zeros({0, 3, image_size, image_size});
   if (!mine.empty()) {
-    ASSIGN_OR_RETURN(data::Batch batch, data::MakeImageBatch(*data().datasets.eval, Sub(indices, mine)));
+    ASSIGN_OR_RETURN(data::Batch batch,
+                     data::MakeImageBatch(*data().datasets.eval, Sub(indices, mine)));
     images = ImagesOf(batch);
   }
   if (mine.empty() && !collective_generation()) return EvalCounts{};
@@ -202,8 +209,8 @@ absl::StatusOr<EvalCounts> VisionStage::EvaluateBatch(int64_t step, int64_t batc
   }
   std::vector<std::unique_ptr<transport::SendHandle>> handles;
   for (const auto& [peer, overlap] : Overlaps(mine, n)) {
-    RETURN_IF_ERROR(SendToReplica(TransferKind::kEvalEmbeddings, step, batch_index, peer, overlap, embeddings, mine,
-                                  nullptr, &handles));
+    RETURN_IF_ERROR(SendToReplica(TransferKind::kEvalEmbeddings, step, batch_index, peer, overlap,
+                                  embeddings, mine, nullptr, &handles));
   }
   eval_sends_.emplace_back(embeddings, std::move(handles));
   while (eval_sends_.size() > kPipelineDepth) {

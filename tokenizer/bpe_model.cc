@@ -17,7 +17,8 @@ absl::StatusOr<Vocabulary> Vocabulary::FromJson(const nlohmann::json& vocab) {
     // Ids are dense: none beyond a few times the vocabulary's size (a typo'd id would allocate).
     const int64_t limit = 4 * static_cast<int64_t>(vocab.size()) + 1024;
     if (!value || *value < 0 || *value >= limit) {
-      return absl::InvalidArgumentError(absl::StrCat("model.vocab.", token, " must be an id in [0, ", limit, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.vocab.", token, " must be an id in [0, ", limit, ")"));
     }
     v.ids_[token] = *value;
     max_id = std::max(max_id, *value);
@@ -39,7 +40,9 @@ const std::string* Vocabulary::IdToToken(int64_t id) const {
 }
 
 absl::StatusOr<BpeModel> BpeModel::FromJson(const nlohmann::json& model) {
-  const auto error = [](const std::string& what) { return absl::InvalidArgumentError(absl::StrCat("model.", what)); };
+  const auto error = [](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("model.", what));
+  };
   BpeModel bpe;
   for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"}) {
     if (model.contains(key) && !model[key].is_null()) {
@@ -58,18 +61,22 @@ absl::StatusOr<BpeModel> BpeModel::FromJson(const nlohmann::json& model) {
     if (merge.is_string()) {
       const std::string text = merge.get<std::string>();
       const size_t space = text.find(' ');
-      if (space == std::string::npos) return error(absl::StrCat("merges[", rank, "] \"", text, "\" is not \"a b\""));
+      if (space == std::string::npos)
+        return error(absl::StrCat("merges[", rank, "] \"", text, "\" is not \"a b\""));
       a = text.substr(0, space);
       b = text.substr(space + 1);
-    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
+               merge[1].is_string()) {
       a = merge[0].get<std::string>();
       b = merge[1].get<std::string>();
     } else {
       return error(absl::StrCat("merges[", rank, "] must be \"a b\" or [\"a\", \"b\"]"));
     }
-    const auto ia = bpe.vocab_.TokenToId(a), ib = bpe.vocab_.TokenToId(b), im = bpe.vocab_.TokenToId(a + b);
+    const auto ia = bpe.vocab_.TokenToId(a), ib = bpe.vocab_.TokenToId(b),
+               im = bpe.vocab_.TokenToId(a + b);
     if (!ia || !ib || !im) {
-      return error(absl::StrCat("merges[", rank, "] (\"", a, "\", \"", b, "\") merges tokens outside the vocabulary"));
+      return error(absl::StrCat("merges[", rank, "] (\"", a, "\", \"", b,
+                                "\") merges tokens outside the vocabulary"));
     }
     bpe.merges_.emplace(std::make_pair(*ia, *ib), Merge{rank, *im});
     ++rank;
@@ -113,8 +120,8 @@ absl::Status BpeModel::Tokenize(std::string_view piece, std::vector<int64_t>& id
       if (!(fuse_unk_ && last_was_unk)) symbols.push_back(*unk_);
       last_was_unk = true;
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("character \"", character, "\" is not in the vocabulary, which has no unknown token"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "character \"", character, "\" is not in the vocabulary, which has no unknown token"));
     }
   }
   while (symbols.size() > 1) {
@@ -154,7 +161,8 @@ absl::Status WordLevelModel::Tokenize(std::string_view piece, std::vector<int64_
   } else if (unk_) {
     ids.push_back(*unk_);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("word \"", std::string(piece), "\" is not in the vocabulary, which has no unknown token"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "word \"", std::string(piece), "\" is not in the vocabulary, which has no unknown token"));
   }
   return absl::OkStatus();
 }

@@ -13,14 +13,18 @@ constexpr char kImage[] = "<image>";
 constexpr char kChatml[] =
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
     "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
-    "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+    "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% "
+    "endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 constexpr char kLlama3[] =
     "{% set loop_messages = messages %}{% for message in loop_messages %}"
-    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim "
-    "+ '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ "
+    "message['content'] | trim "
+    "+ '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif "
+    "%}{{ content }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
 
 // A message's content as a processor template reads it: image and text parts.
 jinja::Value StructuredContent(const std::string& content) {
@@ -28,7 +32,8 @@ jinja::Value StructuredContent(const std::string& content) {
   size_t begin = 0;
   while (true) {
     const size_t at = content.find(kImage, begin);
-    const std::string text = content.substr(begin, at == std::string::npos ? std::string::npos : at - begin);
+    const std::string text =
+        content.substr(begin, at == std::string::npos ? std::string::npos : at - begin);
     if (!text.empty()) {
       jinja::Dict part;
       part.Set("type", jinja::Value::String("text"));
@@ -47,11 +52,13 @@ jinja::Value StructuredContent(const std::string& content) {
 }  // namespace
 
 SpecialTokens SpecialTokensOf(const HfTokenizer& tokenizer) {
-  return SpecialTokens{tokenizer.bos_token(), tokenizer.eos_token(), tokenizer.pad_token(), tokenizer.unk_token()};
+  return SpecialTokens{tokenizer.bos_token(), tokenizer.eos_token(), tokenizer.pad_token(),
+                       tokenizer.unk_token()};
 }
 
-absl::StatusOr<ChatTemplate> ChatTemplate::Compile(const std::string& name, const std::string& source,
-                                                   SpecialTokens tokens, bool structured_content) {
+absl::StatusOr<ChatTemplate> ChatTemplate::Compile(const std::string& name,
+                                                   const std::string& source, SpecialTokens tokens,
+                                                   bool structured_content) {
   auto parsed = jinja::Template::Parse(source);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": ", parsed.status().message()));
@@ -66,7 +73,8 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Compile(const std::string& name, cons
   // Some templates insist on a system message first; a template that renders neither probe leaves
   // end_of_turn empty, and generation then stops at EOS alone.
   auto probe = t.RenderRaw({{"user", "Hi"}, {"assistant", answer}}, false);
-  if (!probe.ok()) probe = t.RenderRaw({{"system", "Be brief."}, {"user", "Hi"}, {"assistant", answer}}, false);
+  if (!probe.ok())
+    probe = t.RenderRaw({{"system", "Be brief."}, {"user", "Hi"}, {"assistant", answer}}, false);
   if (probe.ok()) {
     t.has_generation_blocks_ = !probe->generation.empty();
     const size_t at = probe->text.rfind(answer);
@@ -86,30 +94,34 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Named(const std::string& name, Specia
   if (name == "tandem") return Compile(name, kTandemChatTemplate, std::move(tokens), false);
   if (name == "chatml") return Compile(name, kChatml, std::move(tokens), false);
   if (name == "llama3") return Compile(name, kLlama3, std::move(tokens), false);
-  return absl::InvalidArgumentError(absl::StrCat("chat template \"", name, "\" is not known (chatml, llama3, tandem)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("chat template \"", name, "\" is not known (chatml, llama3, tandem)"));
 }
 
 absl::StatusOr<ChatTemplate> ChatTemplate::OfTokenizer(const HfTokenizer& tokenizer) {
   if (tokenizer.chat_template().empty()) {
     return absl::InvalidArgumentError(
-        "the tokenizer has no chat template (chat_template.jinja, chat_template.json, processor_config.json or "
+        "the tokenizer has no chat template (chat_template.jinja, chat_template.json, "
+        "processor_config.json or "
         "tokenizer_config.json): name one in the job spec");
   }
-  return Compile(tokenizer.chat_template_file(), tokenizer.chat_template(), SpecialTokensOf(tokenizer),
-                 tokenizer.chat_template_structured());
+  return Compile(tokenizer.chat_template_file(), tokenizer.chat_template(),
+                 SpecialTokensOf(tokenizer), tokenizer.chat_template_structured());
 }
 
-absl::StatusOr<ChatTemplate> ChatTemplate::For(const std::string& name, const HfTokenizer& tokenizer) {
+absl::StatusOr<ChatTemplate> ChatTemplate::For(const std::string& name,
+                                               const HfTokenizer& tokenizer) {
   return name.empty() ? OfTokenizer(tokenizer) : Named(name, SpecialTokensOf(tokenizer));
 }
 
 absl::StatusOr<jinja::Rendered> ChatTemplate::RenderRaw(const std::vector<ChatMessage>& messages,
-                                                              bool add_generation_prompt) const {
+                                                        bool add_generation_prompt) const {
   jinja::List list;
   for (const ChatMessage& m : messages) {
     jinja::Dict message;
     message.Set("role", jinja::Value::String(m.role));
-    message.Set("content", structured_ ? StructuredContent(m.content) : jinja::Value::String(m.content));
+    message.Set("content",
+                structured_ ? StructuredContent(m.content) : jinja::Value::String(m.content));
     list.push_back(jinja::Value::MakeDict(std::move(message)));
   }
   jinja::Dict variables;
@@ -117,14 +129,17 @@ absl::StatusOr<jinja::Rendered> ChatTemplate::RenderRaw(const std::vector<ChatMe
   variables.Set("tools", jinja::Value::None());
   variables.Set("documents", jinja::Value::None());
   variables.Set("add_generation_prompt", jinja::Value::Bool(add_generation_prompt));
-  const std::pair<const char*, const std::string*> special[] = {
-      {"bos_token", &tokens_.bos}, {"eos_token", &tokens_.eos}, {"pad_token", &tokens_.pad}, {"unk_token", &tokens_.unk}};
+  const std::pair<const char*, const std::string*> special[] = {{"bos_token", &tokens_.bos},
+                                                                {"eos_token", &tokens_.eos},
+                                                                {"pad_token", &tokens_.pad},
+                                                                {"unk_token", &tokens_.unk}};
   for (const auto& [key, value] : special) {
     if (!value->empty()) variables.Set(key, jinja::Value::String(*value));
   }
   absl::StatusOr<jinja::Rendered> rendered = template_->Render(variables);
   if (!rendered.ok()) {
-    return absl::Status(rendered.status().code(), absl::StrCat(name_, ": ", rendered.status().message()));
+    return absl::Status(rendered.status().code(),
+                        absl::StrCat(name_, ": ", rendered.status().message()));
   }
   return rendered;
 }
@@ -135,8 +150,8 @@ absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>&
   return std::move(r.text);
 }
 
-absl::StatusOr<std::vector<ChatPiece>> ChatTemplate::RenderPieces(const std::vector<ChatMessage>& messages,
-                                                                  bool add_generation_prompt) const {
+absl::StatusOr<std::vector<ChatPiece>> ChatTemplate::RenderPieces(
+    const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
   ASSIGN_OR_RETURN(jinja::Rendered whole, RenderRaw(messages, add_generation_prompt));
   std::vector<std::pair<size_t, size_t>> trained;
   if (has_generation_blocks_) {
@@ -144,14 +159,19 @@ absl::StatusOr<std::vector<ChatPiece>> ChatTemplate::RenderPieces(const std::vec
   } else {
     for (size_t i = 0; i < messages.size(); ++i) {
       if (messages[i].role != "assistant") continue;
-      const std::vector<ChatMessage> before(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i));
-      const std::vector<ChatMessage> through(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      const std::vector<ChatMessage> before(messages.begin(),
+                                            messages.begin() + static_cast<std::ptrdiff_t>(i));
+      const std::vector<ChatMessage> through(messages.begin(),
+                                             messages.begin() + static_cast<std::ptrdiff_t>(i) + 1);
       ASSIGN_OR_RETURN(jinja::Rendered prompt, RenderRaw(before, /*add_generation_prompt=*/true));
-      ASSIGN_OR_RETURN(jinja::Rendered answered, RenderRaw(through, /*add_generation_prompt=*/false));
-      if (!absl::StartsWith(answered.text, prompt.text) || !absl::StartsWith(whole.text, answered.text)) {
+      ASSIGN_OR_RETURN(jinja::Rendered answered,
+                       RenderRaw(through, /*add_generation_prompt=*/false));
+      if (!absl::StartsWith(answered.text, prompt.text) ||
+          !absl::StartsWith(whole.text, answered.text)) {
         return absl::InvalidArgumentError(absl::StrCat(
             name_, ": the template does not render the conversation before message ", i,
-            " as the start of the conversation through it, so the assistant's text cannot be told apart; give the "
+            " as the start of the conversation through it, so the assistant's text cannot be told "
+            "apart; give the "
             "template {% generation %} blocks or name a chat template in the job spec"));
       }
       size_t end = answered.text.size();

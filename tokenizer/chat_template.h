@@ -1,8 +1,8 @@
 // A model's chat template, run: the Jinja text of the tokenizer (or processor) rendered by
 // Tandem's interpreter (tokenizer/jinja/template.h) with the variables transformers'
 // apply_chat_template passes (messages, add_generation_prompt, tools and documents as None, the
-// special tokens bos_token, eos_token, pad_token and unk_token where the tokenizer has them), so the
-// text is what apply_chat_template renders (tests/tokenizer/ compares them byte for byte).
+// special tokens bos_token, eos_token, pad_token and unk_token where the tokenizer has them), so
+// the text is what apply_chat_template renders (tests/tokenizer/ compares them byte for byte).
 //
 // Built-in templates by name, for a job spec that names one (llm.chat_template):
 //   "chatml"  Qwen2's: a default system message "You are a helpful assistant." when the first
@@ -40,7 +40,8 @@ class HfTokenizer;
 
 // The Jinja text of the "tandem" template, as `tandem export` writes it into tokenizer_config.json.
 inline constexpr char kTandemChatTemplate[] =
-    "{% for message in messages %}{% if message['role'] == 'assistant' %}{{ message['content'] }}<eos>"
+    "{% for message in messages %}{% if message['role'] == 'assistant' %}{{ message['content'] "
+    "}}<eos>"
     "{% else %}{{ message['content'] }}<bos>{% endif %}{% endfor %}";
 
 struct ChatMessage {
@@ -70,7 +71,8 @@ class ChatTemplate {
   // Named(name) when `name` is not empty, else OfTokenizer.
   static absl::StatusOr<ChatTemplate> For(const std::string& name, const HfTokenizer& tokenizer);
 
-  absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
+                                     bool add_generation_prompt) const;
   // Render's text in pieces, in order; joined they equal Render's text.
   absl::StatusOr<std::vector<ChatPiece>> RenderPieces(const std::vector<ChatMessage>& messages,
                                                       bool add_generation_prompt) const;
@@ -81,7 +83,8 @@ class ChatTemplate {
   const std::string& end_of_turn() const { return end_of_turn_; }
 
  private:
-  absl::StatusOr<jinja::Rendered> RenderRaw(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  absl::StatusOr<jinja::Rendered> RenderRaw(const std::vector<ChatMessage>& messages,
+                                            bool add_generation_prompt) const;
 
   std::string name_;
   std::shared_ptr<const jinja::Template> template_;

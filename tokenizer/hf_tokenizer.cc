@@ -5,8 +5,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/atomic_file.h"
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "common/strict_json.h"
 #include "tokenizer/utf8.h"
@@ -22,14 +22,16 @@ absl::StatusOr<std::optional<json>> ReadJsonFile(const fs::path& path) {
   if (!fs::exists(path, ec)) return std::optional<json>();
   ASSIGN_OR_RETURN(const std::string text, ReadUserFile(path.string()));
   auto parsed = ParseJsonStrict(text);
-  if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", parsed.status().message()));
+  if (!parsed.ok())
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", parsed.status().message()));
   return std::optional<json>(*std::move(parsed));
 }
 
 // A special token written as "text" or as an AddedToken object {"content": "text", ...}.
 std::string TokenText(const json& j) {
   if (j.is_string()) return j.get<std::string>();
-  if (j.is_object() && j.contains("content") && j["content"].is_string()) return j["content"].get<std::string>();
+  if (j.is_object() && j.contains("content") && j["content"].is_string())
+    return j["content"].get<std::string>();
   return "";
 }
 
@@ -42,8 +44,8 @@ absl::StatusOr<HfTokenizer> HfTokenizer::Load(const std::string& directory) {
   try {
     return LoadOrThrow(directory);
   } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(directory, ": a tokenizer file has a value of the wrong type: ",
-                                                   e.what()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(directory, ": a tokenizer file has a value of the wrong type: ", e.what()));
   }
 }
 
@@ -51,8 +53,11 @@ absl::StatusOr<HfTokenizer> HfTokenizer::LoadOrThrow(const std::string& director
   const fs::path dir(directory);
   const std::string file = (dir / "tokenizer.json").string();
   ASSIGN_OR_RETURN(const auto root, ReadJsonFile(dir / "tokenizer.json"));
-  if (!root) return absl::NotFoundError(absl::StrCat(file, ": not found (the tokenizer's files are needed)"));
-  if (!root->is_object()) return absl::InvalidArgumentError(absl::StrCat(file, ": must hold a JSON object"));
+  if (!root)
+    return absl::NotFoundError(
+        absl::StrCat(file, ": not found (the tokenizer's files are needed)"));
+  if (!root->is_object())
+    return absl::InvalidArgumentError(absl::StrCat(file, ": must hold a JSON object"));
   const auto error = [&](const absl::Status& status) {
     return absl::Status(status.code(), absl::StrCat(file, ": ", status.message()));
   };
@@ -69,13 +74,14 @@ absl::StatusOr<HfTokenizer> HfTokenizer::LoadOrThrow(const std::string& director
     if (!word_level.ok()) return error(word_level.status());
     t.model_->word_level = *std::move(word_level);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(file, ": model.type \"", type,
-                                                   "\" is not supported (BPE, WordLevel)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(file, ": model.type \"", type, "\" is not supported (BPE, WordLevel)"));
   }
   auto normalizer = Normalizer::FromJson(root->value("normalizer", json()), "normalizer");
   if (!normalizer.ok()) return error(normalizer.status());
   t.normalizer_ = *std::move(normalizer);
-  auto pre_tokenizer = PreTokenizer::FromJson(root->value("pre_tokenizer", json()), "pre_tokenizer");
+  auto pre_tokenizer =
+      PreTokenizer::FromJson(root->value("pre_tokenizer", json()), "pre_tokenizer");
   if (!pre_tokenizer.ok()) return error(pre_tokenizer.status());
   t.pre_tokenizer_ = *std::move(pre_tokenizer);
   auto decoder = Decoder::FromJson(root->value("decoder", json()), "decoder");
@@ -84,24 +90,29 @@ absl::StatusOr<HfTokenizer> HfTokenizer::LoadOrThrow(const std::string& director
 
   for (const auto& added : root->value("added_tokens", json::array())) {
     if (added.value("single_word", false)) {
-      return absl::InvalidArgumentError(absl::StrCat(file, ": added token \"", added.value("content", std::string()),
+      return absl::InvalidArgumentError(absl::StrCat(file, ": added token \"",
+                                                     added.value("content", std::string()),
                                                      "\" has single_word, which is not supported"));
     }
-    if (!added.contains("id") || !added["id"].is_number_integer() || added["id"].get<int64_t>() < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(file, ": added token \"", added.value("content", std::string()),
-                                                     "\" needs an id >= 0"));
+    if (!added.contains("id") || !added["id"].is_number_integer() ||
+        added["id"].get<int64_t>() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file, ": added token \"", added.value("content", std::string()), "\" needs an id >= 0"));
     }
     t.added_.push_back({added.value("content", std::string()), added["id"].get<int64_t>(),
-                        added.value("special", false), added.value("lstrip", false), added.value("rstrip", false)});
+                        added.value("special", false), added.value("lstrip", false),
+                        added.value("rstrip", false)});
   }
-  std::stable_sort(t.added_.begin(), t.added_.end(),
-                   [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
+  std::stable_sort(t.added_.begin(), t.added_.end(), [](const Added& a, const Added& b) {
+    return a.content.size() > b.content.size();
+  });
 
   // The post-processor's single-sequence template: the special tokens before and after $A.
   const auto template_of = [&](const json& processor, auto&& self) -> absl::Status {
     const std::string type = processor.value("type", std::string());
     if (type == "Sequence") {
-      for (const auto& child : processor.value("processors", json::array())) RETURN_IF_ERROR(self(child, self));
+      for (const auto& child : processor.value("processors", json::array()))
+        RETURN_IF_ERROR(self(child, self));
     } else if (type == "TemplateProcessing") {
       bool after = false;
       for (const auto& item : processor.value("single", json::array())) {
@@ -112,14 +123,17 @@ absl::StatusOr<HfTokenizer> HfTokenizer::LoadOrThrow(const std::string& director
           const auto specials = processor.find("special_tokens");
           if (specials == processor.end() || !specials->is_object() || !specials->contains(id) ||
               !(*specials)[id].contains("ids")) {
-            return absl::InvalidArgumentError(absl::StrCat(file, ": post_processor names special token \"", id,
-                                                           "\", which its special_tokens do not hold"));
+            return absl::InvalidArgumentError(
+                absl::StrCat(file, ": post_processor names special token \"", id,
+                             "\", which its special_tokens do not hold"));
           }
-          for (const auto& v : (*specials)[id]["ids"]) (after ? t.suffix_ : t.prefix_).push_back(v.get<int64_t>());
+          for (const auto& v : (*specials)[id]["ids"])
+            (after ? t.suffix_ : t.prefix_).push_back(v.get<int64_t>());
         }
       }
     } else if (type != "ByteLevel" && !type.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(file, ": post_processor type \"", type, "\" is not supported"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": post_processor type \"", type, "\" is not supported"));
     }
     return absl::OkStatus();
   };
@@ -147,8 +161,10 @@ absl::StatusOr<HfTokenizer> HfTokenizer::LoadOrThrow(const std::string& director
       if (config->value("add_eos_token", false) && t.eos_id()) t.suffix_.push_back(*t.eos_id());
     }
   }
-  // Later sources win: tokenizer_config.json, processor_config.json, chat_template.json, chat_template.jinja.
-  const auto chat_template_of = [&](const std::optional<json>& file, const char* name, bool structured) {
+  // Later sources win: tokenizer_config.json, processor_config.json, chat_template.json,
+  // chat_template.jinja.
+  const auto chat_template_of = [&](const std::optional<json>& file, const char* name,
+                                    bool structured) {
     if (!file || !file->is_object() || !file->contains("chat_template")) return;
     const json& chat = (*file)["chat_template"];
     std::string text;
@@ -156,8 +172,8 @@ absl::StatusOr<HfTokenizer> HfTokenizer::LoadOrThrow(const std::string& director
       text = chat.get<std::string>();
     } else if (chat.is_array()) {  // named templates: the "default" one
       for (const auto& named : chat) {
-        if (named.is_object() && named.value("name", std::string()) == "default" && named.contains("template") &&
-            named["template"].is_string()) {
+        if (named.is_object() && named.value("name", std::string()) == "default" &&
+            named.contains("template") && named["template"].is_string()) {
           text = named["template"].get<std::string>();
         }
       }
@@ -181,8 +197,10 @@ absl::StatusOr<HfTokenizer> HfTokenizer::LoadOrThrow(const std::string& director
   return t;
 }
 
-absl::StatusOr<std::vector<int64_t>> HfTokenizer::Encode(std::string_view text, bool add_special_tokens) const {
-  if (Utf8Lossy(text) != text) return absl::InvalidArgumentError("tokenizer: the text is not valid UTF-8");
+absl::StatusOr<std::vector<int64_t>> HfTokenizer::Encode(std::string_view text,
+                                                         bool add_special_tokens) const {
+  if (Utf8Lossy(text) != text)
+    return absl::InvalidArgumentError("tokenizer: the text is not valid UTF-8");
   std::vector<int64_t> ids;
   if (add_special_tokens) ids = prefix_;
   const auto encode_stretch = [&](std::string_view stretch, bool first) -> absl::Status {
@@ -259,8 +277,9 @@ int64_t HfTokenizer::AddSpecialToken(const std::string& content) {
   if (auto id = TokenToId(content)) return *id;
   const int64_t id = vocab_size();
   added_.push_back({content, id, /*special=*/true, /*lstrip=*/false, /*rstrip=*/false});
-  std::stable_sort(added_.begin(), added_.end(),
-                   [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
+  std::stable_sort(added_.begin(), added_.end(), [](const Added& a, const Added& b) {
+    return a.content.size() > b.content.size();
+  });
   return id;
 }
 

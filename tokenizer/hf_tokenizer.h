@@ -35,7 +35,8 @@ class HfTokenizer {
  public:
   static absl::StatusOr<HfTokenizer> Load(const std::string& directory);
 
-  absl::StatusOr<std::vector<int64_t>> Encode(std::string_view text, bool add_special_tokens = true) const;
+  absl::StatusOr<std::vector<int64_t>> Encode(std::string_view text,
+                                              bool add_special_tokens = true) const;
   // Ids outside the vocabulary are skipped, as the tokenizers library does.
   std::string Decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false) const;
 
@@ -84,13 +85,15 @@ class HfTokenizer {
     absl::Status Tokenize(std::string_view piece, std::vector<int64_t>& ids) const {
       return bpe ? bpe->Tokenize(piece, ids) : word_level->Tokenize(piece, ids);
     }
-    const Vocabulary& vocabulary() const { return bpe ? bpe->vocabulary() : word_level->vocabulary(); }
+    const Vocabulary& vocabulary() const {
+      return bpe ? bpe->vocabulary() : word_level->vocabulary();
+    }
   };
   std::optional<Model> model_;
   Normalizer normalizer_;
   PreTokenizer pre_tokenizer_;
   Decoder decoder_;
-  std::vector<Added> added_;  // longest content first
+  std::vector<Added> added_;              // longest content first
   std::vector<int64_t> prefix_, suffix_;  // the post-processor's template around the sequence
   std::string bos_, eos_, pad_, unk_, chat_template_, chat_template_file_;
   bool chat_template_structured_ = false;

@@ -25,13 +25,15 @@ absl::Status Unsupported(const std::string& path, const json& j) {
 }
 
 // The steps of a stage: a Sequence's children in order, or the stage itself.
-std::vector<std::pair<const json*, std::string>> Flatten(const json& j, const std::string& path, const char* list) {
+std::vector<std::pair<const json*, std::string>> Flatten(const json& j, const std::string& path,
+                                                         const char* list) {
   std::vector<std::pair<const json*, std::string>> out;
   if (j.is_null()) return out;
   if (j.value("type", std::string()) == "Sequence" && j.contains(list)) {
     int i = 0;
     for (const auto& child : j[list]) {
-      for (auto& item : Flatten(child, absl::StrCat(path, ".", list, "[", i, "]"), list)) out.push_back(item);
+      for (auto& item : Flatten(child, absl::StrCat(path, ".", list, "[", i, "]"), list))
+        out.push_back(item);
       ++i;
     }
     return out;
@@ -47,7 +49,8 @@ bool PatternString(const json& j, std::string& out) {
   return true;
 }
 
-const char kGpt2Regex[] = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+const char kGpt2Regex[] =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 }  // namespace
 
@@ -56,7 +59,8 @@ const std::vector<std::string>& ByteToCharacter() {
     std::vector<std::string> t(256);
     int next = 0;
     for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      const bool printable =
+          (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       t[b] = Utf8Encode(printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + next++));
     }
     return t;
@@ -110,10 +114,12 @@ absl::StatusOr<std::string> Normalizer::Apply(std::string text) const {
       unicode.toUTF8String(text);
     } else {
       UErrorCode status = U_ZERO_ERROR;
-      const icu::Normalizer2* normalizer = step.type == "NFC" ? icu::Normalizer2::getNFCInstance(status)
-                                                              : icu::Normalizer2::getNFKCInstance(status);
+      const icu::Normalizer2* normalizer = step.type == "NFC"
+                                               ? icu::Normalizer2::getNFCInstance(status)
+                                               : icu::Normalizer2::getNFKCInstance(status);
       if (U_FAILURE(status)) return absl::InternalError(absl::StrCat("ICU: ", u_errorName(status)));
-      const icu::UnicodeString normalized = normalizer->normalize(icu::UnicodeString::fromUTF8(text), status);
+      const icu::UnicodeString normalized =
+          normalizer->normalize(icu::UnicodeString::fromUTF8(text), status);
       if (U_FAILURE(status)) return absl::InternalError(absl::StrCat("ICU: ", u_errorName(status)));
       text.clear();
       normalized.toUTF8String(text);
@@ -134,13 +140,14 @@ struct PreTokenizer::Regex {
     pcre2_match_data* data = pcre2_match_data_create_from_pattern(code, nullptr);
     size_t offset = 0;
     while (offset <= text.size()) {
-      const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), offset,
-                                 PCRE2_NO_UTF_CHECK, data, nullptr);
+      const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(),
+                                 offset, PCRE2_NO_UTF_CHECK, data, nullptr);
       if (rc < 0) break;
       const PCRE2_SIZE* v = pcre2_get_ovector_pointer(data);
       if (v[1] == v[0]) {  // an empty match: step over one character
         offset = v[1] + 1;
-        while (offset < text.size() && (static_cast<unsigned char>(text[offset]) & 0xC0) == 0x80) ++offset;
+        while (offset < text.size() && (static_cast<unsigned char>(text[offset]) & 0xC0) == 0x80)
+          ++offset;
         continue;
       }
       out.emplace_back(v[0], v[1]);
@@ -153,7 +160,8 @@ struct PreTokenizer::Regex {
 
 namespace {
 
-absl::StatusOr<std::shared_ptr<PreTokenizer::Regex>> Compile(const std::string& pattern, const std::string& at) {
+absl::StatusOr<std::shared_ptr<PreTokenizer::Regex>> Compile(const std::string& pattern,
+                                                             const std::string& at) {
   int error = 0;
   PCRE2_SIZE offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
@@ -161,7 +169,8 @@ absl::StatusOr<std::shared_ptr<PreTokenizer::Regex>> Compile(const std::string& 
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
-    return absl::InvalidArgumentError(absl::StrCat(at, ": regex does not compile at offset ", offset, ": ",
+    return absl::InvalidArgumentError(absl::StrCat(at, ": regex does not compile at offset ",
+                                                   offset, ": ",
                                                    reinterpret_cast<const char*>(message)));
   }
   auto regex = std::make_shared<PreTokenizer::Regex>();
@@ -170,8 +179,8 @@ absl::StatusOr<std::shared_ptr<PreTokenizer::Regex>> Compile(const std::string& 
 }
 
 // Splits each piece around the matches of `regex`, keeping them (Isolated) or not (Removed).
-std::vector<std::string> SplitPieces(const std::vector<std::string>& pieces, const PreTokenizer::Regex& regex,
-                                     bool keep_matches) {
+std::vector<std::string> SplitPieces(const std::vector<std::string>& pieces,
+                                     const PreTokenizer::Regex& regex, bool keep_matches) {
   std::vector<std::string> out;
   for (const std::string& piece : pieces) {
     size_t last = 0;
@@ -196,9 +205,9 @@ absl::StatusOr<PreTokenizer> PreTokenizer::FromJson(const json& j, const std::st
     if (type == "Split") {
       s.behavior = step->value("behavior", std::string("Isolated"));
       if (step->value("invert", false) || (s.behavior != "Isolated" && s.behavior != "Removed")) {
-        return absl::InvalidArgumentError(absl::StrCat(at, ": behavior \"", s.behavior, "\"",
-                                                       step->value("invert", false) ? " inverted" : "",
-                                                       " is not supported (Isolated, Removed)"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, ": behavior \"", s.behavior, "\"", step->value("invert", false) ? " inverted" : "",
+            " is not supported (Isolated, Removed)"));
       }
       std::string pattern;
       if (step->contains("pattern") && (*step)["pattern"].contains("Regex")) {
@@ -211,7 +220,8 @@ absl::StatusOr<PreTokenizer> PreTokenizer::FromJson(const json& j, const std::st
         }
         pattern = quoted;
       } else {
-        return absl::InvalidArgumentError(absl::StrCat(at, ": pattern must be a String or a Regex"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, ": pattern must be a String or a Regex"));
       }
       auto regex = Compile(pattern, at);
       if (!regex.ok()) return regex.status();
@@ -231,7 +241,9 @@ absl::StatusOr<PreTokenizer> PreTokenizer::FromJson(const json& j, const std::st
       s.type = "Split";
     } else if (type == "Metaspace") {
       s.replacement = step->value("replacement", std::string("\u2581"));
-      s.prepend_scheme = step->value("prepend_scheme", std::string(step->value("add_prefix_space", true) ? "always" : "never"));
+      s.prepend_scheme =
+          step->value("prepend_scheme",
+                      std::string(step->value("add_prefix_space", true) ? "always" : "never"));
       s.split = step->value("split", true);
     } else {
       return Unsupported(at, *step);
@@ -241,13 +253,15 @@ absl::StatusOr<PreTokenizer> PreTokenizer::FromJson(const json& j, const std::st
   return p;
 }
 
-absl::StatusOr<std::vector<std::string>> PreTokenizer::Split(const std::string& text, bool first) const {
+absl::StatusOr<std::vector<std::string>> PreTokenizer::Split(const std::string& text,
+                                                             bool first) const {
   std::vector<std::string> pieces{text};
   for (const Step& step : steps_) {
     if (step.type == "Split") {
       pieces = SplitPieces(pieces, *step.regex, step.behavior == "Isolated");
     } else if (step.type == "ByteLevel") {
-      if (step.add_prefix_space && !pieces.empty() && !pieces.front().empty() && pieces.front()[0] != ' ') {
+      if (step.add_prefix_space && !pieces.empty() && !pieces.front().empty() &&
+          pieces.front()[0] != ' ') {
         pieces.front() = " " + pieces.front();
       }
       if (step.regex) pieces = SplitPieces(pieces, *step.regex, true);
@@ -260,7 +274,8 @@ absl::StatusOr<std::vector<std::string>> PreTokenizer::Split(const std::string& 
       std::vector<std::string> out;
       for (size_t i = 0; i < pieces.size(); ++i) {
         std::string piece = absl::StrReplaceAll(pieces[i], {{" ", step.replacement}});
-        const bool prepend = step.prepend_scheme == "always" || (step.prepend_scheme == "first" && first && i == 0);
+        const bool prepend =
+            step.prepend_scheme == "always" || (step.prepend_scheme == "first" && first && i == 0);
         if (prepend && piece.rfind(step.replacement, 0) != 0) piece = step.replacement + piece;
         if (!step.split) {
           out.push_back(piece);
@@ -289,7 +304,8 @@ absl::StatusOr<Decoder> Decoder::FromJson(const json& j, const std::string& path
     Step s;
     s.type = step->value("type", std::string());
     if (s.type == "Replace") {
-      if (!PatternString(*step, s.a)) return absl::InvalidArgumentError(absl::StrCat(at, ": only a String pattern is supported"));
+      if (!PatternString(*step, s.a))
+        return absl::InvalidArgumentError(absl::StrCat(at, ": only a String pattern is supported"));
       s.b = step->value("content", std::string());
     } else if (s.type == "Strip") {
       s.a = step->value("content", std::string(" "));
@@ -297,7 +313,9 @@ absl::StatusOr<Decoder> Decoder::FromJson(const json& j, const std::string& path
       s.stop = step->value("stop", 0);
     } else if (s.type == "Metaspace") {
       s.a = step->value("replacement", std::string("\u2581"));
-      s.prepend_scheme = step->value("prepend_scheme", std::string(step->value("add_prefix_space", true) ? "always" : "never"));
+      s.prepend_scheme =
+          step->value("prepend_scheme",
+                      std::string(step->value("add_prefix_space", true) ? "always" : "never"));
     } else if (s.type != "ByteLevel" && s.type != "ByteFallback" && s.type != "Fuse") {
       return Unsupported(at, *step);
     }
@@ -356,7 +374,8 @@ std::string Decoder::Decode(std::vector<std::string> tokens) const {
       tokens = {all};
     } else if (step.type == "Strip") {
       for (std::string& token : tokens) {
-        for (int i = 0; i < step.start && token.rfind(step.a, 0) == 0; ++i) token.erase(0, step.a.size());
+        for (int i = 0; i < step.start && token.rfind(step.a, 0) == 0; ++i)
+          token.erase(0, step.a.size());
         for (int i = 0; i < step.stop && token.size() >= step.a.size() &&
                         token.compare(token.size() - step.a.size(), step.a.size(), step.a) == 0;
              ++i) {
@@ -366,7 +385,8 @@ std::string Decoder::Decode(std::vector<std::string> tokens) const {
     } else if (step.type == "Metaspace") {
       for (size_t i = 0; i < tokens.size(); ++i) {
         tokens[i] = absl::StrReplaceAll(tokens[i], {{step.a, " "}});
-        if (i == 0 && step.prepend_scheme != "never" && tokens[i].rfind(' ', 0) == 0) tokens[i].erase(0, 1);
+        if (i == 0 && step.prepend_scheme != "never" && tokens[i].rfind(' ', 0) == 0)
+          tokens[i].erase(0, 1);
       }
     }
   }

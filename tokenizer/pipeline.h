@@ -45,11 +45,11 @@ class PreTokenizer {
   struct Step {
     std::string type;  // "Split", "ByteLevel", "Metaspace"
     std::shared_ptr<Regex> regex;
-    std::string behavior;       // Split: "Isolated" or "Removed"
+    std::string behavior;  // Split: "Isolated" or "Removed"
     bool add_prefix_space = false;
-    std::string replacement;    // Metaspace
+    std::string replacement;     // Metaspace
     std::string prepend_scheme;  // Metaspace: "always", "first", "never"
-    bool split = false;         // Metaspace
+    bool split = false;          // Metaspace
   };
   std::vector<Step> steps_;
 };

@@ -16,16 +16,16 @@
 #include "common/status_macros.h"
 #include "engine/communicator.h"
 #include "engine/engine.h"
+#include "hf/pretrained_job.h"
 #include "jobspec/job_spec.h"
+#include "jobspec/memory_estimate.h"
+#include "platform/device.h"
+#include "platform/trace.h"
 #include "rundir/checkpoint_dir.h"
 #include "rundir/new_run.h"
 #include "rundir/progress.h"
 #include "rundir/run_driver.h"
 #include "rundir/run_log.h"
-#include "hf/pretrained_job.h"
-#include "jobspec/memory_estimate.h"
-#include "platform/device.h"
-#include "platform/trace.h"
 #include "step/stage.h"
 #include "trainer/fiber.h"
 #include "transport/in_process.h"
@@ -46,7 +46,10 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 class ColocatedRun : public rundir::RunGroups {
  public:
   ColocatedRun(const jobspec::ResolvedJobSpec& job, const RunOptions& options)
-      : job_(job.config), job_json_(job.json), options_(options), printer_(options.progress, options.interactive) {}
+      : job_(job.config),
+        job_json_(job.json),
+        options_(options),
+        printer_(options.progress, options.interactive) {}
 
   absl::StatusOr<rundir::RunSummary> Run() {
     RETURN_IF_ERROR(Setup());
@@ -100,8 +103,10 @@ class ColocatedRun : public rundir::RunGroups {
 absl::Status ColocatedRun::CheckMemory(const jobspec::JobConfig& sized) const {
   const int64_t memory = platform::DeviceMemoryBytes(options_.device);
   if (memory <= 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const jobspec::MemoryEstimate vision, jobspec::EstimateGroupMemory(sized, Role::kVision));
-  ASSIGN_OR_RETURN(const jobspec::MemoryEstimate llm, jobspec::EstimateGroupMemory(sized, Role::kLlm));
+  ASSIGN_OR_RETURN(const jobspec::MemoryEstimate vision,
+                   jobspec::EstimateGroupMemory(sized, Role::kVision));
+  ASSIGN_OR_RETURN(const jobspec::MemoryEstimate llm,
+                   jobspec::EstimateGroupMemory(sized, Role::kLlm));
   if (vision.total() + llm.total() <= memory) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       "the job needs an estimated ", jobspec::FormatBytes(vision.total() + llm.total()),
@@ -123,7 +128,8 @@ absl::Status ColocatedRun::Setup() {
   run.holder = absl::StrCat("tandem run --colocated (", job_.name, ")");
   run.job_json = job_json_;
   run.job_name = job_.name;
-  run.loop = {schedule.steps, schedule.global_batch, schedule.eval_every, schedule.checkpoint_every};
+  run.loop = {schedule.steps, schedule.global_batch, schedule.eval_every,
+              schedule.checkpoint_every};
   run.resume_from = job_.resume_from;
   ASSIGN_OR_RETURN(driver_, rundir::RunDriver::Open(run));
   if (options_.threads > 0) at::set_num_threads(options_.threads);
@@ -132,16 +138,16 @@ absl::Status ColocatedRun::Setup() {
   ASSIGN_OR_RETURN(std::shared_ptr<const step::JobData> data,
                    step::OpenJobData(job_, job_.resume_from));
   fabric_ = std::make_unique<transport::InProcessFabric>("colocated", 1, 1, kTimeout,
-                                                        [this] { running_->Yield(); });
+                                                         [this] { running_->Yield(); });
   step::Placement placement;
   placement.transfer_key = "colocated";
   placement.timeout = kTimeout;
   try {
     placement.device = c10::Device(options_.device);
-    ASSIGN_OR_RETURN(vision_, step::CreateVisionStage(
-                                  job_, data, placement,
-                                  engine::CreateSingleRankCommunicator("vision"),
-                                  fabric_->Endpoint(0, 0)));
+    ASSIGN_OR_RETURN(vision_,
+                     step::CreateVisionStage(job_, data, placement,
+                                             engine::CreateSingleRankCommunicator("vision"),
+                                             fabric_->Endpoint(0, 0)));
     placement.run_dir = options_.run_dir;  // the LLM stage writes tokenizer.json
     ASSIGN_OR_RETURN(llm_, step::CreateLlmStage(job_, data, placement,
                                                 engine::CreateSingleRankCommunicator("llm"),
@@ -152,8 +158,8 @@ absl::Status ColocatedRun::Setup() {
   }
   if (driver_->resume_point()) RETURN_IF_ERROR(Resume());
 
-  TANDEM_LOG(kInfo, kComponent) << job_.name << ": colocated run in " << options_.run_dir << ", vision "
-                                << vision_->parameters() << " and llm "
+  TANDEM_LOG(kInfo, kComponent) << job_.name << ": colocated run in " << options_.run_dir
+                                << ", vision " << vision_->parameters() << " and llm "
                                 << llm_->parameters() << " parameters, vocabulary "
                                 << data->text->vocab_size() << ", " << data->train_samples()
                                 << " training samples";
@@ -209,20 +215,22 @@ absl::Status ColocatedRun::Resume() {
 
 absl::Status ColocatedRun::RunSteps(int64_t first, int64_t last, const StepDone& done) {
   for (int64_t step = first; step <= last; ++step) {
-    if (step == options_.profile_first) RETURN_IF_ERROR(platform::StartTrace(options_.device.rfind("cuda", 0) == 0));
+    if (step == options_.profile_first)
+      RETURN_IF_ERROR(platform::StartTrace(options_.device.rfind("cuda", 0) == 0));
     double loss = 0;
     RETURN_IF_ERROR(Both([&](step::Stage& stage) -> absl::Status {
       ASSIGN_OR_RETURN(step::StepResult result, stage.RunStep(step));
       if (&stage == llm_.get()) loss = result.loss;
       return absl::OkStatus();
     }));
-    RETURN_IF_ERROR(done(step, {loss, llm_->engine().last_lr(), vision_->engine().last_lr(),
-                                vision_->engine().last_grad_norm(), llm_->engine().last_grad_norm()}));
+    RETURN_IF_ERROR(
+        done(step, {loss, llm_->engine().last_lr(), vision_->engine().last_lr(),
+                    vision_->engine().last_grad_norm(), llm_->engine().last_grad_norm()}));
     if (step == options_.profile_last) {
       const std::string trace = driver_->RunPath("trace.json");
       RETURN_IF_ERROR(platform::SaveTrace(trace));
-      TANDEM_LOG(kInfo, kComponent) << job_.name << ": steps " << options_.profile_first << " to " << step
-                                    << " traced into " << trace;
+      TANDEM_LOG(kInfo, kComponent) << job_.name << ": steps " << options_.profile_first << " to "
+                                    << step << " traced into " << trace;
     }
   }
   return absl::OkStatus();
@@ -234,18 +242,21 @@ absl::Status ColocatedRun::OnStep(const rundir::StepRecord& record) {
                        : 0.9 * smoothed_rate_ + 0.1 * record.samples_per_s;
   last_loss_ = record.loss;
   last_elapsed_s_ = record.elapsed_s;
-  printer_.Update({record.step, job_.schedule.steps, record.loss, smoothed_rate_, record.elapsed_s, ""});
+  printer_.Update(
+      {record.step, job_.schedule.steps, record.loss, smoothed_rate_, record.elapsed_s, ""});
   return absl::OkStatus();
 }
 
 void ColocatedRun::OnEvaluating(int64_t step) {
-  printer_.Update({step, job_.schedule.steps, last_loss_, smoothed_rate_, last_elapsed_s_, "evaluating"});
+  printer_.Update(
+      {step, job_.schedule.steps, last_loss_, smoothed_rate_, last_elapsed_s_, "evaluating"});
 }
 
 void ColocatedRun::OnEval(const rundir::EvalRecord& eval) {
   printer_.Finish();
   TANDEM_LOG(kInfo, kComponent) << job_.name << ": step " << eval.step << " held-out exact match "
-                                << absl::StrFormat("%.3f", eval.caption_exact_match) << ", token accuracy "
+                                << absl::StrFormat("%.3f", eval.caption_exact_match)
+                                << ", token accuracy "
                                 << absl::StrFormat("%.3f", eval.token_accuracy);
 }
 

@@ -122,11 +122,13 @@ absl::Status ReadExactlyBy(int fd, void* out, size_t size, const std::string& wh
                            std::chrono::steady_clock::time_point deadline) {
   char* at = static_cast<char*>(out);
   while (size > 0) {
-    const auto remaining =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (remaining.count() <= 0) return absl::DeadlineExceededError(absl::StrCat(what, ": not all of it arrived in time"));
+    const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (remaining.count() <= 0)
+      return absl::DeadlineExceededError(absl::StrCat(what, ": not all of it arrived in time"));
     pollfd ready{fd, POLLIN, 0};
-    const int polled = poll(&ready, 1, static_cast<int>(std::min<int64_t>(remaining.count(), 60000)));
+    const int polled =
+        poll(&ready, 1, static_cast<int>(std::min<int64_t>(remaining.count(), 60000)));
     if (polled < 0 && errno != EINTR) return SocketError(what, "waiting to read", errno);
     if (polled <= 0) continue;
     const ssize_t n = recv(fd, at, size, MSG_DONTWAIT);

@@ -2,8 +2,8 @@
 
 #include <condition_variable>
 #include <mutex>
-#include <thread>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -112,9 +112,9 @@ class InProcessFabric::EndpointTransport : public Transport {
   std::unique_ptr<SendHandle> Send(int peer_rank, const TransferTag& tag,
                                    TensorBytes source) override {
     if (peer_rank < 0 || peer_rank >= static_cast<int>(peers_.size())) {
-      return std::make_unique<DoneSend>(absl::InvalidArgumentError(
-          absl::StrCat("sending ", DescribeTag(tag), ": peer rank ", peer_rank, " outside [0, ",
-                       peers_.size(), ")")));
+      return std::make_unique<DoneSend>(
+          absl::InvalidArgumentError(absl::StrCat("sending ", DescribeTag(tag), ": peer rank ",
+                                                  peer_rank, " outside [0, ", peers_.size(), ")")));
     }
     std::shared_ptr<Inbox> peer = peers_[peer_rank];
     absl::Status now = Deliver(*peer, tag, source, std::chrono::milliseconds(0));

@@ -53,8 +53,7 @@ absl::StatusOr<UniqueFd> OpenConnection(const LocalEndpoint& endpoint, const std
   }
   RETURN_IF_ERROR(
       WriteFrame(fd.get(), FrameType::kHello, endpoint.nonce, nullptr, 0, what, deadline));
-  ASSIGN_OR_RETURN(const std::optional<tandem::v1::TransferAck> ack,
-                   ReadAckFrame(fd.get(), what));
+  ASSIGN_OR_RETURN(const std::optional<tandem::v1::TransferAck> ack, ReadAckFrame(fd.get(), what));
   if (!ack) {
     return absl::UnavailableError(absl::StrCat(what, ": the listener did not accept the link"));
   }

@@ -70,12 +70,13 @@ absl::StatusOr<std::unique_ptr<LocalListener>> LocalListener::Start(
     return absl::UnavailableError(absl::StrCat("local links: cannot listen on @",
                                                endpoint.socket_name, ": ", std::strerror(errno)));
   }
-  return std::unique_ptr<LocalListener>(new LocalListener(std::move(inbox), expect_timeout, handshake_timeout,
-                                                          std::move(fd), std::move(endpoint)));
+  return std::unique_ptr<LocalListener>(new LocalListener(
+      std::move(inbox), expect_timeout, handshake_timeout, std::move(fd), std::move(endpoint)));
 }
 
 LocalListener::LocalListener(std::shared_ptr<Inbox> inbox, std::chrono::milliseconds expect_timeout,
-                             std::chrono::milliseconds handshake_timeout, UniqueFd fd, LocalEndpoint endpoint)
+                             std::chrono::milliseconds handshake_timeout, UniqueFd fd,
+                             LocalEndpoint endpoint)
     : inbox_(std::move(inbox)),
       expect_timeout_(expect_timeout),
       handshake_timeout_(handshake_timeout),
@@ -115,9 +116,11 @@ void LocalListener::Accept() {
           if (it->done) finished.splice(finished.end(), links_, it);
           it = next;
         }
-        const auto pending = std::count_if(links_.begin(), links_.end(), [](const Link& l) { return !l.handshaken; });
+        const auto pending = std::count_if(links_.begin(), links_.end(),
+                                           [](const Link& l) { return !l.handshaken; });
         peak_pending_ = std::max<int64_t>(peak_pending_, pending);
-        return closed_ || (pending < kMaxPendingHandshakes && links_.size() < static_cast<size_t>(kMaxLinks));
+        return closed_ ||
+               (pending < kMaxPendingHandshakes && links_.size() < static_cast<size_t>(kMaxLinks));
       });
       if (closed_) {
         lock.unlock();
@@ -143,7 +146,8 @@ void LocalListener::Accept() {
     // `fd` goes.
     ucred peer{};
     socklen_t peer_size = sizeof peer;
-    if (getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &peer_size) != 0 || peer.uid != geteuid()) {
+    if (getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &peer_size) != 0 ||
+        peer.uid != geteuid()) {
       Refused(absl::StrCat("a process of another user (uid ", peer.uid, ", pid ", peer.pid, ")"));
       continue;
     }
@@ -161,14 +165,16 @@ void LocalListener::Accept() {
 void LocalListener::Refused(const std::string& why) {
   refused_.fetch_add(1);
   const auto now = std::chrono::steady_clock::now();
-  if (last_refusal_log_ != std::chrono::steady_clock::time_point{} && now - last_refusal_log_ < std::chrono::seconds(10)) {
+  if (last_refusal_log_ != std::chrono::steady_clock::time_point{} &&
+      now - last_refusal_log_ < std::chrono::seconds(10)) {
     ++refusals_not_logged_;
     return;
   }
-  TANDEM_LOG(kWarning, kComponent) << "local links: refused a connection: " << why
-                                   << (refusals_not_logged_ > 0
-                                           ? absl::StrCat(" (and ", refusals_not_logged_, " more since the last message)")
-                                           : "");
+  TANDEM_LOG(kWarning, kComponent)
+      << "local links: refused a connection: " << why
+      << (refusals_not_logged_ > 0
+              ? absl::StrCat(" (and ", refusals_not_logged_, " more since the last message)")
+              : "");
   last_refusal_log_ = now;
   refusals_not_logged_ = 0;
 }

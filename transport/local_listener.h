@@ -23,8 +23,8 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "transport/inbox.h"
 #include "transport/frame.h"
+#include "transport/inbox.h"
 
 namespace tandem::transport {
 
@@ -90,9 +90,9 @@ class LocalListener {
   std::thread acceptor_;
   mutable std::mutex mu_;
   std::condition_variable room_;  // a link finished its handshake or ended, or Close
-  std::list<Link> links_;  // guarded by mu_
-  int64_t peak_pending_ = 0;  // guarded by mu_
-  bool closed_ = false;    // guarded by mu_
+  std::list<Link> links_;         // guarded by mu_
+  int64_t peak_pending_ = 0;      // guarded by mu_
+  bool closed_ = false;           // guarded by mu_
   std::atomic<int64_t> frames_{0};
   std::atomic<int64_t> refused_{0};
   std::chrono::steady_clock::time_point last_refusal_log_{};  // guarded by mu_

@@ -17,8 +17,8 @@
 #include <set>
 
 #include "proto/tandem/v1/peer.grpc.pb.h"
-#include "transport/inbox.h"
 #include "transport/frame.h"
+#include "transport/inbox.h"
 
 namespace tandem::transport {
 

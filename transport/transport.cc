@@ -6,18 +6,22 @@ namespace tandem::transport {
 
 const char* TransferKindName(TransferKind kind) {
   switch (kind) {
-    case TransferKind::kEmbeddings: return "embeddings";
-    case TransferKind::kGradients: return "gradients";
-    case TransferKind::kEvalEmbeddings: return "eval embeddings";
-    case TransferKind::kGradSquares: return "grad squares";
+    case TransferKind::kEmbeddings:
+      return "embeddings";
+    case TransferKind::kGradients:
+      return "gradients";
+    case TransferKind::kEvalEmbeddings:
+      return "eval embeddings";
+    case TransferKind::kGradSquares:
+      return "grad squares";
   }
   return "unknown transfer";
 }
 
 std::string DescribeTag(const TransferTag& tag) {
-  return absl::StrCat(TransferKindName(tag.kind), " ", tag.job_id, " step ", tag.step, " micro-batch ",
-                      tag.micro_batch, " samples [", tag.sample_begin, ", ", tag.sample_end, ") from rank ",
-                      tag.source_rank);
+  return absl::StrCat(TransferKindName(tag.kind), " ", tag.job_id, " step ", tag.step,
+                      " micro-batch ", tag.micro_batch, " samples [", tag.sample_begin, ", ",
+                      tag.sample_end, ") from rank ", tag.source_rank);
 }
 
 }  // namespace tandem::transport

@@ -1,8 +1,9 @@
-// The data plane between a job's two groups, behind one small interface (docs/design.md §2, §5): the actors'
-// step logic posts what it expects to receive, sends slices to the other group's ranks, and waits,
-// without knowing how bytes travel. The implementation (transport/grpc_transport.h) sends over
-// tandem.v1.Peer streams, or over a local link (a Unix socket, transport/local_link.h) to a peer on
-// the same host; a same-GPU (CUDA IPC) or NCCL path can be added per actor pair behind the same calls.
+// The data plane between a job's two groups, behind one small interface (docs/design.md §2, §5):
+// the actors' step logic posts what it expects to receive, sends slices to the other group's ranks,
+// and waits, without knowing how bytes travel. The implementation (transport/grpc_transport.h)
+// sends over tandem.v1.Peer streams, or over a local link (a Unix socket, transport/local_link.h)
+// to a peer on the same host; a same-GPU (CUDA IPC) or NCCL path can be added per actor pair behind
+// the same calls.
 //
 // Torch-free and gRPC-free: torch code includes it, and hands tensors over as TensorBytes.
 #pragma once
@@ -19,7 +20,12 @@
 namespace tandem::transport {
 
 // Values match tandem.v1.TransferKind.
-enum class TransferKind : int { kEmbeddings = 1, kGradients = 2, kEvalEmbeddings = 3, kGradSquares = 4 };
+enum class TransferKind : int {
+  kEmbeddings = 1,
+  kGradients = 2,
+  kEvalEmbeddings = 3,
+  kGradSquares = 4
+};
 
 const char* TransferKindName(TransferKind kind);
 
@@ -31,7 +37,7 @@ struct TransferTag {
   int64_t micro_batch = 0;
   int64_t sample_begin = 0;  // [sample_begin, sample_end) of the micro-batch
   int64_t sample_end = 0;
-  int32_t source_rank = 0;   // the sender's rank in its group
+  int32_t source_rank = 0;  // the sender's rank in its group
 
   friend bool operator==(const TransferTag&, const TransferTag&) = default;
 };
@@ -63,7 +69,8 @@ class Transport {
   virtual absl::Status Await(const TransferTag& tag, std::chrono::milliseconds timeout) = 0;
 
   // Sends `source` to rank `peer_rank` of the other group.
-  virtual std::unique_ptr<SendHandle> Send(int peer_rank, const TransferTag& tag, TensorBytes source) = 0;
+  virtual std::unique_ptr<SendHandle> Send(int peer_rank, const TransferTag& tag,
+                                           TensorBytes source) = 0;
 
   // Forgets every pending expectation (when a job ends or fails): later chunks for them are
   // refused, and Await calls in progress return Cancelled.

@@ -136,7 +136,8 @@ class ScriptedWorker final : public Worker {
 class ActorServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    service_ = std::make_unique<ActorService>(&worker_, std::make_shared<transport::Inbox>(), "127.0.0.1:1",
+    service_ = std::make_unique<ActorService>(&worker_, std::make_shared<transport::Inbox>(),
+                                              "127.0.0.1:1",
                                               /*local_links=*/true, stuck_grace_);
     grpc::ServerBuilder builder;
     int port = 0;
@@ -261,7 +262,8 @@ TEST_F(ActorServiceTest, AReleaseStopsAnAssignmentBeingBuilt) {
   ASSERT_EQ(building.wait_for(std::chrono::seconds(10)), std::future_status::ready);
   const grpc::Status status = building.get();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
-  EXPECT_EQ(status.error_message(), "job-000002 was released while this actor built it: cancelled by request");
+  EXPECT_EQ(status.error_message(),
+            "job-000002 was released while this actor built it: cancelled by request");
   EXPECT_EQ(worker_.status().job_id, "");
   // A release of another job leaves an assignment alone.
   ASSERT_TRUE(Release("job-000009").ok());
@@ -293,11 +295,13 @@ TEST_F(ActorServiceTest, ItWritesOnlyInsideTheJobsRunDirectory) {
   EXPECT_TRUE(export_to(run_dir + "/llm.safetensors").ok());
   const grpc::Status database = export_to("/var/lib/tandem/tandem.db");
   EXPECT_EQ(database.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(database.error_message(), "export path /var/lib/tandem/tandem.db is outside the job's run directory " +
-                                          run_dir + ": an actor writes nowhere else");
+  EXPECT_EQ(database.error_message(),
+            "export path /var/lib/tandem/tandem.db is outside the job's run directory " + run_dir +
+                ": an actor writes nowhere else");
   EXPECT_EQ(export_to(run_dir + "/../tandem.db").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(save("/etc").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(worker_.written(), (std::vector<std::string>{run_dir + "/checkpoints/step-000004", run_dir + "/llm.safetensors"}));
+  EXPECT_EQ(worker_.written(), (std::vector<std::string>{run_dir + "/checkpoints/step-000004",
+                                                         run_dir + "/llm.safetensors"}));
 }
 
 // A command timeout of 300 ms and no grace: a step that never returns makes the actor stuck.
@@ -320,8 +324,8 @@ TEST_F(StuckActorTest, ACommandRunningPastTheCommandTimeoutMakesTheActorStuckUnt
   }
   const std::optional<std::string> stuck = service_->Stuck();
   ASSERT_TRUE(stuck.has_value());
-  EXPECT_THAT(*stuck, ::testing::MatchesRegex(
-                          "stuck: RunStep 1 has run for [0-9]+ s, past the command timeout \\(0 s with the grace\\)"));
+  EXPECT_THAT(*stuck, ::testing::MatchesRegex("stuck: RunStep 1 has run for [0-9]+ s, past the "
+                                              "command timeout \\(0 s with the grace\\)"));
   worker_.Finish(1);
   step.join();
   EXPECT_EQ(service_->Stuck(), std::nullopt);

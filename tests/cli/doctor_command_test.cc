@@ -9,9 +9,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "tests/service/service_testing.h"
@@ -55,24 +54,29 @@ std::string LastLine(const std::string& text) {
 TEST(DoctorCommand, PrintsOneJsonObjectWithTheDocumentedFields) {
   const DoctorRun run = Doctor("--output json --skip-probes");
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
-  const nlohmann::json doctor = nlohmann::json::parse(run.out);  // throws, failing the test, if not JSON
+  const nlohmann::json doctor =
+      nlohmann::json::parse(run.out);  // throws, failing the test, if not JSON
   EXPECT_THAT(doctor["verdict"].get<std::string>(), StartsWith("ready"));
-  EXPECT_THAT(doctor["summary"].get<std::string>(), StartsWith(doctor["verdict"].get<std::string>()));
+  EXPECT_THAT(doctor["summary"].get<std::string>(),
+              StartsWith(doctor["verdict"].get<std::string>()));
   EXPECT_TRUE(doctor["failures"].empty());
   EXPECT_TRUE(doctor["warnings"].is_array());
   EXPECT_TRUE(doctor["notes"].is_array());
   const nlohmann::json& torch = doctor["libtorch"];
   EXPECT_FALSE(torch["version"].get<std::string>().empty());
   for (const char* key : {"cuda", "tandem_cuda"}) EXPECT_TRUE(torch[key].is_boolean()) << key;
-  for (const char* key : {"cuda_version", "blas_info", "mkl"}) EXPECT_TRUE(torch[key].is_string()) << key;
+  for (const char* key : {"cuda_version", "blas_info", "mkl"})
+    EXPECT_TRUE(torch[key].is_string()) << key;
   EXPECT_GT(torch["threads"].get<int>(), 0);
   const nlohmann::json& blas = doctor["blas"];
-  for (const char* key : {"kind", "library", "implementation", "version", "threading"}) EXPECT_TRUE(blas[key].is_string()) << key;
+  for (const char* key : {"kind", "library", "implementation", "version", "threading"})
+    EXPECT_TRUE(blas[key].is_string()) << key;
   const nlohmann::json& cpu = doctor["cpu"];
-  for (const char* key : {"model", "arch", "features", "bf16_detail"}) EXPECT_TRUE(cpu[key].is_string()) << key;
+  for (const char* key : {"model", "arch", "features", "bf16_detail"})
+    EXPECT_TRUE(cpu[key].is_string()) << key;
   EXPECT_TRUE(cpu["native_bf16"].is_boolean());
   EXPECT_TRUE(cpu["bf16_override"].is_null());  // TANDEM_CPU_BF16 is not set
-  EXPECT_TRUE(cpu["matmul"].is_null());          // --skip-probes
+  EXPECT_TRUE(cpu["matmul"].is_null());         // --skip-probes
   EXPECT_TRUE(doctor["cuda"]["devices"].is_array());
   EXPECT_TRUE(doctor["cuda"]["none_reason"].is_string());
   if (!torch["cuda"].get<bool>()) {
@@ -118,7 +122,8 @@ TEST(DoctorCommand, FailsNamingACoordinatorThatIsNotListening) {
   EXPECT_EQ(doctor["coordinator"]["reason"], "connection refused");
   EXPECT_TRUE(doctor["coordinator"]["actors"].is_null());
   ASSERT_EQ(doctor["failures"].size(), 1u);
-  EXPECT_THAT(doctor["failures"][0].get<std::string>(), HasSubstr("coordinator 127.0.0.1:1 unreachable"));
+  EXPECT_THAT(doctor["failures"][0].get<std::string>(),
+              HasSubstr("coordinator 127.0.0.1:1 unreachable"));
 }
 
 TEST(DoctorCommand, ChecksTheCoordinatorsTokenAfterItsHealth) {
@@ -127,15 +132,16 @@ TEST(DoctorCommand, ChecksTheCoordinatorsTokenAfterItsHealth) {
   cluster.StartCoordinator("127.0.0.1:0", {"--token-file", token});
   ASSERT_FALSE(cluster.address().empty());
 
-  const DoctorRun without = Doctor(absl::StrCat("--skip-probes --output json --coordinator ", cluster.address()));
+  const DoctorRun without =
+      Doctor(absl::StrCat("--skip-probes --output json --coordinator ", cluster.address()));
   EXPECT_EQ(without.exit_code, 1) << without.out << without.err;
   const nlohmann::json refused = nlohmann::json::parse(without.out);
   EXPECT_EQ(refused["coordinator"]["reachable"], false);
   EXPECT_EQ(refused["coordinator"]["reason"], "unauthenticated");
   EXPECT_THAT(refused["coordinator"]["detail"].get<std::string>(), HasSubstr("no token"));
 
-  const DoctorRun with = Doctor(
-      absl::StrCat("--skip-probes --output json --coordinator ", cluster.address(), " --token-file ", token));
+  const DoctorRun with = Doctor(absl::StrCat("--skip-probes --output json --coordinator ",
+                                             cluster.address(), " --token-file ", token));
   EXPECT_EQ(with.exit_code, 0) << with.out << with.err;
   const nlohmann::json accepted = nlohmann::json::parse(with.out);
   EXPECT_EQ(accepted["coordinator"]["reachable"], true);
@@ -146,8 +152,8 @@ TEST(DoctorCommand, ChecksTheCoordinatorsTokenAfterItsHealth) {
 TEST(DoctorCommand, HelpDescribesEveryFlag) {
   const DoctorRun run = Doctor("--help");
   EXPECT_EQ(run.exit_code, 0);
-  for (const char* flag : {"--coordinator", "--timeout", "--output", "--skip-probes", "--token-file", "--tls-cert",
-                           "--tls-key", "--tls-ca"}) {
+  for (const char* flag : {"--coordinator", "--timeout", "--output", "--skip-probes",
+                           "--token-file", "--tls-cert", "--tls-key", "--tls-ca"}) {
     EXPECT_THAT(run.out, HasSubstr(flag));
   }
 }

@@ -4,10 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "tests/service/service_testing.h"
@@ -26,8 +25,8 @@ std::string Quoted(const std::string& text) { return "'" + text + "'"; }
 TEST(TokenizeCommand, PrintsTheIdsTheTokenizersLibraryGives) {
   const nlohmann::json reference = testing::ReadJsonFile(kFixtures + "/reference/tokenizers.json");
   const std::string text = reference["corpus"][0];
-  const testing::Outcome run =
-      testing::Tandem(absl::StrCat("tokenize --model ", kFixtures, "/siglip_qwen2 --output json ", Quoted(text)));
+  const testing::Outcome run = testing::Tandem(
+      absl::StrCat("tokenize --model ", kFixtures, "/siglip_qwen2 --output json ", Quoted(text)));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const nlohmann::json out = nlohmann::json::parse(run.output);
   EXPECT_EQ(out["text"], text);
@@ -42,8 +41,9 @@ TEST(TokenizeCommand, WithChatTokenizesTheTemplatesRender) {
   const nlohmann::json generate = testing::ReadJsonFile(kFixtures + "/reference/generate.json");
   const nlohmann::json& chat_run = generate["siglip_qwen2"][1];
   ASSERT_TRUE(chat_run["chat"].get<bool>());
-  const testing::Outcome run = testing::Tandem(absl::StrCat(
-      "tokenize --model ", kFixtures, "/siglip_qwen2 --chat --output json ", Quoted(chat_run["prompt"])));
+  const testing::Outcome run = testing::Tandem(absl::StrCat("tokenize --model ", kFixtures,
+                                                            "/siglip_qwen2 --chat --output json ",
+                                                            Quoted(chat_run["prompt"])));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const nlohmann::json out = nlohmann::json::parse(run.output);
   EXPECT_THAT(out["text"].get<std::string>(), HasSubstr("<|im_start|>assistant\n"));
@@ -57,8 +57,8 @@ TEST(TokenizeCommand, WithChatTokenizesTheTemplatesRender) {
 }
 
 TEST(TokenizeCommand, TextOutputAndErrors) {
-  const testing::Outcome text =
-      testing::Tandem(absl::StrCat("tokenize --model ", kFixtures, "/siglip_qwen2 'What colour is the shape?'"));
+  const testing::Outcome text = testing::Tandem(
+      absl::StrCat("tokenize --model ", kFixtures, "/siglip_qwen2 'What colour is the shape?'"));
   ASSERT_EQ(text.exit_code, 0) << text.output;
   EXPECT_THAT(text.output, HasSubstr("text:   \"What colour is the shape?\"\nids:    "));
   const testing::Outcome missing = testing::Tandem("tokenize --model /nonexistent/model 'hi'");

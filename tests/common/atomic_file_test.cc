@@ -177,8 +177,10 @@ TEST_F(AtomicFileTest, ReadUserFileReadsOnlyBoundedRegularFiles) {
   status = ReadUserFile("/dev/zero").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(status.message(), "/dev/zero: a character device, not a regular file");
-  EXPECT_EQ(ReadUserFile("/dev/ptmx").status().message(), "/dev/ptmx: a character device, not a regular file");
-  EXPECT_EQ(ReadUserFile(dir_.string()).status().message(), dir_.string() + ": a directory, not a regular file");
+  EXPECT_EQ(ReadUserFile("/dev/ptmx").status().message(),
+            "/dev/ptmx: a character device, not a regular file");
+  EXPECT_EQ(ReadUserFile(dir_.string()).status().message(),
+            dir_.string() + ": a directory, not a regular file");
   const std::string fifo = (dir_ / "fifo").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   EXPECT_EQ(ReadUserFile(fifo).status().message(), fifo + ": a FIFO, not a regular file");

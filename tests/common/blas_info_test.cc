@@ -13,8 +13,9 @@ using Kind = BlasInfo::Kind;
 
 TEST(ClassifyBlas, NamesLibrariesByTheirSymbolsThenTheirPath) {
   EXPECT_EQ(ClassifyBlas("", false, false, false), Kind::kNone);
-  EXPECT_EQ(ClassifyBlas("/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3", true, false, false),
-            Kind::kOpenBlas);
+  EXPECT_EQ(
+      ClassifyBlas("/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3", true, false, false),
+      Kind::kOpenBlas);
   EXPECT_EQ(ClassifyBlas("/usr/lib/x86_64-linux-gnu/blis-openmp/libblas.so.3", false, true, false),
             Kind::kBlis);
   EXPECT_EQ(ClassifyBlas("/opt/intel/lib/libmkl_rt.so.2", false, false, true), Kind::kMkl);
@@ -39,7 +40,8 @@ TEST(DetectBlas, FindsTheLibraryThatDefinesSgemm) {
   } else {  // a wrapper: Debian's OpenBLAS libblas.so.3 over libopenblas.so.0
     EXPECT_TRUE(std::filesystem::exists(blas.implementation)) << blas.implementation;
     EXPECT_NE(blas.implementation, blas.library);
-    EXPECT_EQ(blas.Describe(), blas.version + " (" + blas.library + " -> " + blas.implementation + ")");
+    EXPECT_EQ(blas.Describe(),
+              blas.version + " (" + blas.library + " -> " + blas.implementation + ")");
   }
   switch (blas.kind) {
     case Kind::kOpenBlas:

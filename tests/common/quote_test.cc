@@ -19,7 +19,8 @@ TEST(QuoteForMessage, QuotesAndEscapesWhatCouldBreakALineOrATerminal) {
 
 TEST(QuoteForMessage, CutsLongValuesAndSaysTheirLength) {
   EXPECT_EQ(QuoteForMessage(std::string(64, 'x')), "\"" + std::string(64, 'x') + "\"");
-  EXPECT_EQ(QuoteForMessage(std::string(1 << 20, 'x')), "\"" + std::string(64, 'x') + "\"... (1048576 bytes)");
+  EXPECT_EQ(QuoteForMessage(std::string(1 << 20, 'x')),
+            "\"" + std::string(64, 'x') + "\"... (1048576 bytes)");
   // "é" (2 bytes) straddling byte 64 is left out whole rather than cut in half.
   const std::string straddling = std::string(63, 'x') + "\xc3\xa9" + "tail";
   EXPECT_EQ(QuoteForMessage(straddling), "\"" + std::string(63, 'x') + "\"... (69 bytes)");

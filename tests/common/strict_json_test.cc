@@ -21,7 +21,8 @@ std::string ErrorOf(std::string_view text) {
 }
 
 TEST(StrictJsonTest, NestingIsCappedWithThePositionOfTheFirstTooDeepBracket) {
-  const std::string deepest_allowed = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
+  const std::string deepest_allowed =
+      std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
   EXPECT_TRUE(ParseJsonStrict(deepest_allowed).ok());
   EXPECT_EQ(ErrorOf(std::string(kMaxJsonDepth + 1, '[') + std::string(kMaxJsonDepth + 1, ']')),
             "line 1, column 129: invalid JSON: nested more than 128 levels deep");

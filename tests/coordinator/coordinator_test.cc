@@ -31,7 +31,8 @@ using ::testing::MatchesRegex;
 class SharedFakes final : public ActorClientFactory {
  public:
   explicit SharedFakes(FakeActors* fakes) : fakes_(fakes) {}
-  std::unique_ptr<ActorClient> Connect(const std::string& address, const std::string& name) override {
+  std::unique_ptr<ActorClient> Connect(const std::string& address,
+                                       const std::string& name) override {
     return fakes_->Connect(address, name);
   }
 
@@ -39,11 +40,14 @@ class SharedFakes final : public ActorClientFactory {
   FakeActors* fakes_;
 };
 
-v1::SubmitJobRequest Request(int vision, int llm, int64_t steps, const std::string& name = "coordinator-test",
-                             const std::string& vision_pool = "vision", const std::string& llm_pool = "llm") {
-  const std::string json = absl::StrCat(R"({"name": ")", name, R"(", "data": {"shapes": {}}, "vision": {"actors": )", vision,
-                                        R"(, "pool": ")", vision_pool, R"("}, "llm": {"actors": )", llm, R"(, "pool": ")",
-                                        llm_pool, R"("}, "schedule": {"global_batch": 8, "steps": )", steps, "}}");
+v1::SubmitJobRequest Request(int vision, int llm, int64_t steps,
+                             const std::string& name = "coordinator-test",
+                             const std::string& vision_pool = "vision",
+                             const std::string& llm_pool = "llm") {
+  const std::string json = absl::StrCat(
+      R"({"name": ")", name, R"(", "data": {"shapes": {}}, "vision": {"actors": )", vision,
+      R"(, "pool": ")", vision_pool, R"("}, "llm": {"actors": )", llm, R"(, "pool": ")", llm_pool,
+      R"("}, "schedule": {"global_batch": 8, "steps": )", steps, "}}");
   v1::SubmitJobRequest request;
   *request.mutable_spec() = jobspec::ParseJobSpecProto(json, "test spec").value();
   return request;
@@ -61,8 +65,9 @@ class CoordinatorTest : public ::testing::Test {
     fs::remove_all(state_dir_, ignored);
   }
 
-  absl::StatusOr<std::unique_ptr<Coordinator>> Create(std::chrono::milliseconds unplaceable_timeout = std::chrono::minutes(10),
-                                                      const std::string& holder = "coordinator under test") {
+  absl::StatusOr<std::unique_ptr<Coordinator>> Create(
+      std::chrono::milliseconds unplaceable_timeout = std::chrono::minutes(10),
+      const std::string& holder = "coordinator under test") {
     CoordinatorOptions options;
     options.state_dir = state_dir_;
     options.heartbeat_interval = std::chrono::milliseconds(20);
@@ -96,7 +101,8 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   // One vision and one LLM actor, and a job of `steps` steps on them held in its first step.
-  JobRecord StartHeldJob(std::chrono::milliseconds unplaceable_timeout, const std::string& name, int64_t steps) {
+  JobRecord StartHeldJob(std::chrono::milliseconds unplaceable_timeout, const std::string& name,
+                         int64_t steps) {
     Start(unplaceable_timeout);
     AddActors("vision", 1);
     AddActors("llm", 1);
@@ -132,16 +138,22 @@ TEST_F(CoordinatorTest, AJobWhoseGroupCannotFitItsPoolsMemoryIsRefusedAtSubmit) 
   Start();
   const int64_t gib = int64_t{1} << 30;
   v1::SubmitJobRequest request = Request(2, 1, 4, "big-order");
-  request.mutable_spec()->mutable_data()->mutable_shapes()->set_train_samples(300000000);  // 2.4 GB of order
+  request.mutable_spec()->mutable_data()->mutable_shapes()->set_train_samples(
+      300000000);  // 2.4 GB of order
   EXPECT_TRUE(coordinator_->Submit(request).ok()) << "no actors registered: not checked at submit";
   ASSERT_TRUE(coordinator_->registry().Register("vision", "cpu", "v0:1", gib).ok());
   ASSERT_TRUE(coordinator_->registry().Register("llm", "cpu", "l0:1", 4 * gib).ok());
   absl::StatusOr<JobRecord> job = coordinator_->Submit(request);
   EXPECT_EQ(job.status().code(), absl::StatusCode::kResourceExhausted);
   const std::string message(job.status().message());
-  EXPECT_THAT(message, ::testing::StartsWith("vision: needs an estimated 2.2 GiB on each actor: model states "));
-  EXPECT_THAT(message, HasSubstr("data 2.2 GiB (data.shapes.train_samples: the order of 300000000 samples)"));
-  EXPECT_THAT(message, HasSubstr("more than the 1.0 GiB of the largest of pool 'vision''s 1 registered actors"));
+  EXPECT_THAT(message, ::testing::StartsWith(
+                           "vision: needs an estimated 2.2 GiB on each actor: model states "));
+  EXPECT_THAT(
+      message,
+      HasSubstr("data 2.2 GiB (data.shapes.train_samples: the order of 300000000 samples)"));
+  EXPECT_THAT(
+      message,
+      HasSubstr("more than the 1.0 GiB of the largest of pool 'vision''s 1 registered actors"));
   ASSERT_EQ(coordinator_->store().ListJobs().value().size(), 1u);
   // One actor with room: the job may run (it waits for a second; an actor without room refuses
   // its part at assignment).
@@ -164,8 +176,9 @@ TEST_F(CoordinatorTest, ASpecWithARelativePathIsRefusedAtSubmit) {
   absl::StatusOr<JobRecord> job = coordinator_->Submit(request);
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(job.status().message()),
-              ::testing::StartsWith("job spec: resume_from: \"runs/a/checkpoints/step-000002\" is relative; the "
-                                    "actors open it wherever they run"));
+              ::testing::StartsWith(
+                  "job spec: resume_from: \"runs/a/checkpoints/step-000002\" is relative; the "
+                  "actors open it wherever they run"));
   EXPECT_TRUE(coordinator_->store().ListJobs().value().empty());
 }
 
@@ -186,18 +199,21 @@ TEST_F(CoordinatorTest, CancelEndsAJobWhoseActorsAreStillBuildingIt) {
   ASSERT_TRUE(cancelled) << coordinator_->store().GetJob(job->id).value().message;
   EXPECT_EQ(coordinator_->store().GetJob(job->id).value().message, "cancelled by request");
   bool released = false;
-  for (const FakeActors::Call& call : fakes_.Calls("Release")) released = released || call.address == "llm0:1";
+  for (const FakeActors::Call& call : fakes_.Calls("Release"))
+    released = released || call.address == "llm0:1";
   EXPECT_TRUE(released) << "the actor building the job is told to stop";
 }
 
 TEST_F(CoordinatorTest, ASecondCoordinatorOnTheStateDirectoryRefusesNamingTheFirst) {
   Start();
-  absl::StatusOr<std::unique_ptr<Coordinator>> second = Create(std::chrono::minutes(10), "the second");
+  absl::StatusOr<std::unique_ptr<Coordinator>> second =
+      Create(std::chrono::minutes(10), "the second");
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(second.status().message()),
-              MatchesRegex("state directory " + state_dir_ + " is in use by pid " + std::to_string(::getpid()) +
-                           " on host .* since .* UTC: coordinator under test \\(it holds " + state_dir_ +
-                           "/coordinator.lock\\)"));
+              MatchesRegex("state directory " + state_dir_ + " is in use by pid " +
+                           std::to_string(::getpid()) +
+                           " on host .* since .* UTC: coordinator under test \\(it holds " +
+                           state_dir_ + "/coordinator.lock\\)"));
   coordinator_.reset();  // the lock goes with the first
   EXPECT_TRUE(Create().ok());
 }
@@ -205,17 +221,21 @@ TEST_F(CoordinatorTest, ASecondCoordinatorOnTheStateDirectoryRefusesNamingTheFir
 // <state>/jobs/job-000002 is the run directory the second job will get by default.
 TEST_F(CoordinatorTest, ARunDirectoryInsideTheStateDirectoryIsRefusedAtSubmit) {
   Start();
-  for (const std::string& inside : {state_dir_ + "/jobs/job-000002", state_dir_ + "/../" +
-                                    fs::path(state_dir_).filename().string() + "/elsewhere", state_dir_}) {
+  for (const std::string& inside :
+       {state_dir_ + "/jobs/job-000002",
+        state_dir_ + "/../" + fs::path(state_dir_).filename().string() + "/elsewhere",
+        state_dir_}) {
     v1::SubmitJobRequest request = Request(1, 1, 4);
     request.set_run_dir(inside);
     absl::StatusOr<JobRecord> job = coordinator_->Submit(request);
     EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << inside;
-    EXPECT_EQ(job.status().message(), absl::StrCat("run_dir: '", inside, "' is inside the coordinator's state directory ",
-                                                   state_dir_, "; choose a directory outside it"));
+    EXPECT_EQ(job.status().message(),
+              absl::StrCat("run_dir: '", inside, "' is inside the coordinator's state directory ",
+                           state_dir_, "; choose a directory outside it"));
   }
   v1::SubmitJobRequest beside = Request(1, 1, 4);
-  beside.set_run_dir(state_dir_ + "-run");  // a sibling whose name starts with the state directory's
+  beside.set_run_dir(state_dir_ +
+                     "-run");  // a sibling whose name starts with the state directory's
   absl::StatusOr<JobRecord> job = coordinator_->Submit(beside);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->run_dir, state_dir_ + "-run");
@@ -231,10 +251,13 @@ TEST_F(CoordinatorTest, TheRendezvousStoreTakesOnlyKeysOfARunningJob) {
   const absl::Status stray = coordinator_->CheckStoreKey("job-999999/1/x");
   EXPECT_EQ(stray.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(stray.message(),
-            "rendezvous store: key \"job-999999/1/x\" names no running job (keys are <job id>/<attempt>/...)");
+            "rendezvous store: key \"job-999999/1/x\" names no running job (keys are <job "
+            "id>/<attempt>/...)");
   EXPECT_EQ(coordinator_->CheckStoreKey("no-slash\x1b[2J").message(),
-            "rendezvous store: key \"no-slash\\x1b[2J\" names no running job (keys are <job id>/<attempt>/...)");
-  EXPECT_EQ(coordinator_->CheckStoreKey(running.id + "/1/" + std::string(2000, 'k')).code(), absl::StatusCode::kOk)
+            "rendezvous store: key \"no-slash\\x1b[2J\" names no running job (keys are <job "
+            "id>/<attempt>/...)");
+  EXPECT_EQ(coordinator_->CheckStoreKey(running.id + "/1/" + std::string(2000, 'k')).code(),
+            absl::StatusCode::kOk)
       << "the store itself bounds a key's length";
   EXPECT_EQ(coordinator_->rendezvous().Set(running.id + "/1/" + std::string(2000, 'k'), "v").code(),
             absl::StatusCode::kInvalidArgument);
@@ -253,7 +276,8 @@ TEST_F(CoordinatorTest, AJobForAnUnservedPoolDoesNotHoldLaterJobsOnOtherPools) {
   Start(std::chrono::minutes(10));
   AddActors("vision", 1);
   AddActors("llm", 1);
-  absl::StatusOr<JobRecord> ghost = coordinator_->Submit(Request(1, 1, 4, "ghost", "vision", "ghost-llm"));
+  absl::StatusOr<JobRecord> ghost =
+      coordinator_->Submit(Request(1, 1, 4, "ghost", "vision", "ghost-llm"));
   ASSERT_TRUE(ghost.ok()) << ghost.status();
   absl::StatusOr<JobRecord> later = coordinator_->Submit(Request(1, 1, 2, "later"));
   ASSERT_TRUE(later.ok()) << later.status();
@@ -261,7 +285,8 @@ TEST_F(CoordinatorTest, AJobForAnUnservedPoolDoesNotHoldLaterJobsOnOtherPools) {
   const JobRecord waiting = coordinator_->store().GetJob(ghost->id).value();
   EXPECT_EQ(waiting.state, JobState::kQueued);
   EXPECT_EQ(waiting.message,
-            "waiting for more actors: pool 'ghost-llm' has 0 actors registered and the job needs 1 (it fails after "
+            "waiting for more actors: pool 'ghost-llm' has 0 actors registered and the job needs 1 "
+            "(it fails after "
             "600 s without them, --unplaceable-timeout)");
 }
 
@@ -274,16 +299,21 @@ TEST_F(CoordinatorTest, AJobWaitingForBusyActorsHoldsItsPoolsAndNoOthers) {
   AddActors("free-vision", 1);
   AddActors("free-llm", 1);
   absl::StatusOr<JobRecord> second = coordinator_->Submit(Request(1, 1, 2, "second"));
-  // Behind the second for 'llm'; waiting, it holds 'other-vision' too, so the fourth waits behind it.
-  absl::StatusOr<JobRecord> third = coordinator_->Submit(Request(1, 1, 2, "third", "other-vision", "llm"));
-  absl::StatusOr<JobRecord> fourth = coordinator_->Submit(Request(1, 1, 2, "fourth", "other-vision", "other-llm"));
-  absl::StatusOr<JobRecord> fifth = coordinator_->Submit(Request(1, 1, 2, "fifth", "free-vision", "free-llm"));
+  // Behind the second for 'llm'; waiting, it holds 'other-vision' too, so the fourth waits behind
+  // it.
+  absl::StatusOr<JobRecord> third =
+      coordinator_->Submit(Request(1, 1, 2, "third", "other-vision", "llm"));
+  absl::StatusOr<JobRecord> fourth =
+      coordinator_->Submit(Request(1, 1, 2, "fourth", "other-vision", "other-llm"));
+  absl::StatusOr<JobRecord> fifth =
+      coordinator_->Submit(Request(1, 1, 2, "fifth", "free-vision", "free-llm"));
   ASSERT_TRUE(second.ok() && third.ok() && fourth.ok() && fifth.ok());
   EXPECT_TRUE(WaitForState(fifth->id, JobState::kSucceeded));
   EXPECT_EQ(coordinator_->store().GetJob(fourth->id).value().message,
             absl::StrCat("queued behind ", third->id, " for pool 'other-vision'"));
   EXPECT_EQ(coordinator_->store().GetJob(second->id).value().message,
-            "waiting for 1 actors of pool 'vision' (0 free of 1 registered) and 1 actors of pool 'llm' (0 free of 1 "
+            "waiting for 1 actors of pool 'vision' (0 free of 1 registered) and 1 actors of pool "
+            "'llm' (0 free of 1 "
             "registered)");
   const JobRecord behind = coordinator_->store().GetJob(third->id).value();
   EXPECT_EQ(behind.state, JobState::kQueued);
@@ -306,13 +336,15 @@ TEST_F(CoordinatorTest, AJobForMoreActorsThanThePoolHasWaitsSayingSoThenFailsAnd
   ASSERT_TRUE(big.ok()) << big.status();
   EXPECT_EQ(big->state, JobState::kQueued);
   EXPECT_EQ(big->message,
-            "waiting for more actors: pool 'llm' has 1 actors registered and the job needs 3 (it fails after 0.3 s "
+            "waiting for more actors: pool 'llm' has 1 actors registered and the job needs 3 (it "
+            "fails after 0.3 s "
             "without them, --unplaceable-timeout)");
   absl::StatusOr<JobRecord> small = coordinator_->Submit(Request(1, 1, 2, "small"));
   ASSERT_TRUE(small.ok()) << small.status();
   ASSERT_TRUE(WaitForState(big->id, JobState::kFailed));
   EXPECT_THAT(coordinator_->store().GetJob(big->id).value().message,
-              HasSubstr("pool 'llm' has 1 actors registered and the job needs 3, for 0.3 s (--unplaceable-timeout)"));
+              HasSubstr("pool 'llm' has 1 actors registered and the job needs 3, for 0.3 s "
+                        "(--unplaceable-timeout)"));
   EXPECT_TRUE(WaitForState(small->id, JobState::kSucceeded));
 }
 
@@ -323,9 +355,12 @@ TEST_F(CoordinatorTest, ARestartingJobIsNeverTimedOutForWantOfActors) {
     std::unique_ptr<JobStore> store = JobStore::Open(state_dir_).value();
     JobRecord job;
     job.name = "interrupted";
-    job.spec_json = jobspec::ResolveJobSpecJson(
-        R"({"name": "interrupted", "data": {"shapes": {}}, "llm": {"actors": 2}, "schedule": {"global_batch": 8, "steps": 4}})",
-        "spec").value().json;
+    job.spec_json =
+        jobspec::ResolveJobSpecJson(
+            R"({"name": "interrupted", "data": {"shapes": {}}, "llm": {"actors": 2}, "schedule": {"global_batch": 8, "steps": 4}})",
+            "spec")
+            .value()
+            .json;
     job.steps = 4;
     job = store->CreateJob(job).value();
     job.state = JobState::kRestarting;
@@ -338,7 +373,8 @@ TEST_F(CoordinatorTest, ARestartingJobIsNeverTimedOutForWantOfActors) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // many scheduling rounds
   const JobRecord job = coordinator_->store().GetJob(id).value();
   EXPECT_EQ(job.state, JobState::kRestarting);
-  EXPECT_EQ(job.message, "waiting for more actors: pool 'llm' has 1 actors registered and the job needs 2");
+  EXPECT_EQ(job.message,
+            "waiting for more actors: pool 'llm' has 1 actors registered and the job needs 2");
 }
 
 TEST_F(CoordinatorTest, AJobWaitingForBusyActorsIsNeverTimedOut) {
@@ -359,8 +395,8 @@ TEST_F(CoordinatorTest, NoCallToAnActorIsMadeUnderTheSchedulingLock) {
   std::future<absl::StatusOr<JobRecord>> cancel =
       std::async(std::launch::async, [&] { return coordinator_->Cancel(running.id); });
   ASSERT_TRUE(fakes_.WaitForRelease("vision0:1", std::chrono::minutes(1)));
-  std::future<absl::StatusOr<JobRecord>> submit =
-      std::async(std::launch::async, [&] { return coordinator_->Submit(Request(1, 1, 2, "meanwhile")); });
+  std::future<absl::StatusOr<JobRecord>> submit = std::async(
+      std::launch::async, [&] { return coordinator_->Submit(Request(1, 1, 2, "meanwhile")); });
   const bool submitted = submit.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
   fakes_.UnholdRelease("vision0:1");
   fakes_.Unhold("llm0:1");

@@ -26,8 +26,7 @@ ActorStepReply DefaultStepReply(Role role, int rank, int64_t step) {
 
 class FakeActors::Client final : public ActorClient {
  public:
-  Client(FakeActors* actors, std::string address)
-      : actors_(actors), address_(std::move(address)) {}
+  Client(FakeActors* actors, std::string address) : actors_(actors), address_(std::move(address)) {}
 
   absl::StatusOr<ActorAssignReply> AssignJob(const ActorAssignment& assignment) override {
     return actors_->Assign(address_, assignment);
@@ -74,8 +73,10 @@ absl::StatusOr<ActorAssignReply> FakeActors::Assign(const std::string& address,
   if (absl::Status gone = Enter({address, "AssignJob", 0, ""}); !gone.ok()) return gone;
   ++actors_[address].assigns_entered;
   changed_.notify_all();
-  changed_.wait(lock, [&] { return !actors_[address].hold_assign || actors_[address].calls_cancelled; });
-  if (actors_[address].hold_assign) return absl::CancelledError("calls to the actor were cancelled");
+  changed_.wait(lock,
+                [&] { return !actors_[address].hold_assign || actors_[address].calls_cancelled; });
+  if (actors_[address].hold_assign)
+    return absl::CancelledError("calls to the actor were cancelled");
   ActorAssignReply reply;
   if (auto failure = actors_[address].load_failures.find(assignment.resume_from);
       failure != actors_[address].load_failures.end()) {
@@ -104,18 +105,15 @@ absl::StatusOr<ActorStepReply> FakeActors::RunStep(const std::string& address, i
   Actor& actor = actors_[address];
   if (absl::Status gone = Enter({address, "RunStep", step, ""}); !gone.ok()) return gone;
   // In order, as the actor runs them.
-  changed_.wait(lock, [&] {
-    return actor.done >= step - 1 || actor.failed || actor.released || actor.lost;
-  });
+  changed_.wait(
+      lock, [&] { return actor.done >= step - 1 || actor.failed || actor.released || actor.lost; });
   if (actor.lose_at >= 0 && step >= actor.lose_at) {
     actor.lost = true;
     changed_.notify_all();
   }
   actor.started.insert(step);
   changed_.notify_all();
-  changed_.wait(lock, [&] {
-    return actor.held.count(step) == 0 || actor.released || actor.lost;
-  });
+  changed_.wait(lock, [&] { return actor.held.count(step) == 0 || actor.released || actor.lost; });
   if (actor.lost) return absl::UnavailableError(kUnreachable);
   if (actor.released) return absl::CancelledError("the job was released");
   if (actor.failed) {
@@ -251,8 +249,7 @@ void FakeActors::SetEvalReply(const std::string& address, ActorEvalReply reply) 
 bool FakeActors::WaitForStep(const std::string& address, int64_t step,
                              std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  return changed_.wait_for(lock, timeout,
-                           [&] { return actors_[address].started.count(step) > 0; });
+  return changed_.wait_for(lock, timeout, [&] { return actors_[address].started.count(step) > 0; });
 }
 
 std::vector<FakeActors::Call> FakeActors::Calls() const {

@@ -11,9 +11,9 @@
 // After a failed step, the actor's later steps answer ABORTED; a Release ends the steps waiting
 // there with CANCELLED (as an actor interrupted by Release does); AssignJob starts afresh.
 //
-// Scripting (any time, from the test's thread): FailStep, FailLoading, LoseAt, Lose, HoldStep and Unhold,
-// HoldAssign, HoldRelease and UnholdRelease, SetStepReply, SetEvalReply. Observing: WaitForStep (blocks, with a deadline), Calls,
-// StepsDone, Assignments.
+// Scripting (any time, from the test's thread): FailStep, FailLoading, LoseAt, Lose, HoldStep and
+// Unhold, HoldAssign, HoldRelease and UnholdRelease, SetStepReply, SetEvalReply. Observing:
+// WaitForStep (blocks, with a deadline), Calls, StepsDone, Assignments.
 //
 // Thread-safety: everything may be called from any thread.
 #pragma once
@@ -69,8 +69,7 @@ class FakeActors final : public ActorClientFactory {
   // RunStep(step) at `address` waits, once started, until Unhold or a Release of the actor.
   void HoldStep(const std::string& address, int64_t step);
   void Unhold(const std::string& address);
-  void SetStepReply(const std::string& address,
-                    std::function<ActorStepReply(int64_t step)> reply);
+  void SetStepReply(const std::string& address, std::function<ActorStepReply(int64_t step)> reply);
   void SetEvalReply(const std::string& address, ActorEvalReply reply);
   // AssignJob at `address` blocks, once entered, until the client's CancelCalls (it then fails with
   // CANCELLED): an actor still building a large stage. WaitForAssign waits until it was entered.

@@ -123,8 +123,9 @@ class GrpcActorClientTest : public ::testing::Test {
   }
   void TearDown() override { server_->Shutdown(std::chrono::system_clock::now()); }
 
-  std::unique_ptr<ActorClient> Connect(std::chrono::milliseconds retry_delay,
-                                       std::chrono::milliseconds command_timeout = std::chrono::seconds(60)) {
+  std::unique_ptr<ActorClient> Connect(
+      std::chrono::milliseconds retry_delay,
+      std::chrono::milliseconds command_timeout = std::chrono::seconds(60)) {
     GrpcActorClientOptions options = GrpcActorClientOptions::ForCommandTimeout(command_timeout);
     options.assign_retry_delay = retry_delay;
     return GrpcActorClientFactory(options).Connect(address_, "llm-0 (llm rank 1, test)");
@@ -156,7 +157,8 @@ class GrpcActorClientTest : public ::testing::Test {
 };
 
 TEST_F(GrpcActorClientTest, AssignJobSendsTheAssignmentAndReadsTheReply) {
-  absl::StatusOr<ActorAssignReply> reply = Connect(std::chrono::seconds(1))->AssignJob(Assignment());
+  absl::StatusOr<ActorAssignReply> reply =
+      Connect(std::chrono::seconds(1))->AssignJob(Assignment());
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->parameters, 5);
   EXPECT_EQ(reply->vocab_size, 6);

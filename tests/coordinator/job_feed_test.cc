@@ -25,7 +25,8 @@ TEST(JobFeeds, KeepsTheLastUpdatesAndTheLastEndedFeeds) {
 
   size_t next = 5;  // dropped long ago: continues from the oldest kept
   bool closed = true;
-  std::vector<v1::JobUpdate> read = feeds.Read("job-1", &next, std::chrono::milliseconds(0), &closed);
+  std::vector<v1::JobUpdate> read =
+      feeds.Read("job-1", &next, std::chrono::milliseconds(0), &closed);
   ASSERT_EQ(read.size(), JobFeeds::kTail);
   EXPECT_EQ(read.front().event().text(), "step 100");
   EXPECT_EQ(next, published);

@@ -54,7 +54,8 @@ std::string Spec(int vision, int llm, int64_t steps, int64_t eval_every, int64_t
       R"(, "steps": )", steps, R"(, "eval_every": )", eval_every, R"(, "checkpoint_every": )",
       checkpoint_every, R"(}, "failure": {"max_restarts": )", max_restarts, "}",
       resume_from.empty() ? "" : absl::StrCat(R"(, "resume_from": ")", resume_from, R"(")"), "}");
-  absl::StatusOr<jobspec::ResolvedJobSpec> resolved = jobspec::ResolveJobSpecJson(user, "test spec");
+  absl::StatusOr<jobspec::ResolvedJobSpec> resolved =
+      jobspec::ResolveJobSpecJson(user, "test spec");
   EXPECT_TRUE(resolved.ok()) << resolved.status();
   return resolved.ok() ? resolved->json : "";
 }
@@ -110,11 +111,13 @@ class JobRunnerTest : public ::testing::Test {
     std::condition_variable ended;
     RunnerOptions options;
     options.command_timeout = std::chrono::milliseconds(4321);
-    absl::StatusOr<jobspec::ResolvedJobSpec> spec = jobspec::ResolveJobSpecJson(job.spec_json, job.id);
+    absl::StatusOr<jobspec::ResolvedJobSpec> spec =
+        jobspec::ResolveJobSpecJson(job.spec_json, job.id);
     EXPECT_TRUE(spec.ok()) << spec.status();
     auto runner = std::make_unique<JobRunner>(
-        job, std::make_shared<const jobspec::ResolvedJobSpec>(*std::move(spec)), (*actors)[0], (*actors)[1], store_.get(), &feeds_, &rendezvous_, &registry_,
-        &metrics_, &fake_, options, [&](const std::string&) {
+        job, std::make_shared<const jobspec::ResolvedJobSpec>(*std::move(spec)), (*actors)[0],
+        (*actors)[1], store_.get(), &feeds_, &rendezvous_, &registry_, &metrics_, &fake_, options,
+        [&](const std::string&) {
           std::lock_guard<std::mutex> lock(mu);
           done = true;
           ended.notify_all();
@@ -308,7 +311,7 @@ TEST_F(JobRunnerTest, FailedStepFailsTheJobNamingItsMemberAndReleasesEveryone) {
   EXPECT_EQ(job.message, absl::StrCat("step failed on ", failing, " (llm rank 1, ", llm[1],
                                       "): step 3: CUDA out of memory"));
   EXPECT_EQ(job.restarts, 0);  // no actor was lost: restarts do not apply
-  EXPECT_LE(job.step, 2);  // step 2 is recorded once every member answered it
+  EXPECT_LE(job.step, 2);      // step 2 is recorded once every member answered it
   for (const std::string& address : {vision[0], llm[0], llm[1]}) {
     EXPECT_THAT(Releases(), ::testing::Contains(address + ": job failed")) << address;
   }
@@ -454,8 +457,9 @@ TEST_F(JobRunnerTest, ADamagedNewestCheckpointFallsBackToTheNewestIntactOne) {
   EXPECT_EQ(second.state, JobState::kRestarting);
   EXPECT_THAT(second.message, HasSubstr(error));
   EXPECT_THAT(second.message,
-              HasSubstr(absl::StrCat(newest, " is marked damaged; restart 2 of 2 (failure.max_restarts) from ",
-                                     intact, " once its actors are free")));
+              HasSubstr(absl::StrCat(
+                  newest, " is marked damaged; restart 2 of 2 (failure.max_restarts) from ", intact,
+                  " once its actors are free")));
   EXPECT_THAT(ReadFile(newest + "/damaged"), HasSubstr(error));
   EXPECT_EQ(rundir::LatestCheckpoint(run_dir_)->directory, intact);
 
@@ -465,8 +469,10 @@ TEST_F(JobRunnerTest, ADamagedNewestCheckpointFallsBackToTheNewestIntactOne) {
   std::vector<std::string> events;
   const std::vector<JobEventRecord> records = store_->Events(id).value();
   for (const JobEventRecord& e : records) events.push_back(e.text);
-  EXPECT_THAT(events, ::testing::Contains(absl::StrCat("checkpoint ", newest, " cannot be loaded: marked damaged")));
-  EXPECT_THAT(events, ::testing::Contains(HasSubstr(absl::StrCat("resumed from ", intact, " at step 2"))));
+  EXPECT_THAT(events, ::testing::Contains(absl::StrCat("checkpoint ", newest,
+                                                       " cannot be loaded: marked damaged")));
+  EXPECT_THAT(events,
+              ::testing::Contains(HasSubstr(absl::StrCat("resumed from ", intact, " at step 2"))));
 }
 
 // A checkpoint the spec's resume_from names is the user's, not the job's: a failure to load it
@@ -493,10 +499,11 @@ TEST_F(JobRunnerTest, ABillionStepSegmentRunsWithoutReservingItsSteps) {
   const std::vector<std::string> vision = AddActors("vision", 1);
   const std::vector<std::string> llm = AddActors("llm", 1);
   fake_.HoldStep(vision[0], 3);
-  const JobRecord job = RunAttempt(CreateJob(Spec(1, 1, 1000000000, 0, 0, 3)).id, 1, 1, [&](JobRunner& r) {
-    ASSERT_TRUE(fake_.WaitForStep(vision[0], 3));
-    r.Cancel("enough");
-  });
+  const JobRecord job =
+      RunAttempt(CreateJob(Spec(1, 1, 1000000000, 0, 0, 3)).id, 1, 1, [&](JobRunner& r) {
+        ASSERT_TRUE(fake_.WaitForStep(vision[0], 3));
+        r.Cancel("enough");
+      });
   EXPECT_EQ(job.state, JobState::kCancelled);
   EXPECT_EQ(job.steps, 1000000000);
   EXPECT_THAT(StepsSent(vision[0]), ::testing::IsSupersetOf({1, 2, 3}));
@@ -508,12 +515,14 @@ TEST_F(JobRunnerTest, ARunDirectoryInUseFailsTheAttemptAndIsLeftAlone) {
   AddActors("vision", 1);
   AddActors("llm", 1);
   fs::create_directories(run_dir_);
-  absl::StatusOr<rundir::RunDirLock> other = rundir::RunDirLock::Acquire(run_dir_, "tandem run --colocated (other)");
+  absl::StatusOr<rundir::RunDirLock> other =
+      rundir::RunDirLock::Acquire(run_dir_, "tandem run --colocated (other)");
   ASSERT_TRUE(other.ok()) << other.status();
   const JobRecord job = RunAttempt(CreateJob(Spec(1, 1, 4, 0, 0, 0)).id, 1, 1);
   EXPECT_EQ(job.state, JobState::kFailed);
   EXPECT_THAT(job.message, HasSubstr("run directory " + run_dir_ + " is in use by pid "));
-  EXPECT_THAT(job.message, HasSubstr(": tandem run --colocated (other) (it holds " + run_dir_ + "/.lock)"));
+  EXPECT_THAT(job.message,
+              HasSubstr(": tandem run --colocated (other) (it holds " + run_dir_ + "/.lock)"));
   EXPECT_FALSE(fs::exists(run_dir_ + "/job.json"));
   EXPECT_TRUE(fake_.Calls("RunStep").empty());
 }

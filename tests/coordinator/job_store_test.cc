@@ -444,9 +444,10 @@ TEST_F(JobStoreTest, VersionOneDatabaseIsUpgradedKeepingItsJobs) {
     ASSERT_TRUE(store->CreateJob(SampleJob("old")).ok());
   }
   // The version-1 schema: the same without jobs.restarts and jobs.stops_without_progress.
-  ExecuteSql(DatabasePath(),
-             "DROP INDEX jobs_by_state; ALTER TABLE jobs DROP COLUMN restarts; "
-             "ALTER TABLE jobs DROP COLUMN stops_without_progress; UPDATE tandem_schema SET version = 1");
+  ExecuteSql(
+      DatabasePath(),
+      "DROP INDEX jobs_by_state; ALTER TABLE jobs DROP COLUMN restarts; "
+      "ALTER TABLE jobs DROP COLUMN stops_without_progress; UPDATE tandem_schema SET version = 1");
   {
     std::unique_ptr<JobStore> store = OpenStore();
     ASSERT_NE(store, nullptr);
@@ -502,20 +503,22 @@ TEST_F(JobStoreTest, RecoveryResumesARunningJobThenFailsOneThatStoppedTheCoordin
   ASSERT_TRUE(RecoverInterruptedJobs(*store).ok());
   const JobRecord failed = store->GetJob(job.id).value();
   EXPECT_EQ(failed.state, JobState::kFailed);
-  EXPECT_EQ(failed.message, "the coordinator stopped 2 times while the job ran, with no step completed in "
-                            "between; it is failed rather than resumed again (its events show what it was doing)");
+  EXPECT_EQ(failed.message,
+            "the coordinator stopped 2 times while the job ran, with no step completed in "
+            "between; it is failed rather than resumed again (its events show what it was doing)");
   EXPECT_GT(failed.ended_at, 0);
   EXPECT_EQ(failed.step, 7);
 
-  EXPECT_EQ(store->CountStopWithoutProgress("job-999999").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->CountStopWithoutProgress("job-999999").status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 // The scheduler's query: the waiting jobs only, oldest first.
 TEST_F(JobStoreTest, ListJobsInStatesReadsOnlyThoseStates) {
   std::unique_ptr<JobStore> store = OpenStore();
   ASSERT_NE(store, nullptr);
-  const JobState states[] = {JobState::kQueued, JobState::kSucceeded, JobState::kRestarting, JobState::kRunning,
-                             JobState::kQueued};
+  const JobState states[] = {JobState::kQueued, JobState::kSucceeded, JobState::kRestarting,
+                             JobState::kRunning, JobState::kQueued};
   std::vector<std::string> ids;
   for (JobState state : states) {
     JobRecord job = store->CreateJob(SampleJob("j")).value();
@@ -523,7 +526,8 @@ TEST_F(JobStoreTest, ListJobsInStatesReadsOnlyThoseStates) {
     ASSERT_TRUE(store->UpdateJob(job).ok());
     ids.push_back(job.id);
   }
-  absl::StatusOr<std::vector<JobRecord>> waiting = store->ListJobsInStates(JobState::kQueued, JobState::kRestarting);
+  absl::StatusOr<std::vector<JobRecord>> waiting =
+      store->ListJobsInStates(JobState::kQueued, JobState::kRestarting);
   ASSERT_TRUE(waiting.ok()) << waiting.status();
   std::vector<std::string> got;
   for (const JobRecord& job : *waiting) got.push_back(job.id);
@@ -539,8 +543,11 @@ TEST_F(JobStoreTest, DeleteJobsEndedBeforeForgetsOnlyEndedJobsPastTheCutoff) {
     JobState state;
     double ended_at;
   };
-  const Planted planted[] = {{JobState::kSucceeded, 100}, {JobState::kRunning, 0}, {JobState::kFailed, 200},
-                             {JobState::kCancelled, 900}, {JobState::kQueued, 0}};
+  const Planted planted[] = {{JobState::kSucceeded, 100},
+                             {JobState::kRunning, 0},
+                             {JobState::kFailed, 200},
+                             {JobState::kCancelled, 900},
+                             {JobState::kQueued, 0}};
   std::vector<std::string> ids;
   for (const Planted& p : planted) {
     JobRecord job = store->CreateJob(SampleJob("j")).value();

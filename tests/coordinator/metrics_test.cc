@@ -171,8 +171,8 @@ TEST(MetricsHttpTest, ManyIdleConnectionsDoNotQueueAScrapeBehindThem) {
     ASSERT_GE(idle.back(), 0);
   }
   EXPECT_THAT(testing::HttpGet(address, "/metrics"), HasSubstr("tandem_up 1\n"));
-  // Queued behind them, the scrape would wait until every idle client in front of it had reached the
-  // 5 s deadline of its exchange.
+  // Queued behind them, the scrape would wait until every idle client in front of it had reached
+  // the 5 s deadline of its exchange.
   EXPECT_LT(std::chrono::steady_clock::now() - first_idle, std::chrono::seconds(5));
   // The newest idle clients are still served (a closed one reads 0 bytes; an open one has nothing).
   int open = 0;

@@ -1,5 +1,5 @@
-// The actor registry: gang reservation is all or nothing, in registration order, and says what a job
-// waits for; liveness runs on an injected clock.
+// The actor registry: gang reservation is all or nothing, in registration order, and says what a
+// job waits for; liveness runs on an injected clock.
 #include "coordinator/registry.h"
 
 #include <gmock/gmock.h>
@@ -34,14 +34,17 @@ TEST_F(RegistryTest, IdsArePerPoolSequences) {
 }
 
 TEST_F(RegistryTest, RegisterRejectsEmptyPoolOrAddress) {
-  EXPECT_EQ(registry_.Register("", "cpu", "h:1").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(registry_.Register("vision", "cpu", "").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry_.Register("", "cpu", "h:1").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry_.Register("vision", "cpu", "").status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // Pool names reach logs, metrics labels and `tandem actors`: bounded, and of name characters.
 TEST_F(RegistryTest, RegisterRejectsPoolNamesThatCouldForgeLogLinesAndOverlongFields) {
   EXPECT_EQ(registry_.Register("gpu\nERROR forged", "cpu", "h:1").status().message(),
-            "RegisterActor: pool must be of the characters A-Z a-z 0-9 . _ -, got \"gpu\\nERROR forged\"");
+            "RegisterActor: pool must be of the characters A-Z a-z 0-9 . _ -, got \"gpu\\nERROR "
+            "forged\"");
   EXPECT_EQ(registry_.Register(std::string(64, 'p'), "cpu", "h:1").status().message(),
             "RegisterActor: pool must be at most 63 characters, got 64");
   EXPECT_EQ(registry_.Register("vision", "cpu", std::string(256, 'h')).status().message(),
@@ -68,7 +71,8 @@ TEST_F(RegistryTest, ReserveIsAllOrNothingAndSaysWhatIsMissing) {
   ASSERT_TRUE(registry_.Reserve("job-0", {{"vision", 1}}).ok());
   auto groups = registry_.Reserve("job-1", {{"vision", 2}, {"llm", 1}});
   EXPECT_EQ(groups.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(groups.status().message(), HasSubstr("waiting for 2 actors of pool 'vision' (1 free of 2 registered)"));
+  EXPECT_THAT(groups.status().message(),
+              HasSubstr("waiting for 2 actors of pool 'vision' (1 free of 2 registered)"));
   // Nothing was taken: another job still gets the llm actor.
   EXPECT_TRUE(registry_.Reserve("job-2", {{"llm", 1}}).ok());
 }
@@ -76,13 +80,15 @@ TEST_F(RegistryTest, ReserveIsAllOrNothingAndSaysWhatIsMissing) {
 TEST_F(RegistryTest, AnUnhealthyActorIsPassedOverUntilItsHeartbeatSaysOtherwise) {
   Add("vision", 1);
   Add("vision", 2);
-  ASSERT_TRUE(registry_.Heartbeat("vision-0", "", 0, "idle", 0, "stuck: RunStep 3 has run for 400 s").ok());
+  ASSERT_TRUE(
+      registry_.Heartbeat("vision-0", "", 0, "idle", 0, "stuck: RunStep 3 has run for 400 s").ok());
   auto groups = registry_.Reserve("job-1", {{"vision", 1}});
   ASSERT_TRUE(groups.ok());
   EXPECT_THAT(Ids((*groups)[0]), ElementsAre("vision-1"));
   auto waiting = registry_.Reserve("job-2", {{"vision", 1}});
-  EXPECT_THAT(waiting.status().message(),
-              HasSubstr("waiting for 1 actors of pool 'vision' (0 free of 2 registered, 1 unhealthy)"));
+  EXPECT_THAT(
+      waiting.status().message(),
+      HasSubstr("waiting for 1 actors of pool 'vision' (0 free of 2 registered, 1 unhealthy)"));
   EXPECT_EQ(registry_.List()[0].unhealthy, "stuck: RunStep 3 has run for 400 s");
   ASSERT_TRUE(registry_.Heartbeat("vision-0", "", 0, "idle", 0, "").ok());
   EXPECT_TRUE(registry_.Reserve("job-2", {{"vision", 1}}).ok());

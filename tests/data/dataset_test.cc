@@ -102,7 +102,8 @@ TEST(OpenDatasets, DevicesAreRefusedWithoutReadingThem) {
   DataConfig jsonl;
   jsonl.kind = DataConfig::Kind::kJsonl;
   jsonl.jsonl.train_path = "/dev/ptmx";
-  EXPECT_EQ(OpenDatasets(jsonl, 32).status().message(), "/dev/ptmx: a character device, not a regular file");
+  EXPECT_EQ(OpenDatasets(jsonl, 32).status().message(),
+            "/dev/ptmx: a character device, not a regular file");
   DataConfig conversations;
   conversations.kind = DataConfig::Kind::kConversations;
   conversations.conversations.train_path = "/dev/zero";

@@ -3,12 +3,12 @@
 #include "data/image_preprocessor.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
 #include "nlohmann/json.hpp"
 #include "tests/testing/json_file.h"
@@ -22,8 +22,10 @@ const std::string kFixtures = TANDEM_HF_FIXTURES;
 class PreprocessReference : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PreprocessReference, EightBitValuesEqualTransformersPilProcessors) {
-  const auto expected = testing::ReadJsonFile(kFixtures + "/reference/preprocessed.json")[GetParam()];
-  auto preprocessor = ReadImagePreprocessor(kFixtures + "/" + GetParam() + "/preprocessor_config.json");
+  const auto expected =
+      testing::ReadJsonFile(kFixtures + "/reference/preprocessed.json")[GetParam()];
+  auto preprocessor =
+      ReadImagePreprocessor(kFixtures + "/" + GetParam() + "/preprocessor_config.json");
   ASSERT_TRUE(preprocessor.ok()) << preprocessor.status();
   auto image = DecodeImageFile(kFixtures + "/reference/image.png");
   ASSERT_TRUE(image.ok()) << image.status();
@@ -37,11 +39,13 @@ TEST_P(PreprocessReference, EightBitValuesEqualTransformersPilProcessors) {
   const auto values = expected["values"].get<std::vector<int>>();
   ASSERT_EQ(out->pixels.size(), values.size());
   int differ = 0;
-  for (size_t i = 0; i < values.size(); ++i) differ += std::lround(out->pixels[i] * 255.0f) != values[i];
+  for (size_t i = 0; i < values.size(); ++i)
+    differ += std::lround(out->pixels[i] * 255.0f) != values[i];
   EXPECT_EQ(differ, 0) << "of " << values.size() << " values";
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, PreprocessReference, ::testing::Values("clip_llama", "siglip_qwen2"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, PreprocessReference,
+                         ::testing::Values("clip_llama", "siglip_qwen2"));
 
 TEST(ImagePreprocessor, ReadsClipsSettings) {
   auto p = ReadImagePreprocessor(kFixtures + "/clip_llama/preprocessor_config.json");
@@ -55,23 +59,34 @@ TEST(ImagePreprocessor, ReadsClipsSettings) {
 }
 
 TEST(ImagePreprocessor, RefusesWhatItCannotDoNamingTheKey) {
-  const fs::path file = fs::path(::testing::TempDir()) / ("preprocessor_" + std::to_string(::getpid()) + ".json");
+  const fs::path file =
+      fs::path(::testing::TempDir()) / ("preprocessor_" + std::to_string(::getpid()) + ".json");
   const auto read = [&](const std::string& json) {
     std::ofstream(file) << json;
     return ReadImagePreprocessor(file.string()).status();
   };
-  EXPECT_NE(read(R"({"size": {"shortest_edge": 8}, "resample": 1})").message().find(
-                "resample number 1 is not supported (2 bilinear, 3 bicubic)"),
+  EXPECT_NE(read(R"({"size": {"shortest_edge": 8}, "resample": 1})")
+                .message()
+                .find("resample number 1 is not supported (2 bilinear, 3 bicubic)"),
             std::string::npos);
-  EXPECT_NE(read(R"({"size": {"height": 8, "width": 9}})").message().find("must be square"), std::string::npos);
-  EXPECT_NE(read(R"({"size": {"shortest_edge": 0}})").message().find("size.shortest_edge must be a positive integer"),
+  EXPECT_NE(read(R"({"size": {"height": 8, "width": 9}})").message().find("must be square"),
             std::string::npos);
-  EXPECT_NE(read(R"({"size": {"shortest_edge": 8}, "rescale_factor": 0.5})").message().find("rescale_factor 0.5"),
+  EXPECT_NE(read(R"({"size": {"shortest_edge": 0}})")
+                .message()
+                .find("size.shortest_edge must be a positive integer"),
             std::string::npos);
-  EXPECT_NE(read(R"({"size": {"shortest_edge": 8}, "do_center_crop": true, "crop_size": {"height": 8}})")
-                .message().find("crop_size.width is required"),
+  EXPECT_NE(read(R"({"size": {"shortest_edge": 8}, "rescale_factor": 0.5})")
+                .message()
+                .find("rescale_factor 0.5"),
             std::string::npos);
-  EXPECT_NE(read(R"({"size": {"shortest_edge": 8}, "do_normalize": null})").message().find("of the wrong type"),
+  EXPECT_NE(
+      read(R"({"size": {"shortest_edge": 8}, "do_center_crop": true, "crop_size": {"height": 8}})")
+          .message()
+          .find("crop_size.width is required"),
+      std::string::npos);
+  EXPECT_NE(read(R"({"size": {"shortest_edge": 8}, "do_normalize": null})")
+                .message()
+                .find("of the wrong type"),
             std::string::npos);
   EXPECT_EQ(ReadImagePreprocessor("/nonexistent/preprocessor_config.json").status().code(),
             absl::StatusCode::kNotFound);
@@ -95,9 +110,11 @@ TEST(ImagePreprocessor, ReadsTransformers5sProcessorConfig) {
   const fs::path dir = fs::path(::testing::TempDir()) / ("processor_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const nlohmann::json settings = testing::ReadJsonFile(kFixtures + "/clip_llama/preprocessor_config.json");
-  std::ofstream(dir / "processor_config.json")
-      << nlohmann::json{{"processor_class", "LlavaProcessor"}, {"image_processor", settings}}.dump();
+  const nlohmann::json settings =
+      testing::ReadJsonFile(kFixtures + "/clip_llama/preprocessor_config.json");
+  std::ofstream(dir / "processor_config.json") << nlohmann::json{
+      {"processor_class", "LlavaProcessor"},
+      {"image_processor", settings}}.dump();
   auto p = ReadModelImagePreprocessor(dir.string());
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->shortest_edge, 36);
@@ -114,12 +131,16 @@ TEST(ImagePreprocessor, ReadsTransformers5sProcessorConfig) {
             (dir / "processor_config.json").string() +
                 ": image_processor: resample number 1 is not supported (2 bilinear, 3 bicubic)");
   std::ofstream(dir / "processor_config.json") << R"({"processor_class": "LlavaProcessor"})";
-  EXPECT_NE(ReadModelImagePreprocessor(dir.string()).status().message().find(
-                "processor_config.json: image_processor must be an object (the directory has no "
+  EXPECT_NE(
+      ReadModelImagePreprocessor(dir.string())
+          .status()
+          .message()
+          .find("processor_config.json: image_processor must be an object (the directory has no "
                 "preprocessor_config.json either)"),
-            std::string::npos);
+      std::string::npos);
   // preprocessor_config.json, where there is one, wins.
-  fs::copy_file(kFixtures + "/siglip_qwen2/preprocessor_config.json", dir / "preprocessor_config.json");
+  fs::copy_file(kFixtures + "/siglip_qwen2/preprocessor_config.json",
+                dir / "preprocessor_config.json");
   auto siglip = ReadModelImagePreprocessor(dir.string());
   ASSERT_TRUE(siglip.ok()) << siglip.status();
   EXPECT_FALSE(siglip->do_center_crop);

@@ -153,8 +153,9 @@ TEST(JpegCodec, DeclaredSizeAboveTheCapIsRefusedBeforeDecoding) {
   ASSERT_FALSE(bomb.empty());
   absl::StatusOr<Image> image = DecodeImage(bomb, "bomb.jpg");
   EXPECT_EQ(image.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(image.status().message(),
-              HasSubstr("bomb.jpg: JPEG of 65000 x 65000 pixels is too large: at most 268435456 pixels"));
+  EXPECT_THAT(
+      image.status().message(),
+      HasSubstr("bomb.jpg: JPEG of 65000 x 65000 pixels is too large: at most 268435456 pixels"));
 }
 
 TEST(JpegCodec, TheCallersPixelCapHolds) {
@@ -162,12 +163,14 @@ TEST(JpegCodec, TheCallersPixelCapHolds) {
   EXPECT_TRUE(DecodeImage(jpeg, "exact.jpg", 64 * 48).ok());
   absl::StatusOr<Image> image = DecodeImage(jpeg, "small_cap.jpg", 64 * 48 - 1);
   EXPECT_EQ(image.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(image.status().message(), HasSubstr("small_cap.jpg: JPEG of 64 x 48 pixels is too large: at most 3071"));
+  EXPECT_THAT(image.status().message(),
+              HasSubstr("small_cap.jpg: JPEG of 64 x 48 pixels is too large: at most 3071"));
 }
 
 TEST(JpegCodec, ProgressiveFileDecodesLikeTheBaselineOne) {
   absl::StatusOr<Image> baseline = DecodeImage(EncodeJpeg(32, 24, 3), "baseline.jpg");
-  absl::StatusOr<Image> progressive = DecodeImage(EncodeJpeg(32, 24, 3, Scans::kProgressive), "progressive.jpg");
+  absl::StatusOr<Image> progressive =
+      DecodeImage(EncodeJpeg(32, 24, 3, Scans::kProgressive), "progressive.jpg");
   ASSERT_TRUE(baseline.ok()) << baseline.status();
   ASSERT_TRUE(progressive.ok()) << progressive.status();
   ASSERT_EQ(progressive->pixels.size(), baseline->pixels.size());

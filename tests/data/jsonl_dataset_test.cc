@@ -94,7 +94,8 @@ TEST_F(JsonlDatasetTest, BadJsonNamesFileAndLine) {
       "{\"image\": \"images/b.png\", \"text\": \"two\"}\n"
       "{\"image\": \"images/a.png\", \"text\": }\n");
   EXPECT_EQ(dataset.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(dataset.status().message()), HasSubstr("train.jsonl:3: column 35: invalid JSON: syntax error"));
+  EXPECT_THAT(std::string(dataset.status().message()),
+              HasSubstr("train.jsonl:3: column 35: invalid JSON: syntax error"));
 }
 
 TEST_F(JsonlDatasetTest, LineThatIsNotAnObjectIsAnError) {
@@ -118,17 +119,20 @@ TEST_F(JsonlDatasetTest, UnknownKeyIsAnError) {
 }
 
 TEST_F(JsonlDatasetTest, NumberBeyondADoubleIsAnErrorNotACrash) {
-  EXPECT_EQ(std::string(Open("{\"image\": \"images/a.png\", \"text\": 1e999}\n").status().message()),
-            jsonl_ + ":1: column 35: invalid JSON: number overflow parsing '1e999'");
+  EXPECT_EQ(
+      std::string(Open("{\"image\": \"images/a.png\", \"text\": 1e999}\n").status().message()),
+      jsonl_ + ":1: column 35: invalid JSON: number overflow parsing '1e999'");
 }
 
 TEST_F(JsonlDatasetTest, DuplicateKeyAndDeepNestingAreErrorsWithTheLine) {
-  EXPECT_EQ(Open("{\"image\": \"images/a.png\", \"text\": \"a\", \"text\": \"b\"}\n").status().message(),
-            jsonl_ + ":1: text: duplicate key");
-  EXPECT_EQ(Open("{\"image\": \"images/a.png\", \"text\": \"a\"}\n" + std::string(1 << 20, '[') + "\n")
-                .status()
-                .message(),
-            jsonl_ + ":2: column 129: invalid JSON: nested more than 128 levels deep");
+  EXPECT_EQ(
+      Open("{\"image\": \"images/a.png\", \"text\": \"a\", \"text\": \"b\"}\n").status().message(),
+      jsonl_ + ":1: text: duplicate key");
+  EXPECT_EQ(
+      Open("{\"image\": \"images/a.png\", \"text\": \"a\"}\n" + std::string(1 << 20, '[') + "\n")
+          .status()
+          .message(),
+      jsonl_ + ":2: column 129: invalid JSON: nested more than 128 levels deep");
 }
 
 TEST_F(JsonlDatasetTest, NonStringOrEmptyValueIsAnError) {
@@ -157,7 +161,8 @@ TEST_F(JsonlDatasetTest, MissingImageFileIsNotFoundAtOpen) {
 // refused unless the spec says data.allow_images_outside.
 TEST_F(JsonlDatasetTest, ImagesOutsideTheJsonlsDirectoryAreRefusedUnlessAllowed) {
   const std::string nested = dir_ / "data/lists/train.jsonl";
-  ASSERT_TRUE(testing::WriteTestFile(dir_ / "secret.png", testing::ReadTestFile(dir_ / "data/images/a.png")));
+  ASSERT_TRUE(testing::WriteTestFile(dir_ / "secret.png",
+                                     testing::ReadTestFile(dir_ / "data/images/a.png")));
   std::filesystem::create_directories(dir_ / "data/lists");
   std::filesystem::create_directory_symlink(dir_ / "data/images", dir_ / "data/lists/linked");
   std::filesystem::create_symlink(dir_ / "secret.png", dir_ / "data/lists/leak.png");
@@ -167,16 +172,18 @@ TEST_F(JsonlDatasetTest, ImagesOutsideTheJsonlsDirectoryAreRefusedUnlessAllowed)
       {"linked/a.png", dir_ / "data/lists/linked/a.png"},
       {"leak.png", dir_ / "data/lists/leak.png"}};
   for (const auto& [written, resolved] : outside) {
-    ASSERT_TRUE(testing::WriteTestFile(
-        nested, "{\"image\": \"" + written + "\", \"text\": \"x\"}\n"));
+    ASSERT_TRUE(
+        testing::WriteTestFile(nested, "{\"image\": \"" + written + "\", \"text\": \"x\"}\n"));
     const absl::Status refused = JsonlDataset::Open(nested, 4).status();
     EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << written;
-    EXPECT_EQ(std::string(refused.message()),
-              nested + ":1: image " + resolved + " is outside " + (dir_ / "data/lists") +
-                  ", the data file's directory (an absolute path, \"..\" or a symlink leading out); set "
-                  "data.allow_images_outside to true to read it")
+    EXPECT_EQ(
+        std::string(refused.message()),
+        nested + ":1: image " + resolved + " is outside " + (dir_ / "data/lists") +
+            ", the data file's directory (an absolute path, \"..\" or a symlink leading out); set "
+            "data.allow_images_outside to true to read it")
         << written;
-    EXPECT_TRUE(JsonlDataset::Open(nested, 4, nullptr, /*allow_images_outside=*/true).ok()) << written;
+    EXPECT_TRUE(JsonlDataset::Open(nested, 4, nullptr, /*allow_images_outside=*/true).ok())
+        << written;
   }
 }
 

@@ -284,12 +284,14 @@ TEST(PngCodec, TheCallersPixelCapHolds) {
   EXPECT_TRUE(DecodeImage(*png, "exact.png", 1200).ok());
   absl::StatusOr<Image> refused = DecodeImage(*png, "capped.png", 1199);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(refused.status().message(), HasSubstr("capped.png: PNG of 40 x 30 pixels is too large: at most 1199"));
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("capped.png: PNG of 40 x 30 pixels is too large: at most 1199"));
 }
 
 TEST(MaxPixelsFor, IsTheModelsResolutionTimes256WithinBounds) {
-  EXPECT_EQ(MaxPixelsFor(32), uint64_t{1} << 26);   // the floor: a 67-megapixel photo
-  EXPECT_EQ(MaxPixelsFor(336), uint64_t{1} << 26);  // 28.9 megapixels would refuse a 48-megapixel photo
+  EXPECT_EQ(MaxPixelsFor(32), uint64_t{1} << 26);  // the floor: a 67-megapixel photo
+  EXPECT_EQ(MaxPixelsFor(336),
+            uint64_t{1} << 26);  // 28.9 megapixels would refuse a 48-megapixel photo
   EXPECT_EQ(MaxPixelsFor(600), 600u * 600u * 256u);  // 92 megapixels
   EXPECT_EQ(MaxPixelsFor(4096), kMaxImagePixels);
   EXPECT_EQ(MaxPixelsFor(int64_t{1} << 40), kMaxImagePixels);

@@ -29,8 +29,10 @@ TEST(TextCodecWords, CaptionIsBosCaptionEos) {
   auto encoded = codec.Encode({{"user", "<image>"}, {"assistant", "A red circle"}}, "sample 0");
   ASSERT_TRUE(encoded.ok()) << encoded.status();
   const std::vector<int32_t> caption = words.Encode("a red circle");
-  EXPECT_THAT(encoded->ids, ElementsAre(Tokenizer::kBos, caption[0], caption[1], caption[2], Tokenizer::kEos));
-  EXPECT_THAT(encoded->labels, ElementsAre(kI, caption[0], caption[1], caption[2], Tokenizer::kEos));
+  EXPECT_THAT(encoded->ids,
+              ElementsAre(Tokenizer::kBos, caption[0], caption[1], caption[2], Tokenizer::kEos));
+  EXPECT_THAT(encoded->labels,
+              ElementsAre(kI, caption[0], caption[1], caption[2], Tokenizer::kEos));
   EXPECT_EQ(codec.image_tokens(), 0);
   EXPECT_EQ(codec.image_token_id(), -1);
   EXPECT_THAT(codec.stop_ids(), ElementsAre(Tokenizer::kEos));
@@ -39,22 +41,26 @@ TEST(TextCodecWords, CaptionIsBosCaptionEos) {
 TEST(TextCodecWords, ConversationLabelsOnlyTheAnswers) {
   const TextCodec codec = WordCodec();
   const Tokenizer& words = *codec.words();
-  const std::vector<tokenizer::ChatMessage> messages = {
-      {"user", "<image>\nWhat colour is it?"}, {"assistant", "red"}, {"user", "What is it?"}, {"assistant", "a circle"}};
+  const std::vector<tokenizer::ChatMessage> messages = {{"user", "<image>\nWhat colour is it?"},
+                                                        {"assistant", "red"},
+                                                        {"user", "What is it?"},
+                                                        {"assistant", "a circle"}};
   auto encoded = codec.Encode(messages, "sample 1");
   ASSERT_TRUE(encoded.ok()) << encoded.status();
-  const int64_t what = words.Encode("what")[0], colour = words.Encode("colour")[0], is = words.Encode("is")[0],
-                it = words.Encode("it")[0], q = words.Encode("?")[0], red = words.Encode("red")[0],
-                a = words.Encode("a")[0], circle = words.Encode("circle")[0];
-  EXPECT_THAT(encoded->ids, ElementsAre(what, colour, is, it, q, Tokenizer::kBos, red, Tokenizer::kEos, what, is, it, q,
-                                        Tokenizer::kBos, a, circle, Tokenizer::kEos));
-  EXPECT_THAT(encoded->labels,
-              ElementsAre(kI, kI, kI, kI, kI, kI, red, Tokenizer::kEos, kI, kI, kI, kI, kI, a, circle, Tokenizer::kEos));
+  const int64_t what = words.Encode("what")[0], colour = words.Encode("colour")[0],
+                is = words.Encode("is")[0], it = words.Encode("it")[0], q = words.Encode("?")[0],
+                red = words.Encode("red")[0], a = words.Encode("a")[0],
+                circle = words.Encode("circle")[0];
+  EXPECT_THAT(encoded->ids,
+              ElementsAre(what, colour, is, it, q, Tokenizer::kBos, red, Tokenizer::kEos, what, is,
+                          it, q, Tokenizer::kBos, a, circle, Tokenizer::kEos));
+  EXPECT_THAT(encoded->labels, ElementsAre(kI, kI, kI, kI, kI, kI, red, Tokenizer::kEos, kI, kI, kI,
+                                           kI, kI, a, circle, Tokenizer::kEos));
 
   auto prompt = codec.EncodePrompt(messages, "sample 1");
   ASSERT_TRUE(prompt.ok()) << prompt.status();
-  EXPECT_THAT(prompt->ids, ElementsAre(what, colour, is, it, q, Tokenizer::kBos, red, Tokenizer::kEos, what, is, it, q,
-                                       Tokenizer::kBos));
+  EXPECT_THAT(prompt->ids, ElementsAre(what, colour, is, it, q, Tokenizer::kBos, red,
+                                       Tokenizer::kEos, what, is, it, q, Tokenizer::kBos));
   EXPECT_THAT(prompt->answer, ElementsAre(a, circle));
   EXPECT_EQ(codec.Decode({a, circle, Tokenizer::kEos, red}), "a circle");
 }
@@ -62,9 +68,11 @@ TEST(TextCodecWords, ConversationLabelsOnlyTheAnswers) {
 TEST(TextCodecWords, PromptNeedsAnAnswerLastAndSomethingBefore) {
   const TextCodec codec = WordCodec();
   auto status = codec.EncodePrompt({{"user", "<image>"}}, "train.json: [4]").status();
-  EXPECT_THAT(std::string(status.message()), HasSubstr("train.json: [4]: the last message is not the assistant's"));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("train.json: [4]: the last message is not the assistant's"));
   status = codec.EncodePrompt({{"assistant", "red"}}, "train.json: [5]").status();
-  EXPECT_THAT(std::string(status.message()), HasSubstr("train.json: [5]: nothing comes before the answer"));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("train.json: [5]: nothing comes before the answer"));
 }
 
 class TextCodecHf : public ::testing::TestWithParam<std::string> {};
@@ -88,7 +96,8 @@ TEST_P(TextCodecHf, EqualsEncodeConversationAndPromptsWithTheGenerationPrompt) {
     auto prompt = codec->EncodePrompt(c.messages, c.source);
     ASSERT_TRUE(prompt.ok()) << prompt.status();
     const std::vector<tokenizer::ChatMessage> asked(c.messages.begin(), c.messages.end() - 1);
-    auto asked_ids = EncodeMessages(asked, c.source, *tokenizer, *format, 3, /*add_generation_prompt=*/true);
+    auto asked_ids =
+        EncodeMessages(asked, c.source, *tokenizer, *format, 3, /*add_generation_prompt=*/true);
     ASSERT_TRUE(asked_ids.ok());
     EXPECT_EQ(prompt->ids, asked_ids->ids) << c.source;
     // The whole conversation is the prompt, the answer and the end of turn (ChatML adds a newline).
@@ -108,7 +117,8 @@ TEST(TextCodecHfErrors, FormatEndOfTurnMustBeAToken) {
   auto chatml = tokenizer::ChatTemplate::Named("chatml", tokenizer::SpecialTokensOf(*tokenizer));
   ASSERT_TRUE(chatml.ok()) << chatml.status();
   auto status = TextCodec::Hf(*tokenizer, *chatml, 3).status();
-  EXPECT_THAT(std::string(status.message()), HasSubstr("no \"<|im_end|>\" token, which ends a turn in chatml's chat template"));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("no \"<|im_end|>\" token, which ends a turn in chatml's chat template"));
 }
 
 // Every word of the shapes conversations is in the vocabulary of the shapes captions' dataset.
@@ -129,7 +139,8 @@ TEST(TextCodecShapes, CaptionVocabularyCoversTheConversations) {
 TEST(TextCodecShapes, AHugeDatasetBuildsItsVocabularyFromItsFirstSamples) {
   const ShapesDataset huge(7, 32, Split::kTrain, 300'000'000);
   const std::vector<std::string> texts = huge.VocabularyTexts();
-  EXPECT_EQ(texts.size(), static_cast<size_t>(ShapesDataset::kVocabularySamples) + 5);  // + the questions
+  EXPECT_EQ(texts.size(),
+            static_cast<size_t>(ShapesDataset::kVocabularySamples) + 5);  // + the questions
   const ShapesDataset first(7, 32, Split::kTrain, ShapesDataset::kVocabularySamples);
   EXPECT_EQ(Tokenizer::Build(texts).words(), Tokenizer::Build(first.VocabularyTexts()).words());
   const ShapesDataset small(7, 32, Split::kTrain, 10);
@@ -161,7 +172,8 @@ TEST(MakeTokenBatch, PadsToTheBudgetAndCountsTargets) {
 
   auto status = MakeTokenBatch(dataset, {0}, codec, 5).status();
   EXPECT_THAT(std::string(status.message()), HasSubstr("shapes train #0 (seed 7): needs "));
-  EXPECT_THAT(std::string(status.message()), HasSubstr("text tokens, more than data.max_text_tokens = 5"));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("text tokens, more than data.max_text_tokens = 5"));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // zero_optimization.allgather_bucket_size bounds the elements of the post-step all-gathers in
 // flight at once (engine_step.cc, AllGatherResident): a CountingCommunicator, which counts what is
-// issued and not yet waited for, sees at most the bucket (or one unit, when a unit is larger), where the
-// default issues every unit at once.
+// issued and not yet waited for, sees at most the bucket (or one unit, when a unit is larger),
+// where the default issues every unit at once.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

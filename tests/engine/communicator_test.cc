@@ -153,10 +153,10 @@ TEST(GlooCommunicator, CollectivesGiveExactResultsForWorldSizesOneToThree) {
 }
 
 TEST(GlooCommunicator, ManyGroupsIssuingTheirFirstCollectivesAtOnceFromThreads) {
-  // Rounds of four new groups of two ranks, eight threads, every group's first collectives issued at
-  // the same moment. LibTorch 2.x's process-wide FlightRecorder corrupts its map of groups when a
-  // group's first record races another's: before GlooCommunicator serialised issuing, this ended in
-  // a SIGSEGV in half the runs on 2.11 (1.13 has no recorder).
+  // Rounds of four new groups of two ranks, eight threads, every group's first collectives issued
+  // at the same moment. LibTorch 2.x's process-wide FlightRecorder corrupts its map of groups when
+  // a group's first record races another's: before GlooCommunicator serialised issuing, this ended
+  // in a SIGSEGV in half the runs on 2.11 (1.13 has no recorder).
   constexpr int kRounds = 100;
   constexpr int kGroups = 4;
   constexpr int kWorld = 2;

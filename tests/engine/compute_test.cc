@@ -1,6 +1,7 @@
 // What an engine computes in (engine/compute.h, NOTE [Compute dtype]): the plan for every
 // combination of torch_autocast and native bf16, the warning that names the measured cost of an
-// emulated bf16, and an engine on a CPU treated as one without native bf16 (TANDEM_CPU_BF16=absent).
+// emulated bf16, and an engine on a CPU treated as one without native bf16
+// (TANDEM_CPU_BF16=absent).
 #include "engine/compute.h"
 
 #include <gmock/gmock.h>
@@ -31,8 +32,8 @@ Config Parse(const std::string& json) {
 }
 
 Config WithAutocast(const std::string& dtype, const std::string& precision = kBf16Full) {
-  return Parse(R"({"torch_autocast": {"enabled": true, "dtype": ")" + dtype + "\"}, " +
-               precision + "}");
+  return Parse(R"({"torch_autocast": {"enabled": true, "dtype": ")" + dtype + "\"}, " + precision +
+               "}");
 }
 
 const platform::Bf16Support kNative{true, true, "avx512_bf16"};
@@ -90,14 +91,15 @@ TEST(EmulatedBf16Warning, NamesTheMeasuredCostAndTheWayOut) {
   const Config explicit_bf16 = WithAutocast("bfloat16");
   const std::string warning = EmulatedBf16Warning(PlanCompute(explicit_bf16, kNone), explicit_bf16,
                                                   kNone, c10::Device("cpu"));
-  EXPECT_THAT(warning, MatchesRegex("torch_autocast.dtype is bf16, but this CPU has no native bf16 "
-                                    "\\(no avx512_bf16 or amx_bf16 \\(AVX2 only\\)\\): bf16 matmuls "
-                                    "run [0-9]+x slower than fp32 here \\(measured [0-9.]+ against "
-                                    "[0-9.]+ GFLOP/s\\)\\. Set torch_autocast .*\"auto\".*"));
+  EXPECT_THAT(warning,
+              MatchesRegex("torch_autocast.dtype is bf16, but this CPU has no native bf16 "
+                           "\\(no avx512_bf16 or amx_bf16 \\(AVX2 only\\)\\): bf16 matmuls "
+                           "run [0-9]+x slower than fp32 here \\(measured [0-9.]+ against "
+                           "[0-9.]+ GFLOP/s\\)\\. Set torch_autocast .*\"auto\".*"));
   const Config no_autocast = Parse(std::string("{") + kBf16Full + "}");
-  EXPECT_THAT(EmulatedBf16Warning(PlanCompute(no_autocast, kNone), no_autocast, kNone,
-                                  c10::Device("cpu")),
-              HasSubstr("bf16 parameters without torch_autocast compute in bf16, but this CPU"));
+  EXPECT_THAT(
+      EmulatedBf16Warning(PlanCompute(no_autocast, kNone), no_autocast, kNone, c10::Device("cpu")),
+      HasSubstr("bf16 parameters without torch_autocast compute in bf16, but this CPU"));
   EXPECT_EQ(EmulatedBf16Warning(PlanCompute(explicit_bf16, kNative), explicit_bf16, kNative,
                                 c10::Device("cpu")),
             "");
@@ -117,7 +119,8 @@ TEST(EngineCompute, AutoOnACpuWithoutNativeBf16KeepsBf16StorageAndComputesInFp32
   EXPECT_FALSE(at::globalContext().userEnabledMkldnn());
   EXPECT_FALSE(platform::DetectBf16Support("cpu").native);
   auto model = std::make_shared<testing::TinyNet>();
-  auto engine = Engine::Create(model, CreateSingleRankCommunicator("compute"), WithAutocast("auto"));
+  auto engine =
+      Engine::Create(model, CreateSingleRankCommunicator("compute"), WithAutocast("auto"));
   ASSERT_TRUE(engine.ok()) << engine.status();
   EXPECT_FALSE((*engine)->compute().autocast);
   EXPECT_EQ((*engine)->compute().activation_dtype, at::kFloat);

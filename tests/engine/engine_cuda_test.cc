@@ -1,5 +1,6 @@
-// The engine on a CUDA device at world size 1 with the NCCL communicator, against the same engine on
-// the CPU, at ZeRO stages 0-3 and every precision mode. Needs a CUDA device; skipped without one.
+// The engine on a CUDA device at world size 1 with the NCCL communicator, against the same engine
+// on the CPU, at ZeRO stages 0-3 and every precision mode. Needs a CUDA device; skipped without
+// one.
 //
 // Two demands, as the CPU tests make them:
 // - Bit equality where the arithmetic is the same on both devices. ScaleNet's gradients are single
@@ -124,7 +125,8 @@ void ExpectSameBits(const NamedTensors& gpu, const NamedTensors& cpu, const std:
   }
 }
 
-// One model, copied: on the CPU under a single-rank engine, on GPU 0 under an NCCL engine of one rank.
+// One model, copied: on the CPU under a single-rank engine, on GPU 0 under an NCCL engine of one
+// rank.
 template <class Model>
 struct EnginePair {
   explicit EnginePair(const Config& config) {

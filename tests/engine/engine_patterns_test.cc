@@ -93,19 +93,22 @@ Expected RunReference(const Pattern& pattern, const Models& initial, const Data&
     std::vector<at::Tensor> decay, no_decay;
     for (const auto& p : m->parameters()) (p.dim() < 2 ? no_decay : decay).push_back(p);
     std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
-                                   torch::optim::AdamWOptions(0.01).betas({0.9, 0.99}).eps(1e-8)
-                                       .weight_decay(0.1)));
-    groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(
-                                      torch::optim::AdamWOptions(0.01).betas({0.9, 0.99}).eps(1e-8)
-                                          .weight_decay(0.0)));
+    groups.emplace_back(
+        decay,
+        std::make_unique<torch::optim::AdamWOptions>(
+            torch::optim::AdamWOptions(0.01).betas({0.9, 0.99}).eps(1e-8).weight_decay(0.1)));
+    groups.emplace_back(
+        no_decay,
+        std::make_unique<torch::optim::AdamWOptions>(
+            torch::optim::AdamWOptions(0.01).betas({0.9, 0.99}).eps(1e-8).weight_decay(0.0)));
     optimizers.push_back(std::make_unique<torch::optim::AdamW>(std::move(groups)));
   }
   Expected expected;
   for (int s = 0; s < kSteps; ++s) {
     for (auto& o : optimizers) o->zero_grad();
     for (int m = 0; m < pattern.gas; ++m) {
-      for (int r = 0; r < world; ++r) pattern.micro_batch(models, data[s][m][r].first, data[s][m][r].second);
+      for (int r = 0; r < world; ++r)
+        pattern.micro_batch(models, data[s][m][r].first, data[s][m][r].second);
     }
     std::vector<std::map<std::string, at::Tensor>> grads, params;
     for (auto& model : models) {
@@ -134,7 +137,9 @@ void ExpectClose(const NamedTensors& actual, const std::map<std::string, at::Ten
   for (const auto& [name, tensor] : actual) {
     ASSERT_TRUE(expected.count(name)) << what << ": unexpected parameter " << name;
     EXPECT_LE(testing::ToleranceRatio(tensor, expected.at(name), atol, rtol), 1.0)
-        << what << " " << name << "\nactual\n" << tensor << "\nexpected\n" << expected.at(name);
+        << what << " " << name << "\nactual\n"
+        << tensor << "\nexpected\n"
+        << expected.at(name);
   }
 }
 
@@ -249,7 +254,8 @@ std::string CaseName(const ::testing::TestParamInfo<std::tuple<int, int>>& info)
 }
 
 INSTANTIATE_TEST_SUITE_P(StagesAndWorlds, EnginePatternTest,
-                         ::testing::Combine(::testing::Values(0, 1, 2, 3), ::testing::Values(1, 2, 3)),
+                         ::testing::Combine(::testing::Values(0, 1, 2, 3),
+                                            ::testing::Values(1, 2, 3)),
                          CaseName);
 
 }  // namespace

@@ -1,10 +1,9 @@
 // Low-precision modes against an fp32 LibTorch reference (within bf16 tolerance), autocast, the
 // compensated bf16 updates, and engine-level errors.
 #include <gtest/gtest.h>
-
-#include <cmath>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <tuple>
 
 #include "engine/engine.h"
@@ -44,9 +43,7 @@ class PrecisionTest : public ::testing::TestWithParam<std::tuple<int, std::strin
 // reference's, at most; an engine that did not update scores 1. With an fp32 master it is bf16
 // autocast's rounding (0.007 measured); bf16 parameters round each element to 2^-8 of its size,
 // more than an update of lr 1e-3 moves it (0.30 measured after three steps).
-double MaxUpdateError(const std::string& precision) {
-  return precision == kBf16Full ? 0.6 : 0.05;
-}
+double MaxUpdateError(const std::string& precision) { return precision == kBf16Full ? 0.6 : 0.05; }
 
 TEST_P(PrecisionTest, MatchesFp32ReferenceWithinBf16Tolerance) {
   const auto [stage, precision] = GetParam();
@@ -239,7 +236,8 @@ double SeededGroupNorm() { return TrainWithClip(0.0, nullptr).group_norm; }
 
 // NOTE [Random streams] in engine_step.cc. `lead` elements come before `shared` in the engine's
 // buffers (a tensor-parallel rank's vocabulary shard before its replicated norms); `shared` is the
-// same on every engine: linspace values, gradient c * 1 exactly (d/dw of sum(c * w)) from the same c.
+// same on every engine: linspace values, gradient c * 1 exactly (d/dw of sum(c * w)) from the same
+// c.
 class StreamNet : public torch::nn::Module {
  public:
   explicit StreamNet(int64_t lead)
@@ -293,7 +291,8 @@ TEST(EngineRandomStreams, ShardsOfOneWeightRoundWithNumbersOfTheirOwn) {
 
 TEST(EngineRandomStreams, SetShardStreamNamesAnUnknownParameter) {
   auto model = std::make_shared<StreamNet>(3);
-  auto engine = Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(0, kBf16Full, false));
+  auto engine =
+      Engine::Create(model, CreateSingleRankCommunicator(), MakeConfig(0, kBf16Full, false));
   ASSERT_TRUE(engine.ok()) << engine.status();
   const absl::Status status = (*engine)->SetShardStream("blocks.0.q.weight", 1);
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);

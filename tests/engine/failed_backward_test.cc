@@ -30,9 +30,8 @@ struct TwoLayer : torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, bool fail = false) {
     at::Tensor h = torch::tanh(a(x));
     if (fail) {
-      h.register_hook([](const at::Tensor&) -> at::Tensor {
-        throw std::runtime_error("injected failure");
-      });
+      h.register_hook(
+          [](const at::Tensor&) -> at::Tensor { throw std::runtime_error("injected failure"); });
     }
     return b(h);
   }
@@ -88,11 +87,12 @@ TEST_P(FailedBackwardTest, ARankWhoseBackwardMissesTheEngineContributesZeros) {
     auto params = (*engine)->GatherParameters();
     ASSERT_TRUE(params.ok()) << params.status();
     for (const auto& item : reference.named_parameters()) {
-      EXPECT_LE(testing::ToleranceRatio(Values(*params).at(item.key()), item.value().detach(),
-                                        1e-6, 1e-4),
+      EXPECT_LE(testing::ToleranceRatio(Values(*params).at(item.key()), item.value().detach(), 1e-6,
+                                        1e-4),
                 1.0)
-          << item.key() << " rank " << rank << "\nactual\n" << Values(*params).at(item.key())
-          << "\nexpected\n" << item.value();
+          << item.key() << " rank " << rank << "\nactual\n"
+          << Values(*params).at(item.key()) << "\nexpected\n"
+          << item.value();
     }
   });
 }
@@ -132,8 +132,7 @@ TEST_P(FailedBackwardTest, AnExceptionInBackwardSkipsTheStepOnEveryRankNamingThe
     auto unchanged = (*engine)->GatherParameters();
     ASSERT_TRUE(unchanged.ok());
     for (size_t i = 0; i < before->size(); ++i) {
-      EXPECT_TRUE(torch::equal((*before)[i].second, (*unchanged)[i].second))
-          << (*before)[i].first;
+      EXPECT_TRUE(torch::equal((*before)[i].second, (*unchanged)[i].second)) << (*before)[i].first;
     }
 
     // The next step trains on both ranks, and they agree.
@@ -199,8 +198,8 @@ INSTANTIATE_TEST_SUITE_P(Stages, FailedBackwardTest, ::testing::Values(0, 1, 2, 
 struct SkippingNet : torch::nn::Module {
   SkippingNet() {
     for (int i = 0; i < 2; ++i) {
-      blocks.push_back(register_module("blocks" + std::to_string(i),
-                                       std::make_shared<testing::MlpBlock>(6)));
+      blocks.push_back(
+          register_module("blocks" + std::to_string(i), std::make_shared<testing::MlpBlock>(6)));
     }
   }
   at::Tensor forward(at::Tensor x, bool skip_second) {

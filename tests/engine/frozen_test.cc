@@ -223,8 +223,9 @@ TEST(Frozen, ParameterGroupsOnAWhollyFrozenModelAreRefusedClearly) {
   ASSERT_TRUE(config.ok());
   auto engine = Engine::Create(model, CreateSingleRankCommunicator(), *config);
   ASSERT_FALSE(engine.ok());
-  EXPECT_EQ(std::string(engine.status().message()),
-            "tandem.param_groups[0].params: the model has no trainable parameters (all are frozen)");
+  EXPECT_EQ(
+      std::string(engine.status().message()),
+      "tandem.param_groups[0].params: the model has no trainable parameters (all are frozen)");
 }
 
 TEST(Frozen, CheckpointRestoresFrozenParametersAndRefusesAnotherFreeze) {

@@ -26,8 +26,8 @@ constexpr int kSteps = 3;
 Config MakeConfig(int stage, double clipping) {
   auto config = ParseConfig(
       R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}},
-          "tandem": {"no_decay": false}, "gradient_clipping": )" + std::to_string(clipping) +
-      R"(, "zero_optimization": {"stage": )" + std::to_string(stage) +
+          "tandem": {"no_decay": false}, "gradient_clipping": )" +
+      std::to_string(clipping) + R"(, "zero_optimization": {"stage": )" + std::to_string(stage) +
       R"(, "reduce_bucket_size": 30}})");
   EXPECT_TRUE(config.ok()) << config.status();
   return *config;
@@ -56,7 +56,8 @@ TEST_P(GradientsTest, UnusedParametersContributeZerosAndAreSteppedWithAZeroGradi
   torch::manual_seed(12);
   PartlyUsed initial;
   std::vector<std::pair<at::Tensor, at::Tensor>> data;
-  for (int i = 0; i < 2 * kSteps; ++i) data.emplace_back(torch::randn({4, 5}), torch::randn({4, 3}));
+  for (int i = 0; i < 2 * kSteps; ++i)
+    data.emplace_back(torch::randn({4, 5}), torch::randn({4, 3}));
 
   // Reference: rank 0 uses `sometimes`, rank 1 does not; the mean over both; `never` gets zeros.
   PartlyUsed reference;
@@ -87,7 +88,8 @@ TEST_P(GradientsTest, UnusedParametersContributeZerosAndAreSteppedWithAZeroGradi
     }
     auto params = (*engine)->GatherParameters();
     ASSERT_TRUE(params.ok()) << params.status();
-    testing::ExpectCloseToParameters(*params, reference, 1e-6, 1e-4, "rank " + std::to_string(rank));
+    testing::ExpectCloseToParameters(*params, reference, 1e-6, 1e-4,
+                                     "rank " + std::to_string(rank));
     // `never` moved only by weight decay: 3 steps of (1 - lr * wd).
     const at::Tensor never = initial.never->weight.detach();
     for (const auto& [name, actual] : *params) {
@@ -104,7 +106,8 @@ TEST_P(GradientsTest, ClippingUsesTheNormOfTheWholeGroupsGradient) {
   torch::manual_seed(13);
   testing::TinyNet initial;
   std::vector<std::pair<at::Tensor, at::Tensor>> data;
-  for (int i = 0; i < 2 * kSteps; ++i) data.emplace_back(torch::randn({4, 5}), torch::randn({4, 3}));
+  for (int i = 0; i < 2 * kSteps; ++i)
+    data.emplace_back(torch::randn({4, 5}), torch::randn({4, 3}));
 
   testing::TinyNet reference;
   testing::CopyParameters(initial, reference);
@@ -117,8 +120,7 @@ TEST_P(GradientsTest, ClippingUsesTheNormOfTheWholeGroupsGradient) {
       (torch::mse_loss(reference.forward(data[2 * s + r].first), data[2 * s + r].second) / 2)
           .backward();
     }
-    reference_norms.push_back(
-        torch::nn::utils::clip_grad_norm_(reference.parameters(), kMaxNorm));
+    reference_norms.push_back(torch::nn::utils::clip_grad_norm_(reference.parameters(), kMaxNorm));
     optimizer.step();
   }
   ASSERT_GT(reference_norms.front(), 4 * kMaxNorm);
@@ -139,7 +141,8 @@ TEST_P(GradientsTest, ClippingUsesTheNormOfTheWholeGroupsGradient) {
     }
     auto params = (*engine)->GatherParameters();
     ASSERT_TRUE(params.ok()) << params.status();
-    testing::ExpectCloseToParameters(*params, reference, 1e-6, 1e-4, "rank " + std::to_string(rank));
+    testing::ExpectCloseToParameters(*params, reference, 1e-6, 1e-4,
+                                     "rank " + std::to_string(rank));
   });
 }
 

@@ -34,9 +34,9 @@ TEST(Layout, SplitsConsecutiveParametersByBucketSizeAndPadsUnevenUnits) {
 }
 
 TEST(Layout, GivesEachBlockItsOwnUnitRegardlessOfBucketSize) {
-  auto layout = Layout::Build(
-      {Spec("stem", 3), Spec("b0.w", 8, 0), Spec("b0.b", 2, 0), Spec("b1.w", 8, 1), Spec("head", 3)},
-      2, /*bucket_elements=*/4);
+  auto layout = Layout::Build({Spec("stem", 3), Spec("b0.w", 8, 0), Spec("b0.b", 2, 0),
+                               Spec("b1.w", 8, 1), Spec("head", 3)},
+                              2, /*bucket_elements=*/4);
   ASSERT_TRUE(layout.ok()) << layout.status();
   ASSERT_EQ(layout->units().size(), 4u);
   EXPECT_EQ(layout->units()[1].group, 0);

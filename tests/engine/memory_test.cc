@@ -1,6 +1,7 @@
 // The memory report equals the ZeRO arithmetic: 16 bytes/param (fp32, or bf16 with fp32 master) and
-// 8 bytes/param (bf16 master weights, grads and optimizer states) before partitioning, each component
-// divided by the world size where the stage partitions it, right after Create and after steps.
+// 8 bytes/param (bf16 master weights, grads and optimizer states) before partitioning, each
+// component divided by the world size where the stage partitions it, right after Create and after
+// steps.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -26,9 +27,11 @@ class MemoryTest : public ::testing::TestWithParam<std::tuple<int, int>> {
                               "}, " + precision_json + "}");
     ASSERT_TRUE(config.ok()) << config.status();
     // Width 5 blocks hold (5+1)*(4*5+1) = 126 parameters each: divisible by 1, 2 and 3, so the
-    // arithmetic is exact. No stem or head: every parameter sits in a block, so ZeRO-3 partitions all.
+    // arithmetic is exact. No stem or head: every parameter sits in a block, so ZeRO-3 partitions
+    // all.
     std::vector<std::shared_ptr<testing::TinyNet>> models;
-    for (int r = 0; r < world; ++r) models.push_back(std::make_shared<testing::TinyNet>(5, 5, 5, 2, false));
+    for (int r = 0; r < world; ++r)
+      models.push_back(std::make_shared<testing::TinyNet>(5, 5, 5, 2, false));
     constexpr int64_t n = 252;
     const int64_t w = world;
     const int64_t expected_param = stage == 3 ? bytes.param * n / w : bytes.param * n;
@@ -62,7 +65,11 @@ class MemoryTest : public ::testing::TestWithParam<std::tuple<int, int>> {
       for (int step = 0; step < 2; ++step) {
         {
           auto autocast = (*engine)->Autocast();
-          models[rank]->forward(torch::randn({4, 5}).to(dtype)).to(torch::kFloat).pow(2).mean()
+          models[rank]
+              ->forward(torch::randn({4, 5}).to(dtype))
+              .to(torch::kFloat)
+              .pow(2)
+              .mean()
               .backward();
         }
         ASSERT_TRUE((*engine)->Step().ok());
@@ -98,7 +105,8 @@ std::string CaseName(const ::testing::TestParamInfo<std::tuple<int, int>>& info)
 }
 
 INSTANTIATE_TEST_SUITE_P(StagesAndWorlds, MemoryTest,
-                         ::testing::Combine(::testing::Values(0, 1, 2, 3), ::testing::Values(1, 2, 3)),
+                         ::testing::Combine(::testing::Values(0, 1, 2, 3),
+                                            ::testing::Values(1, 2, 3)),
                          CaseName);
 
 // NOTE [Buckets] in engine/engine.h: the unit size policy, and the reduction buffers Memory()
@@ -133,7 +141,8 @@ TEST(Buckets, GradientsReduceInPlaceWhereTheCommunicationDtypeIsTheGradients) {
   // fp32 gradients and fp32 reductions; bf16 gradients with communication_data_type bf16.
   EXPECT_EQ(BucketBytesAfterAStep(0, R"("bf16": {"enabled": false})"), 0);
   EXPECT_EQ(BucketBytesAfterAStep(1, R"("bf16": {"enabled": true, "bf16_master_weights_and_grads":
-      true, "bf16_optimizer_states": true}, "communication_data_type": "bf16")"), 0);
+      true, "bf16_optimizer_states": true}, "communication_data_type": "bf16")"),
+            0);
 }
 
 TEST(Buckets, OtherwiseTheyAreCountedInTheCommunicationDtype) {
@@ -144,7 +153,8 @@ TEST(Buckets, OtherwiseTheyAreCountedInTheCommunicationDtype) {
   EXPECT_EQ(BucketBytesAfterAStep(2, R"("bf16": {"enabled": false})"), 2 * 252 * 4);
   // Stage 3: each block's unit (126) has its own bucket; one is folded before the next fills.
   EXPECT_EQ(BucketBytesAfterAStep(3, R"("bf16": {"enabled": true, "bf16_master_weights_and_grads":
-      true, "bf16_optimizer_states": true}, "communication_data_type": "bf16")"), 2 * 126 * 2);
+      true, "bf16_optimizer_states": true}, "communication_data_type": "bf16")"),
+            2 * 126 * 2);
 }
 
 }  // namespace

@@ -80,8 +80,7 @@ TEST_P(NcclCommunicatorTest, RefusesATensorOnTheCpu) {
       << status;
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, NcclCommunicatorTest,
-                         ::testing::Values(at::kFloat, at::kBFloat16),
+INSTANTIATE_TEST_SUITE_P(Dtypes, NcclCommunicatorTest, ::testing::Values(at::kFloat, at::kBFloat16),
                          [](const auto& info) {
                            return std::string(info.param == at::kFloat ? "Fp32" : "Bf16");
                          });

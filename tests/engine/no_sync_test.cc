@@ -26,7 +26,8 @@ TEST_P(NoSyncTest, TheAccumulationWindowIssuesNoCollective) {
     auto model = std::make_shared<testing::TinyNet>();
     auto config = ParseConfig(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
         "gradient_accumulation_steps": 4, "bf16": {"enabled": false},
-        "zero_optimization": {"stage": )" + std::to_string(stage) + R"(, "reduce_bucket_size": 60}})");
+        "zero_optimization": {"stage": )" +
+                              std::to_string(stage) + R"(, "reduce_bucket_size": 60}})");
     ASSERT_TRUE(config.ok()) << config.status();
     auto engine = Engine::Create(model, comms[0], *config);
     ASSERT_TRUE(engine.ok()) << engine.status();

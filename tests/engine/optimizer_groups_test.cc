@@ -58,8 +58,9 @@ std::unique_ptr<torch::optim::AdamW> ReferenceOptimizer(TinyNet& model) {
   groups.emplace_back(input, std::make_unique<AdamWOptions>(
                                  AdamWOptions(0.05).betas({0.8, 0.9}).weight_decay(0.3)));
   // output.bias: its group sets eps only, and no_decay applies to it (it is 1-D).
-  groups.emplace_back(output_bias, std::make_unique<AdamWOptions>(
-                                       AdamWOptions(0.01).betas({0.9, 0.99}).eps(1e-3).weight_decay(0)));
+  groups.emplace_back(output_bias,
+                      std::make_unique<AdamWOptions>(
+                          AdamWOptions(0.01).betas({0.9, 0.99}).eps(1e-3).weight_decay(0)));
   groups.emplace_back(decay, std::make_unique<AdamWOptions>(
                                  AdamWOptions(0.01).betas({0.9, 0.99}).weight_decay(0.1)));
   groups.emplace_back(no_decay, std::make_unique<AdamWOptions>(
@@ -107,7 +108,8 @@ TEST_P(OptimizerGroupsTest, MatchTorchAdamWWithTheSameGroups) {
     ASSERT_TRUE(params.ok()) << params.status();
     // The groups' updates differ by far more than this: a 5x lr moves the input layer ~0.15
     // where the default group moves ~0.03 in three steps.
-    testing::ExpectCloseToParameters(*params, reference, 1e-5, 1e-4, "rank " + std::to_string(rank));
+    testing::ExpectCloseToParameters(*params, reference, 1e-5, 1e-4,
+                                     "rank " + std::to_string(rank));
   });
 }
 
@@ -144,9 +146,11 @@ std::map<std::string, double> DecayFactors(const std::string& tandem_block) {
   torch::manual_seed(3);
   auto model = std::make_shared<DecayNet>();
   std::map<std::string, at::Tensor> before;
-  for (const auto& item : model->named_parameters()) before[item.key()] = item.value().detach().clone();
+  for (const auto& item : model->named_parameters())
+    before[item.key()] = item.value().detach().clone();
   Config config = ParseOrDie(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.1,
-      "weight_decay": 0.5}}, "tandem": )" + tandem_block + "}");
+      "weight_decay": 0.5}}, "tandem": )" +
+                             tandem_block + "}");
   auto engine = Engine::Create(model, CreateSingleRankCommunicator(), config);
   EXPECT_TRUE(engine.ok()) << engine.status();
   if (!engine.ok()) return {};
@@ -156,10 +160,11 @@ std::map<std::string, double> DecayFactors(const std::string& tandem_block) {
   for (const auto& item : model->named_parameters()) {
     const at::Tensor& b = before[item.key()];
     const at::Tensor mask = b.abs() > 1e-3;  // skip zeros (biases start at 0)
-    factors[item.key()] =
-        mask.any().item<bool>()
-            ? (item.value().detach().masked_select(mask) / b.masked_select(mask)).mean().item<double>()
-            : 1.0;
+    factors[item.key()] = mask.any().item<bool>()
+                              ? (item.value().detach().masked_select(mask) / b.masked_select(mask))
+                                    .mean()
+                                    .item<double>()
+                              : 1.0;
   }
   return factors;
 }
@@ -167,7 +172,8 @@ std::map<std::string, double> DecayFactors(const std::string& tandem_block) {
 TEST(NoDecay, SparesBiasesNormsEmbeddingsPositionsAndClassTokensByDefault) {
   const auto factors = DecayFactors("{}");
   EXPECT_NEAR(factors.at("proj.weight"), 1.0 - 0.1 * 0.5, 1e-6);
-  for (const char* name : {"embed.weight", "positions", "class_token", "norm.weight", "proj.bias"}) {
+  for (const char* name :
+       {"embed.weight", "positions", "class_token", "norm.weight", "proj.bias"}) {
     EXPECT_NEAR(factors.at(name), 1.0, 1e-7) << name;
   }
 }
@@ -181,8 +187,8 @@ TEST(NoDecay, TurnedOffDecaysEveryParameter) {
 }
 
 TEST(NoDecay, AGroupsOwnWeightDecayWins) {
-  const auto factors = DecayFactors(
-      R"({"param_groups": [{"params": ["embed.*"], "weight_decay": 0.2}]})");
+  const auto factors =
+      DecayFactors(R"({"param_groups": [{"params": ["embed.*"], "weight_decay": 0.2}]})");
   EXPECT_NEAR(factors.at("embed.weight"), 1.0 - 0.1 * 0.2, 1e-6);
   EXPECT_NEAR(factors.at("positions"), 1.0, 1e-7);
 }
@@ -216,10 +222,11 @@ TEST(OptimizerGroups, AGroupThatMatchesNothingIsRefusedNamingIt) {
   auto engine = Engine::Create(model, CreateSingleRankCommunicator(), config);
   ASSERT_FALSE(engine.ok());
   EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(std::string(engine.status().message()),
-            "tandem.param_groups[1].params: [\"projector.*\", \"head.weight\"] matches no trainable "
-            "parameter of the model (or only parameters an earlier group took; names are as in "
-            "named_parameters(), e.g. positions)");
+  EXPECT_EQ(
+      std::string(engine.status().message()),
+      "tandem.param_groups[1].params: [\"projector.*\", \"head.weight\"] matches no trainable "
+      "parameter of the model (or only parameters an earlier group took; names are as in "
+      "named_parameters(), e.g. positions)");
 }
 
 TEST(MatchesNamePattern, GlobOverWholeNames) {

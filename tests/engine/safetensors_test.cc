@@ -121,10 +121,12 @@ TEST_F(SafetensorsTest, RoundTripKeepsNamesOrderDtypesShapesAndValues) {
   EXPECT_EQ(header["__metadata__"]["format"], "pt");
   EXPECT_EQ(header["__metadata__"]["global_steps"], "12");
   // One CRC-32 per tensor, by name: zlib's of its bytes.
-  const auto checksums = nlohmann::json::parse(header["__metadata__"]["tandem.crc32"].get<std::string>());
+  const auto checksums =
+      nlohmann::json::parse(header["__metadata__"]["tandem.crc32"].get<std::string>());
   ASSERT_EQ(checksums.size(), written.size());
   const at::Tensor first = written[0].second.contiguous();
-  const uint32_t first_crc = static_cast<uint32_t>(crc32_z(0, static_cast<const Bytef*>(first.data_ptr()), first.nbytes()));
+  const uint32_t first_crc = static_cast<uint32_t>(
+      crc32_z(0, static_cast<const Bytef*>(first.data_ptr()), first.nbytes()));
   char hex[9];
   std::snprintf(hex, sizeof hex, "%08x", first_crc);
   EXPECT_EQ(checksums[written[0].first], hex);
@@ -157,9 +159,10 @@ TEST_F(SafetensorsTest, WritesTheExactBytesOfTheFormat) {
 
   // The JSON is 189 bytes; padded with 3 spaces to 192 = 0xc0 so the data starts at 200 = 8 * 25.
   // The checksums are Python's zlib.crc32 of struct.pack('<ff', 1, -2) and of struct.pack('<q', 7).
-  const std::string json = R"({"__metadata__":{"k":"v","tandem.crc32":"{\"a\":\"c3872656\",\"b\":\"6fe7d670\"}"},)"
-                           R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                           R"("b":{"dtype":"I64","shape":[],"data_offsets":[8,16]}})";
+  const std::string json =
+      R"({"__metadata__":{"k":"v","tandem.crc32":"{\"a\":\"c3872656\",\"b\":\"6fe7d670\"}"},)"
+      R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+      R"("b":{"dtype":"I64","shape":[],"data_offsets":[8,16]}})";
   ASSERT_EQ(json.size(), 189u);
   const std::string expected =
       std::string("\xc0\0\0\0\0\0\0\0", 8) +  // header length 192, u64 little-endian
@@ -205,7 +208,8 @@ TEST_F(SafetensorsTest, HeaderOver100MBIsRefusedBeforeItIsRead) {
   const uint64_t claimed = 100'000'001;
   std::memcpy(bytes.data(), &claimed, sizeof claimed);
   bytes.resize(8 + claimed, ' ');  // the whole claimed header is really there
-  ExpectInvalid("huge_header.safetensors", bytes, {"header length 100000001 is over the limit of 100000000 bytes"});
+  ExpectInvalid("huge_header.safetensors", bytes,
+                {"header length 100000001 is over the limit of 100000000 bytes"});
 }
 
 TEST_F(SafetensorsTest, DeepNestingIsRefusedAndNothingIsEchoedAtLength) {
@@ -217,7 +221,8 @@ TEST_F(SafetensorsTest, DeepNestingIsRefusedAndNothingIsEchoedAtLength) {
   for (int i = 0; i < 65; ++i) wide += "1,";
   wide += R"(1], "data_offsets": [0, 1]}})";
   wide.append((8 - wide.size() % 8) % 8, ' ');
-  ExpectInvalid("wide.safetensors", FileBytes(wide, "x"), {"header has an array of more than 64 values"});
+  ExpectInvalid("wide.safetensors", FileBytes(wide, "x"),
+                {"header has an array of more than 64 values"});
 
   const std::string long_name(5000, 'n');
   std::string sevens;
@@ -227,20 +232,24 @@ TEST_F(SafetensorsTest, DeepNestingIsRefusedAndNothingIsEchoedAtLength) {
   Spit(path, FileBytes(header + std::string((8 - header.size() % 8) % 8, ' '), ""));
   absl::StatusOr<NamedTensors> read = ReadSafetensors(path);
   ASSERT_FALSE(read.ok());
-  EXPECT_THAT(std::string(read.status().message()), HasSubstr("entry is not a JSON object but an array"));
+  EXPECT_THAT(std::string(read.status().message()),
+              HasSubstr("entry is not a JSON object but an array"));
   EXPECT_THAT(std::string(read.status().message()), HasSubstr("... (5000 characters)"));
   EXPECT_LT(read.status().message().size(), 400u) << read.status();
 }
 
 TEST_F(SafetensorsTest, AFlippedBitIsDataLossNamingTheTensor) {
   const std::string path = Path("rot.safetensors");
-  ASSERT_TRUE(WriteSafetensors(path, {{"a", at::arange(64, at::kFloat)}, {"b", at::ones({16}, at::kFloat)}}).ok());
+  ASSERT_TRUE(
+      WriteSafetensors(path, {{"a", at::arange(64, at::kFloat)}, {"b", at::ones({16}, at::kFloat)}})
+          .ok());
   std::string bytes = Slurp(path);
   bytes[bytes.size() - 64 - 3] ^= 0x10;  // inside "a", the first 256 of the 320 data bytes
   Spit(path, bytes);
   absl::StatusOr<NamedTensors> whole = ReadSafetensors(path);
   EXPECT_EQ(whole.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(std::string(whole.status().message()), HasSubstr("tensor 'a': checksum mismatch (stored crc32 "));
+  EXPECT_THAT(std::string(whole.status().message()),
+              HasSubstr("tensor 'a': checksum mismatch (stored crc32 "));
   EXPECT_THAT(std::string(whole.status().message()), HasSubstr("the file is damaged"));
   absl::StatusOr<SafetensorsHeader> header = ReadSafetensorsHeader(path);
   ASSERT_TRUE(header.ok()) << header.status();
@@ -250,7 +259,8 @@ TEST_F(SafetensorsTest, AFlippedBitIsDataLossNamingTheTensor) {
 
 // A header with `checksums` as its "tandem.crc32" and one tensor "a" of the byte "x".
 std::string OneByteFile(const std::string& checksums) {
-  const std::string header = R"({"__metadata__":{"tandem.crc32":)" + nlohmann::json(checksums).dump() +
+  const std::string header = R"({"__metadata__":{"tandem.crc32":)" +
+                             nlohmann::json(checksums).dump() +
                              R"(},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})";
   const uint64_t size = header.size() + (8 - header.size() % 8) % 8;
   std::string bytes(8, '\0');
@@ -263,12 +273,14 @@ TEST_F(SafetensorsTest, ChecksumsAreByNameAndAMapOfAnotherLayoutIsIgnored) {
   Spit(Path("right.safetensors"), OneByteFile(R"({"a":"8cdc1683"})"));
   EXPECT_TRUE(ReadSafetensors(Path("right.safetensors")).ok());
   Spit(Path("wrong.safetensors"), OneByteFile(R"({"a":"00000000"})"));
-  EXPECT_EQ(ReadSafetensors(Path("wrong.safetensors")).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ReadSafetensors(Path("wrong.safetensors")).status().code(),
+            absl::StatusCode::kDataLoss);
   // A map naming a tensor the file does not hold: the file was re-saved by another tool, which
   // kept the metadata; the checksums are not trusted, and the tensors read.
   Spit(Path("other.safetensors"), OneByteFile(R"({"a":"00000000","gone":"00000000"})"));
   EXPECT_TRUE(ReadSafetensors(Path("other.safetensors")).ok());
-  ExpectInvalid("hex.safetensors", OneByteFile(R"({"a":"xyz"})"), {"\"tandem.crc32\" for 'a' is not 8 hex digits"});
+  ExpectInvalid("hex.safetensors", OneByteFile(R"({"a":"xyz"})"),
+                {"\"tandem.crc32\" for 'a' is not 8 hex digits"});
   ExpectInvalid("list.safetensors", OneByteFile("8cdc1683"),
                 {"\"tandem.crc32\" is not a JSON object of tensor names to checksums"});
 }

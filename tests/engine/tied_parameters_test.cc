@@ -52,7 +52,8 @@ std::shared_ptr<TiedNet> CopyOf(TiedNet& from) {
 
 Config MakeConfig(int stage) {
   auto config = ParseConfig(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.05,
-      "weight_decay": 0.01}}, "tandem": {"no_decay": false}, "zero_optimization": {"stage": )" + std::to_string(stage) +
+      "weight_decay": 0.01}}, "tandem": {"no_decay": false}, "zero_optimization": {"stage": )" +
+                            std::to_string(stage) +
                             R"(, "reduce_bucket_size": 16}, "bf16": {"enabled": false}})");
   EXPECT_TRUE(config.ok()) << config.status();
   return *config;
@@ -72,9 +73,8 @@ TEST_P(TiedParametersTest, OneSlotUpdatedAsTorchAdamWAndExportedUnderBothNames) 
     targets.push_back(torch::randint(kVocab, {6}));
   }
   // The reference: each tensor once (LibTorch's parameters() lists the tied one twice).
-  torch::optim::AdamW optimizer(
-      {reference->table, reference->mix->weight, reference->mix->bias},
-      torch::optim::AdamWOptions(0.05).weight_decay(0.01));
+  torch::optim::AdamW optimizer({reference->table, reference->mix->weight, reference->mix->bias},
+                                torch::optim::AdamWOptions(0.05).weight_decay(0.01));
   for (int s = 0; s < kSteps; ++s) {
     optimizer.zero_grad();
     for (int r = 0; r < kWorld; ++r) {

@@ -7,11 +7,11 @@
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "data/image.h"
@@ -47,7 +47,8 @@ class ExportTest : public ::testing::Test {
     auto read = jobspec::ReadJobSpecFile((run_ / "job.json").string());
     ASSERT_TRUE(read.ok()) << read.status();
     const std::optional<jobspec::JobConfig> resolved = read->config;
-    const data::Tokenizer words = data::Tokenizer::Build({"a small red circle at the top left", "a large blue square"});
+    const data::Tokenizer words =
+        data::Tokenizer::Build({"a small red circle at the top left", "a large blue square"});
     ASSERT_TRUE(words.Save((run_ / "tokenizer.json").string()).ok());
     vision_config_ = resolved->vision.model;
     llm_config_ = resolved->llm.model;
@@ -71,7 +72,8 @@ class ExportTest : public ::testing::Test {
   }
   static bool WriteWeights(const torch::nn::Module& module, const fs::path& path) {
     std::vector<std::pair<std::string, at::Tensor>> tensors;
-    for (const auto& item : module.named_parameters()) tensors.emplace_back(item.key(), item.value().detach());
+    for (const auto& item : module.named_parameters())
+      tensors.emplace_back(item.key(), item.value().detach());
     return engine::WriteSafetensors(path.string(), tensors).ok();
   }
 
@@ -94,7 +96,8 @@ TEST_F(ExportTest, TheExportComputesWhatTheRunsModelsCompute) {
 
   torch::NoGradGuard no_grad;
   torch::manual_seed(2);
-  const at::Tensor images = torch::rand({1, 3, vision_config_.image_size, vision_config_.image_size});
+  const at::Tensor images =
+      torch::rand({1, 3, vision_config_.image_size, vision_config_.image_size});
   const at::Tensor ours_features = vision_->forward(images);
   const at::Tensor their_features = llava->vision->forward(images);
   EXPECT_TRUE(torch::allclose(their_features, ours_features, 1e-5, 1e-6));
@@ -107,12 +110,15 @@ TEST_F(ExportTest, TheExportComputesWhatTheRunsModelsCompute) {
   expanded.push_back(data::Tokenizer::kBos);
   for (size_t i = 1; i + 1 < prompt->size(); ++i) expanded.push_back((*prompt)[i]);
   const at::Tensor theirs =
-      llava->llm->forward(their_features, torch::tensor(expanded, torch::kLong).unsqueeze(0)).narrow(1, patches, 5);
+      llava->llm->forward(their_features, torch::tensor(expanded, torch::kLong).unsqueeze(0))
+          .narrow(1, patches, 5);
   std::vector<int64_t> text{data::Tokenizer::kBos};
   for (size_t i = 1; i + 1 < prompt->size(); ++i) text.push_back((*prompt)[i]);
-  const at::Tensor ours = llm_->forward(ours_features, torch::tensor(text, torch::kLong).unsqueeze(0));
+  const at::Tensor ours =
+      llm_->forward(ours_features, torch::tensor(text, torch::kLong).unsqueeze(0));
   EXPECT_TRUE(torch::allclose(theirs.narrow(2, 0, llm_config_.vocab_size), ours, 1e-4, 1e-5));
-  EXPECT_TRUE(torch::equal(theirs.select(2, image_token), torch::zeros_like(theirs.select(2, image_token))));
+  EXPECT_TRUE(torch::equal(theirs.select(2, image_token),
+                           torch::zeros_like(theirs.select(2, image_token))));
 }
 
 TEST_F(ExportTest, GenerateGivesTheSameTokensFromTheRunAndFromItsExport) {
@@ -141,30 +147,36 @@ TEST_F(ExportTest, GenerateGivesTheSameTokensFromTheRunAndFromItsExport) {
   torch::NoGradGuard no_grad;
   auto decoded = data::DecodeImageFile(request.image_path);
   ASSERT_TRUE(decoded.ok());
-  const at::Tensor pixels = torch::from_blob(decoded->pixels.data(), {1, 3, image.height, image.width}).clone();
-  const auto ours = models::GenerateGreedyCached(llm_, vision_->forward(pixels), {data::Tokenizer::kBos},
-                                                 {data::Tokenizer::kEos}, 8);
+  const at::Tensor pixels =
+      torch::from_blob(decoded->pixels.data(), {1, 3, image.height, image.width}).clone();
+  const auto ours = models::GenerateGreedyCached(
+      llm_, vision_->forward(pixels), {data::Tokenizer::kBos}, {data::Tokenizer::kEos}, 8);
   EXPECT_EQ(from_run->token_ids, ours);
 }
 
 // A checkpoint of bf16 ZeRO-1 engines of two ranks... of one rank here: the shards are read back by
 // the export's own engine and gathered; the weights must be the checkpointed ones.
 TEST_F(ExportTest, ACheckpointExportsItsOwnWeights) {
-  const std::string engine_json = R"({"bf16": {"enabled": true, "bf16_master_weights_and_grads": true,
+  const std::string engine_json =
+      R"({"bf16": {"enabled": true, "bf16_master_weights_and_grads": true,
       "bf16_optimizer_states": true}, "zero_optimization": {"stage": 1},
       "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}})";
   ASSERT_TRUE(WriteText(run_ / "job.json", absl::StrCat(R"({"name": "tiny", "data": {"shapes": {}},
-        "vision": {"model": {"preset": "vit-tiny", "positions": "sincos"}, "engine": )", engine_json, R"(},
-        "llm": {"model": {"preset": "llm-tiny"}, "engine": )", engine_json, "}}")));
+        "vision": {"model": {"preset": "vit-tiny", "positions": "sincos"}, "engine": )",
+                                                        engine_json, R"(},
+        "llm": {"model": {"preset": "llm-tiny"}, "engine": )",
+                                                        engine_json, "}}")));
   const fs::path checkpoint = run_ / "checkpoints" / "step-000001";
   fs::create_directories(checkpoint);
   fs::copy_file(run_ / "tokenizer.json", checkpoint / "tokenizer.json");
   auto config = engine_config::ParseConfigJson(nlohmann::json::parse(engine_json));
   ASSERT_TRUE(config.ok()) << config.status();
   std::map<std::string, at::Tensor> saved;
-  for (const auto& [group, module] : std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>{
+  for (const auto& [group, module] :
+       std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>{
            {"vision", vision_.ptr()}, {"llm", llm_.ptr()}}) {
-    auto engine = engine::Engine::Create(module, engine::CreateSingleRankCommunicator(group), *config);
+    auto engine =
+        engine::Engine::Create(module, engine::CreateSingleRankCommunicator(group), *config);
     ASSERT_TRUE(engine.ok()) << engine.status();
     ASSERT_TRUE((*engine)->SaveCheckpoint((checkpoint / group).string()).ok());
     auto gathered = (*engine)->GatherParameters();
@@ -180,14 +192,16 @@ TEST_F(ExportTest, ACheckpointExportsItsOwnWeights) {
     ASSERT_TRUE(saved.count("llm/" + item.key())) << item.key();
     at::Tensor expected = saved.at("llm/" + item.key());
     if (item.key() == "embed.weight") {
-      EXPECT_TRUE(torch::equal(item.value().narrow(0, 0, expected.size(0)), expected)) << item.key();
+      EXPECT_TRUE(torch::equal(item.value().narrow(0, 0, expected.size(0)), expected))
+          << item.key();
     } else {
       EXPECT_TRUE(torch::equal(item.value(), expected)) << item.key();
     }
   }
   for (const auto& item : llava->vision->named_parameters()) {
     if (item.key().rfind("post_norm.", 0) == 0) continue;  // the identity the export adds
-    if (item.key() == "positions") {  // the run's fixed sine-cosine table, a learned table in SigLIP
+    if (item.key() ==
+        "positions") {  // the run's fixed sine-cosine table, a learned table in SigLIP
       EXPECT_TRUE(torch::equal(item.value(), vision_->named_buffers()["positions"]));
       continue;
     }
@@ -196,32 +210,39 @@ TEST_F(ExportTest, ACheckpointExportsItsOwnWeights) {
   }
   fs::remove(checkpoint / "complete");
   fs::remove_all(out);
-  EXPECT_NE(ExportRunAsLlava({checkpoint.string(), out.string()}).message().find("an incomplete checkpoint"),
+  EXPECT_NE(ExportRunAsLlava({checkpoint.string(), out.string()})
+                .message()
+                .find("an incomplete checkpoint"),
             std::string::npos);
 }
 
 TEST_F(ExportTest, RefusesWhatItCannotWriteAndLeavesNothingBehind) {
   const fs::path out = root_ / "hf";
   fs::create_directories(out);
-  EXPECT_EQ(ExportRunAsLlava({run_.string(), out.string()}).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(ExportRunAsLlava({run_.string(), out.string()}).code(),
+            absl::StatusCode::kAlreadyExists);
   fs::remove_all(out);
   ASSERT_TRUE(ExportRunAsLlava({run_.string(), out.string() + "/"}).ok());  // "dir/" names dir
   EXPECT_TRUE(fs::exists(out / "config.json"));
   fs::remove_all(out);
-  EXPECT_EQ(ExportRunAsLlava({(root_ / "nothing").string(), out.string()}).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ExportRunAsLlava({(root_ / "nothing").string(), out.string()}).code(),
+            absl::StatusCode::kNotFound);
   fs::remove(run_ / "llm.safetensors");
   const absl::Status unfinished = ExportRunAsLlava({run_.string(), out.string()});
   EXPECT_EQ(unfinished.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(unfinished.message().find("no llm.safetensors: the run has not finished"), std::string::npos) << unfinished;
-  EXPECT_EQ(ExportRunAsLlava({(run_ / "checkpoints").string(), out.string()}).code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(unfinished.message().find("no llm.safetensors: the run has not finished"),
+            std::string::npos)
+      << unfinished;
+  EXPECT_EQ(ExportRunAsLlava({(run_ / "checkpoints").string(), out.string()}).code(),
+            absl::StatusCode::kNotFound);
   EXPECT_FALSE(fs::exists(out));
   for (const auto& entry : fs::directory_iterator(root_)) {
     EXPECT_EQ(entry.path().filename().string().find(".hf.tmp"), std::string::npos) << entry.path();
   }
 }
 
-// A Llama without an "<image>" token (the llama fixture, its token renamed) as llm.pretrained: the job
-// adds the token after the vocabulary with a zero embedding row, as LLaVA does, and the export
+// A Llama without an "<image>" token (the llama fixture, its token renamed) as llm.pretrained: the
+// job adds the token after the vocabulary with a zero embedding row, as LLaVA does, and the export
 // carries the token in its tokenizer files, the row in its weights and the id in its config.
 TEST_F(ExportTest, APretrainedLlmGainsAnImageTokenThatTheExportCarries) {
   const fs::path llama = root_ / "llama";
@@ -240,7 +261,8 @@ TEST_F(ExportTest, APretrainedLlmGainsAnImageTokenThatTheExportCarries) {
   fs::remove(run_ / "tokenizer.json");
   ASSERT_TRUE(WriteText(run_ / "job.json", absl::StrCat(R"({"name": "tiny", "data": {"shapes": {}},
         "vision": {"model": {"preset": "vit-tiny", "positions": "sincos"}},
-        "llm": {"pretrained": ")", llama.string(), R"("}})")));
+        "llm": {"pretrained": ")",
+                                                        llama.string(), R"("}})")));
   auto read = jobspec::ReadJobSpecFile((run_ / "job.json").string());
   ASSERT_TRUE(read.ok()) << read.status();
   std::optional<jobspec::JobConfig> resolved = read->config;
@@ -273,9 +295,11 @@ TEST_F(ExportTest, APretrainedLlmGainsAnImageTokenThatTheExportCarries) {
   EXPECT_EQ(llava->config.llm->image_token_id, 410);
   EXPECT_EQ(llava->config.llm_model_type, "llama");
   EXPECT_TRUE(at::equal(llava->llm->named_parameters()["embed.weight"], embed));
-  EXPECT_EQ(llava->tokenizer.chat_template(), tokenizer::HfTokenizer::Load(llama.string())->chat_template());
+  EXPECT_EQ(llava->tokenizer.chat_template(),
+            tokenizer::HfTokenizer::Load(llama.string())->chat_template());
   const nlohmann::json config = nlohmann::json::parse(std::ifstream(out / "tokenizer_config.json"));
-  EXPECT_EQ(config["bos_token"], nlohmann::json::parse(std::ifstream(llama / "tokenizer_config.json"))["bos_token"]);
+  EXPECT_EQ(config["bos_token"],
+            nlohmann::json::parse(std::ifstream(llama / "tokenizer_config.json"))["bos_token"]);
 }
 
 }  // namespace

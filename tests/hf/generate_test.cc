@@ -5,11 +5,11 @@
 #include "hf/generate.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
 #include "nlohmann/json.hpp"
 #include "tests/testing/json_file.h"
@@ -36,19 +36,22 @@ TEST_P(GenerateReference, TokensAndTextEqualTransformers) {
     ASSERT_TRUE(result.ok()) << result.status();
     EXPECT_EQ(result->token_ids, run["token_ids"].get<std::vector<int64_t>>()) << request.prompt;
     EXPECT_EQ(result->prompt_tokens, run["prompt_tokens"].get<int64_t>()) << request.prompt;
-    EXPECT_EQ(result->prompt_token_ids, run["prompt_token_ids"].get<std::vector<int64_t>>()) << request.prompt;
+    EXPECT_EQ(result->prompt_token_ids, run["prompt_token_ids"].get<std::vector<int64_t>>())
+        << request.prompt;
     EXPECT_EQ(result->text, run["text"].get<std::string>()) << request.prompt;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateReference, ::testing::Values("clip_llama", "siglip_qwen2"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateReference,
+                         ::testing::Values("clip_llama", "siglip_qwen2"));
 
 TEST(Generate, BadInputIsNamed) {
   GenerateRequest request;
   request.model_dir = kFixtures + "/clip_llama";
   request.image_path = kFixtures + "/reference/image.png";
   request.prompt = "no marker";
-  EXPECT_NE(Generate(request).status().message().find("one \"<image>\", it has 0"), std::string::npos);
+  EXPECT_NE(Generate(request).status().message().find("one \"<image>\", it has 0"),
+            std::string::npos);
 
   request.prompt = "<image> what?";
   request.image_path = kFixtures + "/reference/absent.png";
@@ -56,7 +59,8 @@ TEST(Generate, BadInputIsNamed) {
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_NE(status.message().find("absent.png"), std::string::npos) << status;
 
-  const fs::path bad = fs::path(::testing::TempDir()) / ("not_an_image_" + std::to_string(::getpid()) + ".png");
+  const fs::path bad =
+      fs::path(::testing::TempDir()) / ("not_an_image_" + std::to_string(::getpid()) + ".png");
   std::ofstream(bad) << "plain text";
   request.image_path = bad.string();
   status = Generate(request).status();
@@ -65,18 +69,21 @@ TEST(Generate, BadInputIsNamed) {
   fs::remove(bad);
 
   request.image_path = "";
-  EXPECT_NE(Generate(request).status().message().find("\"<image>\" but no --image"), std::string::npos);
+  EXPECT_NE(Generate(request).status().message().find("\"<image>\" but no --image"),
+            std::string::npos);
 
   request.model_dir = kFixtures + "/llama";
   request.prompt = "hello";
-  EXPECT_NE(Generate(request).status().message().find("a llama model, not a LLaVA one"), std::string::npos);
+  EXPECT_NE(Generate(request).status().message().find("a llama model, not a LLaVA one"),
+            std::string::npos);
   request.model_dir = kFixtures + "/absent";
   EXPECT_EQ(Generate(request).status().code(), absl::StatusCode::kNotFound);
 
   request.model_dir = kFixtures + "/clip_llama";
   request.chat = true;
   request.chat_template = "vicuna";
-  EXPECT_NE(Generate(request).status().message().find("\"vicuna\" is not known"), std::string::npos);
+  EXPECT_NE(Generate(request).status().message().find("\"vicuna\" is not known"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -39,7 +39,8 @@ void ExpectClose(const at::Tensor& ours, const at::Tensor& theirs, const std::st
   ASSERT_EQ(ours.sizes(), theirs.sizes()) << what;
   const double scale = theirs.abs().max().item<double>();
   const double error = (ours.to(at::kFloat) - theirs).abs().max().item<double>();
-  EXPECT_LE(error, 1e-4 * scale) << what << ": max error " << error << " for values up to " << scale;
+  EXPECT_LE(error, 1e-4 * scale) << what << ": max error " << error << " for values up to "
+                                 << scale;
 }
 
 struct Loaded {
@@ -84,8 +85,10 @@ TEST_P(LlavaReference, ImageFeaturesLogitsAndGreedyTokensEqualTransformers) {
     const at::Tensor image = features.narrow(0, static_cast<int64_t>(i), 1);
     ExpectClose(model.llm->forward(image, tokens)[0], reference.at("logits_" + std::to_string(i)),
                 name + " logits of sample " + std::to_string(i));
-    const auto generated = models::GenerateGreedyCached(model.llm, image, ids, model.config.eos_token_ids, 12);
-    EXPECT_EQ(generated, samples[i]["generated"].get<std::vector<int64_t>>()) << name << " sample " << i;
+    const auto generated =
+        models::GenerateGreedyCached(model.llm, image, ids, model.config.eos_token_ids, 12);
+    EXPECT_EQ(generated, samples[i]["generated"].get<std::vector<int64_t>>())
+        << name << " sample " << i;
   }
   const auto text = expected["text_input_ids"].get<std::vector<int64_t>>();
   ExpectClose(model.llm->forward(at::Tensor(), torch::tensor(text, torch::kLong).unsqueeze(0))[0],
@@ -100,9 +103,11 @@ TEST(LlavaReference, AGeneratedImageTokenIsEmbeddedLikeAnyToken) {
   torch::NoGradGuard no_grad;
   models::KvCache cache;
   const int64_t image = model.config.llm->image_token_id;
-  model.llm->ForwardCached(at::Tensor(), torch::tensor({model.config.bos_token_id, int64_t{5}}).unsqueeze(0), cache);
+  model.llm->ForwardCached(
+      at::Tensor(), torch::tensor({model.config.bos_token_id, int64_t{5}}).unsqueeze(0), cache);
   // transformers embeds it too when there are no pixel values; Tandem used to refuse.
-  const at::Tensor logits = model.llm->ForwardCached(at::Tensor(), torch::full({1, 1}, image, torch::kLong), cache);
+  const at::Tensor logits =
+      model.llm->ForwardCached(at::Tensor(), torch::full({1, 1}, image, torch::kLong), cache);
   EXPECT_EQ(logits.size(1), 1);
   EXPECT_EQ(cache.length, 3);
 }
@@ -115,7 +120,8 @@ TEST(LlavaReference, CachedDecodingEqualsRecomputingTheWholeSequence) {
   const auto cached = models::GenerateGreedyCached(model.llm, at::Tensor(), prompt, {}, 10);
   std::vector<int64_t> sequence = prompt;
   for (int i = 0; i < 10; ++i) {
-    const at::Tensor logits = model.llm->forward(at::Tensor(), torch::tensor(sequence, torch::kLong).unsqueeze(0));
+    const at::Tensor logits =
+        model.llm->forward(at::Tensor(), torch::tensor(sequence, torch::kLong).unsqueeze(0));
     sequence.push_back(logits[0][-1].argmax().item<int64_t>());
   }
   EXPECT_EQ(cached, std::vector<int64_t>(sequence.begin() + 4, sequence.end()));

@@ -95,31 +95,42 @@ class PretrainedConfigErrors : public ::testing::Test {
 };
 
 TEST_F(PretrainedConfigErrors, NameTheFileAndTheKey) {
-  EXPECT_EQ(ReadPretrainedConfig((dir_ / "absent").string()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReadPretrainedConfig((dir_ / "absent").string()).status().code(),
+            absl::StatusCode::kNotFound);
   absl::Status status = Read(R"({"model_type": "mistral"})");
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find("config.json: model_type \"mistral\" is not supported"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("config.json: model_type \"mistral\" is not supported"),
+            std::string::npos)
+      << status;
   status = Read(R"({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4}})");
-  EXPECT_NE(status.message().find("rope_scaling.rope_type \"yarn\" is not supported"), std::string::npos) << status;
-  status = Read(R"({"model_type": "llava", "text_config": {"model_type": "llama", "hidden_size": "big"}})");
+  EXPECT_NE(status.message().find("rope_scaling.rope_type \"yarn\" is not supported"),
+            std::string::npos)
+      << status;
+  status = Read(
+      R"({"model_type": "llava", "text_config": {"model_type": "llama", "hidden_size": "big"}})");
   EXPECT_NE(status.message().find("text_config.hidden_size must be an integer, got string \"big\""),
-            std::string::npos) << status;
-  status = Read(R"({"model_type": "llava", "text_config": {"vocab_size": 32064}, "vision_feature_layer": [-2, -5]})");
-  EXPECT_NE(status.message().find("vision_feature_layer as a list of layers is not supported"), std::string::npos)
+            std::string::npos)
+      << status;
+  status = Read(
+      R"({"model_type": "llava", "text_config": {"vocab_size": 32064}, "vision_feature_layer": [-2, -5]})");
+  EXPECT_NE(status.message().find("vision_feature_layer as a list of layers is not supported"),
+            std::string::npos)
       << status;
   status = Read(R"({"model_type": "qwen2", "use_sliding_window": true})");
-  EXPECT_NE(status.message().find("use_sliding_window true is not supported"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("use_sliding_window true is not supported"), std::string::npos)
+      << status;
   status = Read(R"({"model_type": "llama", "dtype": "int8"})");
   EXPECT_NE(status.message().find("dtype \"int8\" is not supported"), std::string::npos) << status;
   // Sizes are bounded as a spec's are: a trillion layers is refused while the config is read, not
   // grown until the kernel kills the actor.
-  for (const auto& [json, message] : std::vector<std::pair<std::string, std::string>>{
-           {R"({"model_type": "llama", "intermediate_size": 0})",
-            "config.json: intermediate_size must be between 1 and 1048576, got 0"},
-           {R"({"model_type": "llama", "num_hidden_layers": 1000000000000})",
-            "config.json: num_hidden_layers must be between 1 and 1024, got 1000000000000"},
-           {R"({"model_type": "siglip_vision_model", "image_size": 4611686018427387904, "patch_size": 1})",
-            "config.json: image_size must be between 1 and 8192, got 4611686018427387904"}}) {
+  for (
+      const auto& [json, message] : std::vector<std::pair<std::string, std::string>>{
+          {R"({"model_type": "llama", "intermediate_size": 0})",
+           "config.json: intermediate_size must be between 1 and 1048576, got 0"},
+          {R"({"model_type": "llama", "num_hidden_layers": 1000000000000})",
+           "config.json: num_hidden_layers must be between 1 and 1024, got 1000000000000"},
+          {R"({"model_type": "siglip_vision_model", "image_size": 4611686018427387904, "patch_size": 1})",
+           "config.json: image_size must be between 1 and 8192, got 4611686018427387904"}}) {
     EXPECT_THAT(std::string(Read(json).message()), ::testing::HasSubstr(message));
   }
   status = Read(R"({"model_type": "llama", "head_dim": 63})");
@@ -135,27 +146,38 @@ TEST_F(PretrainedConfigErrors, NameTheFileAndTheKey) {
 TEST_F(PretrainedConfigErrors, DropoutIsRefusedByItsKey) {
   absl::Status status = Read(R"({"model_type": "qwen2", "attention_dropout": 0.1})");
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find("config.json: attention_dropout 0.1 is not supported: Tandem's models train "
-                                  "without dropout"),
+  EXPECT_NE(status.message().find(
+                "config.json: attention_dropout 0.1 is not supported: Tandem's models train "
+                "without dropout"),
             std::string::npos)
       << status;
-  status = Read(R"({"model_type": "llava", "text_config": {"model_type": "llama", "attention_dropout": 0.05}})");
-  EXPECT_NE(status.message().find("text_config.attention_dropout 0.05 is not supported"), std::string::npos) << status;
+  status = Read(
+      R"({"model_type": "llava", "text_config": {"model_type": "llama", "attention_dropout": 0.05}})");
+  EXPECT_NE(status.message().find("text_config.attention_dropout 0.05 is not supported"),
+            std::string::npos)
+      << status;
   status = Read(R"({"model_type": "llava", "text_config": {"vocab_size": 32064},
                     "vision_config": {"model_type": "clip_vision_model", "dropout": 0.1}})");
-  EXPECT_NE(status.message().find("vision_config.dropout 0.1 is not supported"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("vision_config.dropout 0.1 is not supported"), std::string::npos)
+      << status;
   status = Read(R"({"model_type": "siglip_vision_model", "attention_dropout": 0.2})");
-  EXPECT_NE(status.message().find("attention_dropout 0.2 is not supported"), std::string::npos) << status;
-  EXPECT_TRUE(Read(R"({"model_type": "llava", "text_config": {"vocab_size": 32064, "attention_dropout": 0.0},
-                       "vision_config": {"attention_dropout": 0.0, "dropout": 0.0}})").ok());
+  EXPECT_NE(status.message().find("attention_dropout 0.2 is not supported"), std::string::npos)
+      << status;
+  EXPECT_TRUE(
+      Read(
+          R"({"model_type": "llava", "text_config": {"vocab_size": 32064, "attention_dropout": 0.0},
+                       "vision_config": {"attention_dropout": 0.0, "dropout": 0.0}})")
+          .ok());
 }
 
 TEST_F(PretrainedConfigErrors, OlderConfigsTakeTransformersDefaults) {
-  // llava-1.5's config.json writes only what differs from the defaults, and rope_theta beside rope_scaling.
+  // llava-1.5's config.json writes only what differs from the defaults, and rope_theta beside
+  // rope_scaling.
   ASSERT_TRUE(Read(R"({"model_type": "llava", "vision_config": {"model_type": "clip_vision_model",
       "hidden_size": 1024, "image_size": 336, "intermediate_size": 4096, "num_attention_heads": 16,
       "num_hidden_layers": 24, "patch_size": 14}, "text_config": {"model_type": "llama", "vocab_size": 32064,
-      "rope_theta": 500000.0, "rope_scaling": {"type": "linear", "factor": 2.0}}})").ok());
+      "rope_theta": 500000.0, "rope_scaling": {"type": "linear", "factor": 2.0}}})")
+                  .ok());
   auto config = ReadPretrainedConfig(dir_.string());
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->vision->activation, "quick_gelu");

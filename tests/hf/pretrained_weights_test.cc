@@ -2,10 +2,10 @@
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 
 #include "engine/fake_communicator.h"
 #include "engine/safetensors.h"
@@ -25,7 +25,8 @@ class PretrainedWeightsErrors : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     fs::copy_file(fs::path(kFixtures) / "llama" / "config.json", dir_ / "config.json");
-    auto tensors = engine::ReadSafetensors((fs::path(kFixtures) / "llama" / "model.safetensors").string());
+    auto tensors =
+        engine::ReadSafetensors((fs::path(kFixtures) / "llama" / "model.safetensors").string());
     ASSERT_TRUE(tensors.ok()) << tensors.status();
     tensors_ = *tensors;
   }
@@ -54,18 +55,22 @@ TEST_F(PretrainedWeightsErrors, AMissingTensorIsNamed) {
   Erase("model.layers.1.self_attn.k_proj.weight");
   const absl::Status status = LoadEdited();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find("missing tensor 'model.layers.1.self_attn.k_proj.weight' [16, 32]"),
-            std::string::npos) << status;
+  EXPECT_NE(
+      status.message().find("missing tensor 'model.layers.1.self_attn.k_proj.weight' [16, 32]"),
+      std::string::npos)
+      << status;
 }
 
 TEST_F(PretrainedWeightsErrors, AnExtraTensorIsNamed) {
   tensors_.emplace_back("model.layers.2.mlp.up_proj.weight", torch::zeros({80, 32}));
   const absl::Status status = LoadEdited();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find("unexpected tensor 'model.layers.2.mlp.up_proj.weight'"), std::string::npos)
+  EXPECT_NE(status.message().find("unexpected tensor 'model.layers.2.mlp.up_proj.weight'"),
+            std::string::npos)
       << status;
   tensors_.back().first = "vision_tower.embeddings.class_embedding";
-  EXPECT_NE(LoadEdited().message().find("tensor 'vision_tower.embeddings.class_embedding' belongs to no part"),
+  EXPECT_NE(LoadEdited().message().find(
+                "tensor 'vision_tower.embeddings.class_embedding' belongs to no part"),
             std::string::npos);
 }
 
@@ -74,14 +79,18 @@ TEST_F(PretrainedWeightsErrors, AWrongShapeOrDtypeIsNamed) {
     if (name == "model.norm.weight") tensor = torch::ones({31});
   }
   absl::Status status = LoadEdited();
-  EXPECT_NE(status.message().find("tensor 'model.norm.weight' has shape [31], config.json makes it [32]"),
-            std::string::npos) << status;
+  EXPECT_NE(
+      status.message().find("tensor 'model.norm.weight' has shape [31], config.json makes it [32]"),
+      std::string::npos)
+      << status;
   for (auto& [name, tensor] : tensors_) {
     if (name == "model.norm.weight") tensor = torch::ones({32}, torch::kBFloat16);
   }
   status = LoadEdited();
-  EXPECT_NE(status.message().find("tensor 'model.norm.weight' is bfloat16, config.json says float32"),
-            std::string::npos) << status;
+  EXPECT_NE(
+      status.message().find("tensor 'model.norm.weight' is bfloat16, config.json says float32"),
+      std::string::npos)
+      << status;
 }
 
 TEST(PretrainedWeights, ATowerAloneKeepsItsNewProjector) {
@@ -120,8 +129,9 @@ TEST(PretrainedWeights, ATensorParallelRankLoadsItsShards) {
   const auto expected = whole->named_parameters();
   for (const auto& item : rank1->named_parameters()) {
     const auto shard = rank1->shards().find(item.key());
-    const at::Tensor value = shard == rank1->shards().end() ? expected[item.key()]
-                                                             : parallel::TakeShard(expected[item.key()], shard->second);
+    const at::Tensor value = shard == rank1->shards().end()
+                                 ? expected[item.key()]
+                                 : parallel::TakeShard(expected[item.key()], shard->second);
     EXPECT_TRUE(torch::equal(item.value(), value)) << item.key();
   }
   EXPECT_EQ(rank1->named_parameters()["head.weight"].size(0), 205);
@@ -135,7 +145,8 @@ TEST(PretrainedWeights, ANonLlavaDirectoryHasOnlyItsOwnPart) {
   models::VisionConfig vision_config;
   models::VisionEncoder vision(vision_config);
   const absl::Status status = LoadVisionWeights(*config, *files, *vision);
-  EXPECT_NE(status.message().find("a llama checkpoint has no vision tower"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("a llama checkpoint has no vision tower"), std::string::npos)
+      << status;
 }
 
 }  // namespace

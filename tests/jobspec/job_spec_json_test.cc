@@ -1,8 +1,9 @@
 // Tests for the spec's one resolved form (jobspec/job_spec_proto.h): JobSpecToJson is protobuf's
 // printer and reads back to the same message and config, and every field of job.proto travels from
-// a spec file to an actor's JobConfig (the file read once, the message on the wire, the coordinator's
-// stored JSON) and changes that config: a field added to job.proto without an entry in kFields below,
-// or without its line in resolve.cc, fails here (docs/design.md §8, "Adding a spec field").
+// a spec file to an actor's JobConfig (the file read once, the message on the wire, the
+// coordinator's stored JSON) and changes that config: a field added to job.proto without an entry
+// in kFields below, or without its line in resolve.cc, fails here (docs/design.md §8, "Adding a
+// spec field").
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -37,8 +38,12 @@ TEST(JobSpecToJson, RoundTripsToAnEqualSpecAndConfig) {
   spec["vision"]["parallel"] = {{"sequence", 2}};
   spec["llm"]["actors"] = 2;
   spec["llm"]["parallel"] = {{"tensor", 2}, {"embeddings", "broadcast"}};
-  spec["llm"]["model"] = {{"hidden", 96},         {"heads", 6},           {"kv_heads", 2},
-                          {"rope_theta", 12345.5}, {"tie_embeddings", false}, {"max_seq_len", 100}};
+  spec["llm"]["model"] = {{"hidden", 96},
+                          {"heads", 6},
+                          {"kv_heads", 2},
+                          {"rope_theta", 12345.5},
+                          {"tie_embeddings", false},
+                          {"max_seq_len", 100}};
   spec["schedule"] = {{"global_batch", 12}, {"micro_batches", 3}, {"steps", 7},
                       {"eval_every", 2},    {"eval_samples", 5},  {"checkpoint_every", 3},
                       {"seed", 99}};
@@ -58,7 +63,8 @@ TEST(JobSpecToJson, RoundTripsToAnEqualSpecAndConfig) {
 TEST(JobSpecToJson, IsProtobufsJsonWithSnakeCaseAndTwoSpaceIndent) {
   absl::StatusOr<ResolvedJobSpec> resolved = ResolveJobSpecJson(BaseSpec().dump(), "job.json");
   ASSERT_TRUE(resolved.ok()) << resolved.status();
-  EXPECT_THAT(resolved->json, StartsWith("{\n  \"name\": \"t\",\n  \"data\": {\n    \"shapes\": {"));
+  EXPECT_THAT(resolved->json,
+              StartsWith("{\n  \"name\": \"t\",\n  \"data\": {\n    \"shapes\": {"));
   const json written = json::parse(resolved->json);
   EXPECT_EQ(written["data"]["max_text_tokens"], "12");  // proto3 JSON writes int64 as a string
   EXPECT_EQ(written["vision"]["model"], json({{"preset", "vit-tiny"}}));  // as given, not expanded
@@ -214,20 +220,23 @@ TEST(SpecFields, EveryFieldOfJobProtoReachesTheActorsConfig) {
     EXPECT_NE(std::find(paths.begin(), paths.end(), path), paths.end())
         << path << " is in Fields() but not a field of tandem.v1.JobSpec";
   }
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "spec_fields_test";
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "spec_fields_test";
   std::filesystem::create_directories(dir);
   for (const std::string& path : paths) {
     SCOPED_TRACE(path);
     ASSERT_TRUE(Fields().contains(path))
         << "job.proto's " << path << " has no case in Fields(): give it two valid settings, and "
-        << "resolve.cc the line that carries it into JobConfig (docs/design.md §8, \"Adding a spec field\")";
+        << "resolve.cc the line that carries it into JobConfig (docs/design.md §8, \"Adding a spec "
+           "field\")";
     const json& field = Fields()[path];
     if (field.is_object()) {
       json spec = BaseSpec();
       std::string pointer = "/" + path;
       std::replace(pointer.begin(), pointer.end(), '.', '/');
-      spec[json::json_pointer(pointer)] =
-          field.contains("value") ? field["value"] : path.ends_with("embeddings") ? json("each_rank") : json(1);
+      spec[json::json_pointer(pointer)] = field.contains("value")        ? field["value"]
+                                          : path.ends_with("embeddings") ? json("each_rank")
+                                                                         : json(1);
       EXPECT_THAT(Error(spec), ::testing::HasSubstr(field["refused"].get<std::string>()));
       continue;
     }
@@ -238,7 +247,8 @@ TEST(SpecFields, EveryFieldOfJobProtoReachesTheActorsConfig) {
     absl::StatusOr<JobConfig> config_b = ActorConfig(b, dir);
     ASSERT_TRUE(config_a.ok()) << config_a.status();
     ASSERT_TRUE(config_b.ok()) << config_b.status();
-    EXPECT_FALSE(*config_a == *config_b) << "two settings of " << path << " gave the same JobConfig";
+    EXPECT_FALSE(*config_a == *config_b)
+        << "two settings of " << path << " gave the same JobConfig";
   }
   std::filesystem::remove_all(dir);
 }

@@ -65,7 +65,8 @@ TEST(JobSpec, LlavaStageExamplesLoad) {
   EXPECT_EQ(stage1->vision.pretrained, InExamples("../runs/llava/stage0-hf"));
   EXPECT_EQ(stage1->llm.pretrained, stage1->vision.pretrained);
   EXPECT_TRUE(stage1->vision.new_projector);
-  EXPECT_THAT(stage1->vision.freeze, ::testing::ElementsAre("patch_embed.*", "positions", "blocks.*"));
+  EXPECT_THAT(stage1->vision.freeze,
+              ::testing::ElementsAre("patch_embed.*", "positions", "blocks.*"));
   EXPECT_THAT(stage1->llm.freeze, ::testing::ElementsAre("*"));
   EXPECT_FALSE(stage1->data.shapes.conversations);
 
@@ -190,8 +191,9 @@ TEST(JobSpec, ProtoFromTheWireResolves) {
   EXPECT_EQ(c->llm.engine_json, R"({"gradient_clipping":1})");
 
   spec.clear_data();
-  EXPECT_EQ(ResolveJobSpec(spec, "wire").status().message(),
-            "wire: data: a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
+  EXPECT_EQ(
+      ResolveJobSpec(spec, "wire").status().message(),
+      "wire: data: a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
 }
 
 TEST(JobSpecErrors, UnknownFieldAtDepthNamesItsPath) {
@@ -262,13 +264,18 @@ TEST(JobSpecErrors, DuplicateKeyIsAnError) {
 TEST(JobSpecErrors, DataSourceMissingOrTwo) {
   json spec = BaseSpec();
   spec.erase("data");
-  EXPECT_EQ(Error(spec), "job.json: data: a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
+  EXPECT_EQ(
+      Error(spec),
+      "job.json: data: a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
   spec["data"] = {{"max_text_tokens", 8}};
-  EXPECT_EQ(Error(spec), "job.json: data: a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
+  EXPECT_EQ(
+      Error(spec),
+      "job.json: data: a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
   spec = BaseSpec();
   spec["data"]["jsonl"] = {{"train", "a.jsonl"}};
   EXPECT_EQ(Error(spec),
-            "job.json: data: at most one of \"shapes\", \"jsonl\", \"conversations\" may be given, got \"jsonl\" and "
+            "job.json: data: at most one of \"shapes\", \"jsonl\", \"conversations\" may be given, "
+            "got \"jsonl\" and "
             "\"shapes\"");
 }
 
@@ -307,7 +314,8 @@ TEST(ReadJobSpecFile, MakesPathsAbsoluteAndPrefixesErrorsWithThePath) {
   EXPECT_EQ(read->config.data.jsonl.train_path, (absolute / "train.jsonl").string());
   EXPECT_EQ(read->config.data.jsonl.eval_path, "/abs/eval.jsonl");
   EXPECT_EQ(read->config.resume_from, (absolute / "runs/a/checkpoints/step-000002").string());
-  // The message and its JSON hold the same absolute paths, and the JSON reads back to the same config.
+  // The message and its JSON hold the same absolute paths, and the JSON reads back to the same
+  // config.
   EXPECT_EQ(read->spec->data().jsonl().train(), (absolute / "train.jsonl").string());
   absl::StatusOr<ResolvedJobSpec> again = ResolveJobSpecJson(read->json, "job.json");
   ASSERT_TRUE(again.ok()) << again.status();
@@ -330,7 +338,8 @@ TEST(CheckPathsAbsolute, NamesTheFirstRelativePath) {
   EXPECT_EQ(CheckPathsAbsolute(spec, "why").message(),
             "data.conversations.eval: \"eval.json\" is relative; why");
   spec.mutable_data()->mutable_conversations()->set_eval("/data/eval.json");
-  EXPECT_EQ(CheckPathsAbsolute(spec, "why").message(), "llm.pretrained: \"models/llm\" is relative; why");
+  EXPECT_EQ(CheckPathsAbsolute(spec, "why").message(),
+            "llm.pretrained: \"models/llm\" is relative; why");
   spec.mutable_llm()->set_pretrained("/models/llm");
   EXPECT_TRUE(CheckPathsAbsolute(spec, "why").ok());
   EXPECT_FALSE(spec.has_vision());  // only read

@@ -1,7 +1,7 @@
 // Tests for jobspec/memory_estimate.cc: the model-state arithmetic of each precision and ZeRO stage
 // (DeepSpeed's 16 and Tandem's 8 bytes a parameter), how activations scale, and the messages that
-// name the fields a too-large job comes from. tests/step/stages_test.cc holds the model states equal
-// to what built engines allocate.
+// name the fields a too-large job comes from. tests/step/stages_test.cc holds the model states
+// equal to what built engines allocate.
 #include "jobspec/memory_estimate.h"
 
 #include <string>
@@ -46,7 +46,8 @@ TEST(MemoryEstimate, ModelStatesFollowThePrecisionAndTheZeroStage) {
   e = Estimate(Job(R"({"bf16": {"enabled": true}})"), Role::kLlm);
   EXPECT_EQ(e.model_state_bytes, 16 * kLlmTinyParameters);
   // Tandem's bf16 master weights, gradients and moments: 8 bytes; Kahan adds 2.
-  const std::string full = R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true, "bf16_optimizer_states": true})";
+  const std::string full =
+      R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true, "bf16_optimizer_states": true})";
   e = Estimate(Job("{" + full + "}"), Role::kLlm);
   EXPECT_EQ(e.model_state_bytes, 8 * kLlmTinyParameters);
   EXPECT_DOUBLE_EQ(e.state_bytes_per_parameter, 8.0);
@@ -60,7 +61,8 @@ TEST(MemoryEstimate, ModelStatesFollowThePrecisionAndTheZeroStage) {
   EXPECT_EQ(e.model_state_bytes, 2 * kLlmTinyParameters + 14 * kLlmTinyParameters / 4);
   // Stage 3 splits the blocks' weights; the embedding and the final norm stay whole on every rank.
   e = Estimate(Job("{" + bf16 + R"(, "zero_optimization": {"stage": 3}})", 4), Role::kLlm);
-  EXPECT_EQ(e.model_state_bytes, 2 * (100 * 64 + 64) + 2 * (2 * 49536) / 4 + 14 * kLlmTinyParameters / 4);
+  EXPECT_EQ(e.model_state_bytes,
+            2 * (100 * 64 + 64) + 2 * (2 * 49536) / 4 + 14 * kLlmTinyParameters / 4);
 }
 
 TEST(MemoryEstimate, FrozenParametersKeepOnlyTheirWeights) {
@@ -80,13 +82,15 @@ TEST(MemoryEstimate, TensorParallelRanksCountTheirShards) {
   EXPECT_EQ(e.model_state_bytes, 16 * e.rank_parameters);
   // At submit the word tokenizer's vocabulary is not known yet (vocab_size 0): nothing to split.
   job.llm.model.vocab_size = 0;
-  EXPECT_EQ(Estimate(job, Role::kLlm).rank_parameters, (kLlmTinyParameters - 100 * 64 - 5 * 64) / 2 + 5 * 64);
+  EXPECT_EQ(Estimate(job, Role::kLlm).rank_parameters,
+            (kLlmTinyParameters - 100 * 64 - 5 * 64) / 2 + 5 * 64);
 }
 
 TEST(MemoryEstimate, ActivationsScaleWithTheSamplesOfARank) {
   json spec = BaseSpec();
   spec["schedule"]["global_batch"] = 8;
-  const MemoryEstimate four = Estimate(ExpectValid(spec.dump()), Role::kVision);  // 2 ranks, 2 micro-batches
+  const MemoryEstimate four =
+      Estimate(ExpectValid(spec.dump()), Role::kVision);  // 2 ranks, 2 micro-batches
   spec["schedule"]["global_batch"] = 16;
   const MemoryEstimate eight = Estimate(ExpectValid(spec.dump()), Role::kVision);
   EXPECT_EQ(four.samples_per_rank, 2);
@@ -106,23 +110,31 @@ TEST(MemoryEstimate, ATooLargeJobIsRefusedNamingWhereItsBytesComeFrom) {
   JobConfig job = ExpectValid(spec.dump());
   MemoryEstimate e = Estimate(job, Role::kVision);
   EXPECT_GE(e.data_bytes, 8 * int64_t{300000000});
-  absl::Status fits = CheckEstimateFits(e, job, int64_t{2} << 30, "pool 'vision' (2 actors, the largest 2.0 GiB)");
+  absl::Status fits =
+      CheckEstimateFits(e, job, int64_t{2} << 30, "pool 'vision' (2 actors, the largest 2.0 GiB)");
   EXPECT_EQ(fits.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(fits.message()), StartsWith("vision: needs an estimated 2.2 GiB on each actor: model states "));
-  EXPECT_THAT(std::string(fits.message()), HasSubstr("data 2.2 GiB (data.shapes.train_samples: the order of 300000000 samples)"));
-  EXPECT_THAT(std::string(fits.message()), HasSubstr(", more than the 2.0 GiB of pool 'vision' (2 actors, the largest 2.0 GiB)"));
+  EXPECT_THAT(std::string(fits.message()),
+              StartsWith("vision: needs an estimated 2.2 GiB on each actor: model states "));
+  EXPECT_THAT(
+      std::string(fits.message()),
+      HasSubstr("data 2.2 GiB (data.shapes.train_samples: the order of 300000000 samples)"));
+  EXPECT_THAT(
+      std::string(fits.message()),
+      HasSubstr(", more than the 2.0 GiB of pool 'vision' (2 actors, the largest 2.0 GiB)"));
   EXPECT_TRUE(CheckEstimateFits(e, job, int64_t{3} << 30, "pool 'vision'").ok());
   EXPECT_TRUE(CheckEstimateFits(e, job, 0, "an actor that states no memory").ok());
 
   // 1024 layers of width 16384: 3.26T parameters, named with their field.
   spec = BaseSpec();
-  spec["llm"]["model"] = {{"hidden", 16384}, {"layers", 1024}, {"heads", 128}, {"kv_heads", 8}, {"mlp_hidden", 53248}, {"max_seq_len", 4096}};
+  spec["llm"]["model"] = {{"hidden", 16384}, {"layers", 1024},      {"heads", 128},
+                          {"kv_heads", 8},   {"mlp_hidden", 53248}, {"max_seq_len", 4096}};
   job = ExpectValid(spec.dump());
   e = Estimate(job, Role::kLlm);
   fits = CheckEstimateFits(e, job, int64_t{80} << 30, "pool 'llm'");
   EXPECT_EQ(fits.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(fits.message()), HasSubstr("(llm.model: 3.26T parameters; llm.engine: 16.0 bytes each at "
-                                                     "ZeRO stage 0 over 1 data-parallel rank)"));
+  EXPECT_THAT(std::string(fits.message()),
+              HasSubstr("(llm.model: 3.26T parameters; llm.engine: 16.0 bytes each at "
+                        "ZeRO stage 0 over 1 data-parallel rank)"));
 }
 
 TEST(MemoryEstimate, FormatsBytes) {

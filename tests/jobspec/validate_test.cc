@@ -46,15 +46,19 @@ TEST(ValidateJobConfig, PoolNames) {
   EXPECT_EQ(Error(spec), "job.json: vision.pool: must be at most 63 characters, got 64");
   spec["vision"]["pool"] = "vision";
   spec["llm"]["pool"] = "gpu\x1b[31m pool";
-  EXPECT_EQ(Error(spec), "job.json: llm.pool: must be of the characters A-Z a-z 0-9 . _ -, got \"gpu\\x1b[31m pool\"");
+  EXPECT_EQ(
+      Error(spec),
+      "job.json: llm.pool: must be of the characters A-Z a-z 0-9 . _ -, got \"gpu\\x1b[31m pool\"");
 }
 
 // Quoted values are escaped and cut short: a megabyte of input is not a megabyte of message.
 TEST(ValidateJobConfig, LongValuesAreQuotedCutShort) {
   json spec = BaseSpec();
   spec["name"] = std::string(70, 'a') + " b";
-  EXPECT_EQ(Error(spec), "job.json: name: must be a file name of the characters A-Z a-z 0-9 . _ - (not \".\" or "
-                         "\"..\"), got \"" + std::string(64, 'a') + "\"... (72 bytes)");
+  EXPECT_EQ(Error(spec),
+            "job.json: name: must be a file name of the characters A-Z a-z 0-9 . _ - (not \".\" or "
+            "\"..\"), got \"" +
+                std::string(64, 'a') + "\"... (72 bytes)");
 }
 
 TEST(ValidateJobConfig, Freeze) {
@@ -77,8 +81,9 @@ TEST(ValidateJobConfig, Freeze) {
 TEST(ValidateJobConfig, PretrainedVisionReplacesTheModel) {
   json spec = BaseSpec();
   spec["vision"]["pretrained"] = "towers/clip";
-  EXPECT_EQ(Error(spec), "job.json: vision.model: must be left out with a pretrained vision tower: the shape "
-                         "comes from its config.json");
+  EXPECT_EQ(Error(spec),
+            "job.json: vision.model: must be left out with a pretrained vision tower: the shape "
+            "comes from its config.json");
   spec["vision"].erase("model");
   const JobConfig config = ExpectValid(spec.dump());
   EXPECT_EQ(config.vision.pretrained, "towers/clip");
@@ -88,8 +93,9 @@ TEST(ValidateJobConfig, PretrainedVisionReplacesTheModel) {
 TEST(ValidateJobConfig, PretrainedLlmAndWholeLlava) {
   json spec = BaseSpec();
   spec["llm"]["pretrained"] = "qwen2";
-  EXPECT_EQ(Error(spec), "job.json: llm.model: must be left out with a pretrained LLM: the shape comes from its "
-                         "config.json");
+  EXPECT_EQ(Error(spec),
+            "job.json: llm.model: must be left out with a pretrained LLM: the shape comes from its "
+            "config.json");
   spec["llm"].erase("model");
   spec["llm"]["chat_template"] = "chatml";
   JobConfig config = ExpectValid(spec.dump());
@@ -99,12 +105,14 @@ TEST(ValidateJobConfig, PretrainedLlmAndWholeLlava) {
 
   spec = BaseSpec();
   spec["llm"]["chat_template"] = "chatml";
-  EXPECT_EQ(Error(spec), "job.json: llm.chat_template: needs a pretrained LLM (llm.pretrained or pretrained): "
-                         "Tandem's own LLM reads the \"tandem\" format");
+  EXPECT_EQ(Error(spec),
+            "job.json: llm.chat_template: needs a pretrained LLM (llm.pretrained or pretrained): "
+            "Tandem's own LLM reads the \"tandem\" format");
   spec = BaseSpec();
   spec["vision"]["new_projector"] = true;
-  EXPECT_EQ(Error(spec), "job.json: vision.new_projector: needs a pretrained vision tower (vision.pretrained or "
-                         "pretrained)");
+  EXPECT_EQ(Error(spec),
+            "job.json: vision.new_projector: needs a pretrained vision tower (vision.pretrained or "
+            "pretrained)");
 
   // One LLaVA directory for both groups.
   spec = BaseSpec();
@@ -117,8 +125,9 @@ TEST(ValidateJobConfig, PretrainedLlmAndWholeLlava) {
   EXPECT_EQ(config.llm.pretrained, "llava");
   EXPECT_TRUE(config.vision.new_projector);
   spec["llm"]["pretrained"] = "qwen2";
-  EXPECT_EQ(Error(spec), "job.json: llm.pretrained: must be left out with pretrained, which names both groups' "
-                         "checkpoint");
+  EXPECT_EQ(Error(spec),
+            "job.json: llm.pretrained: must be left out with pretrained, which names both groups' "
+            "checkpoint");
 }
 
 TEST(ValidateJobConfig, ConversationData) {
@@ -152,7 +161,8 @@ TEST(ValidateJobConfig, NumbersHaveUpperBounds) {
   EXPECT_EQ(Error(spec), "job.json: data.max_text_tokens: must be <= 1048576, got 2000000");
   spec = BaseSpec();
   spec["data"]["shapes"]["train_samples"] = 2000000000;
-  EXPECT_EQ(Error(spec), "job.json: data.shapes.train_samples: must be <= 1000000000, got 2000000000");
+  EXPECT_EQ(Error(spec),
+            "job.json: data.shapes.train_samples: must be <= 1000000000, got 2000000000");
   // Model sizes: a spec once asked for 2^63-1 layers and the actor grew until the kernel killed it.
   spec = BaseSpec();
   spec["llm"]["model"]["layers"] = 9223372036854775807;
@@ -160,7 +170,8 @@ TEST(ValidateJobConfig, NumbersHaveUpperBounds) {
   spec = BaseSpec();
   spec["vision"]["model"]["image_size"] = 4611686018427387904;  // 2^62, whose patch count overflows
   spec["vision"]["model"]["patch_size"] = 1;
-  EXPECT_EQ(Error(spec), "job.json: vision.model.image_size: must be <= 8192, got 4611686018427387904");
+  EXPECT_EQ(Error(spec),
+            "job.json: vision.model.image_size: must be <= 8192, got 4611686018427387904");
   spec = BaseSpec();
   spec["llm"]["model"]["hidden"] = 131072;
   EXPECT_EQ(Error(spec), "job.json: llm.model.hidden: must be <= 65536, got 131072");
@@ -205,9 +216,10 @@ TEST(ValidateJobConfig, GlobalBatchNotDivisibleByMicroBatches) {
 TEST(ValidateJobConfig, MicroBatchSmallerThanActors) {
   json spec = BaseSpec();
   spec["llm"]["actors"] = 5;  // micro-batch 8 / 2 = 4
-  EXPECT_EQ(Error(spec),
-            "job.json: schedule.global_batch: a micro-batch (global_batch / micro_batches = 8 / 2 "
-            "= 4 samples) must hold at least one sample for every data-parallel rank (llm.actors = 5)");
+  EXPECT_EQ(
+      Error(spec),
+      "job.json: schedule.global_batch: a micro-batch (global_batch / micro_batches = 8 / 2 "
+      "= 4 samples) must hold at least one sample for every data-parallel rank (llm.actors = 5)");
   // The ranks of one tensor-parallel set share their samples: 8 ranks are 4 replicas of 2.
   spec["llm"]["actors"] = 8;
   spec["llm"]["parallel"] = {{"tensor", 2}};
@@ -216,28 +228,34 @@ TEST(ValidateJobConfig, MicroBatchSmallerThanActors) {
   EXPECT_EQ(config.llm.replicas(), 4);
   spec["llm"]["actors"] = 10;
   EXPECT_EQ(Error(spec),
-            "job.json: schedule.global_batch: a micro-batch (global_batch / micro_batches = 8 / 2 = 4 samples) must "
-            "hold at least one sample for every data-parallel rank (llm.actors / llm.parallel.tensor = 5)");
+            "job.json: schedule.global_batch: a micro-batch (global_batch / micro_batches = 8 / 2 "
+            "= 4 samples) must "
+            "hold at least one sample for every data-parallel rank (llm.actors / "
+            "llm.parallel.tensor = 5)");
 }
 
 TEST(ValidateJobConfig, ParallelDegrees) {
-  json spec = BaseSpec();  // vit-tiny: 4 heads, 16 positions; llm-tiny: 4 heads, 4 KV heads, MLP 172
+  json spec =
+      BaseSpec();  // vit-tiny: 4 heads, 16 positions; llm-tiny: 4 heads, 4 KV heads, MLP 172
   spec["vision"]["parallel"] = {{"sequence", 2}};
   EXPECT_EQ(ExpectValid(spec.dump()).vision.sequence_parallel, 2);
   spec["vision"]["parallel"] = {{"sequence", 4}};
-  EXPECT_EQ(Error(spec), "job.json: vision.parallel.sequence: must divide vision.actors (2) into replicas of 4 "
-                         "ranks, got 4");
+  EXPECT_EQ(Error(spec),
+            "job.json: vision.parallel.sequence: must divide vision.actors (2) into replicas of 4 "
+            "ranks, got 4");
   spec["vision"]["actors"] = 3;
   spec["vision"]["parallel"] = {{"sequence", 3}};
-  EXPECT_EQ(Error(spec), "job.json: vision.parallel.sequence: must divide vision.model.heads (4), got 3");
+  EXPECT_EQ(Error(spec),
+            "job.json: vision.parallel.sequence: must divide vision.model.heads (4), got 3");
   spec["vision"]["model"]["heads"] = 2;
   spec["vision"]["model"]["hidden"] = 64;
   spec["vision"]["actors"] = 6;
   spec["vision"]["parallel"] = {{"sequence", 2}};
   EXPECT_TRUE(ExpectValid(spec.dump()).vision.sequence_parallel == 2);
   spec["vision"]["model"]["image_size"] = 24;  // 9 positions
-  EXPECT_EQ(Error(spec), "job.json: vision.parallel.sequence: must divide the 9 positions of an image "
-                         "((image_size / patch_size)^2), got 2");
+  EXPECT_EQ(Error(spec),
+            "job.json: vision.parallel.sequence: must divide the 9 positions of an image "
+            "((image_size / patch_size)^2), got 2");
   spec["vision"]["parallel"] = {{"tensor", 2}};
   EXPECT_THAT(Error(spec), StartsWith("job.json: vision.parallel.tensor: is the LLM group's"));
 
@@ -255,7 +273,8 @@ TEST(ValidateJobConfig, ParallelDegrees) {
   spec["llm"]["model"]["heads"] = 4;
   spec["llm"]["model"]["kv_heads"] = 4;
   spec["llm"]["model"]["mlp_hidden"] = 171;
-  EXPECT_EQ(Error(spec), "job.json: llm.parallel.tensor: must divide llm.model.mlp_hidden (171), got 2");
+  EXPECT_EQ(Error(spec),
+            "job.json: llm.parallel.tensor: must divide llm.model.mlp_hidden (171), got 2");
   spec["llm"]["model"]["mlp_hidden"] = 172;
   spec["llm"]["model"]["hidden"] = 48;
   spec["llm"]["model"]["heads"] = 6;
@@ -265,8 +284,9 @@ TEST(ValidateJobConfig, ParallelDegrees) {
   EXPECT_EQ(Error(spec), "job.json: llm.parallel.tensor: must divide llm.model.heads (6), got 4");
   spec["llm"]["actors"] = 2;
   spec["llm"]["parallel"] = {{"tensor", 2}};
-  EXPECT_EQ(Error(spec), "job.json: llm.parallel.tensor: must divide llm.model.kv_heads (3) or be a multiple of "
-                         "it (each KV head then serves several ranks), got 2");
+  EXPECT_EQ(Error(spec),
+            "job.json: llm.parallel.tensor: must divide llm.model.kv_heads (3) or be a multiple of "
+            "it (each KV head then serves several ranks), got 2");
   spec["llm"]["parallel"] = {{"sequence", 2}};
   EXPECT_THAT(Error(spec), StartsWith("job.json: llm.parallel.sequence: is the vision group's"));
   spec["llm"]["parallel"] = {{"tensor", 0}};
@@ -282,7 +302,9 @@ TEST(ValidateJobConfig, EmbeddingRoute) {
   spec["llm"]["parallel"] = {{"tensor", 2}, {"embeddings", "each_rank"}};
   EXPECT_EQ(ExpectValid(spec.dump()).llm.embeddings, EmbeddingRoute::kEachRank);
   spec["llm"]["parallel"] = {{"tensor", 2}, {"embeddings", "scatter"}};
-  EXPECT_EQ(Error(spec), "job.json: llm.parallel.embeddings: must be \"each_rank\" or \"broadcast\", got \"scatter\"");
+  EXPECT_EQ(
+      Error(spec),
+      "job.json: llm.parallel.embeddings: must be \"each_rank\" or \"broadcast\", got \"scatter\"");
   spec = BaseSpec();
   spec["vision"]["parallel"] = {{"embeddings", "broadcast"}};
   EXPECT_THAT(Error(spec), StartsWith("job.json: vision.parallel.embeddings: is the LLM group's"));

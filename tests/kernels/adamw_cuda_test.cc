@@ -1,9 +1,9 @@
 // The CUDA AdamW kernel (kernels/adamw_cuda.cu) against the CPU kernel, which tests/kernels/
-// adamw_test.cc checks against torch::optim. Both run every fp32 operation rounded to nearest in the
-// same order (NOTE [AdamW element update] in kernels/adamw_cpu.cc) and share the bf16 conversions and
-// the counter-based random numbers (kernels/bf16.h), so the demand is bit equality: every weight,
-// master, moment and Kahan compensation the same bits after every step, for every combination of
-// dtypes and roundings the engine uses. Needs a CUDA device; skipped without one.
+// adamw_test.cc checks against torch::optim. Both run every fp32 operation rounded to nearest in
+// the same order (NOTE [AdamW element update] in kernels/adamw_cpu.cc) and share the bf16
+// conversions and the counter-based random numbers (kernels/bf16.h), so the demand is bit equality:
+// every weight, master, moment and Kahan compensation the same bits after every step, for every
+// combination of dtypes and roundings the engine uses. Needs a CUDA device; skipped without one.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -79,14 +79,16 @@ struct Buffers {
 void ExpectSameBits(const at::Tensor& gpu, const at::Tensor& cpu, const std::string& what) {
   if (!cpu.defined()) return;
   const at::Tensor a = gpu.cpu().contiguous();
-  const at::Tensor bits_a = a.scalar_type() == at::kBFloat16 ? a.view(at::kShort) : a.view(at::kInt);
-  const at::Tensor bits_b = cpu.scalar_type() == at::kBFloat16 ? cpu.view(at::kShort) : cpu.view(at::kInt);
+  const at::Tensor bits_a =
+      a.scalar_type() == at::kBFloat16 ? a.view(at::kShort) : a.view(at::kInt);
+  const at::Tensor bits_b =
+      cpu.scalar_type() == at::kBFloat16 ? cpu.view(at::kShort) : cpu.view(at::kInt);
   const at::Tensor differ = bits_a != bits_b;
   const int64_t count = differ.sum().item<int64_t>();
   if (count == 0) return;
   const int64_t i = differ.nonzero()[0][0].item<int64_t>();
-  ADD_FAILURE() << what << ": " << count << " of " << a.numel() << " elements differ; first at " << i
-                << ": GPU " << a[i].item<double>() << ", CPU " << cpu[i].item<double>();
+  ADD_FAILURE() << what << ": " << count << " of " << a.numel() << " elements differ; first at "
+                << i << ": GPU " << a[i].item<double>() << ", CPU " << cpu[i].item<double>();
 }
 
 void CompareSteps(const Case& c) {

@@ -1,9 +1,9 @@
 // Checks the fused Adam/AdamW CPU kernel (kernels/adamw.h) against torch::optim::AdamW / Adam and a
 // scalar reference, and SumOfSquaresCpu against torch. LibTorch only builds data and references.
 //
-// Tolerances are atol + rtol * |ref|, rtol tied to the dtype: kFp32Rtol (about 8 fp32 ulps) where the
-// kernel runs the same fp32 operations as torch, and exact equality where the reference performs the
-// very same operations in the same order (the scalar bf16 reference).
+// Tolerances are atol + rtol * |ref|, rtol tied to the dtype: kFp32Rtol (about 8 fp32 ulps) where
+// the kernel runs the same fp32 operations as torch, and exact equality where the reference
+// performs the very same operations in the same order (the scalar bf16 reference).
 #include "kernels/adamw.h"
 
 #include <gtest/gtest.h>
@@ -23,7 +23,7 @@ constexpr double kFp32Atol = 1e-6;
 constexpr double kFp32Rtol = 1e-6;
 constexpr double kBf16SpacingBelow1 = 1.0 / 256;  // between bf16 values in [0.5, 1)
 constexpr double kBf16SpacingAbove1 = 1.0 / 128;  // in [1, 2)
-constexpr int64_t kOddSize = 10007;      // not a multiple of the kernel's chunk or block size
+constexpr int64_t kOddSize = 10007;  // not a multiple of the kernel's chunk or block size
 
 // Expects |actual - expected| <= atol + rtol * |expected| everywhere (NaN fails).
 void ExpectClose(const at::Tensor& actual, const at::Tensor& expected, double atol, double rtol,
@@ -297,8 +297,8 @@ TEST(AdamWCpu, StochasticRoundingSeedOffsetSplitsOneStream) {
 }
 
 // 2000 AdamW steps of about lr = 1e-5 each on w = 1, where bf16 values are 2^-8 apart below 1 and
-// 2^-7 above: each update is 1/390 to 1/780 of the spacing. Gradients are constant per element (random sign and size), so
-// the fp32 reference drifts by about 2000 * 1e-5 = 0.02 up or down.
+// 2^-7 above: each update is 1/390 to 1/780 of the spacing. Gradients are constant per element
+// (random sign and size), so the fp32 reference drifts by about 2000 * 1e-5 = 0.02 up or down.
 class SmallUpdatesTest : public ::testing::Test {
  protected:
   static constexpr int64_t kN = 4096;
@@ -357,9 +357,9 @@ TEST_F(SmallUpdatesTest, KahanTracksFp32Reference) {
   // The param stays within half a bf16 spacing above 1 (3.9e-3) of the reference; measured worst
   // case 3.4e-3.
   ExpectClose(param, reference_, 0.5 * kBf16SpacingAbove1, 0.0, "Kahan param");
-  // param + compensation follows the drift to within 15% (measured 12%, the same for every element):
-  // near |c| ~ 2e-3 the bf16 compensation resolves ~1e-5, the size of one update, so its rounding
-  // loses part of each update. Nearest rounding loses 100%.
+  // param + compensation follows the drift to within 15% (measured 12%, the same for every
+  // element): near |c| ~ 2e-3 the bf16 compensation resolves ~1e-5, the size of one update, so its
+  // rounding loses part of each update. Nearest rounding loses 100%.
   const at::Tensor relative_error = (param + compensation - reference_).abs() / drift;
   EXPECT_LT(relative_error.max().item<double>(), 0.15);
 }

@@ -42,7 +42,8 @@ LlmConfig Config(int64_t heads, int64_t kv_heads, int64_t vocab, bool tied, bool
 
 std::vector<Case> Cases() {
   return {
-      {"TP 2, KV heads split, tied embeddings, a vocabulary of 21", 2, Config(4, 2, 21, true, false)},
+      {"TP 2, KV heads split, tied embeddings, a vocabulary of 21", 2,
+       Config(4, 2, 21, true, false)},
       {"TP 2 with activation recompute", 2, Config(4, 2, 21, true, false), /*recompute=*/true},
       {"TP 3, biases, an untied head, a vocabulary of 20", 3, Config(6, 3, 20, false, true)},
       {"TP 4, 2 KV heads replicated", 4, Config(4, 2, 19, false, true)},
@@ -50,7 +51,8 @@ std::vector<Case> Cases() {
 }
 
 void ExpectClose(const at::Tensor& actual, const at::Tensor& expected, const std::string& what) {
-  ASSERT_TRUE(actual.sizes() == expected.sizes()) << what << ": " << actual.sizes() << " vs " << expected.sizes();
+  ASSERT_TRUE(actual.sizes() == expected.sizes())
+      << what << ": " << actual.sizes() << " vs " << expected.sizes();
   EXPECT_TRUE(at::allclose(actual, expected, 1e-4, 1e-6))
       << what << ": largest difference " << (actual - expected).abs().max().item<double>();
 }
@@ -109,9 +111,10 @@ TEST_P(LlmTensorParallelTest, MatchesTheSingleProcessModel) {
       const auto reference = whole->named_parameters();
       for (const auto& item : llm->named_parameters()) {
         const auto shard = llm->shards().find(item.key());
-        const at::Tensor expected = shard == llm->shards().end()
-                                        ? reference[item.key()].grad()
-                                        : parallel::TakeShard(reference[item.key()].grad(), shard->second);
+        const at::Tensor expected =
+            shard == llm->shards().end()
+                ? reference[item.key()].grad()
+                : parallel::TakeShard(reference[item.key()].grad(), shard->second);
         ExpectClose(item.value().grad(), expected, item.key() + "'s gradient");
       }
     });
@@ -120,7 +123,9 @@ TEST_P(LlmTensorParallelTest, MatchesTheSingleProcessModel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, LlmTensorParallelTest, ::testing::ValuesIn(Cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) { return "case" + std::to_string(info.index); });
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return "case" + std::to_string(info.index);
+                         });
 
 TEST(LlmTensorParallel, ShardsHalveTheSplitWeightsAndNameHowEachIsSplit) {
   const LlmConfig config = Config(4, 2, 21, false, false);
@@ -133,7 +138,8 @@ TEST(LlmTensorParallel, ShardsHalveTheSplitWeightsAndNameHowEachIsSplit) {
   EXPECT_EQ(shards.at("blocks.1.mlp.down.weight").dim, 1);
   EXPECT_EQ(shards.at("head.weight").range.begin, 11);  // 21 = 11 + 10
   EXPECT_EQ(shards.count("norm.weight"), 0u);
-  EXPECT_EQ(rank1->named_parameters()["blocks.0.mlp.gate.weight"].sizes(), (std::vector<int64_t>{12, 32}));
+  EXPECT_EQ(rank1->named_parameters()["blocks.0.mlp.gate.weight"].sizes(),
+            (std::vector<int64_t>{12, 32}));
   EXPECT_EQ(rank1->named_parameters()["embed.weight"].sizes(), (std::vector<int64_t>{10, 32}));
   // Everything but the norms is split in two (the vocabulary of 21 unevenly).
   const int64_t norms = 2 * 2 * 32 + 32;
@@ -143,14 +149,17 @@ TEST(LlmTensorParallel, ShardsHalveTheSplitWeightsAndNameHowEachIsSplit) {
 // What the memory estimate counts on each rank is what each rank's model holds, uneven vocabulary
 // shards and replicated KV heads included.
 TEST(LlmTensorParallel, ShardElementsCountEachRanksParameters) {
-  for (const auto& [size, config] : {std::pair{2, Config(4, 2, 21, false, true)}, std::pair{4, Config(4, 2, 23, true, false)},
-                                     std::pair{4, Config(4, 4, 22, false, false)}}) {
+  for (const auto& [size, config] :
+       {std::pair{2, Config(4, 2, 21, false, true)}, std::pair{4, Config(4, 2, 23, true, false)},
+        std::pair{4, Config(4, 4, 22, false, false)}}) {
     engine::FakeGroup group(size, parallel::ParallelGroupName(Role::kLlm, 0));
     for (int rank = 0; rank < size; ++rank) {
       Llm llm(config, parallel::ParallelGroup{group.rank(rank), std::chrono::seconds(1)});
       int64_t listed = 0;
-      for (const ParameterInfo& p : LlmParameterList(config)) listed += LlmShardElements(config, p, size, rank);
-      EXPECT_EQ(listed, CountParameters(*llm)) << "TP " << size << " rank " << rank << " vocabulary " << config.vocab_size;
+      for (const ParameterInfo& p : LlmParameterList(config))
+        listed += LlmShardElements(config, p, size, rank);
+      EXPECT_EQ(listed, CountParameters(*llm))
+          << "TP " << size << " rank " << rank << " vocabulary " << config.vocab_size;
     }
   }
 }
@@ -159,12 +168,14 @@ TEST(LlmTensorParallel, RefusesSizesThatDoNotSplit) {
   engine::FakeGroup group(3, parallel::ParallelGroupName(Role::kLlm, 0));
   const parallel::ParallelGroup rank0{group.rank(0), std::chrono::seconds(1)};
   EXPECT_THAT([&] { Llm(Config(4, 2, 20, true, false), rank0); },
-              ::testing::ThrowsMessage<c10::Error>(HasSubstr("4 heads do not split over 3 tensor-parallel ranks")));
+              ::testing::ThrowsMessage<c10::Error>(
+                  HasSubstr("4 heads do not split over 3 tensor-parallel ranks")));
   EXPECT_THAT([&] { Llm(Config(6, 2, 20, true, false), rank0); },
               ::testing::ThrowsMessage<c10::Error>(HasSubstr("2 KV heads neither split over 3")));
   LlmConfig small_vocab = Config(6, 3, 2, true, false);
   EXPECT_THAT([&] { Llm(small_vocab, rank0); },
-              ::testing::ThrowsMessage<c10::Error>(HasSubstr("a vocabulary of 2 for 3 tensor-parallel ranks")));
+              ::testing::ThrowsMessage<c10::Error>(
+                  HasSubstr("a vocabulary of 2 for 3 tensor-parallel ranks")));
 }
 
 }  // namespace

@@ -56,26 +56,30 @@ class LlmTest : public ::testing::Test {
 TEST_F(LlmTest, ForwardReturnsLogitsOfTextPositionsOnly) {
   Llm llm(TinyConfig());
   const at::Tensor tokens = torch::randint(20, {2, 7}, torch::kLong);
-  EXPECT_EQ(llm->forward(torch::randn({2, 5, 32}), tokens).sizes(), (std::vector<int64_t>{2, 7, 20}));
+  EXPECT_EQ(llm->forward(torch::randn({2, 5, 32}), tokens).sizes(),
+            (std::vector<int64_t>{2, 7, 20}));
   EXPECT_EQ(llm->forward(at::Tensor(), tokens).sizes(), (std::vector<int64_t>{2, 7, 20}));
-  EXPECT_EQ(llm->forward(torch::zeros({2, 0, 32}), tokens).sizes(), (std::vector<int64_t>{2, 7, 20}));
+  EXPECT_EQ(llm->forward(torch::zeros({2, 0, 32}), tokens).sizes(),
+            (std::vector<int64_t>{2, 7, 20}));
 }
 
 TEST_F(LlmTest, TextOnlyEqualsEmptyPrefix) {
   Llm llm(TinyConfig());
   const at::Tensor tokens = torch::randint(20, {2, 6}, torch::kLong);
-  EXPECT_TRUE(torch::equal(llm->forward(at::Tensor(), tokens), llm->forward(torch::zeros({2, 0, 32}), tokens)));
+  EXPECT_TRUE(torch::equal(llm->forward(at::Tensor(), tokens),
+                           llm->forward(torch::zeros({2, 0, 32}), tokens)));
 }
 
 TEST_F(LlmTest, ParameterNamesOfOneLayerTiedModel) {
   auto config = TinyConfig();
   config.layers = 1;
   Llm llm(config);
-  EXPECT_THAT(ParameterNames(*llm),
-              ElementsAre("embed.weight", "blocks.0.attn_norm.weight", "blocks.0.attn.q.weight",
-                          "blocks.0.attn.k.weight", "blocks.0.attn.v.weight", "blocks.0.attn.o.weight",
-                          "blocks.0.mlp_norm.weight", "blocks.0.mlp.gate.weight", "blocks.0.mlp.up.weight",
-                          "blocks.0.mlp.down.weight", "norm.weight"));
+  EXPECT_THAT(
+      ParameterNames(*llm),
+      ElementsAre("embed.weight", "blocks.0.attn_norm.weight", "blocks.0.attn.q.weight",
+                  "blocks.0.attn.k.weight", "blocks.0.attn.v.weight", "blocks.0.attn.o.weight",
+                  "blocks.0.mlp_norm.weight", "blocks.0.mlp.gate.weight", "blocks.0.mlp.up.weight",
+                  "blocks.0.mlp.down.weight", "norm.weight"));
   std::vector<std::string> buffers;
   for (const auto& item : llm->named_buffers()) buffers.push_back(item.key());
   EXPECT_THAT(buffers, ElementsAre("rope_cos", "rope_sin"));
@@ -86,11 +90,12 @@ TEST_F(LlmTest, UntiedModelAddsHeadWeight) {
   config.layers = 1;
   config.tie_embeddings = false;
   Llm llm(config);
-  EXPECT_THAT(ParameterNames(*llm),
-              ElementsAre("embed.weight", "blocks.0.attn_norm.weight", "blocks.0.attn.q.weight",
-                          "blocks.0.attn.k.weight", "blocks.0.attn.v.weight", "blocks.0.attn.o.weight",
-                          "blocks.0.mlp_norm.weight", "blocks.0.mlp.gate.weight", "blocks.0.mlp.up.weight",
-                          "blocks.0.mlp.down.weight", "norm.weight", "head.weight"));
+  EXPECT_THAT(
+      ParameterNames(*llm),
+      ElementsAre("embed.weight", "blocks.0.attn_norm.weight", "blocks.0.attn.q.weight",
+                  "blocks.0.attn.k.weight", "blocks.0.attn.v.weight", "blocks.0.attn.o.weight",
+                  "blocks.0.mlp_norm.weight", "blocks.0.mlp.gate.weight", "blocks.0.mlp.up.weight",
+                  "blocks.0.mlp.down.weight", "norm.weight", "head.weight"));
   EXPECT_EQ(llm->named_parameters()["head.weight"].sizes(), (std::vector<int64_t>{20, 32}));
 }
 
@@ -101,13 +106,16 @@ TEST_F(LlmTest, TiedHeadReadsTheEmbedding) {
     torch::NoGradGuard no_grad;
     llm->named_parameters()["embed.weight"].zero_();
   }
-  // Zero embeddings and a zero prefix give zero hidden states, and a tied head maps them to zero logits.
-  EXPECT_TRUE(torch::equal(llm->forward(torch::zeros({2, 3, 32}), tokens), torch::zeros({2, 5, 20})));
+  // Zero embeddings and a zero prefix give zero hidden states, and a tied head maps them to zero
+  // logits.
+  EXPECT_TRUE(
+      torch::equal(llm->forward(torch::zeros({2, 3, 32}), tokens), torch::zeros({2, 5, 20})));
 }
 
 // The formula of models/README.md.
 int64_t ExpectedLlmParameters(const LlmConfig& c) {
-  const int64_t h = c.hidden, v = c.vocab_size, m = c.mlp_hidden, kv = c.kv_heads * (c.hidden / c.heads);
+  const int64_t h = c.hidden, v = c.vocab_size, m = c.mlp_hidden,
+                kv = c.kv_heads * (c.hidden / c.heads);
   const int64_t block = 2 * h + 2 * h * h + 2 * h * kv + 3 * h * m;
   return v * h * (c.tie_embeddings ? 1 : 2) + c.layers * block + h;
 }
@@ -119,7 +127,8 @@ TEST_F(LlmTest, ParameterCountMatchesFormula) {
       config.tie_embeddings = tied;
       config.kv_heads = kv_heads;
       Llm llm(config);
-      EXPECT_EQ(CountParameters(*llm), ExpectedLlmParameters(config)) << "tied " << tied << " kv " << kv_heads;
+      EXPECT_EQ(CountParameters(*llm), ExpectedLlmParameters(config))
+          << "tied " << tied << " kv " << kv_heads;
     }
   }
 }
@@ -155,7 +164,8 @@ TEST_F(LlmTest, GroupedQueryAttentionVariantsGiveSameShapes) {
     config.kv_heads = kv_heads;
     Llm llm(config);
     EXPECT_EQ(llm->forward(prefix, tokens).sizes(), (std::vector<int64_t>{2, 6, 20})) << kv_heads;
-    EXPECT_EQ(llm->named_parameters()["blocks.0.attn.k.weight"].sizes(), (std::vector<int64_t>{kv_heads * 8, 32}));
+    EXPECT_EQ(llm->named_parameters()["blocks.0.attn.k.weight"].sizes(),
+              (std::vector<int64_t>{kv_heads * 8, 32}));
   }
 }
 
@@ -178,20 +188,34 @@ TEST_F(LlmTest, ChangingTokenTChangesNoEarlierLogitsButPositionT) {
 
 TEST_F(LlmTest, RejectsSequencesLongerThanMaxSeqLen) {
   Llm llm(TinyConfig());
-  EXPECT_THAT([&] { llm->forward(torch::randn({1, 30, 32}), torch::zeros({1, 3}, torch::kLong)); },
-              ThrowsMessage<c10::Error>(HasSubstr("30 prefix positions + 3 tokens = 33 exceeds max_seq_len 32")));
-  EXPECT_THAT([&] { llm->forward(at::Tensor(), torch::zeros({1, 33}, torch::kLong)); },
-              ThrowsMessage<c10::Error>(HasSubstr("0 prefix positions + 33 tokens = 33 exceeds max_seq_len 32")));
+  EXPECT_THAT(
+      [&] {
+        llm->forward(torch::randn({1, 30, 32}), torch::zeros({1, 3}, torch::kLong));
+      },
+      ThrowsMessage<c10::Error>(
+          HasSubstr("30 prefix positions + 3 tokens = 33 exceeds max_seq_len 32")));
+  EXPECT_THAT(
+      [&] {
+        llm->forward(at::Tensor(), torch::zeros({1, 33}, torch::kLong));
+      },
+      ThrowsMessage<c10::Error>(
+          HasSubstr("0 prefix positions + 33 tokens = 33 exceeds max_seq_len 32")));
   EXPECT_NO_THROW(llm->forward(torch::randn({1, 29, 32}), torch::zeros({1, 3}, torch::kLong)));
 }
 
 TEST_F(LlmTest, RejectsMismatchedShapes) {
   Llm llm(TinyConfig());
   const at::Tensor tokens = torch::zeros({2, 3}, torch::kLong);
-  EXPECT_THAT([&] { llm->forward(torch::randn({2, 4, 16}), tokens); },
-              ThrowsMessage<c10::Error>(HasSubstr("prefix must be [2, patches, 32]")));
-  EXPECT_THAT([&] { llm->forward(torch::randn({3, 4, 32}), tokens); },
-              ThrowsMessage<c10::Error>(HasSubstr("prefix must be [2, patches, 32]")));
+  EXPECT_THAT(
+      [&] {
+        llm->forward(torch::randn({2, 4, 16}), tokens);
+      },
+      ThrowsMessage<c10::Error>(HasSubstr("prefix must be [2, patches, 32]")));
+  EXPECT_THAT(
+      [&] {
+        llm->forward(torch::randn({3, 4, 32}), tokens);
+      },
+      ThrowsMessage<c10::Error>(HasSubstr("prefix must be [2, patches, 32]")));
   EXPECT_THAT([&] { llm->forward(at::Tensor(), tokens.to(torch::kInt)); },
               ThrowsMessage<c10::Error>(HasSubstr("tokens must be int64")));
 }
@@ -203,7 +227,8 @@ TEST_F(LlmTest, RejectsInconsistentConfig) {
               ThrowsMessage<c10::Error>(HasSubstr("heads 4 must be a multiple of kv_heads 3")));
   config = TinyConfig();
   config.vocab_size = 0;
-  EXPECT_THAT([&] { Llm llm(config); }, ThrowsMessage<c10::Error>(HasSubstr("vocab_size must be set")));
+  EXPECT_THAT([&] { Llm llm(config); },
+              ThrowsMessage<c10::Error>(HasSubstr("vocab_size must be set")));
 }
 
 TEST_F(LlmTest, InitialisationIsDeterministicAndScaled) {
@@ -221,7 +246,8 @@ TEST_F(LlmTest, InitialisationIsDeterministicAndScaled) {
       EXPECT_TRUE(torch::equal(item.value(), torch::ones_like(item.value()))) << name;
       continue;
     }
-    const bool residual = name.find(".o.") != std::string::npos || name.find(".down.") != std::string::npos;
+    const bool residual =
+        name.find(".o.") != std::string::npos || name.find(".down.") != std::string::npos;
     const double expected = residual ? 0.02 / std::sqrt(2.0 * 4) : 0.02;
     EXPECT_NEAR(item.value().std().item<double>(), expected, 0.15 * expected) << name;
   }
@@ -235,8 +261,9 @@ TEST(RmsNormTest, MatchesFormulaOnHandMadeInput) {
   }
   const at::Tensor x = torch::tensor({{1.0f, 2.0f, 3.0f, 4.0f}, {0.0f, 0.0f, 0.0f, 2.0f}});
   const double rms0 = std::sqrt((1 + 4 + 9 + 16) / 4.0 + 1e-5), rms1 = std::sqrt(4 / 4.0 + 1e-5);
-  const at::Tensor expected = torch::tensor({{1 / rms0, 0.5 * 2 / rms0, 2 * 3 / rms0, -4 / rms0},
-                                             {0.0, 0.0, 0.0, -2 / rms1}}, torch::kFloat);
+  const at::Tensor expected = torch::tensor(
+      {{1 / rms0, 0.5 * 2 / rms0, 2 * 3 / rms0, -4 / rms0}, {0.0, 0.0, 0.0, -2 / rms1}},
+      torch::kFloat);
   EXPECT_TRUE(torch::allclose(norm(x), expected, 1e-6, 1e-6)) << norm(x);
   // bf16 in: normalised in fp32, cast back to bf16, then scaled by the weight (type promotion as HF
   // Llama: fp32 with an fp32 weight, bf16 once the weight is bf16 too).
@@ -251,17 +278,19 @@ TEST(RotaryTest, TablesFollowRotateHalfConvention) {
   const RotaryTables tables = MakeRotaryTables(/*head_dim=*/4, /*max_seq_len=*/3, /*theta=*/100.0);
   // Position 1, channel pair (0, 2) turns by 1 radian, pair (1, 3) by 100^(-1/2) = 0.1 radian.
   const at::Tensor x = torch::tensor({1.0f, 0.0f, 0.0f, 1.0f});
-  const at::Tensor y = ApplyRotary(x.view({1, 4}), tables.cos.narrow(0, 1, 1), tables.sin.narrow(0, 1, 1));
-  const at::Tensor expected = torch::tensor(
-      {static_cast<float>(std::cos(1.0)), static_cast<float>(-std::sin(0.1)), static_cast<float>(std::sin(1.0)),
-       static_cast<float>(std::cos(0.1))});
+  const at::Tensor y =
+      ApplyRotary(x.view({1, 4}), tables.cos.narrow(0, 1, 1), tables.sin.narrow(0, 1, 1));
+  const at::Tensor expected =
+      torch::tensor({static_cast<float>(std::cos(1.0)), static_cast<float>(-std::sin(0.1)),
+                     static_cast<float>(std::sin(1.0)), static_cast<float>(std::cos(0.1))});
   EXPECT_TRUE(torch::allclose(y.view({4}), expected, 1e-6, 1e-6)) << y;
 }
 
 TEST(RotaryTest, PositionZeroIsIdentity) {
   const RotaryTables tables = MakeRotaryTables(8, 16, 10000.0);
   const at::Tensor x = torch::randn({2, 3, 1, 8});
-  EXPECT_TRUE(torch::allclose(ApplyRotary(x, tables.cos.narrow(0, 0, 1), tables.sin.narrow(0, 0, 1)), x));
+  EXPECT_TRUE(
+      torch::allclose(ApplyRotary(x, tables.cos.narrow(0, 0, 1), tables.sin.narrow(0, 0, 1)), x));
 }
 
 TEST(RotaryTest, AttentionScoreDependsOnlyOnRelativePosition) {
@@ -346,7 +375,8 @@ TEST_F(LlmTest, ForwardLabelLossEqualsLabelLossOfTheWholeForward) {
 
   // Nothing to predict: a zero loss that still backpropagates.
   const at::Tensor prefix = images.clone().requires_grad_(true);
-  const TokenLoss none = ForwardLabelLoss(llm, prefix, tokens, torch::full({3, 8}, kIgnoreLabel, torch::kLong));
+  const TokenLoss none =
+      ForwardLabelLoss(llm, prefix, tokens, torch::full({3, 8}, kIgnoreLabel, torch::kLong));
   EXPECT_EQ(none.count, 0);
   EXPECT_EQ(none.sum.item<double>(), 0.0);
   none.sum.backward();
@@ -354,15 +384,17 @@ TEST_F(LlmTest, ForwardLabelLossEqualsLabelLossOfTheWholeForward) {
 }
 
 TEST(CaptionLossTest, SumsCrossEntropyOverNonPadTargets) {
-  // vocab: 0 <pad>, 1 <bos>, 2 <eos>, 3 word. Row 0: <bos> word <eos> <pad>; row 1: <bos> <eos> <pad> <pad>.
-  const at::Tensor tokens = torch::tensor(std::vector<int64_t>{1, 3, 2, 0, 1, 2, 0, 0}).view({2, 4});
-  const std::vector<std::vector<double>> rows = {{0.5, -1.0, 2.0, 0.0},  {1.0, 0.0, 0.0, 3.0},
-                                                 {0.0, 0.0, 1.5, 0.0},   {9.0, 9.0, 9.0, 9.0},
-                                                 {-2.0, 1.0, 0.25, 0.0}, {7.0, 1.0, 2.0, 3.0},
-                                                 {5.0, 5.0, 5.0, 5.0},   {4.0, 3.0, 2.0, 1.0}};
+  // vocab: 0 <pad>, 1 <bos>, 2 <eos>, 3 word. Row 0: <bos> word <eos> <pad>; row 1: <bos> <eos>
+  // <pad> <pad>.
+  const at::Tensor tokens =
+      torch::tensor(std::vector<int64_t>{1, 3, 2, 0, 1, 2, 0, 0}).view({2, 4});
+  const std::vector<std::vector<double>> rows = {
+      {0.5, -1.0, 2.0, 0.0},  {1.0, 0.0, 0.0, 3.0}, {0.0, 0.0, 1.5, 0.0}, {9.0, 9.0, 9.0, 9.0},
+      {-2.0, 1.0, 0.25, 0.0}, {7.0, 1.0, 2.0, 3.0}, {5.0, 5.0, 5.0, 5.0}, {4.0, 3.0, 2.0, 1.0}};
   std::vector<float> flat;
   for (const auto& row : rows) flat.insert(flat.end(), row.begin(), row.end());
-  const at::Tensor logits = torch::tensor(flat).view({2, 4, 4}).to(torch::kBFloat16).to(torch::kFloat);
+  const at::Tensor logits =
+      torch::tensor(flat).view({2, 4, 4}).to(torch::kBFloat16).to(torch::kFloat);
   auto nll = [&](int row, int64_t target) {
     double norm = 0;
     for (double v : rows[row]) norm += std::exp(v);
@@ -376,7 +408,8 @@ TEST(CaptionLossTest, SumsCrossEntropyOverNonPadTargets) {
   EXPECT_EQ(loss.sum.scalar_type(), torch::kFloat);
   EXPECT_NEAR(loss.sum.item<double>(), expected, 1e-5);
   // bf16 logits (autocast) give the same sum, computed in fp32.
-  EXPECT_NEAR(CaptionLoss(logits.to(torch::kBFloat16), tokens, kPad).sum.item<double>(), expected, 1e-5);
+  EXPECT_NEAR(CaptionLoss(logits.to(torch::kBFloat16), tokens, kPad).sum.item<double>(), expected,
+              1e-5);
   loss.sum.backward();
   // Positions whose target is a pad, and the last position, get no gradient.
   EXPECT_TRUE(torch::equal(leaf.grad()[0][2], torch::zeros({4})));
@@ -386,7 +419,8 @@ TEST(CaptionLossTest, SumsCrossEntropyOverNonPadTargets) {
 }
 
 TEST(CaptionLossTest, AllPadBatchIsZeroOverZero) {
-  const TokenLoss loss = CaptionLoss(torch::randn({1, 3, 5}), torch::tensor(std::vector<int64_t>{1, 0, 0}).view({1, 3}), kPad);
+  const TokenLoss loss = CaptionLoss(
+      torch::randn({1, 3, 5}), torch::tensor(std::vector<int64_t>{1, 0, 0}).view({1, 3}), kPad);
   EXPECT_EQ(loss.count, 0);
   EXPECT_EQ(loss.sum.item<float>(), 0.0f);
 }
@@ -433,14 +467,17 @@ TEST_F(LlmTest, GenerateGreedyBatchEqualsEachPromptAlone) {
   torch::NoGradGuard no_grad;
   for (auto& p : llm->parameters()) p.mul_(6);  // sharper logits: distinct continuations
   const at::Tensor images = torch::randn({3, 2, 32});
-  const std::vector<std::vector<int64_t>> prompts = {{1, 11, 11, 4}, {11, 11, 5, 6, 7, 3}, {2, 11, 11}};
+  const std::vector<std::vector<int64_t>> prompts = {
+      {1, 11, 11, 4}, {11, 11, 5, 6, 7, 3}, {2, 11, 11}};
   const auto batch = GenerateGreedyBatch(llm, images, prompts, /*pad_id=*/0, /*stop_ids=*/{}, 6);
   ASSERT_EQ(batch.size(), 3u);
   for (size_t b = 0; b < prompts.size(); ++b) {
-    auto alone = GenerateGreedyCached(llm, images.narrow(0, b, 1), prompts[b], {config.image_token_id}, 6);
+    auto alone =
+        GenerateGreedyCached(llm, images.narrow(0, b, 1), prompts[b], {config.image_token_id}, 6);
     EXPECT_EQ(batch[b], alone) << "row " << b;
     // Stopping at the first token the row generated leaves it empty.
-    const auto stopped = GenerateGreedyBatch(llm, images.narrow(0, b, 1), {prompts[b]}, 0, {alone[0]}, 6);
+    const auto stopped =
+        GenerateGreedyBatch(llm, images.narrow(0, b, 1), {prompts[b]}, 0, {alone[0]}, 6);
     EXPECT_TRUE(stopped[0].empty()) << "row " << b;
   }
 }
@@ -448,15 +485,18 @@ TEST_F(LlmTest, GenerateGreedyBatchEqualsEachPromptAlone) {
 // The label loss is the caption loss when the labels are the tokens with the padding ignored.
 TEST_F(LlmTest, LabelLossIgnoresOnlyTheIgnoredLabels) {
   const at::Tensor logits = torch::randn({2, 5, 7});
-  const at::Tensor tokens = torch::tensor(std::vector<int64_t>{1, 3, 5, 2, 0, 1, 4, 2, 0, 0}).view({2, 5});
+  const at::Tensor tokens =
+      torch::tensor(std::vector<int64_t>{1, 3, 5, 2, 0, 1, 4, 2, 0, 0}).view({2, 5});
   const TokenLoss caption = CaptionLoss(logits, tokens, kPad);
-  const at::Tensor labels = torch::tensor(std::vector<int64_t>{-100, 3, -100, 2, -100, 1, 4, 2, -100, -100}).view({2, 5});
+  const at::Tensor labels =
+      torch::tensor(std::vector<int64_t>{-100, 3, -100, 2, -100, 1, 4, 2, -100, -100}).view({2, 5});
   const TokenLoss loss = LabelLoss(logits, labels);
   EXPECT_EQ(caption.count, 5);
   EXPECT_EQ(loss.count, 4);  // position 0's label is never a target; 5 is ignored
   const at::Tensor log_probs = torch::log_softmax(logits, -1);
-  const double expected = -(log_probs[0][2][2] + log_probs[1][0][4] + log_probs[1][1][2]).item<double>() -
-                          log_probs[0][0][3].item<double>();
+  const double expected =
+      -(log_probs[0][2][2] + log_probs[1][0][4] + log_probs[1][1][2]).item<double>() -
+      log_probs[0][0][3].item<double>();
   EXPECT_NEAR(loss.sum.item<double>(), expected, 1e-5);
 }
 
@@ -521,7 +561,8 @@ TEST_F(LlmTest, RecomputeGivesTheSameGradients) {
   const auto expected = plain->named_parameters();
   for (const auto& item : recomputed->named_parameters()) {
     ASSERT_TRUE(item.value().grad().defined()) << item.key();
-    EXPECT_LE(testing::ToleranceRatio(item.value().grad(), expected[item.key()].grad(), 1e-7, 1e-5), 1.0)
+    EXPECT_LE(testing::ToleranceRatio(item.value().grad(), expected[item.key()].grad(), 1e-7, 1e-5),
+              1.0)
         << item.key();
   }
 }
@@ -535,10 +576,12 @@ TEST_F(LlmTest, ZeroStage3EngineTrainsLikeStage0) {
   for (const int stage : {0, 3}) {
     torch::manual_seed(9);
     Llm llm(TinyConfig());
-    auto config = engine_config::ParseConfig(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})");
+    auto config =
+        engine_config::ParseConfig(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})");
     ASSERT_TRUE(config.ok()) << config.status();
     config->zero.stage = stage;
-    auto engine = engine::Engine::Create(llm.ptr(), engine::CreateSingleRankCommunicator("llm"), *config);
+    auto engine =
+        engine::Engine::Create(llm.ptr(), engine::CreateSingleRankCommunicator("llm"), *config);
     ASSERT_TRUE(engine.ok()) << engine.status();
     losses.emplace_back();
     for (int step = 0; step < 3; ++step) {
@@ -550,7 +593,8 @@ TEST_F(LlmTest, ZeroStage3EngineTrainsLikeStage0) {
       losses.back().push_back(loss.sum.item<double>());
     }
   }
-  for (int step = 0; step < 3; ++step) EXPECT_NEAR(losses[1][step], losses[0][step], 1e-4 * losses[0][step]) << step;
+  for (int step = 0; step < 3; ++step)
+    EXPECT_NEAR(losses[1][step], losses[0][step], 1e-4 * losses[0][step]) << step;
   EXPECT_LT(losses[0][2], losses[0][0]);
 }
 

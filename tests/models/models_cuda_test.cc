@@ -1,7 +1,8 @@
 // The models on a CUDA device against the same models on the CPU: what runs only there (LibTorch's
-// fused RMSNorm, at::scaled_dot_product_attention with grouped-query heads, NOTE [Fused kernels on a
-// GPU] in models/layers.h) and what runs there differently (the rotary function, the vision tower's
-// attention). Needs a CUDA device; skipped without one (scripts/gpu-check runs it in gpu_test).
+// fused RMSNorm, at::scaled_dot_product_attention with grouped-query heads, NOTE [Fused kernels on
+// a GPU] in models/layers.h) and what runs there differently (the rotary function, the vision
+// tower's attention). Needs a CUDA device; skipped without one (scripts/gpu-check runs it in
+// gpu_test).
 //
 // fp32: the GPU's logits and every parameter's gradient within 1e-4 relative of the CPU's (cuBLAS,
 // cuDNN and the CPU's BLAS sum in different orders; TF32 off). bf16: the GPU's error against the
@@ -33,7 +34,10 @@ class ModelsCudaTest : public ::testing::Test {
 };
 
 double MaxError(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(c10::kCPU).to(torch::kDouble) - b.to(c10::kCPU).to(torch::kDouble)).abs().max().item<double>();
+  return (a.to(c10::kCPU).to(torch::kDouble) - b.to(c10::kCPU).to(torch::kDouble))
+      .abs()
+      .max()
+      .item<double>();
 }
 
 // The output of `run` and the gradient of sum(output * upstream) for every parameter of `module`,
@@ -50,26 +54,31 @@ Pass RunPass(Module& module, const at::Tensor& upstream, Run run) {
   pass.output = run();
   (pass.output.to(torch::kFloat) * upstream.to(pass.output.device())).sum().backward();
   for (const auto& item : module->named_parameters()) {
-    pass.grads.insert(item.key(), item.value().grad().defined() ? item.value().grad().to(c10::kCPU).clone()
-                                                                : at::Tensor());
+    pass.grads.insert(item.key(), item.value().grad().defined()
+                                      ? item.value().grad().to(c10::kCPU).clone()
+                                      : at::Tensor());
   }
   return pass;
 }
 
 void ExpectFp32Close(const Pass& gpu, const Pass& cpu, const std::string& what) {
-  EXPECT_LE(testing::ToleranceRatio(gpu.output.to(c10::kCPU), cpu.output, 1e-5, 1e-4), 1.0) << what << " output";
+  EXPECT_LE(testing::ToleranceRatio(gpu.output.to(c10::kCPU), cpu.output, 1e-5, 1e-4), 1.0)
+      << what << " output";
   for (const auto& item : cpu.grads) {
     const at::Tensor& want = item.value();
     const at::Tensor got = gpu.grads[item.key()];
     ASSERT_EQ(got.defined(), want.defined()) << what << " " << item.key();
     if (!want.defined()) continue;
-    EXPECT_LE(testing::ToleranceRatio(got, want, 1e-5, 1e-4), 1.0) << what << " gradient of " << item.key();
+    EXPECT_LE(testing::ToleranceRatio(got, want, 1e-5, 1e-4), 1.0)
+        << what << " gradient of " << item.key();
   }
 }
 
-void ExpectBf16Bounded(const Pass& gpu, const Pass& cpu, const Pass& reference, const std::string& what) {
+void ExpectBf16Bounded(const Pass& gpu, const Pass& cpu, const Pass& reference,
+                       const std::string& what) {
   EXPECT_EQ(gpu.output.scalar_type(), torch::kBFloat16) << what;
-  EXPECT_LE(MaxError(gpu.output, reference.output), 2 * MaxError(cpu.output, reference.output) + 1e-3)
+  EXPECT_LE(MaxError(gpu.output, reference.output),
+            2 * MaxError(cpu.output, reference.output) + 1e-3)
       << what << " output";
   for (const auto& item : reference.grads) {
     if (!item.value().defined()) continue;
@@ -118,12 +127,15 @@ TEST_F(ModelsCudaTest, GroupedQueryLlmMatchesTheCpu) {
   const at::Tensor upstream = torch::randn({2, 9, 50});
   const Pass cpu = RunPass(llm, upstream, [&] { return llm->forward(prefix, tokens); });
   llm->to(kGpu);
-  const Pass gpu = RunPass(llm, upstream, [&] { return llm->forward(prefix.to(kGpu), tokens.to(kGpu)); });
+  const Pass gpu =
+      RunPass(llm, upstream, [&] { return llm->forward(prefix.to(kGpu), tokens.to(kGpu)); });
   ExpectFp32Close(gpu, cpu, "fp32");
 
   llm->to(torch::kBFloat16);
   const auto run_bf16 = [&](c10::Device device) {
-    return RunPass(llm, upstream, [&] { return llm->forward(prefix.to(device, torch::kBFloat16), tokens.to(device)); });
+    return RunPass(llm, upstream, [&] {
+      return llm->forward(prefix.to(device, torch::kBFloat16), tokens.to(device));
+    });
   };
   const Pass gpu_bf16 = run_bf16(kGpu);
   llm->to(c10::kCPU);

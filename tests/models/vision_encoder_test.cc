@@ -56,7 +56,9 @@ TEST_F(VisionEncoderTest, ForwardReturnsProjectedPatches) {
   for (const std::string positions : {"learned", "sincos"}) {
     VisionEncoder vision(TinyConfig(positions));
     EXPECT_EQ(vision->num_patches(), 16);
-    EXPECT_EQ(vision->forward(torch::rand({3, 3, 16, 16})).sizes(), (std::vector<int64_t>{3, 16, 24})) << positions;
+    EXPECT_EQ(vision->forward(torch::rand({3, 3, 16, 16})).sizes(),
+              (std::vector<int64_t>{3, 16, 24}))
+        << positions;
   }
 }
 
@@ -64,15 +66,18 @@ TEST_F(VisionEncoderTest, ParameterNamesOfOneLayerModel) {
   auto config = TinyConfig();
   config.layers = 1;
   VisionEncoder learned(config);
-  EXPECT_THAT(ParameterNames(*learned),
-              ElementsAre("positions", "patch_embed.weight", "patch_embed.bias", "blocks.0.norm1.weight",
-                          "blocks.0.norm1.bias", "blocks.0.attn.qkv.weight", "blocks.0.attn.qkv.bias",
-                          "blocks.0.attn.proj.weight", "blocks.0.attn.proj.bias", "blocks.0.norm2.weight",
-                          "blocks.0.norm2.bias", "blocks.0.mlp.fc1.weight", "blocks.0.mlp.fc1.bias",
-                          "blocks.0.mlp.fc2.weight", "blocks.0.mlp.fc2.bias", "projector.linear_1.weight",
-                          "projector.linear_1.bias", "projector.linear_2.weight", "projector.linear_2.bias"));
+  EXPECT_THAT(
+      ParameterNames(*learned),
+      ElementsAre("positions", "patch_embed.weight", "patch_embed.bias", "blocks.0.norm1.weight",
+                  "blocks.0.norm1.bias", "blocks.0.attn.qkv.weight", "blocks.0.attn.qkv.bias",
+                  "blocks.0.attn.proj.weight", "blocks.0.attn.proj.bias", "blocks.0.norm2.weight",
+                  "blocks.0.norm2.bias", "blocks.0.mlp.fc1.weight", "blocks.0.mlp.fc1.bias",
+                  "blocks.0.mlp.fc2.weight", "blocks.0.mlp.fc2.bias", "projector.linear_1.weight",
+                  "projector.linear_1.bias", "projector.linear_2.weight",
+                  "projector.linear_2.bias"));
   EXPECT_EQ(learned->named_parameters()["positions"].sizes(), (std::vector<int64_t>{1, 16, 32}));
-  EXPECT_EQ(learned->named_parameters()["patch_embed.weight"].sizes(), (std::vector<int64_t>{32, 3, 4, 4}));
+  EXPECT_EQ(learned->named_parameters()["patch_embed.weight"].sizes(),
+            (std::vector<int64_t>{32, 3, 4, 4}));
 
   config.positions = "sincos";
   VisionEncoder sincos(config);
@@ -91,17 +96,20 @@ TEST_F(VisionEncoderTest, ParameterNamesOfOneLayerModel) {
 int64_t ExpectedVisionParameters(const VisionConfig& c) {
   const int64_t h = c.hidden, m = c.mlp_hidden, p = c.patch_size;
   const int64_t block = 4 * h * h + 2 * h * m + 9 * h + m;
-  return c.channels * p * p * h + h + (c.positions == "learned" ? c.num_patches() * h : 0) + c.layers * block +
-         h * c.output_dim + c.output_dim + c.output_dim * c.output_dim + c.output_dim;
+  return c.channels * p * p * h + h + (c.positions == "learned" ? c.num_patches() * h : 0) +
+         c.layers * block + h * c.output_dim + c.output_dim + c.output_dim * c.output_dim +
+         c.output_dim;
 }
 
 TEST_F(VisionEncoderTest, ParameterCountMatchesFormula) {
   for (const std::string positions : {"learned", "sincos"}) {
     auto config = TinyConfig(positions);
-    EXPECT_EQ(CountParameters(*VisionEncoder(config)), ExpectedVisionParameters(config)) << positions;
+    EXPECT_EQ(CountParameters(*VisionEncoder(config)), ExpectedVisionParameters(config))
+        << positions;
     config.layers = 3;
     config.channels = 1;
-    EXPECT_EQ(CountParameters(*VisionEncoder(config)), ExpectedVisionParameters(config)) << positions;
+    EXPECT_EQ(CountParameters(*VisionEncoder(config)), ExpectedVisionParameters(config))
+        << positions;
   }
 }
 
@@ -143,8 +151,9 @@ TEST_F(VisionEncoderTest, SinCosTableEncodesRowThenColumn) {
   const at::Tensor table = SinCosPositions2d(/*grid=*/4, /*dim=*/8);
   ASSERT_EQ(table.sizes(), (std::vector<int64_t>{16, 8}));
   // Patch (row 1, column 2) is index 6; dim/4 = 2 frequencies: 1 and 10000^(-1/2) = 0.01.
-  const std::vector<double> expected = {std::sin(1.0),  std::sin(0.01), std::cos(1.0),  std::cos(0.01),
-                                        std::sin(2.0),  std::sin(0.02), std::cos(2.0),  std::cos(0.02)};
+  const std::vector<double> expected = {std::sin(1.0),  std::sin(0.01), std::cos(1.0),
+                                        std::cos(0.01), std::sin(2.0),  std::sin(0.02),
+                                        std::cos(2.0),  std::cos(0.02)};
   for (int64_t i = 0; i < 8; ++i) EXPECT_NEAR(table[6][i].item<double>(), expected[i], 1e-6) << i;
 
   VisionEncoder vision(TinyConfig("sincos"));
@@ -155,16 +164,25 @@ TEST_F(VisionEncoderTest, SinCosTableEncodesRowThenColumn) {
 
 TEST_F(VisionEncoderTest, RejectsWrongImagesAndConfigs) {
   VisionEncoder vision(TinyConfig());
-  EXPECT_THAT([&] { vision->forward(torch::rand({2, 3, 32, 32})); },
-              ThrowsMessage<c10::Error>(HasSubstr("expected images [batch, 3, 16, 16], got [2, 3, 32, 32]")));
-  EXPECT_THAT([&] { vision->forward(torch::rand({3, 16, 16})); },
-              ThrowsMessage<c10::Error>(HasSubstr("expected images [batch, 3, 16, 16]")));
+  EXPECT_THAT(
+      [&] {
+        vision->forward(torch::rand({2, 3, 32, 32}));
+      },
+      ThrowsMessage<c10::Error>(
+          HasSubstr("expected images [batch, 3, 16, 16], got [2, 3, 32, 32]")));
+  EXPECT_THAT(
+      [&] {
+        vision->forward(torch::rand({3, 16, 16}));
+      },
+      ThrowsMessage<c10::Error>(HasSubstr("expected images [batch, 3, 16, 16]")));
   auto config = TinyConfig();
   config.patch_size = 5;
   EXPECT_THAT([&] { VisionEncoder v(config); },
-              ThrowsMessage<c10::Error>(HasSubstr("image_size 16 must be a positive multiple of patch_size 5")));
+              ThrowsMessage<c10::Error>(
+                  HasSubstr("image_size 16 must be a positive multiple of patch_size 5")));
   config = TinyConfig("rope");
-  EXPECT_THAT([&] { VisionEncoder v(config); }, ThrowsMessage<c10::Error>(HasSubstr("got \"rope\"")));
+  EXPECT_THAT([&] { VisionEncoder v(config); },
+              ThrowsMessage<c10::Error>(HasSubstr("got \"rope\"")));
 }
 
 TEST_F(VisionEncoderTest, InitialisationIsDeterministicAndScaled) {
@@ -181,7 +199,8 @@ TEST_F(VisionEncoderTest, InitialisationIsDeterministicAndScaled) {
     EXPECT_TRUE(torch::equal(value, pb[name])) << name;
     if (name.rfind("projector.", 0) == 0) {
       // PyTorch's default Linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias.
-      const int64_t fan_in = name.rfind("projector.linear_1", 0) == 0 ? config.hidden : config.output_dim;
+      const int64_t fan_in =
+          name.rfind("projector.linear_1", 0) == 0 ? config.hidden : config.output_dim;
       const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
       EXPECT_LE(value.abs().max().item<double>(), bound) << name;
       EXPECT_GT(value.abs().max().item<double>(), 0.5 * bound) << name;
@@ -191,7 +210,8 @@ TEST_F(VisionEncoderTest, InitialisationIsDeterministicAndScaled) {
     } else if (name.find("bias") != std::string::npos) {
       EXPECT_TRUE(torch::equal(value, torch::zeros_like(value))) << name;
     } else {
-      const bool residual = name.find(".proj.") != std::string::npos || name.find(".fc2.") != std::string::npos;
+      const bool residual =
+          name.find(".proj.") != std::string::npos || name.find(".fc2.") != std::string::npos;
       const double expected = residual ? 0.02 / std::sqrt(2.0 * 4) : 0.02;
       EXPECT_NEAR(value.std().item<double>(), expected, 0.15 * expected) << name;
     }
@@ -211,7 +231,8 @@ TEST_F(VisionEncoderTest, RecomputeGivesTheSameGradients) {
   const auto expected = plain->named_parameters();
   for (const auto& item : recomputed->named_parameters()) {
     ASSERT_TRUE(item.value().grad().defined()) << item.key();
-    EXPECT_LE(testing::ToleranceRatio(item.value().grad(), expected[item.key()].grad(), 1e-7, 1e-5), 1.0)
+    EXPECT_LE(testing::ToleranceRatio(item.value().grad(), expected[item.key()].grad(), 1e-7, 1e-5),
+              1.0)
         << item.key();
   }
 }
@@ -234,7 +255,8 @@ TEST_F(VisionEncoderTest, AutocastBf16IsCloseToFp32AndTrains) {
   }
 }
 
-// An engine with bf16 parameters and no autocast: fp32 images in, bf16 embeddings out, bf16 gradients.
+// An engine with bf16 parameters and no autocast: fp32 images in, bf16 embeddings out, bf16
+// gradients.
 TEST_F(VisionEncoderTest, RunsWithBf16ParametersWithoutAutocast) {
   for (const std::string positions : {"learned", "sincos"}) {
     VisionEncoder vision(TinyConfig(positions));
@@ -252,7 +274,8 @@ TEST_F(VisionEncoderTest, RunsWithBf16ParametersWithoutAutocast) {
   }
 }
 
-// The trainer's chain: image embeddings are the LLM's prefix and every text position attends to them.
+// The trainer's chain: image embeddings are the LLM's prefix and every text position attends to
+// them.
 TEST_F(VisionEncoderTest, ImageInfluencesEveryTextPosition) {
   VisionEncoder vision(TinyConfig());
   LlmConfig llm_config;
@@ -274,8 +297,9 @@ TEST_F(VisionEncoderTest, ImageInfluencesEveryTextPosition) {
   EXPECT_GT(difference.min().item<float>(), 1e-6) << difference;
 }
 
-// Forward + backward of both models at the shapes of the tiny preset (one colocated micro-batch of 32),
-// timed on one thread. Prints the time; asserts only that the step runs and produces gradients.
+// Forward + backward of both models at the shapes of the tiny preset (one colocated micro-batch of
+// 32), timed on one thread. Prints the time; asserts only that the step runs and produces
+// gradients.
 TEST_F(VisionEncoderTest, TinyPresetTrainingStepTiming) {
   VisionConfig vision_config;  // the sizes of the tiny preset
   vision_config.image_size = 32;
@@ -317,9 +341,10 @@ TEST_F(VisionEncoderTest, TinyPresetTrainingStepTiming) {
   const auto start = Clock::now();
   for (int i = 0; i < 10; ++i) (void)torch::mm(a, b);
   const double gflops = 10 * 2.0 * 256 * 256 * 256 / (elapsed_ms(start) * 1e6);
-  std::cout << "tiny preset forward+backward (vision 32/8/64x2, llm 64x2, batch 32, 16 patches + 12 tokens), "
-            << at::get_num_threads() << " thread: median " << times[3] << " ms; baseline 256^3 matmul " << gflops
-            << " GFLOP/s\n";
+  std::cout << "tiny preset forward+backward (vision 32/8/64x2, llm 64x2, batch 32, 16 patches + "
+               "12 tokens), "
+            << at::get_num_threads() << " thread: median " << times[3]
+            << " ms; baseline 256^3 matmul " << gflops << " GFLOP/s\n";
   RecordProperty("median_ms", std::to_string(times[3]));
   EXPECT_TRUE(vision->named_parameters()["patch_embed.weight"].grad().defined());
   EXPECT_TRUE(llm->named_parameters()["embed.weight"].grad().defined());

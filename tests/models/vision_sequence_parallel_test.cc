@@ -105,7 +105,8 @@ TEST_P(VisionSequenceParallelTest, MatchesTheSingleProcessModel) {
     EXPECT_EQ(features.begin, covered) << "rank " << r;
     covered = features.end;
     ASSERT_EQ(outputs[r].sizes(), (std::vector<int64_t>{2, features.size(), config.output_dim}));
-    EXPECT_TRUE(at::allclose(outputs[r], out.narrow(1, features.begin, features.size()), 1e-4, 1e-6))
+    EXPECT_TRUE(
+        at::allclose(outputs[r], out.narrow(1, features.begin, features.size()), 1e-4, 1e-6))
         << "rank " << r << "'s features";
   }
   EXPECT_EQ(covered, config.num_features());
@@ -117,22 +118,26 @@ TEST_P(VisionSequenceParallelTest, MatchesTheSingleProcessModel) {
       if (grad.defined()) sum += grad;
     }
     EXPECT_TRUE(at::allclose(sum, item.value().grad(), 1e-4, 1e-6))
-        << item.key() << ": largest difference " << (sum - item.value().grad()).abs().max().item<double>();
+        << item.key() << ": largest difference "
+        << (sum - item.value().grad()).abs().max().item<double>();
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, VisionSequenceParallelTest, ::testing::ValuesIn(Cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) { return "case" + std::to_string(info.index); });
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return "case" + std::to_string(info.index);
+                         });
 
 TEST(VisionSequenceParallel, RefusesSizesThatDoNotSplit) {
   engine::FakeGroup group(3, parallel::ParallelGroupName(Role::kVision, 0));
   const parallel::ParallelGroup rank0{group.rank(0), std::chrono::seconds(1)};
   EXPECT_NO_THROW(VisionEncoder(Config(12, 2, 3), rank0));  // 36 positions, 3 heads
   EXPECT_THAT([&] { VisionEncoder(Config(12, 2, 4), rank0); },
-              ::testing::ThrowsMessage<c10::Error>(HasSubstr("4 heads do not split over 3 sequence-parallel ranks")));
-  EXPECT_THAT([&] { VisionEncoder(Config(16, 4, 3), rank0); },
               ::testing::ThrowsMessage<c10::Error>(
-                  HasSubstr("a sequence of 16 positions does not split over 3 sequence-parallel ranks")));
+                  HasSubstr("4 heads do not split over 3 sequence-parallel ranks")));
+  EXPECT_THAT([&] { VisionEncoder(Config(16, 4, 3), rank0); },
+              ::testing::ThrowsMessage<c10::Error>(HasSubstr(
+                  "a sequence of 16 positions does not split over 3 sequence-parallel ranks")));
 }
 
 }  // namespace

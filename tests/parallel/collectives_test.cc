@@ -43,7 +43,8 @@ std::vector<std::string> OnRanks(int size, const std::function<void(const Parall
 }
 
 void ExpectClose(const at::Tensor& actual, const at::Tensor& expected, const std::string& what) {
-  EXPECT_TRUE(actual.sizes() == expected.sizes()) << what << ": " << actual.sizes() << " vs " << expected.sizes();
+  EXPECT_TRUE(actual.sizes() == expected.sizes())
+      << what << ": " << actual.sizes() << " vs " << expected.sizes();
   EXPECT_TRUE(at::allclose(actual, expected, 1e-5, 1e-6))
       << what << ": largest difference " << (actual - expected).abs().max().item<double>();
 }
@@ -59,7 +60,8 @@ TEST(TensorParallel, ColumnThenRowParallelLinearsMatchTheWholeLayer) {
   const int64_t hidden = 4, inner = 6;
   const at::Tensor x0 = torch::randn({3, hidden}), w1 = torch::randn({inner, hidden}),
                    w2 = torch::randn({hidden, inner}), c = torch::randn({3, hidden});
-  at::Tensor x = x0.clone().requires_grad_(), a = w1.clone().requires_grad_(), b = w2.clone().requires_grad_();
+  at::Tensor x = x0.clone().requires_grad_(), a = w1.clone().requires_grad_(),
+             b = w2.clone().requires_grad_();
   const at::Tensor y = F::linear(torch::relu(F::linear(x, a)), b);
   (y * c).sum().backward();
 
@@ -71,7 +73,8 @@ TEST(TensorParallel, ColumnThenRowParallelLinearsMatchTheWholeLayer) {
       at::Tensor xr = x0.clone().requires_grad_();
       at::Tensor ar = w1.narrow(0, begin, n).clone().requires_grad_();
       at::Tensor br = w2.narrow(1, begin, n).clone().requires_grad_();
-      const at::Tensor yr = ReduceFromGroup(F::linear(torch::relu(F::linear(CopyToGroup(xr, g), ar)), br), g);
+      const at::Tensor yr =
+          ReduceFromGroup(F::linear(torch::relu(F::linear(CopyToGroup(xr, g), ar)), br), g);
       (yr * c).sum().backward();
       std::lock_guard<std::mutex> lock(mu);
       ExpectClose(yr, y, "output");
@@ -87,9 +90,11 @@ TEST(TensorParallel, ColumnThenRowParallelLinearsMatchTheWholeLayer) {
 TEST(VocabParallel, CrossEntropyMatchesTheWholeVocabularyWithUnevenShares) {
   torch::manual_seed(2);
   const int64_t vocab = 7, rows = 5;
-  const at::Tensor logits0 = torch::randn({rows, vocab}) * 3, targets = torch::tensor({0, 6, 3, 3, 5});
+  const at::Tensor logits0 = torch::randn({rows, vocab}) * 3,
+                   targets = torch::tensor({0, 6, 3, 3, 5});
   at::Tensor logits = logits0.clone().requires_grad_();
-  const at::Tensor loss = F::cross_entropy(logits, targets, F::CrossEntropyFuncOptions().reduction(torch::kSum));
+  const at::Tensor loss =
+      F::cross_entropy(logits, targets, F::CrossEntropyFuncOptions().reduction(torch::kSum));
   (loss * 1.5).backward();
 
   for (int size : {1, 2, 3}) {
@@ -104,7 +109,8 @@ TEST(VocabParallel, CrossEntropyMatchesTheWholeVocabularyWithUnevenShares) {
       std::lock_guard<std::mutex> lock(mu);
       shares[g.rank()] = columns.size();
       ExpectClose(local, loss, "loss");
-      ExpectClose(mine.grad(), logits.grad().narrow(1, columns.begin, columns.size()), "logits gradient");
+      ExpectClose(mine.grad(), logits.grad().narrow(1, columns.begin, columns.size()),
+                  "logits gradient");
     }));
     if (size == 3) {
       EXPECT_EQ(shares, (std::vector<int64_t>{3, 2, 2}));
@@ -115,7 +121,8 @@ TEST(VocabParallel, CrossEntropyMatchesTheWholeVocabularyWithUnevenShares) {
 TEST(VocabParallel, EmbeddingMatchesTheWholeTableAndItsGradientIsTheRanksRows) {
   torch::manual_seed(3);
   const int64_t vocab = 7, hidden = 3;
-  const at::Tensor table = torch::randn({vocab, hidden}), tokens = torch::tensor({{0, 6, 2}, {2, 4, 1}});
+  const at::Tensor table = torch::randn({vocab, hidden}),
+                   tokens = torch::tensor({{0, 6, 2}, {2, 4, 1}});
   const at::Tensor c = torch::randn({2, 3, hidden});
   at::Tensor whole = table.clone().requires_grad_();
   const at::Tensor expected = F::embedding(tokens, whole);
@@ -138,10 +145,14 @@ TEST(VocabParallel, EmbeddingMatchesTheWholeTableAndItsGradientIsTheRanksRows) {
 TEST(SequenceParallel, UlyssesAttentionMatchesTheWholeSequence) {
   torch::manual_seed(4);
   const int64_t batch = 2, seq = 6, heads = 6, dim = 2;
-  const at::Tensor q0 = torch::randn({batch, seq, heads, dim}), k0 = torch::randn({batch, seq, heads, dim}),
-                   v0 = torch::randn({batch, seq, heads, dim}), c = torch::randn({batch, seq, heads, dim});
-  at::Tensor q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_(), v = v0.clone().requires_grad_();
-  const auto attend = [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {  // [B, S, H, D]
+  const at::Tensor q0 = torch::randn({batch, seq, heads, dim}),
+                   k0 = torch::randn({batch, seq, heads, dim}),
+                   v0 = torch::randn({batch, seq, heads, dim}),
+                   c = torch::randn({batch, seq, heads, dim});
+  at::Tensor q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_(),
+             v = v0.clone().requires_grad_();
+  const auto attend = [](const at::Tensor& q, const at::Tensor& k,
+                         const at::Tensor& v) {  // [B, S, H, D]
     const at::Tensor scores = torch::matmul(q.transpose(1, 2), k.transpose(1, 2).transpose(-1, -2));
     return torch::matmul(torch::softmax(scores, -1), v.transpose(1, 2)).transpose(1, 2);
   };
@@ -153,7 +164,9 @@ TEST(SequenceParallel, UlyssesAttentionMatchesTheWholeSequence) {
     std::mutex mu;
     ExpectNoErrors(OnRanks(size, [&](const ParallelGroup& g) {
       const int64_t n = seq / size, begin = g.rank() * n;
-      auto slice = [&](const at::Tensor& t) { return t.narrow(1, begin, n).clone().requires_grad_(); };
+      auto slice = [&](const at::Tensor& t) {
+        return t.narrow(1, begin, n).clone().requires_grad_();
+      };
       at::Tensor qr = slice(q0), kr = slice(k0), vr = slice(v0);
       const at::Tensor heads_q = SequenceToHeads(qr, g);
       const at::Tensor outr =
@@ -170,8 +183,8 @@ TEST(SequenceParallel, UlyssesAttentionMatchesTheWholeSequence) {
   }
 }
 
-// A replica without samples (the last evaluation batch) runs the model on an empty batch: every rank
-// of the group holds the same empty shape and issues nothing.
+// A replica without samples (the last evaluation batch) runs the model on an empty batch: every
+// rank of the group holds the same empty shape and issues nothing.
 TEST(SequenceParallel, AnEmptyBatchIssuesNoCollective) {
   engine::FakeGroup fake(2, parallel::ParallelGroupName(Role::kVision, 0));
   ExpectNoErrors(OnRanks(
@@ -191,7 +204,8 @@ TEST(TensorParallel, GatherLastDimAssemblesUnevenShares) {
   std::mutex mu;
   ExpectNoErrors(OnRanks(3, [&](const ParallelGroup& g) {
     const Range mine = EvenSplit(7, g.size(), g.rank());
-    const at::Tensor gathered = GatherLastDim(whole.narrow(1, mine.begin, mine.size()).contiguous(), 7, g);
+    const at::Tensor gathered =
+        GatherLastDim(whole.narrow(1, mine.begin, mine.size()).contiguous(), 7, g);
     std::lock_guard<std::mutex> lock(mu);
     EXPECT_TRUE(at::equal(gathered, whole)) << gathered;
   }));
@@ -203,8 +217,9 @@ TEST(TensorParallel, AFailedCollectiveThrowsItsStatusOnEveryRank) {
   const auto errors = OnRanks(
       2, [](const ParallelGroup& g) { ReduceFromGroup(torch::ones({2}), g); }, &fake);
   for (int r = 0; r < 2; ++r) {
-    EXPECT_NE(errors[r].find("group 'llm/tp0' rank " + std::to_string(r) + ": all_reduce (sequence 1)"),
-              std::string::npos)
+    EXPECT_NE(
+        errors[r].find("group 'llm/tp0' rank " + std::to_string(r) + ": all_reduce (sequence 1)"),
+        std::string::npos)
         << errors[r];
     EXPECT_NE(errors[r].find("peer gone"), std::string::npos) << errors[r];
   }
@@ -222,11 +237,15 @@ TEST(TensorParallel, EvenSplitGivesTheFirstRanksTheRemainder) {
 // The names of a rank's communicators come from its layout (parallel/layout.h), and only from it.
 TEST(RankLayout, NamesEachRanksCommunicators) {
   const RankLayout llm{Role::kLlm, 3, 4, 2};
-  EXPECT_EQ(llm.Describe(), "llm rank 3 of 4: replica 1 of 2, index 1 of 2; engine llm/dp1 rank 1 of 2; llm/tp1");
+  EXPECT_EQ(llm.Describe(),
+            "llm rank 3 of 4: replica 1 of 2, index 1 of 2; engine llm/dp1 rank 1 of 2; llm/tp1");
   const RankLayout vision{Role::kVision, 3, 4, 2};
-  EXPECT_EQ(vision.Describe(), "vision rank 3 of 4: replica 1 of 2, index 1 of 2; engine vision rank 3 of 4; vision/sp1");
+  EXPECT_EQ(
+      vision.Describe(),
+      "vision rank 3 of 4: replica 1 of 2, index 1 of 2; engine vision rank 3 of 4; vision/sp1");
   const RankLayout plain{Role::kLlm, 1, 2, 1};
-  EXPECT_EQ(plain.Describe(), "llm rank 1 of 2: replica 1 of 2, index 0 of 1; engine llm rank 1 of 2");
+  EXPECT_EQ(plain.Describe(),
+            "llm rank 1 of 2: replica 1 of 2, index 0 of 1; engine llm rank 1 of 2");
 }
 
 }  // namespace

@@ -26,7 +26,8 @@ TEST(CheckDevice, NamesTheDevicesAHostHas) {
 }
 
 TEST(CheckDevice, RefusesWhatIsNoDevice) {
-  for (const char* bad : {"gpu", "cuda:", "cuda:-1", "cuda:x", "CUDA:0", "cuda:0 ", "cuda:99999999999"}) {
+  for (const char* bad :
+       {"gpu", "cuda:", "cuda:-1", "cuda:x", "CUDA:0", "cuda:0 ", "cuda:99999999999"}) {
     absl::Status status = CheckDevice("--device", bad, 8, true);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_EQ(status.message(), std::string("--device ") + bad + ": expected cpu, cuda or cuda:N")
@@ -35,7 +36,8 @@ TEST(CheckDevice, RefusesWhatIsNoDevice) {
   // An actor is one rank: it takes one device, not the spread.
   EXPECT_EQ(CheckDevice("--device", "cuda", 2, false).message(),
             "--device cuda: expected cpu or cuda:N");
-  EXPECT_EQ(CheckDevice("", "cuda:2", 1, false).message(), "cuda:2: this host has 1 CUDA device (cuda:0)");
+  EXPECT_EQ(CheckDevice("", "cuda:2", 1, false).message(),
+            "cuda:2: this host has 1 CUDA device (cuda:0)");
 }
 
 TEST(DeviceOfRank, SpreadsRanksOverTheDevices) {

@@ -37,7 +37,8 @@ TEST(Trace, RecordsTheOperatorsRunBetweenStartAndSave) {
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
-  const nlohmann::json trace = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json trace =
+      nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   ASSERT_TRUE(trace.is_object() && trace.contains("traceEvents")) << text.str().substr(0, 500);
   bool mm = false;
   for (const auto& event : trace["traceEvents"]) mm |= event.value("name", "") == "aten::mm";

@@ -45,7 +45,8 @@ std::unique_ptr<Served> Serve(const ServerLimits& limits) {
 }
 
 // SubmitJob with a run_dir of `bytes`, with `token` when not empty.
-grpc::Status Submit(const std::shared_ptr<grpc::Channel>& channel, size_t bytes, const std::string& token = "") {
+grpc::Status Submit(const std::shared_ptr<grpc::Channel>& channel, size_t bytes,
+                    const std::string& token = "") {
   v1::SubmitJobRequest request;
   request.set_run_dir(std::string(bytes, 'x'));
   v1::SubmitJobResponse response;
@@ -55,8 +56,8 @@ grpc::Status Submit(const std::shared_ptr<grpc::Channel>& channel, size_t bytes,
   return v1::Coordinator::NewStub(channel)->SubmitJob(&context, request, &response);
 }
 
-std::shared_ptr<grpc::Channel> Channel(const std::string& address,
-                                       const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+std::shared_ptr<grpc::Channel> Channel(
+    const std::string& address, const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(64 << 20);
   return grpc::CreateCustomChannel(address, credentials, args);
@@ -71,8 +72,9 @@ TEST(ServerLimits, ARequestOverTheServersMaximumIsRefusedBeforeItIsParsed) {
   EXPECT_EQ(big.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << big.error_message();
 
   std::unique_ptr<Served> actor = Serve(kActorLimits);  // the data plane's 1 MiB chunks fit
-  EXPECT_EQ(Submit(Channel(actor->address, grpc::InsecureChannelCredentials()), 5 << 20).error_code(),
-            grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(
+      Submit(Channel(actor->address, grpc::InsecureChannelCredentials()), 5 << 20).error_code(),
+      grpc::StatusCode::UNIMPLEMENTED);
 }
 
 std::string Slurp(const std::string& path) {
@@ -81,7 +83,9 @@ std::string Slurp(const std::string& path) {
 }
 
 TEST(ServerLimits, WithTlsACallWithoutTheTokenIsRefusedFromItsMetadataAndProbesPass) {
-  const std::string dir = (std::filesystem::path(::testing::TempDir()) / ("tls_" + std::to_string(::getpid()))).string();
+  const std::string dir =
+      (std::filesystem::path(::testing::TempDir()) / ("tls_" + std::to_string(::getpid())))
+          .string();
   std::filesystem::create_directories(dir);
   const std::string make = absl::StrCat(
       "cd ", dir, " && ",
@@ -89,7 +93,8 @@ TEST(ServerLimits, WithTlsACallWithoutTheTokenIsRefusedFromItsMetadataAndProbesP
       "-subj /CN=tandem-test-ca -keyout ca.key -out ca.pem 2>/dev/null && ",
       "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=127.0.0.1 "
       "-keyout node.key -out node.csr 2>/dev/null && ",
-      "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' > node.ext && ",
+      "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' > node.ext "
+      "&& ",
       "openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 "
       "-extfile node.ext -out node.pem 2>/dev/null");
   ASSERT_EQ(std::system(make.c_str()), 0) << make;
@@ -104,7 +109,8 @@ TEST(ServerLimits, WithTlsACallWithoutTheTokenIsRefusedFromItsMetadataAndProbesP
 
   const grpc::Status none = Submit(channel, 16);
   EXPECT_EQ(none.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(none.error_message(), "no token: calls need the cluster's token (--token-file or $TANDEM_TOKEN)");
+  EXPECT_EQ(none.error_message(),
+            "no token: calls need the cluster's token (--token-file or $TANDEM_TOKEN)");
   EXPECT_EQ(Submit(channel, 16, "wrong").error_code(), grpc::StatusCode::UNAUTHENTICATED);
   // Over the size limit too: the metadata is judged first, so the message is never read.
   EXPECT_EQ(Submit(channel, 5 << 20).error_code(), grpc::StatusCode::UNAUTHENTICATED);

@@ -26,7 +26,8 @@ TEST(NewRun, TakesAMissingOrEmptyRunDirectoryOnly) {
   std::ofstream(dir / "metrics.jsonl") << "{}\n";
   const absl::Status taken = CheckRunDirIsNew(dir.string());
   EXPECT_EQ(taken.code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(taken.message(), "run directory " + dir.string() + " already exists and is not empty; choose another --run-dir");
+  EXPECT_EQ(taken.message(), "run directory " + dir.string() +
+                                 " already exists and is not empty; choose another --run-dir");
   fs::remove_all(dir);
 }
 
@@ -39,7 +40,8 @@ TEST(NewRun, AResumePointMustLeaveStepsToTrain) {
   EXPECT_EQ(resume->step, 5);
   const absl::Status done = ReadResumePoint(dir.string(), 5).status();
   EXPECT_EQ(done.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(done.message(), dir.string() + " is at step 5 and schedule.steps is 5: nothing is left to train");
+  EXPECT_EQ(done.message(),
+            dir.string() + " is at step 5 and schedule.steps is 5: nothing is left to train");
   EXPECT_EQ(ReadResumePoint((dir.parent_path() / "step-000009").string(), 10).status().code(),
             absl::StatusCode::kFailedPrecondition);
   fs::remove_all(dir.parent_path());

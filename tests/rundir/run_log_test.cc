@@ -24,9 +24,10 @@ std::string TempPath(const std::string& name) {
 
 TEST(RunLogTest, StepRecordIsOneJsonLineWithDocumentedKeys) {
   StepRecord r{12, 1.5, 0.003, 0.002, 0.75, 0.25, 0.5, 950.5, 4.25};
-  EXPECT_EQ(StepRecordJson(r),
-            R"({"step":12,"loss":1.5,"lr":0.003,"vision_lr":0.002,"grad_norm":0.75,"vision_grad_norm":0.25,)"
-            R"("llm_grad_norm":0.5,"samples_per_s":950.5,"elapsed_s":4.25})");
+  EXPECT_EQ(
+      StepRecordJson(r),
+      R"({"step":12,"loss":1.5,"lr":0.003,"vision_lr":0.002,"grad_norm":0.75,"vision_grad_norm":0.25,)"
+      R"("llm_grad_norm":0.5,"samples_per_s":950.5,"elapsed_s":4.25})");
 }
 
 TEST(RunLogTest, NonFiniteLossIsWrittenAsNull) {
@@ -63,7 +64,11 @@ TEST(RunLogTest, AppendedRecordsReadBack) {
 
 TEST(RunLogTest, ReadMetricsNamesTheBadLine) {
   const std::string path = TempPath("metrics.jsonl");
-  std::ofstream(path) << R"({"step":1,"loss":1})" << "\n" << "{broken\n" << R"({"step":2,"loss":1})" << "\n";
+  std::ofstream(path) << R"({"step":1,"loss":1})"
+                      << "\n"
+                      << "{broken\n"
+                      << R"({"step":2,"loss":1})"
+                      << "\n";
   std::vector<StepRecord> steps;
   std::vector<EvalRecord> evals;
   absl::Status status = ReadMetrics(path, &steps, &evals);
@@ -75,7 +80,8 @@ TEST(RunLogTest, ReadMetricsNamesTheBadLine) {
 // keep the new length with zeros for the data).
 TEST(RunLogTest, ATornLastLineIsSkippedAndSaidSo) {
   const std::string record = R"({"step":1,"loss":1})";
-  for (const std::string& tail : {std::string(R"({"step":2,"lo)"), std::string(40, '\0'), std::string("\0\0\0\n", 4)}) {
+  for (const std::string& tail :
+       {std::string(R"({"step":2,"lo)"), std::string(40, '\0'), std::string("\0\0\0\n", 4)}) {
     const std::string path = TempPath("metrics.jsonl");
     std::ofstream(path, std::ios::binary) << record << "\n" << tail;
     std::vector<StepRecord> steps;
@@ -90,8 +96,10 @@ TEST(RunLogTest, ATornLastLineIsSkippedAndSaidSo) {
 
 TEST(RunLogTest, AResumeTruncatesATornTailAndAppendsAfterTheKeptRecords) {
   const std::string path = TempPath("metrics.jsonl");
-  std::ofstream(path, std::ios::binary) << R"({"step":1,"loss":3})" << "\n"
-                                        << R"({"step":2,"loss":2})" << "\n"
+  std::ofstream(path, std::ios::binary) << R"({"step":1,"loss":3})"
+                                        << "\n"
+                                        << R"({"step":2,"loss":2})"
+                                        << "\n"
                                         << R"({"step":3,"lo)";
   {
     auto log = MetricsLog::OpenResumed(path, 2);
@@ -104,7 +112,9 @@ TEST(RunLogTest, AResumeTruncatesATornTailAndAppendsAfterTheKeptRecords) {
   std::getline(in, first);
   std::getline(in, second);
   std::getline(in, third);
-  EXPECT_EQ(first, R"({"step":1,"loss":3.0,"lr":0.0,"vision_lr":0.0,"grad_norm":null,"vision_grad_norm":null,"llm_grad_norm":null,"samples_per_s":0.0,"elapsed_s":0.0})");
+  EXPECT_EQ(
+      first,
+      R"({"step":1,"loss":3.0,"lr":0.0,"vision_lr":0.0,"grad_norm":null,"vision_grad_norm":null,"llm_grad_norm":null,"samples_per_s":0.0,"elapsed_s":0.0})");
   EXPECT_THAT(third, HasSubstr(R"({"step":3,"loss":1.0,)"));
   EXPECT_FALSE(std::getline(in, fourth));
 }
@@ -112,7 +122,8 @@ TEST(RunLogTest, AResumeTruncatesATornTailAndAppendsAfterTheKeptRecords) {
 TEST(RunLogTest, OpenFailsWithThePath) {
   auto log = MetricsLog::Open("/nonexistent-dir/metrics.jsonl");
   ASSERT_FALSE(log.ok());
-  EXPECT_THAT(std::string(log.status().message()), HasSubstr("/nonexistent-dir/metrics.jsonl: cannot open"));
+  EXPECT_THAT(std::string(log.status().message()),
+              HasSubstr("/nonexistent-dir/metrics.jsonl: cannot open"));
 }
 
 TEST(RunLogTest, SvgDrawsLossAndEvaluations) {
@@ -128,7 +139,8 @@ TEST(RunLogTest, SvgDrawsLossAndEvaluations) {
 }
 
 TEST(RunLogTest, SvgWithoutEvaluationsHasNoAccuracyAxis) {
-  const std::string svg = RenderLossSvg("j", {{1, 2.0, 0, 0, 0, 0, 0, 0, 0}, {2, 1.5, 0, 0, 0, 0, 0, 0, 0}}, {});
+  const std::string svg =
+      RenderLossSvg("j", {{1, 2.0, 0, 0, 0, 0, 0, 0, 0}, {2, 1.5, 0, 0, 0, 0, 0, 0, 0}}, {});
   EXPECT_THAT(svg, HasSubstr("training loss<"));
   EXPECT_THAT(svg, ::testing::Not(HasSubstr("held-out accuracy")));
 }
@@ -143,10 +155,12 @@ TEST(ProgressTest, Durations) {
 
 TEST(ProgressTest, LineShowsStepLossRateAndEta) {
   Progress p{120, 1500, 0.81234, 812.44, 14.0, ""};
-  EXPECT_EQ(FormatProgressLine(p), "step  120/1500  loss 0.8123  812.4 samples/s  elapsed 14s  ETA 2m41s");
+  EXPECT_EQ(FormatProgressLine(p),
+            "step  120/1500  loss 0.8123  812.4 samples/s  elapsed 14s  ETA 2m41s");
   p.step = 1500;
   p.note = "evaluating";
-  EXPECT_EQ(FormatProgressLine(p), "step 1500/1500  loss 0.8123  812.4 samples/s  elapsed 14s  (evaluating)");
+  EXPECT_EQ(FormatProgressLine(p),
+            "step 1500/1500  loss 0.8123  812.4 samples/s  elapsed 14s  (evaluating)");
 }
 
 }  // namespace

@@ -54,7 +54,8 @@ TEST_F(ClusterTest, SubmittedJobWaitsForItsActorsThenSucceeds) {
   EXPECT_EQ(id, "job-000001");
   // No actor has registered yet: submit says so after the id, and so does the job's status.
   const std::string too_few =
-      "waiting for more actors: pool 'llm' has 0 actors registered and the job needs 1; pool 'vision' has 0 actors "
+      "waiting for more actors: pool 'llm' has 0 actors registered and the job needs 1; pool "
+      "'vision' has 0 actors "
       "registered and the job needs 1 (it fails after 600 s without them, --unplaceable-timeout)";
   EXPECT_THAT(submitted.output, HasSubstr("job-000001: " + too_few));
   const Outcome waiting = cluster_.Cli(absl::StrCat("status ", id));
@@ -140,7 +141,8 @@ TEST_F(ClusterTest, MessagesReachTheTerminalEscapedAndEndedJobsCanBePruned) {
 
   const Outcome pruned = cluster_.Cli("jobs --prune 0");
   EXPECT_EQ(pruned.exit_code, 0) << pruned.output;
-  EXPECT_THAT(pruned.output, HasSubstr("job-000001\npruned 1 ended job (their run directories stay)"));
+  EXPECT_THAT(pruned.output,
+              HasSubstr("job-000001\npruned 1 ended job (their run directories stay)"));
   EXPECT_THAT(cluster_.Cli("jobs").output, ::testing::Not(HasSubstr("job-000001")));
   EXPECT_EQ(cluster_.Cli("jobs --prune soon").exit_code, 2);
 }

@@ -20,8 +20,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "tests/service/service_testing.h"
 #include "tests/service/run_losses.h"
+#include "tests/service/service_testing.h"
 
 namespace tandem {
 namespace {
@@ -93,7 +93,8 @@ TEST_P(DisaggregatedTest, LossesEqualColocatedForEveryGroupShape) {
   ASSERT_EQ(reference.size(), static_cast<size_t>(kSteps));
 
   // Per stage, the shapes its equivalence runs on.
-  const std::vector<std::vector<std::pair<int, int>>> shapes = {{{1, 1}, {2, 1}}, {{1, 2}}, {{2, 2}}, {{2, 2}, {1, 2}}};
+  const std::vector<std::vector<std::pair<int, int>>> shapes = {
+      {{1, 1}, {2, 1}}, {{1, 2}}, {{2, 2}}, {{2, 2}, {1, 2}}};
   for (auto [nv, nl] : shapes[stage]) {
     SCOPED_TRACE(absl::StrCat(nv, " x ", nl, " at stage ", stage));
     const std::string run_dir = absl::StrCat(dir_, "/run-", nv, "x", nl);

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tests/service/service_testing.h"
 #include "rundir/run_log.h"
+#include "tests/service/service_testing.h"
 
 namespace tandem {
 namespace {

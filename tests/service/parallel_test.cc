@@ -35,17 +35,22 @@ struct Layout {
   const char* embeddings = "each_rank";  // llm.parallel.embeddings
 };
 
-// The equivalence job of disaggregated_test.cc with a parallel layout; fp32 engines at ZeRO `stage`.
+// The equivalence job of disaggregated_test.cc with a parallel layout; fp32 engines at ZeRO
+// `stage`.
 std::string JobSpec(const Layout& l, int stage) {
   const std::string engine = testing::Fp32Engine(stage);
   return absl::StrCat(R"({
   "name": "parallel",
   "data": {"shapes": {"seed": 5, "train_samples": 512, "eval_samples": 12}, "max_text_tokens": 12},
-  "vision": {"actors": )", l.vision_actors, R"(, "parallel": {"sequence": )", l.sequence,
+  "vision": {"actors": )",
+                      l.vision_actors, R"(, "parallel": {"sequence": )", l.sequence,
                       R"(}, "model": {"preset": "vit-tiny"}, "engine": )", engine, R"(},
-  "llm": {"actors": )", l.llm_actors, R"(, "parallel": {"tensor": )", l.tensor, R"(, "embeddings": ")",
-                      l.embeddings, R"("}, "model": {"preset": "llm-tiny"}, "engine": )", engine, R"(},
-  "schedule": {"global_batch": 12, "micro_batches": 2, "steps": )", kSteps, R"(, "seed": 11, "eval_every": 10}
+  "llm": {"actors": )",
+                      l.llm_actors, R"(, "parallel": {"tensor": )", l.tensor,
+                      R"(, "embeddings": ")", l.embeddings,
+                      R"("}, "model": {"preset": "llm-tiny"}, "engine": )", engine, R"(},
+  "schedule": {"global_batch": 12, "micro_batches": 2, "steps": )",
+                      kSteps, R"(, "seed": 11, "eval_every": 10}
 })");
 }
 
@@ -68,7 +73,8 @@ std::map<std::string, at::Tensor> Weights(const std::string& path) {
 struct WeightErrors {
   double squared_error = 0, squared_norm = 0;
   void Add(const std::string& what, const at::Tensor& actual, const at::Tensor& expected) {
-    const double error = (actual - expected).norm().item<double>(), scale = expected.norm().item<double>();
+    const double error = (actual - expected).norm().item<double>(),
+                 scale = expected.norm().item<double>();
     EXPECT_LE(error, 1e-4 * scale) << what << " differs by " << error / scale << " relative";
     squared_error += error * error;
     squared_norm += scale * scale;
@@ -87,14 +93,13 @@ class ParallelServiceTest : public ::testing::TestWithParam<int> {
   std::string Run(const std::string& name, const std::string& spec, const std::string& flags) {
     const std::string path = absl::StrCat(dir_, "/", name, ".json");
     std::ofstream(path) << spec;
-    const testing::Outcome run =
-        testing::Tandem(absl::StrCat("run ", path, " ", flags, " --threads 1 --run-dir ", dir_, "/", name));
+    const testing::Outcome run = testing::Tandem(
+        absl::StrCat("run ", path, " ", flags, " --threads 1 --run-dir ", dir_, "/", name));
     last_output_ = run.output;
     return run.exit_code == 0 ? "" : run.output;
   }
 
   std::string dir_, last_output_;
-
 };
 
 TEST_P(ParallelServiceTest, LossesAndFinalWeightsEqualColocated) {
@@ -111,8 +116,8 @@ TEST_P(ParallelServiceTest, LossesAndFinalWeightsEqualColocated) {
       stage == 1 ? std::vector<Layout>{{1, 1, 4, 2}, {4, 2, 1, 1}, {2, 2, 4, 2, "broadcast"}}
                  : std::vector<Layout>{{1, 1, 4, 4}, {2, 2, 4, 2}, {2, 2, 4, 2, "broadcast"}};
   for (const Layout& l : layouts) {
-    const std::string name = absl::StrCat("vision", l.vision_actors, "-sp", l.sequence, "-llm", l.llm_actors, "-tp",
-                                          l.tensor, "-", l.embeddings);
+    const std::string name = absl::StrCat("vision", l.vision_actors, "-sp", l.sequence, "-llm",
+                                          l.llm_actors, "-tp", l.tensor, "-", l.embeddings);
     SCOPED_TRACE(absl::StrCat(name, " at ZeRO stage ", stage));
     ASSERT_EQ(Run(name, JobSpec(l, stage), ""), "");
     // The summary's lines are lines, not escaped newlines.
@@ -126,7 +131,8 @@ TEST_P(ParallelServiceTest, LossesAndFinalWeightsEqualColocated) {
     }
     // The export holds the whole model, assembled from the tensor-parallel shards.
     WeightErrors errors;
-    for (const auto& [file, expected] : std::vector<std::pair<std::string, const std::map<std::string, at::Tensor>*>>{
+    for (const auto& [file, expected] :
+         std::vector<std::pair<std::string, const std::map<std::string, at::Tensor>*>>{
              {"vision.safetensors", &reference_vision}, {"llm.safetensors", &reference_llm}}) {
       const auto weights = Weights(absl::StrCat(dir_, "/", name, "/", file));
       ASSERT_EQ(weights.size(), expected->size()) << file;
@@ -138,7 +144,8 @@ TEST_P(ParallelServiceTest, LossesAndFinalWeightsEqualColocated) {
       }
     }
     EXPECT_LE(std::sqrt(errors.squared_error), 1e-5 * std::sqrt(errors.squared_norm))
-        << "the whole model differs by " << std::sqrt(errors.squared_error / errors.squared_norm) << " relative";
+        << "the whole model differs by " << std::sqrt(errors.squared_error / errors.squared_norm)
+        << " relative";
   }
 }
 

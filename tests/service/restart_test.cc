@@ -1,8 +1,8 @@
-// Failures through the whole service, with real processes and real kills (docs/design.md §5): an actor
-// killed with SIGKILL mid-job, the coordinator killed and started again on the same state dir, and
-// a new job that starts from another job's checkpoint with other group sizes and ZeRO stage. With
-// fp32 engines on CPU, the per-step losses after a restart equal an uninterrupted run's, and every
-// step is recorded once.
+// Failures through the whole service, with real processes and real kills (docs/design.md §5): an
+// actor killed with SIGKILL mid-job, the coordinator killed and started again on the same state
+// dir, and a new job that starts from another job's checkpoint with other group sizes and ZeRO
+// stage. With fp32 engines on CPU, the per-step losses after a restart equal an uninterrupted
+// run's, and every step is recorded once.
 //
 // A job is killed mid-run at a known step however fast the machine trains: the coordinator holds it
 // after a checkpoint (ProcessCluster::Hold, `--test-hold-dir`) until the test has acted, then the
@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tests/service/service_testing.h"
 #include "rundir/run_log.h"
+#include "tests/service/service_testing.h"
 
 namespace tandem {
 namespace {

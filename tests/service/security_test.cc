@@ -1,8 +1,8 @@
-// The doors (docs/design.md §5) with real processes: every rpc of every service refuses a call without the
-// cluster's token or with a wrong one (each method is called by name, from the services'
-// descriptors, so a handler added later without the check fails here), the health service answers
-// without one, a job runs end to end over the token-carrying data plane and over TLS, and bad flags
-// are named.
+// The doors (docs/design.md §5) with real processes: every rpc of every service refuses a call
+// without the cluster's token or with a wrong one (each method is called by name, from the
+// services' descriptors, so a handler added later without the check fails here), the health service
+// answers without one, a job runs end to end over the token-carrying data plane and over TLS, and
+// bad flags are named.
 #include <gmock/gmock.h>
 #include <google/protobuf/descriptor.h>
 #include <grpcpp/create_channel.h>
@@ -181,11 +181,11 @@ TEST_F(SecurityTest, JobRunsWithTheTokenFromAFileOrTheEnvironmentAndNotWithout) 
   EXPECT_EQ(wrong.exit_code, 1);
   EXPECT_THAT(wrong.output, HasSubstr("a wrong token"));
   // A token too short to resist guessing is refused before any call is made.
-  const Outcome short_token = testing::Tandem(absl::StrCat("jobs --coordinator ", cluster_.address()),
-                                              "TANDEM_TOKEN=guess");
+  const Outcome short_token = testing::Tandem(
+      absl::StrCat("jobs --coordinator ", cluster_.address()), "TANDEM_TOKEN=guess");
   EXPECT_EQ(short_token.exit_code, 2);
-  EXPECT_THAT(short_token.output,
-              HasSubstr("$TANDEM_TOKEN: a token of 5 characters; a token has 16 to 4096 (e.g. openssl rand -hex 32)"));
+  EXPECT_THAT(short_token.output, HasSubstr("$TANDEM_TOKEN: a token of 5 characters; a token has "
+                                            "16 to 4096 (e.g. openssl rand -hex 32)"));
 
   // An actor without the token is refused at registration and says so, at once.
   const std::string log = cluster_.dir() + "/tokenless-actor.log";

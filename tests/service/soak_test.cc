@@ -39,7 +39,8 @@ ProcessSize SizeOf(pid_t pid) {
   ProcessSize size;
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
   for (std::string line; std::getline(in, line);) {
-    const std::vector<std::string> words = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    const std::vector<std::string> words =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     if (words.size() < 2) continue;
     if (words[0] == "VmRSS:") (void)absl::SimpleAtoi(words[1], &size.rss_kib);
     if (words[0] == "Threads:") (void)absl::SimpleAtoi(words[1], &size.threads);
@@ -50,8 +51,8 @@ ProcessSize SizeOf(pid_t pid) {
 class SoakTest : public ::testing::Test {
  protected:
   std::string Submit(const std::string& name, const std::string& spec) {
-    const Outcome submitted =
-        cluster_.Cli(absl::StrCat("submit ", cluster_.WriteFile(name + ".json", spec), " --threads 1"));
+    const Outcome submitted = cluster_.Cli(
+        absl::StrCat("submit ", cluster_.WriteFile(name + ".json", spec), " --threads 1"));
     EXPECT_EQ(submitted.exit_code, 0) << submitted.output;
     const std::string id = submitted.output.substr(0, submitted.output.find('\n'));
     expected_[id] = "SUCCEEDED";
@@ -59,16 +60,20 @@ class SoakTest : public ::testing::Test {
   }
 
   // The job's final line, once it ended.
-  std::string Follow(const std::string& id) { return cluster_.Cli(absl::StrCat("logs ", id, " -f")).output; }
+  std::string Follow(const std::string& id) {
+    return cluster_.Cli(absl::StrCat("logs ", id, " -f")).output;
+  }
 
   // One round of faults; the coordinator is killed and started again in it when `restart`.
   void Round(int round, bool restart) {
     const std::string tag = absl::StrCat("r", round);
-    for (int i = 0; i < 3; ++i) Submit(absl::StrCat(tag, "-plain", i), testing::TinyJobSpec({.name = "plain"}));
+    for (int i = 0; i < 3; ++i)
+      Submit(absl::StrCat(tag, "-plain", i), testing::TinyJobSpec({.name = "plain"}));
 
     // A spec the coordinator refuses: nothing is queued.
     const Outcome rejected = cluster_.Cli(absl::StrCat(
-        "submit ", cluster_.WriteFile(tag + "-bad.json", testing::TinyJobSpec({.name = "bad", .steps = -3}))));
+        "submit ",
+        cluster_.WriteFile(tag + "-bad.json", testing::TinyJobSpec({.name = "bad", .steps = -3}))));
     EXPECT_EQ(rejected.exit_code, 2) << rejected.output;  // invalid input
     EXPECT_THAT(rejected.output, HasSubstr("schedule.steps"));
 
@@ -77,7 +82,8 @@ class SoakTest : public ::testing::Test {
     cluster_.Hold(killed_name, 2);
     const std::string killed =
         Submit(killed_name, testing::TinyJobSpec({.name = killed_name, .checkpoint_every = 2}));
-    EXPECT_TRUE(cluster_.AwaitHeld(killed, 2)) << cluster_.Cli(absl::StrCat("logs ", killed)).output;
+    EXPECT_TRUE(cluster_.AwaitHeld(killed, 2))
+        << cluster_.Cli(absl::StrCat("logs ", killed)).output;
     const pid_t actor = testing::ChildWithArgument(llm_supervisor_, "llm");
     EXPECT_GT(actor, 0);
     if (actor > 0) kill(actor, SIGKILL);
@@ -93,7 +99,8 @@ class SoakTest : public ::testing::Test {
     // Cancelled while it runs.
     const std::string cancelled_name = tag + "-cancelled";
     cluster_.Hold(cancelled_name, 1);
-    const std::string cancelled = Submit(cancelled_name, testing::TinyJobSpec({.name = cancelled_name}));
+    const std::string cancelled =
+        Submit(cancelled_name, testing::TinyJobSpec({.name = cancelled_name}));
     EXPECT_TRUE(cluster_.AwaitHeld(cancelled, 1));
     EXPECT_EQ(cluster_.Cli(absl::StrCat("cancel ", cancelled)).exit_code, 0);
     expected_[cancelled] = "CANCELLED";
@@ -141,10 +148,12 @@ TEST_F(SoakTest, ManyJobsWithFaultsLoseNothingLeaveNoActorBusyAndKeepTheCoordina
   }
   EXPECT_EQ(free_actors, 2) << actors.output;
 
-  std::printf("soak: %zu jobs in %d rounds; coordinator after round 1: %lld KiB, %lld threads; at the end: "
-              "%lld KiB, %lld threads\n",
-              expected_.size(), kRounds, static_cast<long long>(start.rss_kib), static_cast<long long>(start.threads),
-              static_cast<long long>(end.rss_kib), static_cast<long long>(end.threads));
+  std::printf(
+      "soak: %zu jobs in %d rounds; coordinator after round 1: %lld KiB, %lld threads; at the end: "
+      "%lld KiB, %lld threads\n",
+      expected_.size(), kRounds, static_cast<long long>(start.rss_kib),
+      static_cast<long long>(start.threads), static_cast<long long>(end.rss_kib),
+      static_cast<long long>(end.threads));
   EXPECT_GT(start.threads, 0);
   EXPECT_LE(end.threads, start.threads + 4);
   EXPECT_LE(end.rss_kib, start.rss_kib + 32 * 1024);

@@ -1,17 +1,17 @@
-// The central equivalence of docs/design.md §2 inside one process: the vision and LLM stages with Nv x Nl
-// ranks as threads (FakeGroup collectives, an in-process transport) give the per-step losses of one
-// rank each, at every ZeRO stage, with gradient accumulation and whole-model clipping. The same
-// stages run as actors in tests/service/disaggregated_test.cc; this one runs in seconds.
+// The central equivalence of docs/design.md §2 inside one process: the vision and LLM stages with
+// Nv x Nl ranks as threads (FakeGroup collectives, an in-process transport) give the per-step
+// losses of one rank each, at every ZeRO stage, with gradient accumulation and whole-model
+// clipping. The same stages run as actors in tests/service/disaggregated_test.cc; this one runs in
+// seconds.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -22,12 +22,12 @@
 #include "engine/counting_communicator.h"
 #include "engine/engine.h"
 #include "engine/fake_communicator.h"
-#include "jobspec/job_spec.h"
-#include "jobspec/memory_estimate.h"
-#include "parallel/layout.h"
-#include "nlohmann/json.hpp"
 #include "engine/safetensors.h"
 #include "hf/pretrained_job.h"
+#include "jobspec/job_spec.h"
+#include "jobspec/memory_estimate.h"
+#include "nlohmann/json.hpp"
+#include "parallel/layout.h"
 #include "step/stage.h"
 #include "transport/in_process.h"
 
@@ -47,16 +47,19 @@ jobspec::JobConfig TinyJob(int stage, double clipping = 0, const std::string& vi
       R"({"zero_optimization": {"stage": )", stage,
       R"(, "reduce_bucket_size": 20000}, "optimizer": {"type": "AdamW", "params": {"lr": 0.002}})",
       precision.empty() ? "" : absl::StrCat(", ", precision), "}");
-  const std::string spec = absl::StrCat(R"({
+  const std::string spec = absl::StrCat(
+      R"({
   "name": "stages",
   "data": {"shapes": {"seed": 5, "train_samples": 512, "eval_samples": 12}, "max_text_tokens": 12},
-  "vision": {"model": {"preset": "vit-tiny"}, "engine": )", engine,
-                                        vision_freeze.empty() ? "" : absl::StrCat(R"(, "freeze": )", vision_freeze),
-                                        R"(},
-  "llm": {"model": {"preset": "llm-tiny"}, "engine": )", engine, R"(},
-  "schedule": {"global_batch": 12, "micro_batches": 2, "steps": )", kSteps, R"(, "seed": 11)",
-                                        clipping > 0 ? absl::StrCat(R"(, "gradient_clipping": )", clipping) : "",
-                                        R"(}
+  "vision": {"model": {"preset": "vit-tiny"}, "engine": )",
+      engine, vision_freeze.empty() ? "" : absl::StrCat(R"(, "freeze": )", vision_freeze),
+      R"(},
+  "llm": {"model": {"preset": "llm-tiny"}, "engine": )",
+      engine, R"(},
+  "schedule": {"global_batch": 12, "micro_batches": 2, "steps": )",
+      kSteps, R"(, "seed": 11)",
+      clipping > 0 ? absl::StrCat(R"(, "gradient_clipping": )", clipping) : "",
+      R"(}
 })");
   absl::StatusOr<jobspec::JobConfig> job = jobspec::ParseJobSpecJson(spec, "stages.json");
   EXPECT_TRUE(job.ok()) << job.status();
@@ -64,15 +67,16 @@ jobspec::JobConfig TinyJob(int stage, double clipping = 0, const std::string& vi
 }
 
 struct Outcome {
-  std::vector<double> losses;  // per step, summed over the LLM ranks
+  std::vector<double> losses;          // per step, summed over the LLM ranks
   std::vector<double> llm_grad_norms;  // per step, LLM rank 0's (its group's gradient norm)
   int64_t llm_parameters = 0;          // the LLM stage's count, the same on every rank
-  int64_t llm_bytes_sent = 0;  // gradients sent back to the vision ranks, all steps
-  int64_t vision_bytes_sent = 0;  // embeddings sent to the LLM ranks, all steps
+  int64_t llm_bytes_sent = 0;          // gradients sent back to the vision ranks, all steps
+  int64_t vision_bytes_sent = 0;       // embeddings sent to the LLM ranks, all steps
   int64_t tensor_broadcast_bytes = 0;  // handed to broadcasts of the LLM replicas, all ranks
-  EvalCounts eval;             // after the last step, summed over the LLM ranks
+  EvalCounts eval;                     // after the last step, summed over the LLM ranks
   std::map<std::string, at::Tensor> vision_weights;  // vision rank 0's after the last step
-  std::vector<std::map<std::string, at::Tensor>> llm_weights;  // each LLM rank's, after the last step
+  std::vector<std::map<std::string, at::Tensor>>
+      llm_weights;  // each LLM rank's, after the last step
   std::vector<absl::Status> errors;
 };
 
@@ -82,13 +86,16 @@ struct Outcome {
 struct Groups {
   Groups(int nv, int sv, int nl, int tl) : vision(nv, "vision") {
     for (int r = 0; r < nv / sv; ++r) {
-      sequence.push_back(std::make_unique<engine::FakeGroup>(sv, parallel::ParallelGroupName(Role::kVision, r)));
+      sequence.push_back(
+          std::make_unique<engine::FakeGroup>(sv, parallel::ParallelGroupName(Role::kVision, r)));
     }
     for (int t = 0; t < tl; ++t) {
-      data.push_back(std::make_unique<engine::FakeGroup>(nl / tl, parallel::EngineGroupName(Role::kLlm, tl, t)));
+      data.push_back(std::make_unique<engine::FakeGroup>(
+          nl / tl, parallel::EngineGroupName(Role::kLlm, tl, t)));
     }
     for (int r = 0; r < nl / tl; ++r) {
-      tensor.push_back(std::make_unique<engine::FakeGroup>(tl, parallel::ParallelGroupName(Role::kLlm, r)));
+      tensor.push_back(
+          std::make_unique<engine::FakeGroup>(tl, parallel::ParallelGroupName(Role::kLlm, r)));
     }
   }
   engine::FakeGroup vision;
@@ -96,7 +103,8 @@ struct Groups {
 };
 
 // Rank `rank` of the vision (nv ranks, sequence-parallel sv) or LLM group (nl, tensor-parallel tl).
-Placement PlacementOf(const std::string& transfer_key, bool vision, int rank, int nv, int sv, int nl, int tl) {
+Placement PlacementOf(const std::string& transfer_key, bool vision, int rank, int nv, int sv,
+                      int nl, int tl) {
   Placement placement;
   placement.transfer_key = transfer_key;
   placement.rank = rank;
@@ -113,8 +121,9 @@ Placement PlacementOf(const std::string& transfer_key, bool vision, int rank, in
 // before its step, to see a failure end every rank promptly.
 // `save_step` (0: none) saves a checkpoint of both groups into `checkpoint` after that step;
 // `resume` starts from a checkpoint.
-Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_step = 0, int sv = 1, int tl = 1,
-                  int64_t save_step = 0, const std::string& checkpoint = "", const std::string& resume = "") {
+Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_step = 0, int sv = 1,
+                  int tl = 1, int64_t save_step = 0, const std::string& checkpoint = "",
+                  const std::string& resume = "") {
   absl::StatusOr<std::shared_ptr<const JobData>> data = OpenJobData(job);
   EXPECT_TRUE(data.ok()) << data.status();
   Groups groups(nv, sv, nl, tl);
@@ -136,12 +145,14 @@ Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_st
     auto create = vision ? CreateVisionStage : CreateLlmStage;
     absl::Status status;
     absl::StatusOr<std::unique_ptr<Stage>> stage =
-        create(job, *data, placement, vision ? groups.vision.rank(rank) : groups.data[index]->rank(replica),
+        create(job, *data, placement,
+               vision ? groups.vision.rank(rank) : groups.data[index]->rank(replica),
                fabric.Endpoint(vision ? 0 : 1, rank), nullptr);
     status = stage.status();
     if (status.ok() && !vision) {
       std::lock_guard<std::mutex> lock(mu);
-      if (outcome.llm_parameters != 0 && outcome.llm_parameters != (*stage)->parameters()) outcome.llm_parameters = -1;
+      if (outcome.llm_parameters != 0 && outcome.llm_parameters != (*stage)->parameters())
+        outcome.llm_parameters = -1;
       if (outcome.llm_parameters == 0) outcome.llm_parameters = (*stage)->parameters();
     }
     int64_t first_step = 1;
@@ -258,9 +269,10 @@ TEST_P(StagesParallelTest, TensorAndSequenceParallelLossesEqualOneRankEach) {
   struct Layout {
     int nv, sv, nl, tl;
   };
-  for (const Layout& l : std::vector<Layout>{{1, 1, 2, 2}, {2, 2, 1, 1}, {2, 2, 4, 2}, {4, 2, 2, 2}}) {
-    SCOPED_TRACE(absl::StrCat("vision ", l.nv, " ranks (sequence ", l.sv, ") x llm ", l.nl, " ranks (tensor ", l.tl,
-                              ") at ZeRO stage ", GetParam()));
+  for (const Layout& l :
+       std::vector<Layout>{{1, 1, 2, 2}, {2, 2, 1, 1}, {2, 2, 4, 2}, {4, 2, 2, 2}}) {
+    SCOPED_TRACE(absl::StrCat("vision ", l.nv, " ranks (sequence ", l.sv, ") x llm ", l.nl,
+                              " ranks (tensor ", l.tl, ") at ZeRO stage ", GetParam()));
     const Outcome run = RunStages(job, l.nv, l.nl, 0, l.sv, l.tl);
     ASSERT_TRUE(run.errors.empty()) << run.errors.front();
     ExpectLossesMatch(run.losses, reference.losses);
@@ -306,8 +318,8 @@ TEST(StagesEmbeddingRouteTest, BroadcastInsideTheReplicaSendsOneCopyAndGivesTheS
   EXPECT_EQ(broadcast.llm_bytes_sent, kSteps * 12 * sample_bytes);
 }
 
-// Stochastic rounding under tensor parallelism (NOTE [Random streams] in engine/engine_step.cc): the
-// shapes vocabulary is odd, so the first rank's vocabulary shard has a row more and every later
+// Stochastic rounding under tensor parallelism (NOTE [Random streams] in engine/engine_step.cc):
+// the shapes vocabulary is odd, so the first rank's vocabulary shard has a row more and every later
 // parameter sits elsewhere in its engine's buffers than on the second rank; the parameters both
 // ranks hold whole (the norms' weights) must still round alike and stay bit-identical.
 TEST(StagesParallelRoundingTest, ReplicatedParametersStayBitIdenticalUnderStochasticRounding) {
@@ -327,9 +339,11 @@ TEST(StagesParallelRoundingTest, ReplicatedParametersStayBitIdenticalUnderStocha
   for (const auto& [name, value] : first) {
     if (name.find("norm") == std::string::npos) continue;  // shards: each rank's own values
     ++replicated;
-    EXPECT_TRUE(at::equal(value, second.at(name))) << name << " differs between the tensor-parallel ranks";
+    EXPECT_TRUE(at::equal(value, second.at(name)))
+        << name << " differs between the tensor-parallel ranks";
   }
-  EXPECT_EQ(replicated, 2 * 2 + 1);  // two norms in each of llm-tiny's two blocks, and the final one
+  EXPECT_EQ(replicated,
+            2 * 2 + 1);  // two norms in each of llm-tiny's two blocks, and the final one
 }
 
 // A checkpoint saved at one tensor-parallel degree resumes at another with the losses of the run
@@ -339,8 +353,8 @@ TEST(StagesParallelResumeTest, ACheckpointResumesAtAnotherTensorParallelDegree) 
     int stage, nl_from, tl_from, nl_to, tl_to;
   };
   for (const Move& m : std::vector<Move>{{1, 2, 2, 1, 1}, {1, 1, 1, 2, 2}, {3, 4, 2, 4, 4}}) {
-    SCOPED_TRACE(absl::StrCat("ZeRO ", m.stage, ": ", m.nl_from, " LLM ranks at TP ", m.tl_from, " to ", m.nl_to,
-                              " at TP ", m.tl_to));
+    SCOPED_TRACE(absl::StrCat("ZeRO ", m.stage, ": ", m.nl_from, " LLM ranks at TP ", m.tl_from,
+                              " to ", m.nl_to, " at TP ", m.tl_to));
     const jobspec::JobConfig job = TinyJob(m.stage);
     const std::string dir = absl::StrCat(::testing::TempDir(), "/tp-resume-", ::getpid());
     std::filesystem::remove_all(dir);
@@ -377,7 +391,8 @@ TEST(StagesParallelClippingTest, WholeModelClippingCountsEachParameterOnceUnderT
   ExpectLossesMatch(run.losses, reference.losses);
   // The LLM's gradient norm counts the norms' weights once, not once per tensor-parallel rank.
   for (int step = 0; step < kSteps; ++step) {
-    EXPECT_NEAR(run.llm_grad_norms[step], reference.llm_grad_norms[step], 1e-5 * reference.llm_grad_norms[step])
+    EXPECT_NEAR(run.llm_grad_norms[step], reference.llm_grad_norms[step],
+                1e-5 * reference.llm_grad_norms[step])
         << "step " << step + 1;
   }
 }
@@ -403,8 +418,9 @@ struct StageMemory {
   std::vector<absl::Status> errors;
 };
 
-StageMemory BuildStagesAndMeasure(const jobspec::JobConfig& job, const std::shared_ptr<const JobData>& data, int nv,
-                                  int nl, int tl) {
+StageMemory BuildStagesAndMeasure(const jobspec::JobConfig& job,
+                                  const std::shared_ptr<const JobData>& data, int nv, int nl,
+                                  int tl) {
   Groups groups(nv, 1, nl, tl);
   transport::InProcessFabric fabric("memory#1", nv, nl, kTimeout);
   StageMemory memory;
@@ -414,11 +430,12 @@ StageMemory BuildStagesAndMeasure(const jobspec::JobConfig& job, const std::shar
   auto rank_main = [&](bool vision, int rank) {
     Placement placement = PlacementOf("memory#1", vision, rank, nv, 1, nl, tl);
     const int replica = rank / placement.parallel, index = rank % placement.parallel;
-    if (placement.parallel > 1) placement.parallel_communicator = groups.tensor[replica]->rank(index);
+    if (placement.parallel > 1)
+      placement.parallel_communicator = groups.tensor[replica]->rank(index);
     auto create = vision ? CreateVisionStage : CreateLlmStage;
-    absl::StatusOr<std::unique_ptr<Stage>> stage =
-        create(job, data, placement, vision ? groups.vision.rank(rank) : groups.data[index]->rank(replica),
-               fabric.Endpoint(vision ? 0 : 1, rank), nullptr);
+    absl::StatusOr<std::unique_ptr<Stage>> stage = create(
+        job, data, placement, vision ? groups.vision.rank(rank) : groups.data[index]->rank(replica),
+        fabric.Endpoint(vision ? 0 : 1, rank), nullptr);
     std::lock_guard<std::mutex> lock(mu);
     if (!stage.ok()) {
       memory.errors.push_back(stage.status());
@@ -453,8 +470,8 @@ TEST(StagesMemoryTest, TheEstimatesModelStatesAreWhatEachEngineHolds) {
                                          {2, bf16_full, "", 2, 2, 2},
                                          {3, bf16, R"(["patch_embed.*", "blocks.1.*"])", 2, 4, 2},
                                          {3, bf16_full, "", 3, 2, 1}}) {
-    SCOPED_TRACE(absl::StrCat("ZeRO ", c.stage, " ", c.precision, " freeze ", c.vision_freeze, " ", c.nv, "x", c.nl,
-                              " TP ", c.tl));
+    SCOPED_TRACE(absl::StrCat("ZeRO ", c.stage, " ", c.precision, " freeze ", c.vision_freeze, " ",
+                              c.nv, "x", c.nl, " TP ", c.tl));
     jobspec::JobConfig job = TinyJob(c.stage, 0, c.vision_freeze, c.precision);
     job.vision.actors = c.nv;
     job.llm.actors = c.nl;
@@ -470,7 +487,8 @@ TEST(StagesMemoryTest, TheEstimatesModelStatesAreWhatEachEngineHolds) {
       const std::vector<int64_t>& ranks = group == Role::kVision ? measured.vision : measured.llm;
       const int64_t most = *std::max_element(ranks.begin(), ranks.end());
       // Padding: fewer than `ranks` elements of each unit, at most 16 bytes each, 40 units.
-      EXPECT_LE(std::abs(estimate->model_state_bytes - most), 40 * 16 * std::max(c.nv, c.nl)) << RoleName(group);
+      EXPECT_LE(std::abs(estimate->model_state_bytes - most), 40 * 16 * std::max(c.nv, c.nl))
+          << RoleName(group);
       if (c.nv == 1 && c.nl == 1) {
         EXPECT_EQ(estimate->model_state_bytes, most) << RoleName(group);
       }
@@ -524,7 +542,8 @@ TEST(StagesFreezeTest, APartlyFrozenVisionGroupTrainsTheRestAsOneRankDoes) {
 // last block unused) frozen, a new projector and the LLM training: two ranks of each group take the
 // steps one rank does, and the tower ends as the checkpoint has it.
 TEST(StagesPretrainedTest, AFrozenClipTowerWithANewProjectorTrainsAsOneRankDoes) {
-  jobspec::JobConfig job = TinyJob(1, 0, R"(["patch_embed.*", "class_token", "positions", "pre_norm.*", "blocks.*"])");
+  jobspec::JobConfig job =
+      TinyJob(1, 0, R"(["patch_embed.*", "class_token", "positions", "pre_norm.*", "blocks.*"])");
   job.vision.pretrained = std::string(TANDEM_HF_FIXTURES) + "/clip_vision";
   ASSERT_TRUE(hf::ResolvePretrainedModels(job).ok());
   EXPECT_EQ(job.vision.model.image_size, 30);
@@ -535,11 +554,14 @@ TEST(StagesPretrainedTest, AFrozenClipTowerWithANewProjectorTrainsAsOneRankDoes)
   const Outcome run = RunStages(job, 2, 2);
   ASSERT_TRUE(run.errors.empty()) << run.errors.front();
   ExpectLossesMatch(run.losses, reference.losses);
-  auto tower = engine::ReadSafetensors(std::string(TANDEM_HF_FIXTURES) + "/clip_vision/model.safetensors");
+  auto tower =
+      engine::ReadSafetensors(std::string(TANDEM_HF_FIXTURES) + "/clip_vision/model.safetensors");
   ASSERT_TRUE(tower.ok()) << tower.status();
   std::map<std::string, at::Tensor> theirs(tower->begin(), tower->end());
-  EXPECT_TRUE(at::equal(run.vision_weights.at("blocks.1.mlp.fc1.weight"), theirs.at("encoder.layers.1.mlp.fc1.weight")));
-  EXPECT_TRUE(at::equal(run.vision_weights.at("class_token").flatten(), theirs.at("embeddings.class_embedding")));
+  EXPECT_TRUE(at::equal(run.vision_weights.at("blocks.1.mlp.fc1.weight"),
+                        theirs.at("encoder.layers.1.mlp.fc1.weight")));
+  EXPECT_TRUE(at::equal(run.vision_weights.at("class_token").flatten(),
+                        theirs.at("embeddings.class_embedding")));
   EXPECT_TRUE(at::equal(run.vision_weights.at("blocks.2.attn.qkv.weight").narrow(0, 0, 32),
                         theirs.at("encoder.layers.2.self_attn.q_proj.weight")));
 }
@@ -552,10 +574,12 @@ class StagesLlavaTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(StagesLlavaTest, FirstLossEqualsTransformersAndRanksAgree) {
   const std::string fixtures = TANDEM_HF_FIXTURES;
-  const auto dir = std::filesystem::path(::testing::TempDir()) / absl::StrCat("llava_", GetParam(), "_", ::getpid());
+  const auto dir = std::filesystem::path(::testing::TempDir()) /
+                   absl::StrCat("llava_", GetParam(), "_", ::getpid());
   std::filesystem::create_directories(dir);
   {
-    nlohmann::json all = nlohmann::json::parse(std::ifstream(fixtures + "/reference/conversations.json"));
+    nlohmann::json all =
+        nlohmann::json::parse(std::ifstream(fixtures + "/reference/conversations.json"));
     nlohmann::json with_images = nlohmann::json::array();
     for (auto& c : all) {
       if (!c.contains("image")) continue;
@@ -583,7 +607,8 @@ TEST_P(StagesLlavaTest, FirstLossEqualsTransformersAndRanksAgree) {
   ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
   const nlohmann::json expected =
       nlohmann::json::parse(std::ifstream(fixtures + "/reference/training_loss.json"))[GetParam()];
-  EXPECT_NEAR(reference.losses[0], expected["loss"].get<double>(), 1e-4 * expected["loss"].get<double>());
+  EXPECT_NEAR(reference.losses[0], expected["loss"].get<double>(),
+              1e-4 * expected["loss"].get<double>());
   EXPECT_LT(reference.losses[1], reference.losses[0]);
   EXPECT_EQ(reference.eval.samples, 2);
   const Outcome run = RunStages(job, 2, 2);
@@ -594,7 +619,8 @@ TEST_P(StagesLlavaTest, FirstLossEqualsTransformersAndRanksAgree) {
   EXPECT_EQ(run.eval.correct_tokens, reference.eval.correct_tokens);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, StagesLlavaTest, ::testing::Values("clip_llama", "siglip_qwen2"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, StagesLlavaTest,
+                         ::testing::Values("clip_llama", "siglip_qwen2"));
 
 // A job resuming from a checkpoint keeps the word tokenizer saved there: the shapes conversations
 // count their words differently from the captions, so a vocabulary built again would number them
@@ -602,7 +628,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, StagesLlavaTest, ::testing::Values("clip_llam
 TEST(JobDataTest, AResumedJobKeepsTheCheckpointsVocabulary) {
   jobspec::JobConfig job = TinyJob(0);
   job.data.shapes.conversations = true;
-  const auto checkpoint = std::filesystem::path(::testing::TempDir()) / absl::StrCat("resume_words_", ::getpid());
+  const auto checkpoint =
+      std::filesystem::path(::testing::TempDir()) / absl::StrCat("resume_words_", ::getpid());
   std::filesystem::create_directories(checkpoint);
   jobspec::JobConfig captions = TinyJob(0);
   auto trained = OpenJobData(captions);
@@ -614,7 +641,8 @@ TEST(JobDataTest, AResumedJobKeepsTheCheckpointsVocabulary) {
   ASSERT_TRUE(rebuilt.ok() && resumed.ok());
   EXPECT_EQ((*resumed)->text->words()->words(), (*trained)->text->words()->words());
   EXPECT_NE((*rebuilt)->text->words()->words(), (*trained)->text->words()->words());
-  EXPECT_EQ((*rebuilt)->text->vocab_size(), (*trained)->text->vocab_size());  // same words, other ids
+  EXPECT_EQ((*rebuilt)->text->vocab_size(),
+            (*trained)->text->vocab_size());  // same words, other ids
 }
 
 TEST(StagesPretrainedTest, AMissingTowerIsNamed) {
@@ -622,7 +650,8 @@ TEST(StagesPretrainedTest, AMissingTowerIsNamed) {
   job.vision.pretrained = "/nonexistent/tower";
   const absl::Status status = hf::ResolvePretrainedModels(job);
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(status.message()), HasSubstr("vision.pretrained: /nonexistent/tower/config.json"));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("vision.pretrained: /nonexistent/tower/config.json"));
 }
 
 TEST(StagesFreezeTest, APatternThatMatchesNothingOrFreezesAllWithoutStarIsNamed) {
@@ -631,11 +660,11 @@ TEST(StagesFreezeTest, APatternThatMatchesNothingOrFreezesAllWithoutStarIsNamed)
   EXPECT_THAT(std::string(typo.errors.front().message()),
               HasSubstr("vision.freeze[1]: \"blockz.*\" matches no parameter of the vision model"));
   const Outcome all = RunStages(
-      TinyJob(0, 0, R"(["patch_embed.*", "positions", "blocks.*", "projector.*"])"), 1,
-      1);
+      TinyJob(0, 0, R"(["patch_embed.*", "positions", "blocks.*", "projector.*"])"), 1, 1);
   ASSERT_FALSE(all.errors.empty());
-  EXPECT_THAT(std::string(all.errors.front().message()),
-              HasSubstr("vision.freeze: freezes every parameter of the vision model; write [\"*\"]"));
+  EXPECT_THAT(
+      std::string(all.errors.front().message()),
+      HasSubstr("vision.freeze: freezes every parameter of the vision model; write [\"*\"]"));
 }
 
 // A rank that fails ends the step of the other group's ranks at once: their waits on transfers are

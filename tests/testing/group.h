@@ -38,8 +38,8 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-// Creates `groups` independent Gloo groups of `world` ranks and calls fn(rank, communicators) on one
-// thread per rank; returns when every rank returned.
+// Creates `groups` independent Gloo groups of `world` ranks and calls fn(rank, communicators) on
+// one thread per rank; returns when every rank returned.
 inline void RunGroup(
     int world,
     const std::function<void(int rank, std::vector<std::shared_ptr<engine::Communicator>>&)>& fn,

@@ -34,7 +34,8 @@ class TinyNet : public torch::nn::Module {
       : stem_(stem) {
     if (stem_) input_ = register_module("input", torch::nn::Linear(in, width));
     for (int i = 0; i < blocks; ++i) {
-      blocks_.push_back(register_module("block" + std::to_string(i), std::make_shared<MlpBlock>(width)));
+      blocks_.push_back(
+          register_module("block" + std::to_string(i), std::make_shared<MlpBlock>(width)));
     }
     if (stem_) output_ = register_module("output", torch::nn::Linear(width, out));
   }
@@ -76,7 +77,9 @@ inline void ExpectCloseToParameters(const std::vector<std::pair<std::string, at:
     const at::Tensor* want = expected.find(name);
     ASSERT_NE(want, nullptr) << what << ": no parameter " << name << " in the reference";
     EXPECT_LE(ToleranceRatio(tensor, want->detach(), atol, rtol), 1.0)
-        << what << " " << name << "\nactual\n" << tensor << "\nexpected\n" << *want;
+        << what << " " << name << "\nactual\n"
+        << tensor << "\nexpected\n"
+        << *want;
   }
 }
 

@@ -1,12 +1,12 @@
 #include "tokenizer/hf_tokenizer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 
 #include "nlohmann/json.hpp"
 #include "tests/testing/json_file.h"
@@ -17,7 +17,9 @@ namespace {
 namespace fs = std::filesystem;
 const std::string kFixtures = TANDEM_HF_FIXTURES;
 
-nlohmann::json Reference() { return testing::ReadJsonFile(kFixtures + "/reference/tokenizers.json"); }
+nlohmann::json Reference() {
+  return testing::ReadJsonFile(kFixtures + "/reference/tokenizers.json");
+}
 
 // Llama 3 style (clip_llama), Qwen2 style with NFC (siglip_qwen2), Llama 2 style with byte
 // fallback (llama2_tokenizer): every encoding and decoding of the corpus equals the library's.
@@ -33,11 +35,14 @@ TEST_P(TokenizerReference, EncodingsAndDecodingsEqualTheTokenizersLibrary) {
     const std::string text = corpus[i].get<std::string>();
     auto ids = tokenizer->Encode(text);
     ASSERT_TRUE(ids.ok()) << ids.status();
-    EXPECT_EQ(*ids, expected["encodings"][i].get<std::vector<int64_t>>()) << "text " << i << ": \"" << text << "\"";
+    EXPECT_EQ(*ids, expected["encodings"][i].get<std::vector<int64_t>>())
+        << "text " << i << ": \"" << text << "\"";
     const auto reference_ids = expected["encodings"][i].get<std::vector<int64_t>>();
-    EXPECT_EQ(tokenizer->Decode(reference_ids), expected["decodings"][i].get<std::string>()) << "text " << i;
+    EXPECT_EQ(tokenizer->Decode(reference_ids), expected["decodings"][i].get<std::string>())
+        << "text " << i;
     EXPECT_EQ(tokenizer->Decode(reference_ids, /*skip_special_tokens=*/true),
-              expected["decodings_skip_special"][i].get<std::string>()) << "text " << i;
+              expected["decodings_skip_special"][i].get<std::string>())
+        << "text " << i;
   }
 }
 
@@ -66,33 +71,46 @@ TEST(HfTokenizer, SpecialTokensComeFromTheConfig) {
 TEST(HfTokenizer, BadInputIsNamed) {
   auto tokenizer = HfTokenizer::Load(kFixtures + "/clip_llama");
   ASSERT_TRUE(tokenizer.ok());
-  EXPECT_EQ(tokenizer->Encode("bad \xC3\x28 byte").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(tokenizer->Encode("bad \xC3\x28 byte").status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(HfTokenizer::Load(kFixtures + "/absent").status().code(), absl::StatusCode::kNotFound);
 
   const fs::path dir = fs::path(::testing::TempDir()) / ("tokenizer_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "WordPiece", "vocab": {}}})";
   auto status = HfTokenizer::Load(dir.string()).status();
-  EXPECT_NE(status.message().find("tokenizer.json: model.type \"WordPiece\" is not supported (BPE, WordLevel)"), std::string::npos)
+  EXPECT_NE(status.message().find(
+                "tokenizer.json: model.type \"WordPiece\" is not supported (BPE, WordLevel)"),
+            std::string::npos)
       << status;
-  std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+  std::ofstream(dir / "tokenizer.json")
+      << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
       "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Digits"}]}})";
   status = HfTokenizer::Load(dir.string()).status();
-  EXPECT_NE(status.message().find("pre_tokenizer.pretokenizers[0]: type \"Digits\" is not supported"),
-            std::string::npos) << status;
-  std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+  EXPECT_NE(
+      status.message().find("pre_tokenizer.pretokenizers[0]: type \"Digits\" is not supported"),
+      std::string::npos)
+      << status;
+  std::ofstream(dir / "tokenizer.json")
+      << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
       "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "[CLS]"}}],
                          "special_tokens": {}}})";
   status = HfTokenizer::Load(dir.string()).status();
   EXPECT_NE(status.message().find("names special token \"[CLS]\""), std::string::npos) << status;
-  std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [],
+  std::ofstream(dir / "tokenizer.json")
+      << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [],
       "byte_fallback": null}})";
   EXPECT_EQ(HfTokenizer::Load(dir.string()).status().code(), absl::StatusCode::kInvalidArgument);
-  std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": 9223372036854775807}, "merges": []}})";
-  EXPECT_NE(HfTokenizer::Load(dir.string()).status().message().find("model.vocab.a must be an id in [0, "),
+  std::ofstream(dir / "tokenizer.json")
+      << R"({"model": {"type": "BPE", "vocab": {"a": 9223372036854775807}, "merges": []}})";
+  EXPECT_NE(HfTokenizer::Load(dir.string())
+                .status()
+                .message()
+                .find("model.vocab.a must be an id in [0, "),
             std::string::npos);
   std::ofstream(dir / "tokenizer.json") << "[1, 2]";
-  EXPECT_NE(HfTokenizer::Load(dir.string()).status().message().find("must hold a JSON object"), std::string::npos);
+  EXPECT_NE(HfTokenizer::Load(dir.string()).status().message().find("must hold a JSON object"),
+            std::string::npos);
   fs::remove_all(dir);
 }
 

@@ -28,7 +28,8 @@ int64_t CodePoints(const std::string& text, size_t bytes) {
 
 TEST(JinjaReference, RendersWhatTransformersRenders) {
   // Read in order: a tool's keys print in the order they were written, as Python's dicts keep them.
-  const nlohmann::ordered_json reference = nlohmann::ordered_json::parse(ReadFile(kTemplates + "/reference.json"));
+  const nlohmann::ordered_json reference =
+      nlohmann::ordered_json::parse(ReadFile(kTemplates + "/reference.json"));
   ASSERT_EQ(reference["cases"].size(), 20u);
   for (const auto& c : reference["cases"]) {
     const std::string name = c["template"];
@@ -36,7 +37,8 @@ TEST(JinjaReference, RendersWhatTransformersRenders) {
     auto t = Template::Parse(ReadFile(kTemplates + "/" + name + ".jinja"));
     ASSERT_TRUE(t.ok()) << t.status();
     Dict variables;
-    for (const auto& [key, value] : c["variables"].items()) variables.Set(key, Value::FromJson(value));
+    for (const auto& [key, value] : c["variables"].items())
+      variables.Set(key, Value::FromJson(value));
     variables.Set("messages", Value::FromJson(c["messages"]));
     variables.Set("documents", Value::None());
     variables.Set("add_generation_prompt", Value::Bool(c["add_generation_prompt"].get<bool>()));

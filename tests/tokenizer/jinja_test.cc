@@ -1,8 +1,8 @@
 // The interpreter's errors and bounds: what a broken or hostile template gets instead of a crash,
 // a hang or the host's memory. (jinja_reference_test.cc holds what it renders.)
-#include "tokenizer/jinja/template.h"
-
 #include <gtest/gtest.h>
+
+#include "tokenizer/jinja/template.h"
 
 namespace tandem::jinja {
 namespace {
@@ -26,25 +26,31 @@ void ExpectError(const std::string& source, absl::StatusCode code, const std::st
 }
 
 TEST(Jinja, SyntaxErrorsNameTheLine) {
-  ExpectError("{% for x in messages %}\n{{ x }", absl::StatusCode::kInvalidArgument, "line 2: unexpected '}'");
+  ExpectError("{% for x in messages %}\n{{ x }", absl::StatusCode::kInvalidArgument,
+              "line 2: unexpected '}'");
   ExpectError("a\n{% for x in messages %}{{ x }}", absl::StatusCode::kInvalidArgument,
               "line 2: expected 'endfor', found the end of the template");
-  ExpectError("{% with a = 1 %}{% endwith %}", absl::StatusCode::kInvalidArgument, "line 1: unknown tag 'with'");
+  ExpectError("{% with a = 1 %}{% endwith %}", absl::StatusCode::kInvalidArgument,
+              "line 1: unknown tag 'with'");
   ExpectError("\n\n{% include 'other.jinja' %}", absl::StatusCode::kInvalidArgument,
               "line 3: 'include' is not supported: a chat template has no other templates to load");
-  ExpectError("{{ (1 + }}", absl::StatusCode::kInvalidArgument, "line 1: unexpected '}', expected ')'");
+  ExpectError("{{ (1 + }}", absl::StatusCode::kInvalidArgument,
+              "line 1: unexpected '}', expected ')'");
   ExpectError("{% break %}", absl::StatusCode::kInvalidArgument, "line 1: 'break' outside a loop");
   ExpectError("{{ 'open }}", absl::StatusCode::kInvalidArgument, "line 1: unterminated string");
-  ExpectError("{# never closed", absl::StatusCode::kInvalidArgument, "line 1: missing end of comment tag");
+  ExpectError("{# never closed", absl::StatusCode::kInvalidArgument,
+              "line 1: missing end of comment tag");
 }
 
 TEST(Jinja, RuntimeErrorsNameTheLineAndTheValue) {
-  ExpectError("\n{{ nothing.attribute }}", absl::StatusCode::kInvalidArgument, "line 2: 'nothing' is undefined");
+  ExpectError("\n{{ nothing.attribute }}", absl::StatusCode::kInvalidArgument,
+              "line 2: 'nothing' is undefined");
   ExpectError("{{ 1 + 'a' }}", absl::StatusCode::kInvalidArgument,
               "line 1: unsupported operand type(s) for +: 'int' and 'str'");
   ExpectError("{{ 'a' + 1 }}", absl::StatusCode::kInvalidArgument,
               "line 1: can only concatenate str (not \"int\") to str");
-  ExpectError("{{ messages|nope }}", absl::StatusCode::kInvalidArgument, "line 1: no filter named 'nope'");
+  ExpectError("{{ messages|nope }}", absl::StatusCode::kInvalidArgument,
+              "line 1: no filter named 'nope'");
   ExpectError("{{ 1 / 0 }}", absl::StatusCode::kInvalidArgument, "line 1: division by zero");
   ExpectError("{{ 9223372036854775807 + 1 }}", absl::StatusCode::kInvalidArgument,
               "line 1: integer overflow (past 64 bits)");
@@ -53,8 +59,8 @@ TEST(Jinja, RuntimeErrorsNameTheLineAndTheValue) {
               "line 1: 'list object' has no attribute 'append'");
   ExpectError("{% set x = 1 %}{% set x.y = 2 %}", absl::StatusCode::kInvalidArgument,
               "line 1: cannot assign attribute 'y' on 'x', which is not a namespace");
-  ExpectError("{{ raise_exception('Roles must alternate') }}", absl::StatusCode::kFailedPrecondition,
-              "line 1: Roles must alternate");
+  ExpectError("{{ raise_exception('Roles must alternate') }}",
+              absl::StatusCode::kFailedPrecondition, "line 1: Roles must alternate");
 }
 
 TEST(Jinja, AHostileTemplateIsStoppedByItsBounds) {
@@ -62,13 +68,17 @@ TEST(Jinja, AHostileTemplateIsStoppedByItsBounds) {
   RenderOptions small;
   small.max_steps = 1'000'000;
   ExpectError("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
-              absl::StatusCode::kResourceExhausted, "line 1: the template ran past 1000000 steps", small);
+              absl::StatusCode::kResourceExhausted, "line 1: the template ran past 1000000 steps",
+              small);
   ExpectError("{{ range(100001) }}", absl::StatusCode::kInvalidArgument,
               "line 1: range too big: the sandbox refuses ranges past 100000 items");
-  ExpectError("{% for i in range(100) %}{{ 'x' * 1000000 }}{% endfor %}", absl::StatusCode::kResourceExhausted,
+  ExpectError("{% for i in range(100) %}{{ 'x' * 1000000 }}{% endfor %}",
+              absl::StatusCode::kResourceExhausted,
               "line 1: the template wrote past 16777216 bytes");
-  ExpectError("{{ 'x' * 100000000 }}", absl::StatusCode::kInvalidArgument, "line 1: a repeated string past 64 MiB");
-  ExpectError("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", absl::StatusCode::kResourceExhausted,
+  ExpectError("{{ 'x' * 100000000 }}", absl::StatusCode::kInvalidArgument,
+              "line 1: a repeated string past 64 MiB");
+  ExpectError("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}",
+              absl::StatusCode::kResourceExhausted,
               "line 1: macro 'f' called deeper than 64 levels");
 }
 

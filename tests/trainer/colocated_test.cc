@@ -1,6 +1,6 @@
-// The colocated trainer end to end on tiny models: it learns the shapes captions, normalises the loss
-// over the global batch (so gradient accumulation does not change the losses), and writes the run
-// directory it documents.
+// The colocated trainer end to end on tiny models: it learns the shapes captions, normalises the
+// loss over the global batch (so gradient accumulation does not change the losses), and writes the
+// run directory it documents.
 #include "trainer/colocated.h"
 
 #include <gmock/gmock.h>
@@ -34,16 +34,22 @@ constexpr char kFp32Engine[] =
 
 // A four-shape job as a spec's JSON, for each test to change before Resolved reads it.
 nlohmann::json TinyJob(int64_t steps) {
-  return {{"name", "tiny"},
-          {"data", {{"shapes", {{"seed", 7}, {"train_samples", 2048}, {"eval_samples", 64}}}, {"max_text_tokens", 12}}},
-          {"vision", {{"model", {{"preset", "vit-tiny"}}}, {"engine", nlohmann::json::parse(kFp32Engine)}}},
-          {"llm", {{"model", {{"preset", "llm-tiny"}}}, {"engine", nlohmann::json::parse(kFp32Engine)}}},
-          {"schedule", {{"global_batch", 32}, {"micro_batches", 1}, {"steps", steps}, {"seed", 3}}}};
+  return {
+      {"name", "tiny"},
+      {"data",
+       {{"shapes", {{"seed", 7}, {"train_samples", 2048}, {"eval_samples", 64}}},
+        {"max_text_tokens", 12}}},
+      {"vision",
+       {{"model", {{"preset", "vit-tiny"}}}, {"engine", nlohmann::json::parse(kFp32Engine)}}},
+      {"llm",
+       {{"model", {{"preset", "llm-tiny"}}}, {"engine", nlohmann::json::parse(kFp32Engine)}}},
+      {"schedule", {{"global_batch", 32}, {"micro_batches", 1}, {"steps", steps}, {"seed", 3}}}};
 }
 
 // The spec as `tandem run` reads it (jobspec::ResolvedJobSpec).
 jobspec::ResolvedJobSpec Resolved(const nlohmann::json& spec) {
-  absl::StatusOr<jobspec::ResolvedJobSpec> resolved = jobspec::ResolveJobSpecJson(spec.dump(), "test spec");
+  absl::StatusOr<jobspec::ResolvedJobSpec> resolved =
+      jobspec::ResolveJobSpecJson(spec.dump(), "test spec");
   EXPECT_TRUE(resolved.ok()) << resolved.status();
   return resolved.ok() ? *std::move(resolved) : jobspec::ResolvedJobSpec{};
 }
@@ -63,8 +69,8 @@ std::vector<rundir::StepRecord> Steps(const std::string& run_dir) {
 }
 
 TEST(ColocatedTest, GradientAccumulationGivesTheSameLosses) {
-  // The loss is normalised by the tokens of the whole global batch, so 2 micro-batches of 16 and one
-  // of 32 over the same samples must give the same updates (fp32 engines).
+  // The loss is normalised by the tokens of the whole global batch, so 2 micro-batches of 16 and
+  // one of 32 over the same samples must give the same updates (fp32 engines).
   nlohmann::json one = TinyJob(4);
   one["data"]["shapes"]["eval_samples"] = 8;
   nlohmann::json two = one;
@@ -88,9 +94,10 @@ TEST(ColocatedTest, WritesTheRunDirectory) {
   const std::string run_dir = TempDir() + "/run";
   auto summary = RunColocated(Resolved(job), Quiet(run_dir));
   ASSERT_TRUE(summary.ok()) << summary.status();
-  for (const char* name : {"job.json", "tokenizer.json", "metrics.jsonl", "loss.svg", "summary.json",
-                           "vision.safetensors", "llm.safetensors", "checkpoints/step-000002/vision/complete",
-                           "checkpoints/step-000004/llm/complete", "checkpoints/step-000004/tokenizer.json"}) {
+  for (const char* name :
+       {"job.json", "tokenizer.json", "metrics.jsonl", "loss.svg", "summary.json",
+        "vision.safetensors", "llm.safetensors", "checkpoints/step-000002/vision/complete",
+        "checkpoints/step-000004/llm/complete", "checkpoints/step-000004/tokenizer.json"}) {
     EXPECT_TRUE(fs::exists(run_dir + "/" + name)) << name;
   }
   std::vector<rundir::StepRecord> steps;
@@ -122,7 +129,8 @@ TEST(ColocatedTest, ProfileTracesTheStepsItNames) {
   // A LibTorch without Kineto (platform_report_test demands it of LibTorch 2.x) says so before
   // the run starts.
   if (!summary.ok() && summary.status().code() == absl::StatusCode::kUnimplemented) {
-    EXPECT_THAT(std::string(summary.status().message()), HasSubstr("built without the Kineto profiler"));
+    EXPECT_THAT(std::string(summary.status().message()),
+                HasSubstr("built without the Kineto profiler"));
     EXPECT_FALSE(fs::exists(run_dir));
     return;
   }
@@ -150,7 +158,8 @@ TEST(ColocatedTest, RefusesANonEmptyRunDirectoryAndLeavesItAlone) {
   auto summary = RunColocated(Resolved(TinyJob(1)), Quiet(run_dir));
   ASSERT_FALSE(summary.ok());
   EXPECT_EQ(summary.status().code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_THAT(std::string(summary.status().message()), HasSubstr(run_dir + " already exists and is not empty"));
+  EXPECT_THAT(std::string(summary.status().message()),
+              HasSubstr(run_dir + " already exists and is not empty"));
   std::ifstream in(run_dir + "/precious.txt");
   std::stringstream content;
   content << in.rdbuf();

@@ -46,9 +46,7 @@ TEST(Fiber, EachFiberKeepsItsOwnGradModeAcrossSwitches) {
     evaluating.Yield();
     evaluating_saw_grad = torch::GradMode::is_enabled();
   });
-  training.Start([&] {
-    training_saw_grad = torch::GradMode::is_enabled();
-  });
+  training.Start([&] { training_saw_grad = torch::GradMode::is_enabled(); });
   evaluating.Resume();  // disables grad, yields
   training.Resume();
   evaluating.Resume();

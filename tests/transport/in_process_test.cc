@@ -26,8 +26,10 @@ TransferTag Tag(int64_t step) {
 }
 
 TensorBytes Bytes(std::vector<float>& values) {
-  return {DType::kFloat32, {static_cast<int64_t>(values.size())},
-          reinterpret_cast<std::byte*>(values.data()), values.size() * sizeof(float)};
+  return {DType::kFloat32,
+          {static_cast<int64_t>(values.size())},
+          reinterpret_cast<std::byte*>(values.data()),
+          values.size() * sizeof(float)};
 }
 
 TEST(InProcessTransport, ASendToAnExpectedTransferLandsInTheReceiversTensor) {

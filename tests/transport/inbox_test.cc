@@ -1,6 +1,6 @@
-// Tests for transport/inbox.cc: every validation rule of tandem.v1.Peer with its code and a message that
-// names what was expected and what came; expectations that stay pending after a refused stream;
-// Await's completion, timeout and cancellation.
+// Tests for transport/inbox.cc: every validation rule of tandem.v1.Peer with its code and a message
+// that names what was expected and what came; expectations that stay pending after a refused
+// stream; Await's completion, timeout and cancellation.
 #include "transport/inbox.h"
 
 #include <algorithm>
@@ -19,8 +19,8 @@ namespace {
 
 using namespace std::chrono_literals;
 using ::testing::AllOf;
-using ::testing::HasSubstr;
 using testing::AwaitThenCancel;
+using ::testing::HasSubstr;
 using testing::Pattern;
 using testing::StartThread;
 using testing::Tag;
@@ -51,14 +51,18 @@ class InboxTest : public ::testing::Test {
   InboxTest() { inbox_.SetJob("job-1"); }
 
   // Expects `tag` into the zeroed float32 [2, 3] destination_.
-  void ExpectFloats(const TransferTag& tag) { ASSERT_TRUE(inbox_.Expect(tag, destination_.view()).ok()); }
+  void ExpectFloats(const TransferTag& tag) {
+    ASSERT_TRUE(inbox_.Expect(tag, destination_.view()).ok());
+  }
 
   // Expects Tag(1) and starts a stream for it that delivers its first `bytes` bytes.
   absl::StatusOr<Inbox::Delivery> StartStream(size_t bytes) {
-    if (absl::Status status = inbox_.Expect(Tag(1), destination_.view()); !status.ok()) return status;
+    if (absl::Status status = inbox_.Expect(Tag(1), destination_.view()); !status.ok())
+      return status;
     absl::StatusOr<Inbox::Delivery> delivery = inbox_.Begin(HeaderOf(Tag(1), source_), 0ms);
     if (delivery.ok() && bytes > 0) {
-      if (absl::Status status = delivery->Write(Tag(1), 0, source_.span(0, bytes)); !status.ok()) return status;
+      if (absl::Status status = delivery->Write(Tag(1), 0, source_.span(0, bytes)); !status.ok())
+        return status;
     }
     return delivery;
   }
@@ -109,7 +113,8 @@ TEST(Inbox, ExpectWithoutJobIsFailedPrecondition) {
 }
 
 TEST_F(InboxTest, ExpectOfAnotherJobIsInvalidArgument) {
-  const absl::Status status = inbox_.Expect(Tag(1, TransferKind::kEmbeddings, "job-2"), destination_.view());
+  const absl::Status status =
+      inbox_.Expect(Tag(1, TransferKind::kEmbeddings, "job-2"), destination_.view());
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), AllOf(HasSubstr("job-2"), HasSubstr("job-1")));
 }
@@ -148,7 +153,8 @@ TEST_F(InboxTest, ChunkOfAnotherJobIsInvalidArgument) {
 TEST_F(InboxTest, TagNotExpectedInTimeIsDeadlineExceeded) {
   const absl::Status status = Deliver(inbox_, Tag(1), source_, 5, 20ms);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(status.message(), HasSubstr("did not expect " + DescribeTag(Tag(1)) + " within 20 ms"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("did not expect " + DescribeTag(Tag(1)) + " within 20 ms"));
 }
 
 TEST_F(InboxTest, StreamWaitsForItsTagToBeExpected) {
@@ -163,7 +169,8 @@ TEST_F(InboxTest, StaleStepIsInvalidArgumentWithoutWaiting) {
   ExpectFloats(Tag(3));
   const absl::Status status = Deliver(inbox_, Tag(2), source_, 5, kLong);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(status.message(), AllOf(HasSubstr("step 2"), HasSubstr("stale"), HasSubstr("embeddings of step 3")));
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr("step 2"), HasSubstr("stale"), HasSubstr("embeddings of step 3")));
 }
 
 TEST_F(InboxTest, StalenessIsPerKind) {
@@ -225,7 +232,8 @@ TEST_F(InboxTest, ChunkOfAnotherTagInTheStreamIsInvalidArgument) {
   const absl::Status status = delivery->Write(other, 8, source_.span(8, 8));
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("samples [1, 2) from rank 0 in the stream of "));
-  EXPECT_EQ(delivery->Write(Tag(1), 8, source_.span(8, 8)).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(delivery->Write(Tag(1), 8, source_.span(8, 8)).code(),
+            absl::StatusCode::kFailedPrecondition);
   ExpectCorrectStreamDelivers(Tag(1));
 }
 
@@ -244,7 +252,8 @@ TEST_F(InboxTest, BytesPastTheEndAreInvalidArgument) {
   ASSERT_TRUE(delivery.ok()) << delivery.status();
   const absl::Status status = delivery->Write(Tag(1), 0, too_long);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(status.message(), HasSubstr("chunk of 28 bytes at offset 0 runs past the end (24 bytes)"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("chunk of 28 bytes at offset 0 runs past the end (24 bytes)"));
   ExpectCorrectStreamDelivers(Tag(1));
 }
 
@@ -270,12 +279,14 @@ TEST_F(InboxTest, AwaitTimeoutNamesTheTagAndTheBytesThatArrived) {
   ASSERT_TRUE(delivery.ok()) << delivery.status();
   const absl::Status status = inbox_.Await(Tag(1), 10ms);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(status.message(), AllOf(HasSubstr(DescribeTag(Tag(1))), HasSubstr("8 of 24 bytes arrived"),
-                                      HasSubstr("a stream is delivering it")));
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr(DescribeTag(Tag(1))), HasSubstr("8 of 24 bytes arrived"),
+                    HasSubstr("a stream is delivering it")));
   // The expectation is gone: the stream is told, and a second Await finds nothing.
   const absl::Status refused = delivery->Write(Tag(1), 8, source_.span(8, 8));
   EXPECT_EQ(refused.code(), absl::StatusCode::kCancelled);
-  EXPECT_THAT(refused.message(), HasSubstr("the receiver stopped waiting for it after 8 of 24 bytes"));
+  EXPECT_THAT(refused.message(),
+              HasSubstr("the receiver stopped waiting for it after 8 of 24 bytes"));
   EXPECT_EQ(inbox_.Await(Tag(1), 0ms).code(), absl::StatusCode::kNotFound);
 }
 
@@ -292,17 +303,17 @@ absl::Status ExpectAgain(Inbox& inbox, Tensor& destination) {
 }
 
 TEST_F(InboxTest, ClearJobCancelsAWaitingAwait) {
-  const absl::Status status = AwaitThenCancel([&] { return ExpectAgain(inbox_, destination_); },
-                                              [&] { return inbox_.Await(Tag(1), kLong); },
-                                              [&] { inbox_.ClearJob(); });
+  const absl::Status status =
+      AwaitThenCancel([&] { return ExpectAgain(inbox_, destination_); },
+                      [&] { return inbox_.Await(Tag(1), kLong); }, [&] { inbox_.ClearJob(); });
   EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
   EXPECT_THAT(status.message(), HasSubstr("the receiver's job was released"));
 }
 
 TEST_F(InboxTest, ResetCancelsAWaitingAwaitAndKeepsTheJob) {
-  const absl::Status status = AwaitThenCancel([&] { return ExpectAgain(inbox_, destination_); },
-                                              [&] { return inbox_.Await(Tag(1), kLong); },
-                                              [&] { inbox_.Reset(); });
+  const absl::Status status =
+      AwaitThenCancel([&] { return ExpectAgain(inbox_, destination_); },
+                      [&] { return inbox_.Await(Tag(1), kLong); }, [&] { inbox_.Reset(); });
   EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
   EXPECT_THAT(status.message(), HasSubstr("reset"));
   ExpectFloats(Tag(1));

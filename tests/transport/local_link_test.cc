@@ -10,14 +10,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
-#include <cerrno>
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -214,7 +214,8 @@ UniqueFd RawConnection(const LocalEndpoint& endpoint) {
   sockaddr_un address;
   const absl::StatusOr<socklen_t> length = AbstractAddress(endpoint.socket_name, &address);
   UniqueFd fd(socket(AF_UNIX, SOCK_STREAM, 0));
-  if (!length.ok() || connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), *length) != 0) return UniqueFd();
+  if (!length.ok() || connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), *length) != 0)
+    return UniqueFd();
   timeval ten_seconds{10, 0};
   setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &ten_seconds, sizeof(ten_seconds));
   return fd;
@@ -243,7 +244,8 @@ bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeou
 // one holds its slot only until its handshake deadline.
 TEST_F(LocalLinkTest, ConnectionsBeyondThePendingHandshakeCapWaitTheirTurn) {
   listener_->Close();
-  absl::StatusOr<std::unique_ptr<LocalListener>> listener = LocalListener::Start(inbox_, kLong, 500ms);
+  absl::StatusOr<std::unique_ptr<LocalListener>> listener =
+      LocalListener::Start(inbox_, kLong, 500ms);
   ASSERT_TRUE(listener.ok()) << listener.status();
   listener_ = *std::move(listener);
   std::vector<UniqueFd> silent;
@@ -260,7 +262,8 @@ TEST_F(LocalLinkTest, ConnectionsBeyondThePendingHandshakeCapWaitTheirTurn) {
 
 TEST(LocalListenerHandshake, OneDeadlineForTheWholeHandshakeHoweverTheBytesTrickle) {
   auto inbox = std::make_shared<Inbox>();
-  absl::StatusOr<std::unique_ptr<LocalListener>> listener = LocalListener::Start(inbox, kLong, 300ms);
+  absl::StatusOr<std::unique_ptr<LocalListener>> listener =
+      LocalListener::Start(inbox, kLong, 300ms);
   ASSERT_TRUE(listener.ok()) << listener.status();
   UniqueFd fd = RawConnection((*listener)->endpoint());
   ASSERT_GE(fd.get(), 0);

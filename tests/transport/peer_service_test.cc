@@ -204,7 +204,9 @@ TEST_F(PeerServiceTest, TransfersWaitsForAnExpectationNoLongerThanTheMessageSays
 
 class PeerServiceShortWaitTest : public PeerServiceTest {
  protected:
-  PeerServiceShortWaitTest() : PeerServiceTest(PeerServiceOptions{.expect_timeout = 20ms, .local_endpoint = std::nullopt}) {}
+  PeerServiceShortWaitTest()
+      : PeerServiceTest(
+            PeerServiceOptions{.expect_timeout = 20ms, .local_endpoint = std::nullopt}) {}
 };
 
 TEST_F(PeerServiceShortWaitTest, UnexpectedTagIsDeadlineExceededAfterTheExpectTimeout) {

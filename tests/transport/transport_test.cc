@@ -15,7 +15,8 @@ TEST(DescribeTag, NamesEveryField) {
   tag.sample_begin = 0;
   tag.sample_end = 8;
   tag.source_rank = 2;
-  EXPECT_EQ(DescribeTag(tag), "gradients job-000001 step 3 micro-batch 1 samples [0, 8) from rank 2");
+  EXPECT_EQ(DescribeTag(tag),
+            "gradients job-000001 step 3 micro-batch 1 samples [0, 8) from rank 2");
 }
 
 TEST(TransferKindName, NamesEveryKind) {

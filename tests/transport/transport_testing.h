@@ -1,5 +1,5 @@
-// Helpers shared by the transport tests: tags, owned tensors with recognisable bytes, and a thread that
-// has provably started before the test goes on.
+// Helpers shared by the transport tests: tags, owned tensors with recognisable bytes, and a thread
+// that has provably started before the test goes on.
 #pragma once
 
 #include <cstddef>
@@ -17,7 +17,8 @@
 
 namespace tandem::transport::testing {
 
-inline TransferTag Tag(int64_t step, TransferKind kind = TransferKind::kEmbeddings, std::string job = "job-1") {
+inline TransferTag Tag(int64_t step, TransferKind kind = TransferKind::kEmbeddings,
+                       std::string job = "job-1") {
   TransferTag tag;
   tag.job_id = std::move(job);
   tag.kind = kind;
@@ -42,7 +43,8 @@ struct Tensor {
 };
 
 inline Tensor Zeros(DType dtype, std::vector<int64_t> shape) {
-  const int64_t elements = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+  const int64_t elements =
+      std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
   return Tensor{dtype, std::move(shape), std::vector<std::byte>(elements * DTypeSize(dtype))};
 }
 
@@ -57,22 +59,24 @@ inline Tensor Pattern(DType dtype, std::vector<int64_t> shape, uint32_t seed = 1
   return tensor;
 }
 
-// Runs `fn` on a thread and returns once the thread is running (not necessarily inside `fn`'s wait yet).
+// Runs `fn` on a thread and returns once the thread is running (not necessarily inside `fn`'s wait
+// yet).
 template <typename Fn>
 auto StartThread(Fn fn) {
   std::promise<void> started;
   std::future<void> running = started.get_future();
-  auto result = std::async(std::launch::async, [fn = std::move(fn), started = std::move(started)]() mutable {
-    started.set_value();
-    return fn();
-  });
+  auto result =
+      std::async(std::launch::async, [fn = std::move(fn), started = std::move(started)]() mutable {
+        started.set_value();
+        return fn();
+      });
   running.wait();
   return result;
 }
 
 // Runs `await` on a thread, then `cancel`, and returns what `await` returned. `prepare` sets up the
-// expectation; the whole repeats in the rare case that `cancel` ran before the wait began (the await
-// then found nothing to wait for: NotFound).
+// expectation; the whole repeats in the rare case that `cancel` ran before the wait began (the
+// await then found nothing to wait for: NotFound).
 template <typename Prepare, typename Await, typename Cancel>
 absl::Status AwaitThenCancel(Prepare prepare, Await await, Cancel cancel) {
   for (;;) {

@@ -51,16 +51,16 @@ using Body = std::vector<Node>;
 
 struct Node {
   enum class Kind {
-    kText,        // text
-    kOutput,      // {{ expr }}
-    kIf,          // branches (condition, body), else_body
-    kFor,         // for targets in expr [if condition]: body, else_body
-    kSet,         // set targets = expr; or ns.attribute = expr (attribute set)
-    kSetBlock,    // set targets[0]: body
-    kMacro,       // macro name(params): body
-    kCallBlock,   // call [(params)] expr: body, the caller
-    kFilterBlock, // filter expr (kFilter chain on null): body
-    kGeneration,  // generation: body, its output tracked as assistant text
+    kText,         // text
+    kOutput,       // {{ expr }}
+    kIf,           // branches (condition, body), else_body
+    kFor,          // for targets in expr [if condition]: body, else_body
+    kSet,          // set targets = expr; or ns.attribute = expr (attribute set)
+    kSetBlock,     // set targets[0]: body
+    kMacro,        // macro name(params): body
+    kCallBlock,    // call [(params)] expr: body, the caller
+    kFilterBlock,  // filter expr (kFilter chain on null): body
+    kGeneration,   // generation: body, its output tracked as assistant text
     kBreak,
     kContinue,
   };
@@ -72,7 +72,8 @@ struct Node {
   ExprPtr expr;
   ExprPtr condition;
   std::vector<std::string> targets;
-  std::vector<std::pair<std::string, ExprPtr>> params;  // macro parameters and their defaults (null: none)
+  std::vector<std::pair<std::string, ExprPtr>>
+      params;  // macro parameters and their defaults (null: none)
   std::vector<std::pair<ExprPtr, Body>> branches;
   Body body;
   Body else_body;

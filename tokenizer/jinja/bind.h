@@ -18,7 +18,8 @@ inline absl::StatusOr<std::vector<Value>> Bind(const CallArgs& args, std::string
                                                std::initializer_list<std::string_view> names) {
   std::vector<Value> out(names.size());
   if (args.positional.size() > names.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(std::string(function), "() takes at most ", names.size(), " arguments (",
+    return absl::InvalidArgumentError(absl::StrCat(std::string(function), "() takes at most ",
+                                                   names.size(), " arguments (",
                                                    args.positional.size(), " given)"));
   }
   for (size_t i = 0; i < args.positional.size(); ++i) out[i] = args.positional[i];
@@ -29,10 +30,12 @@ inline absl::StatusOr<std::vector<Value>> Bind(const CallArgs& args, std::string
       ++i;
     }
     if (i == names.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(std::string(function), "() got an unexpected keyword argument '", key, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(std::string(function), "() got an unexpected keyword argument '", key, "'"));
     }
     if (i < args.positional.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(std::string(function), "() got multiple values for argument '", key, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(std::string(function), "() got multiple values for argument '", key, "'"));
     }
     out[i] = value;
   }

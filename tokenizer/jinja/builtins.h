@@ -31,7 +31,8 @@ absl::StatusOr<Value> GetAttribute(const Value& object, const std::string& name)
 // obj[key]: an item (negative indices count from the end), else for a string key the attribute.
 absl::StatusOr<Value> GetItem(const Value& object, const Value& key);
 // obj[start:stop:step] of a list, tuple or string; null parts are left out.
-absl::StatusOr<Value> GetSlice(const Value& object, const Value* start, const Value* stop, const Value* step);
+absl::StatusOr<Value> GetSlice(const Value& object, const Value* start, const Value* stop,
+                               const Value* step);
 
 // Iteration as Python's for: a list's items, a dict's keys, a string's characters; undefined is
 // empty; anything else is an error.

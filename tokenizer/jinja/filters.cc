@@ -1,4 +1,5 @@
-// Filters, tests and globals (builtins.h), as jinja2 3.1 defines them, with Hugging Face's tojson.
+// The filters (builtins.h), as jinja2 3.1 defines them, with Hugging Face's tojson; the tests and
+// globals are tests_and_globals.cc's.
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -15,17 +16,20 @@
 namespace tandem::jinja {
 namespace {
 
-// jinja2's sandbox refuses ranges longer than this (MAX_RANGE).
-constexpr int64_t kMaxRange = 100000;
-
 absl::StatusOr<int64_t> Length(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return 0;
-    case Value::Kind::kString: return static_cast<int64_t>(Decode(v.string()).size());
-    case Value::Kind::kList: return static_cast<int64_t>(v.list().size());
+    case Value::Kind::kUndefined:
+      return 0;
+    case Value::Kind::kString:
+      return static_cast<int64_t>(Decode(v.string()).size());
+    case Value::Kind::kList:
+      return static_cast<int64_t>(v.list().size());
     case Value::Kind::kDict:
-    case Value::Kind::kNamespace: return static_cast<int64_t>(v.dict().items.size());
-    default: return absl::InvalidArgumentError(absl::StrCat("object of type '", v.TypeName(), "' has no len()"));
+    case Value::Kind::kNamespace:
+      return static_cast<int64_t>(v.dict().items.size());
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("object of type '", v.TypeName(), "' has no len()"));
   }
 }
 
@@ -37,9 +41,11 @@ absl::StatusOr<Value> Attribute(const Value& item, const Value& path) {
   size_t begin = 0;
   while (true) {
     const size_t dot = text.find('.', begin);
-    const std::string part = text.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
+    const std::string part =
+        text.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
     const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    ASSIGN_OR_RETURN(out, digits ? GetItem(out, Value::Int(std::atoll(part.c_str()))) : GetItem(out, Value::String(part)));
+    ASSIGN_OR_RETURN(out, digits ? GetItem(out, Value::Int(std::atoll(part.c_str())))
+                                 : GetItem(out, Value::String(part)));
     if (dot == std::string::npos) return out;
     begin = dot + 1;
   }
@@ -75,7 +81,8 @@ absl::StatusOr<List> Sorted(List items, bool reverse, bool case_sensitive, const
   return out;
 }
 
-std::string Replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+std::string Replace(const std::string& s, const std::string& from, const std::string& to,
+                    int64_t count) {
   std::string out;
   int64_t done = 0;
   if (from.empty()) {
@@ -91,7 +98,8 @@ std::string Replace(const std::string& s, const std::string& from, const std::st
     return out;
   }
   size_t begin = 0;
-  for (size_t at = s.find(from); at != std::string::npos && (count < 0 || done < count); at = s.find(from, begin)) {
+  for (size_t at = s.find(from); at != std::string::npos && (count < 0 || done < count);
+       at = s.find(from, begin)) {
     out += s.substr(begin, at - begin);
     out += to;
     begin = at + from.size();
@@ -117,16 +125,19 @@ std::string EscapeNonAscii(const std::string& json) {
 }
 
 absl::StatusOr<Value> ToJson(const Value& value, CallArgs& args) {
-  ASSIGN_OR_RETURN(std::vector<Value> a, Bind(args, "tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}));
+  ASSIGN_OR_RETURN(std::vector<Value> a,
+                   Bind(args, "tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}));
   int indent = -1;
   if (a[1].is_integer()) indent = static_cast<int>(std::clamp<int64_t>(a[1].integer(), 0, 64));
   std::string item_separator = indent >= 0 ? "," : ", ";
   std::string key_separator = ": ";
-  if (a[2].is_list() && a[2].list().size() == 2 && a[2].list()[0].is_string() && a[2].list()[1].is_string()) {
+  if (a[2].is_list() && a[2].list().size() == 2 && a[2].list()[0].is_string() &&
+      a[2].list()[1].is_string()) {
     item_separator = a[2].list()[0].string();
     key_separator = a[2].list()[1].string();
   }
-  ASSIGN_OR_RETURN(std::string json, value.ToJson(indent, item_separator, key_separator, a[3].Truthy()));
+  ASSIGN_OR_RETURN(std::string json,
+                   value.ToJson(indent, item_separator, key_separator, a[3].Truthy()));
   return Value::String(a[0].Truthy() ? EscapeNonAscii(json) : json);
 }
 
@@ -151,7 +162,10 @@ std::string JinjaTitle(const std::string& s) {
 
 std::string Indent(std::string s, const Value& width, bool first, bool blank) {
   const std::string indentation =
-      width.is_string() ? width.string() : std::string(static_cast<size_t>(std::clamp<int64_t>(width.is_integer() ? width.integer() : 4, 0, 256)), ' ');
+      width.is_string() ? width.string()
+                        : std::string(static_cast<size_t>(std::clamp<int64_t>(
+                                          width.is_integer() ? width.integer() : 4, 0, 256)),
+                                      ' ');
   s += "\n";
   std::vector<std::string> lines;
   size_t begin = 0;
@@ -161,10 +175,12 @@ std::string Indent(std::string s, const Value& width, bool first, bool blank) {
   }
   std::string out;
   if (blank) {
-    for (size_t i = 0; i < lines.size(); ++i) absl::StrAppend(&out, i ? "\n" + indentation : "", lines[i]);
+    for (size_t i = 0; i < lines.size(); ++i)
+      absl::StrAppend(&out, i ? "\n" + indentation : "", lines[i]);
   } else {
     out = lines[0];
-    for (size_t i = 1; i < lines.size(); ++i) absl::StrAppend(&out, "\n", lines[i].empty() ? "" : indentation, lines[i]);
+    for (size_t i = 1; i < lines.size(); ++i)
+      absl::StrAppend(&out, "\n", lines[i].empty() ? "" : indentation, lines[i]);
   }
   return first ? indentation + out : out;
 }
@@ -175,16 +191,19 @@ absl::StatusOr<Value> Select(const Value& value, CallArgs& args, bool attribute,
   size_t next = 0;
   Value path;
   if (attribute) {
-    if (args.positional.empty()) return absl::InvalidArgumentError("selectattr/rejectattr need an attribute");
+    if (args.positional.empty())
+      return absl::InvalidArgumentError("selectattr/rejectattr need an attribute");
     path = args.positional[next++];
   }
   std::string test;
   if (next < args.positional.size()) {
-    if (!args.positional[next].is_string()) return absl::InvalidArgumentError("a test's name must be a string");
+    if (!args.positional[next].is_string())
+      return absl::InvalidArgumentError("a test's name must be a string");
     test = args.positional[next++].string();
   }
   CallArgs test_args;
-  test_args.positional.assign(args.positional.begin() + static_cast<ptrdiff_t>(next), args.positional.end());
+  test_args.positional.assign(args.positional.begin() + static_cast<ptrdiff_t>(next),
+                              args.positional.end());
   test_args.keyword = args.keyword;
   List out;
   for (const Value& item : items) {
@@ -207,7 +226,8 @@ absl::StatusOr<Value> Map(const Value& value, CallArgs& args) {
   List out;
   for (const auto& [key, v] : args.keyword) {
     if (key != "attribute" && key != "default") {
-      return absl::InvalidArgumentError(absl::StrCat("map() got an unexpected keyword argument '", key, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("map() got an unexpected keyword argument '", key, "'"));
     }
   }
   const Value* attribute = nullptr;
@@ -232,9 +252,11 @@ absl::StatusOr<Value> Map(const Value& value, CallArgs& args) {
 }
 
 absl::StatusOr<Value> MinMax(const Value& value, CallArgs& args, bool max) {
-  ASSIGN_OR_RETURN(std::vector<Value> a, Bind(args, max ? "max" : "min", {"case_sensitive", "attribute"}));
+  ASSIGN_OR_RETURN(std::vector<Value> a,
+                   Bind(args, max ? "max" : "min", {"case_sensitive", "attribute"}));
   ASSIGN_OR_RETURN(List items, Iterate(value));
-  if (items.empty()) return Value::Undefined(absl::StrCat("No aggregated item, sequence was empty."));
+  if (items.empty())
+    return Value::Undefined(absl::StrCat("No aggregated item, sequence was empty."));
   ASSIGN_OR_RETURN(List sorted, Sorted(std::move(items), max, a[0].Truthy(), a[1]));
   return sorted.front();
 }
@@ -254,7 +276,8 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value, C
   }
   if (name == "first" || name == "last") {
     ASSIGN_OR_RETURN(List items, Iterate(value));
-    if (items.empty()) return Value::Undefined(absl::StrCat("No ", name, " item, sequence was empty."));
+    if (items.empty())
+      return Value::Undefined(absl::StrCat("No ", name, " item, sequence was empty."));
     return name == "first" ? items.front() : items.back();
   }
   if (name == "join") {
@@ -276,11 +299,13 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value, C
   if (name == "title") return Value::String(JinjaTitle(value.Str()));
   if (name == "trim") {
     ASSIGN_OR_RETURN(std::vector<Value> a, Bind(args, name, {"chars"}));
-    return Value::String(Strip(value.Str(), a[0].is_string() ? &a[0].string() : nullptr, true, true));
+    return Value::String(
+        Strip(value.Str(), a[0].is_string() ? &a[0].string() : nullptr, true, true));
   }
   if (name == "replace") {
     ASSIGN_OR_RETURN(std::vector<Value> a, Bind(args, name, {"old", "new", "count"}));
-    return Value::String(Replace(value.Str(), a[0].Str(), a[1].Str(), a[2].is_integer() ? a[2].integer() : -1));
+    return Value::String(
+        Replace(value.Str(), a[0].Str(), a[1].Str(), a[2].is_integer() ? a[2].integer() : -1));
   }
   if (name == "list") {
     ASSIGN_OR_RETURN(List items, Iterate(value));
@@ -292,12 +317,23 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value, C
     std::string out;
     for (char c : value.Str()) {
       switch (c) {
-        case '&': out += "&amp;"; break;
-        case '<': out += "&lt;"; break;
-        case '>': out += "&gt;"; break;
-        case '"': out += "&#34;"; break;
-        case '\'': out += "&#39;"; break;
-        default: out += c;
+        case '&':
+          out += "&amp;";
+          break;
+        case '<':
+          out += "&lt;";
+          break;
+        case '>':
+          out += "&gt;";
+          break;
+        case '"':
+          out += "&#34;";
+          break;
+        case '\'':
+          out += "&#39;";
+          break;
+        default:
+          out += c;
       }
     }
     return Value::String(std::move(out));
@@ -314,7 +350,8 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value, C
       const std::string text = Strip(value.string(), nullptr, true, true);
       char* end = nullptr;
       errno = 0;
-      const long long parsed = std::strtoll(text.c_str(), &end, a[1].is_integer() ? static_cast<int>(a[1].integer()) : 10);
+      const long long parsed = std::strtoll(
+          text.c_str(), &end, a[1].is_integer() ? static_cast<int>(a[1].integer()) : 10);
       if (!text.empty() && end && *end == 0 && errno == 0) return Value::Int(parsed);
       const double real = std::strtod(text.c_str(), &end);
       if (!text.empty() && end && *end == 0 && std::isfinite(real) && std::fabs(real) < 9.2e18) {
@@ -336,20 +373,25 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value, C
   }
   if (name == "abs") {
     if (value.is_integer()) {
-      if (value.integer() == INT64_MIN) return absl::InvalidArgumentError("integer overflow (past 64 bits)");
+      if (value.integer() == INT64_MIN)
+        return absl::InvalidArgumentError("integer overflow (past 64 bits)");
       return Value::Int(std::llabs(value.integer()));
     }
     if (value.is_number()) return Value::Float(std::fabs(value.number()));
-    return absl::InvalidArgumentError(absl::StrCat("bad operand type for abs(): '", value.TypeName(), "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad operand type for abs(): '", value.TypeName(), "'"));
   }
   if (name == "round") {
     ASSIGN_OR_RETURN(std::vector<Value> a, Bind(args, name, {"precision", "method"}));
     if (!value.is_number()) return absl::InvalidArgumentError("round: not a number");
-    const int precision = static_cast<int>(std::clamp<int64_t>(a[0].is_integer() ? a[0].integer() : 0, -20, 20));
+    const int precision =
+        static_cast<int>(std::clamp<int64_t>(a[0].is_integer() ? a[0].integer() : 0, -20, 20));
     const std::string method = a[1].is_string() ? a[1].string() : "common";
     const double scale = std::pow(10.0, precision);
     const double x = value.number() * scale;
-    const double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::nearbyint(x);
+    const double r = method == "ceil"    ? std::ceil(x)
+                     : method == "floor" ? std::floor(x)
+                                         : std::nearbyint(x);
     return Value::Float(r / scale);
   }
   if (name == "items") {
@@ -364,11 +406,13 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value, C
     CallArgs none;
     ASSIGN_OR_RETURN(Value items, (*BoundMethod(value, "items")).callable().call(none));
     const bool by_value = a[1].is_string() && a[1].string() == "value";
-    ASSIGN_OR_RETURN(List sorted, Sorted(items.list(), a[2].Truthy(), a[0].Truthy(), Value::Int(by_value ? 1 : 0)));
+    ASSIGN_OR_RETURN(List sorted, Sorted(items.list(), a[2].Truthy(), a[0].Truthy(),
+                                         Value::Int(by_value ? 1 : 0)));
     return Value::MakeList(std::move(sorted));
   }
   if (name == "sort") {
-    ASSIGN_OR_RETURN(std::vector<Value> a, Bind(args, name, {"reverse", "case_sensitive", "attribute"}));
+    ASSIGN_OR_RETURN(std::vector<Value> a,
+                     Bind(args, name, {"reverse", "case_sensitive", "attribute"}));
     ASSIGN_OR_RETURN(List items, Iterate(value));
     ASSIGN_OR_RETURN(List sorted, Sorted(std::move(items), a[0].Truthy(), a[1].Truthy(), a[2]));
     return Value::MakeList(std::move(sorted));
@@ -384,7 +428,8 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value, C
         ASSIGN_OR_RETURN(key, Attribute(item, a[1]));
       }
       key = SortKey(key, a[0].Truthy());
-      if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return Equal(s, key); })) continue;
+      if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return Equal(s, key); }))
+        continue;
       seen.push_back(key);
       out.push_back(item);
     }
@@ -403,7 +448,8 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value, C
   }
   if (name == "map") return Map(value, args);
   if (name == "select" || name == "reject") return Select(value, args, false, name == "select");
-  if (name == "selectattr" || name == "rejectattr") return Select(value, args, true, name == "selectattr");
+  if (name == "selectattr" || name == "rejectattr")
+    return Select(value, args, true, name == "selectattr");
   if (name == "tojson") return ToJson(value, args);
   if (name == "indent") {
     ASSIGN_OR_RETURN(std::vector<Value> a, Bind(args, name, {"width", "first", "blank"}));
@@ -427,120 +473,9 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value, C
     ASSIGN_OR_RETURN(std::vector<Value> a, Bind(args, name, {"name"}));
     return GetAttribute(value, a[0].Str());
   }
-  if (name == "wordcount") return Value::Int(static_cast<int64_t>(Split(value.Str(), nullptr, -1).size()));
+  if (name == "wordcount")
+    return Value::Int(static_cast<int64_t>(Split(value.Str(), nullptr, -1).size()));
   return absl::InvalidArgumentError(absl::StrCat("no filter named '", name, "'"));
-}
-
-absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& value, CallArgs& args) {
-  using Kind = Value::Kind;
-  if (name == "defined") return !value.is_undefined();
-  if (name == "undefined") return value.is_undefined();
-  if (name == "none") return value.is_none();
-  if (name == "boolean") return value.kind() == Kind::kBool;
-  if (name == "true") return value.kind() == Kind::kBool && value.boolean();
-  if (name == "false") return value.kind() == Kind::kBool && !value.boolean();
-  if (name == "integer") return value.kind() == Kind::kInt;
-  if (name == "float") return value.kind() == Kind::kFloat;
-  if (name == "number") return value.is_number();
-  if (name == "string") return value.is_string();
-  if (name == "mapping") return value.is_dict();
-  if (name == "iterable") return value.is_undefined() || value.is_string() || value.is_list() || value.is_dict();
-  if (name == "sequence") return value.is_string() || value.is_list() || value.is_dict();
-  if (name == "callable") return value.is_callable();
-  if (name == "escaped") return false;
-  if (name == "lower") return value.is_string() && Lower(value.string()) == value.string();
-  if (name == "upper") return value.is_string() && Upper(value.string()) == value.string();
-  if (name == "odd" || name == "even") {
-    if (!value.is_integer()) return absl::InvalidArgumentError(absl::StrCat("'", name, "' needs an integer"));
-    return (value.integer() % 2 != 0) == (name == "odd");
-  }
-  ASSIGN_OR_RETURN(std::vector<Value> a, Bind(args, name, {"other"}));
-  const Value& other = a[0];
-  if (name == "divisibleby") {
-    if (!value.is_integer() || !other.is_integer() || other.integer() == 0) {
-      return absl::InvalidArgumentError("'divisibleby' needs integers and a divisor that is not 0");
-    }
-    return value.integer() % other.integer() == 0;
-  }
-  if (name == "sameas") {
-    if (value.kind() != other.kind()) return false;
-    if (value.is_none() || value.kind() == Kind::kBool) return Equal(value, other);
-    if (value.is_list()) return &value.list() == &other.list();
-    if (value.is_dict() || value.is_namespace()) return &value.dict() == &other.dict();
-    return false;
-  }
-  if (name == "in") return CompareOp("in", value, other);
-  if (name == "eq" || name == "equalto" || name == "==") return CompareOp("==", value, other);
-  if (name == "ne" || name == "!=") return CompareOp("!=", value, other);
-  if (name == "lt" || name == "lessthan" || name == "<") return CompareOp("<", value, other);
-  if (name == "le" || name == "<=") return CompareOp("<=", value, other);
-  if (name == "gt" || name == "greaterthan" || name == ">") return CompareOp(">", value, other);
-  if (name == "ge" || name == ">=") return CompareOp(">=", value, other);
-  return absl::InvalidArgumentError(absl::StrCat("no test named '", name, "'"));
-}
-
-Dict Globals(std::function<std::time_t()> now) {
-  Dict globals;
-  globals.Set("range", Value::MakeCallable("range", [](CallArgs& args) -> absl::StatusOr<Value> {
-    if (!args.keyword.empty() || args.positional.empty() || args.positional.size() > 3) {
-      return absl::InvalidArgumentError("range() takes 1 to 3 positional arguments");
-    }
-    for (const Value& v : args.positional) {
-      if (!v.is_integer()) {
-        return absl::InvalidArgumentError(absl::StrCat("'", v.TypeName(), "' object cannot be interpreted as an integer"));
-      }
-    }
-    const auto& p = args.positional;
-    const int64_t start = p.size() == 1 ? 0 : p[0].integer();
-    const int64_t stop = p.size() == 1 ? p[0].integer() : p[1].integer();
-    const int64_t step = p.size() == 3 ? p[2].integer() : 1;
-    if (step == 0) return absl::InvalidArgumentError("range() arg 3 must not be zero");
-    const long double span = static_cast<long double>(stop) - static_cast<long double>(start);
-    const long double count = std::max<long double>(0, std::ceil(span / static_cast<long double>(step)));
-    if (count > kMaxRange) {
-      return absl::InvalidArgumentError(absl::StrCat("range too big: the sandbox refuses ranges past ", kMaxRange, " items"));
-    }
-    List out;
-    for (int64_t i = 0; i < static_cast<int64_t>(count); ++i) out.push_back(Value::Int(start + i * step));
-    return Value::MakeList(std::move(out));
-  }));
-  const auto make_dict = [](CallArgs& args, const char* name) -> absl::StatusOr<Dict> {
-    Dict dict;
-    if (args.positional.size() > 1) return absl::InvalidArgumentError(absl::StrCat(name, "() takes at most one mapping"));
-    if (!args.positional.empty()) {
-      if (!args.positional[0].is_dict()) return absl::InvalidArgumentError(absl::StrCat(name, "() takes a mapping"));
-      dict = args.positional[0].dict();
-    }
-    for (const auto& [key, value] : args.keyword) {
-      if (!key.empty() && key[0] == '_') {
-        return absl::InvalidArgumentError(absl::StrCat(name, "(): attribute '", key, "' starts with an underscore"));
-      }
-      dict.Set(key, value);
-    }
-    return dict;
-  };
-  globals.Set("namespace", Value::MakeCallable("namespace", [make_dict](CallArgs& args) -> absl::StatusOr<Value> {
-    ASSIGN_OR_RETURN(Dict dict, make_dict(args, "namespace"));
-    return Value::MakeNamespace(std::move(dict));
-  }));
-  globals.Set("dict", Value::MakeCallable("dict", [make_dict](CallArgs& args) -> absl::StatusOr<Value> {
-    ASSIGN_OR_RETURN(Dict dict, make_dict(args, "dict"));
-    return Value::MakeDict(std::move(dict));
-  }));
-  globals.Set("raise_exception", Value::MakeCallable("raise_exception", [](CallArgs& args) -> absl::StatusOr<Value> {
-    ASSIGN_OR_RETURN(std::vector<Value> a, Bind(args, "raise_exception", {"message"}));
-    return absl::FailedPreconditionError(a[0].Str());
-  }));
-  globals.Set("strftime_now", Value::MakeCallable("strftime_now", [now](CallArgs& args) -> absl::StatusOr<Value> {
-    ASSIGN_OR_RETURN(std::vector<Value> a, Bind(args, "strftime_now", {"format"}));
-    const std::time_t t = now();
-    std::tm local{};
-    localtime_r(&t, &local);
-    char buffer[256];
-    const size_t n = std::strftime(buffer, sizeof(buffer), a[0].Str().c_str(), &local);
-    return Value::String(std::string(buffer, n));
-  }));
-  return globals;
 }
 
 }  // namespace tandem::jinja

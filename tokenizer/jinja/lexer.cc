@@ -19,7 +19,8 @@ absl::Status Error(int line, std::string_view message) {
 // Python's "\s+" over UTF-8: the byte length of the whitespace run starting at `at`.
 size_t SpaceRun(std::string_view text, size_t at) {
   size_t i = at;
-  for (size_t length = 0; i < text.size() && IsPythonSpace(DecodeAt(text, i, &length)); i += length) {
+  for (size_t length = 0; i < text.size() && IsPythonSpace(DecodeAt(text, i, &length));
+       i += length) {
   }
   return i - at;
 }
@@ -35,7 +36,9 @@ std::string_view RStrip(std::string_view text) {
 
 bool AllSpace(std::string_view text) { return !text.empty() && SpaceRun(text, 0) == text.size(); }
 
-int Newlines(std::string_view text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
+int Newlines(std::string_view text) {
+  return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+}
 
 // The Python string literal's body (between its quotes) unescaped as jinja2 does it
 // (encode("ascii", "backslashreplace").decode("unicode-escape")).
@@ -53,25 +56,49 @@ absl::StatusOr<std::string> Unescape(std::string_view body, int line) {
         if (i + k >= body.size() || !std::isxdigit(static_cast<unsigned char>(body[i + k]))) {
           return Error(line, "truncated escape in a string");
         }
-        cp = cp * 16 + static_cast<char32_t>(std::strtol(std::string(1, body[i + k]).c_str(), nullptr, 16));
+        cp = cp * 16 +
+             static_cast<char32_t>(std::strtol(std::string(1, body[i + k]).c_str(), nullptr, 16));
       }
       i += digits;
       if (cp > 0x10ffff) return Error(line, "an escape in a string is past U+10FFFF");
       return cp;
     };
     switch (c) {
-      case '\n': break;
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case 'v': out += '\v'; break;
-      case 'x': case 'u': case 'U': {
+      case '\n':
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'v':
+        out += '\v';
+        break;
+      case 'x':
+      case 'u':
+      case 'U': {
         auto cp = hex(c == 'x' ? 2 : c == 'u' ? 4 : 8);
         if (!cp.ok()) return cp.status();
         out += Encode(*cp);
@@ -80,7 +107,8 @@ absl::StatusOr<std::string> Unescape(std::string_view body, int line) {
       default:
         if (c >= '0' && c <= '7') {
           char32_t cp = c - '0';
-          for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7'; ++k) {
+          for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7';
+               ++k) {
             cp = cp * 8 + (body[++i] - '0');
           }
           out += Encode(cp);
@@ -93,8 +121,9 @@ absl::StatusOr<std::string> Unescape(std::string_view body, int line) {
   return out;
 }
 
-constexpr std::string_view kOperators[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[",
-                                           "]",  "(",  ")",  "{",  "}",  ">",  "<", "=", ".", ":", "|", ",", ";"};
+constexpr std::string_view kOperators[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/",
+                                           "*",  "%",  "~",  "[",  "]",  "(",  ")", "{", "}",
+                                           ">",  "<",  "=",  ".",  ":",  "|",  ",", ";"};
 
 class Lexer {
  public:
@@ -119,7 +148,8 @@ class Lexer {
     size_t at = pos_;
     size_t tag = std::string::npos;
     while ((at = src_.find('{', at)) != std::string::npos) {
-      if (at + 1 < src_.size() && (src_[at + 1] == '{' || src_[at + 1] == '%' || src_[at + 1] == '#')) {
+      if (at + 1 < src_.size() &&
+          (src_[at + 1] == '{' || src_[at + 1] == '%' || src_[at + 1] == '#')) {
         tag = at;
         break;
       }
@@ -131,26 +161,31 @@ class Lexer {
       return absl::OkStatus();
     }
     const char kind = src_[tag + 1];
-    const char sign = tag + 2 < src_.size() && (src_[tag + 2] == '-' || src_[tag + 2] == '+') ? src_[tag + 2] : 0;
+    const char sign =
+        tag + 2 < src_.size() && (src_[tag + 2] == '-' || src_[tag + 2] == '+') ? src_[tag + 2] : 0;
     std::string_view text = std::string_view(src_).substr(pos_, tag - pos_);
     if (sign == '-') {
       const std::string_view stripped = RStrip(text);
       line_ += Newlines(text.substr(stripped.size()));
       text = stripped;
     } else if (sign != '+' && kind != '{') {
-      const size_t line_start = text.rfind('\n') == std::string_view::npos ? 0 : text.rfind('\n') + 1;
-      if ((line_start > 0 || line_starting_) && AllSpace(text.substr(line_start))) text = text.substr(0, line_start);
+      const size_t line_start =
+          text.rfind('\n') == std::string_view::npos ? 0 : text.rfind('\n') + 1;
+      if ((line_start > 0 || line_starting_) && AllSpace(text.substr(line_start)))
+        text = text.substr(0, line_start);
     }
     Data(text);
     pos_ = tag + 2 + (sign ? 1 : 0);
     line_starting_ = false;
     if (kind == '#') return Comment();
     if (kind == '%' && IsRaw()) return Raw();
-    tokens_.push_back({kind == '{' ? Token::Type::kVariableBegin : Token::Type::kBlockBegin, "", 0, 0, line_});
+    tokens_.push_back(
+        {kind == '{' ? Token::Type::kVariableBegin : Token::Type::kBlockBegin, "", 0, 0, line_});
     return Tag(kind == '{' ? "}}" : "%}");
   }
 
-  // After "{#": up to "#}", "-#}" (eating the whitespace after) or "+#}"; trim_blocks eats one newline.
+  // After "{#": up to "#}", "-#}" (eating the whitespace after) or "+#}"; trim_blocks eats one
+  // newline.
   absl::Status Comment() {
     const size_t end = src_.find("#}", pos_);
     if (end == std::string::npos) return Error(line_, "missing end of comment tag");
@@ -217,14 +252,17 @@ class Lexer {
     std::vector<char> brackets;
     while (true) {
       pos_ += SpaceRun(src_, pos_);
-      if (pos_ >= src_.size()) return Error(line_, absl::StrCat("missing '", std::string(close), "'"));
+      if (pos_ >= src_.size())
+        return Error(line_, absl::StrCat("missing '", std::string(close), "'"));
       if (brackets.empty()) {
         char sign = 0;
         size_t at = pos_;
-        if ((src_[at] == '-' || src_[at] == '+') && src_.compare(at + 1, close.size(), close) == 0) sign = src_[at++];
+        if ((src_[at] == '-' || src_[at] == '+') && src_.compare(at + 1, close.size(), close) == 0)
+          sign = src_[at++];
         if (src_.compare(at, close.size(), close) == 0 && !(sign == '+' && close == "}}")) {
           pos_ = at + close.size();
-          tokens_.push_back({close == "}}" ? Token::Type::kVariableEnd : Token::Type::kBlockEnd, "", 0, 0, line_});
+          tokens_.push_back({close == "}}" ? Token::Type::kVariableEnd : Token::Type::kBlockEnd, "",
+                             0, 0, line_});
           if (close == "%}") {
             EndTag(sign);
           } else if (sign == '-') {
@@ -238,7 +276,9 @@ class Lexer {
       const char c = src_[pos_];
       if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
         size_t end = pos_;
-        while (end < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[end])) || src_[end] == '_')) ++end;
+        while (end < src_.size() &&
+               (std::isalnum(static_cast<unsigned char>(src_[end])) || src_[end] == '_'))
+          ++end;
         tokens_.push_back({Token::Type::kName, src_.substr(pos_, end - pos_), 0, 0, line_});
         pos_ = end;
         continue;
@@ -265,12 +305,16 @@ class Lexer {
           break;
         }
       }
-      if (op.empty()) return Error(line_, absl::StrCat("unexpected character '", std::string(1, c), "'"));
-      if (op == "(" || op == "[" || op == "{") brackets.push_back(op == "(" ? ')' : op == "[" ? ']' : '}');
+      if (op.empty())
+        return Error(line_, absl::StrCat("unexpected character '", std::string(1, c), "'"));
+      if (op == "(" || op == "[" || op == "{")
+        brackets.push_back(op == "(" ? ')' : op == "[" ? ']' : '}');
       if (op == ")" || op == "]" || op == "}") {
-        if (brackets.empty()) return Error(line_, absl::StrCat("unexpected '", std::string(op), "'"));
+        if (brackets.empty())
+          return Error(line_, absl::StrCat("unexpected '", std::string(op), "'"));
         if (brackets.back() != op[0]) {
-          return Error(line_, absl::StrCat("unexpected '", std::string(op), "', expected '", std::string(1, brackets.back()), "'"));
+          return Error(line_, absl::StrCat("unexpected '", std::string(op), "', expected '",
+                                           std::string(1, brackets.back()), "'"));
         }
         brackets.pop_back();
       }
@@ -294,15 +338,19 @@ class Lexer {
       const char base = static_cast<char>(std::tolower(static_cast<unsigned char>(src_[pos_ + 1])));
       end = pos_ + 2;
       const auto in_base = [base](char c) {
-        return base == 'b' ? (c == '0' || c == '1') : base == 'o' ? (c >= '0' && c <= '7')
-                                                                  : std::isxdigit(static_cast<unsigned char>(c)) != 0;
+        return base == 'b'   ? (c == '0' || c == '1')
+               : base == 'o' ? (c >= '0' && c <= '7')
+                             : std::isxdigit(static_cast<unsigned char>(c)) != 0;
       };
       if (!digits(in_base)) return Error(line_, "a number with no digits after its base");
       for (size_t i = pos_ + 2; i < end; ++i) {
         if (src_[i] != '_') text += src_[i];
       }
       errno = 0;
-      const unsigned long long value = std::strtoull(text.c_str(), nullptr, base == 'b' ? 2 : base == 'o' ? 8 : 16);
+      const unsigned long long value = std::strtoull(text.c_str(), nullptr,
+                                                     base == 'b'   ? 2
+                                                     : base == 'o' ? 8
+                                                                   : 16);
       if (errno == ERANGE || value > static_cast<unsigned long long>(INT64_MAX)) {
         return Error(line_, "an integer literal past 64 bits");
       }
@@ -366,6 +414,8 @@ std::string Normalize(std::string_view source) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<Token>> Lex(std::string_view source) { return Lexer(Normalize(source)).Run(); }
+absl::StatusOr<std::vector<Token>> Lex(std::string_view source) {
+  return Lexer(Normalize(source)).Run();
+}
 
 }  // namespace tandem::jinja

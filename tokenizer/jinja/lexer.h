@@ -4,8 +4,8 @@
 // control ("{%-", "-%}", "{%+", "+%}") and the trimming are applied here, comments dropped and
 // "{% raw %}" blocks turned into text, so the parser sees what renders.
 //
-// Errors are InvalidArgument with the line: "line 3: unexpected '}'", "line 1: unterminated string".
-// Stateless and thread-safe.
+// Errors are InvalidArgument with the line: "line 3: unexpected '}'", "line 1: unterminated
+// string". Stateless and thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +18,19 @@
 namespace tandem::jinja {
 
 struct Token {
-  enum class Type { kData, kVariableBegin, kVariableEnd, kBlockBegin, kBlockEnd, kName, kString, kInteger, kFloat,
-                    kOperator, kEnd };
+  enum class Type {
+    kData,
+    kVariableBegin,
+    kVariableEnd,
+    kBlockBegin,
+    kBlockEnd,
+    kName,
+    kString,
+    kInteger,
+    kFloat,
+    kOperator,
+    kEnd
+  };
   Type type;
   std::string text;  // data, a name, a string's value, an operator
   int64_t integer = 0;

@@ -15,7 +15,8 @@ namespace {
 using Method = std::function<absl::StatusOr<Value>(const Value& self, CallArgs& args)>;
 
 absl::Status TypeError(std::string_view method, std::string_view what, const Value& got) {
-  return absl::InvalidArgumentError(absl::StrCat(std::string(method), "() ", std::string(what), ", not ", got.TypeName()));
+  return absl::InvalidArgumentError(
+      absl::StrCat(std::string(method), "() ", std::string(what), ", not ", got.TypeName()));
 }
 
 absl::StatusOr<std::string> OptionalString(const Value& v, std::string_view method) {
@@ -39,7 +40,8 @@ absl::StatusOr<Value> Affix(const Value& self, CallArgs& args, bool start) {
     return TypeError(name, "first arg must be str or a tuple of str", a[0]);
   }
   for (const std::string& c : candidates) {
-    if (start ? absl::StartsWith(self.string(), c) : absl::EndsWith(self.string(), c)) return Value::Bool(true);
+    if (start ? absl::StartsWith(self.string(), c) : absl::EndsWith(self.string(), c))
+      return Value::Bool(true);
   }
   return Value::Bool(false);
 }
@@ -57,12 +59,14 @@ absl::StatusOr<Value> Format(const Value& self, CallArgs& args) {
       ++i;
     } else if (s[i] == '{') {
       const size_t close = s.find('}', i);
-      if (close == std::string::npos) return absl::InvalidArgumentError("format(): single '{' encountered");
+      if (close == std::string::npos)
+        return absl::InvalidArgumentError("format(): single '{' encountered");
       const std::string field = s.substr(i + 1, close - i - 1);
       const Value* value = nullptr;
       if (field.empty()) {
         if (next < args.positional.size()) value = &args.positional[next++];
-      } else if (std::all_of(field.begin(), field.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+      } else if (std::all_of(field.begin(), field.end(),
+                             [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
         const size_t index = std::stoul(field.substr(0, 9));
         if (index < args.positional.size()) value = &args.positional[index];
       } else {
@@ -70,7 +74,8 @@ absl::StatusOr<Value> Format(const Value& self, CallArgs& args) {
           if (k == field) value = &v;
         }
       }
-      if (!value) return absl::InvalidArgumentError(absl::StrCat("format(): no argument for {", field, "}"));
+      if (!value)
+        return absl::InvalidArgumentError(absl::StrCat("format(): no argument for {", field, "}"));
       out += value->Str();
       i = close;
     } else if (s[i] == '}') {
@@ -83,7 +88,11 @@ absl::StatusOr<Value> Format(const Value& self, CallArgs& args) {
 }
 
 absl::StatusOr<Value> Find(const Value& self, CallArgs& args, bool reverse, bool count) {
-  ASSIGN_OR_RETURN(std::vector<Value> a, Bind(args, count ? "count" : reverse ? "rfind" : "find", {"sub"}));
+  ASSIGN_OR_RETURN(std::vector<Value> a, Bind(args,
+                                              count     ? "count"
+                                              : reverse ? "rfind"
+                                                        : "find",
+                                              {"sub"}));
   ASSIGN_OR_RETURN(std::string sub, OptionalString(a[0], "find"));
   const std::string& s = self.string();
   if (count) {
@@ -154,8 +163,10 @@ absl::StatusOr<Value> StringMethod(const std::string& name, const Value& self, C
   if (name == "startswith" || name == "endswith") return Affix(self, args, name == "startswith");
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
     ASSIGN_OR_RETURN(std::vector<Value> a, Bind(args, name, {}));
-    return Value::String(name == "upper" ? Upper(s) : name == "lower" ? Lower(s) : name == "title" ? PythonTitle(s)
-                                                                                                   : Capitalize(s));
+    return Value::String(name == "upper"   ? Upper(s)
+                         : name == "lower" ? Lower(s)
+                         : name == "title" ? PythonTitle(s)
+                                           : Capitalize(s));
   }
   if (name == "replace") {
     ASSIGN_OR_RETURN(std::vector<Value> a, Bind(args, name, {"old", "new", "count"}));
@@ -165,15 +176,16 @@ absl::StatusOr<Value> StringMethod(const std::string& name, const Value& self, C
     if (!a[2].is_undefined()) filter_args.positional.push_back(a[2]);
     return ApplyFilter("replace", self, filter_args);
   }
-  if (name == "find" || name == "rfind" || name == "count") return Find(self, args, name == "rfind", name == "count");
+  if (name == "find" || name == "rfind" || name == "count")
+    return Find(self, args, name == "rfind", name == "count");
   if (name == "join") {
     ASSIGN_OR_RETURN(std::vector<Value> a, Bind(args, name, {"iterable"}));
     ASSIGN_OR_RETURN(List items, Iterate(a[0]));
     std::string out;
     for (size_t i = 0; i < items.size(); ++i) {
       if (!items[i].is_string()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("sequence item ", i, ": expected str instance, ", items[i].TypeName(), " found"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sequence item ", i, ": expected str instance, ", items[i].TypeName(), " found"));
       }
       absl::StrAppend(&out, i ? s : "", items[i].string());
     }
@@ -182,7 +194,8 @@ absl::StatusOr<Value> StringMethod(const std::string& name, const Value& self, C
   if (name == "removeprefix" || name == "removesuffix") {
     ASSIGN_OR_RETURN(std::vector<Value> a, Bind(args, name, {"affix"}));
     ASSIGN_OR_RETURN(std::string affix, OptionalString(a[0], name));
-    if (name == "removeprefix" && absl::StartsWith(s, affix)) return Value::String(s.substr(affix.size()));
+    if (name == "removeprefix" && absl::StartsWith(s, affix))
+      return Value::String(s.substr(affix.size()));
     if (name == "removesuffix" && !affix.empty() && absl::EndsWith(s, affix)) {
       return Value::String(s.substr(0, s.size() - affix.size()));
     }
@@ -228,15 +241,17 @@ absl::StatusOr<Value> ListMethod(const std::string& name, const Value& self, Cal
     if (name == "index") return Value::Int(static_cast<int64_t>(i));
     ++count;
   }
-  if (name == "index") return absl::InvalidArgumentError(absl::StrCat(a[0].Repr(), " is not in list"));
+  if (name == "index")
+    return absl::InvalidArgumentError(absl::StrCat(a[0].Repr(), " is not in list"));
   return Value::Int(count);
 }
 
 bool IsStringMethod(const std::string& name) {
-  static const char* const kNames[] = {"strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "startswith",
-                                       "endswith", "upper", "lower", "title", "capitalize", "replace", "find", "rfind",
-                                       "count", "join", "removeprefix", "removesuffix", "format", "isdigit", "isalpha",
-                                       "isalnum", "isspace", "islower", "isupper"};
+  static const char* const kNames[] = {
+      "strip",    "lstrip",  "rstrip",  "split",        "rsplit",       "splitlines", "startswith",
+      "endswith", "upper",   "lower",   "title",        "capitalize",   "replace",    "find",
+      "rfind",    "count",   "join",    "removeprefix", "removesuffix", "format",     "isdigit",
+      "isalpha",  "isalnum", "isspace", "islower",      "isupper"};
   for (const char* n : kNames) {
     if (name == n) return true;
   }
@@ -249,7 +264,8 @@ std::optional<Value> BoundMethod(const Value& object, const std::string& name) {
   Method method;
   if (object.is_string() && IsStringMethod(name)) {
     method = [name](const Value& self, CallArgs& args) { return StringMethod(name, self, args); };
-  } else if (object.is_dict() && (name == "items" || name == "keys" || name == "values" || name == "get")) {
+  } else if (object.is_dict() &&
+             (name == "items" || name == "keys" || name == "values" || name == "get")) {
     method = [name](const Value& self, CallArgs& args) { return DictMethod(name, self, args); };
   } else if (object.is_list() && (name == "index" || name == "count")) {
     method = [name](const Value& self, CallArgs& args) { return ListMethod(name, self, args); };
@@ -295,7 +311,8 @@ std::vector<std::string> Split(const std::string& s, const std::string* sep, int
   std::vector<std::string> out;
   if (sep) {
     size_t begin = 0;
-    for (size_t at = s.find(*sep); at != std::string::npos && (maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit);
+    for (size_t at = s.find(*sep);
+         at != std::string::npos && (maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit);
          at = s.find(*sep, begin)) {
       out.push_back(s.substr(begin, at - begin));
       begin = at + sep->size();

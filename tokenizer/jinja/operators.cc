@@ -18,25 +18,28 @@ absl::Status UndefinedError(const Value& v) {
 }
 
 absl::Status Unsupported(const std::string& op, const Value& a, const Value& b) {
-  return absl::InvalidArgumentError(absl::StrCat("unsupported operand type(s) for ", op, ": '", a.TypeName(),
-                                                 "' and '", b.TypeName(), "'"));
+  return absl::InvalidArgumentError(absl::StrCat("unsupported operand type(s) for ", op, ": '",
+                                                 a.TypeName(), "' and '", b.TypeName(), "'"));
 }
 
 absl::StatusOr<Value> Repeat(const Value& sequence, int64_t times) {
   if (times < 0) times = 0;
   if (sequence.is_string()) {
-    if (!sequence.string().empty() && static_cast<uint64_t>(times) > kMaxString / sequence.string().size()) {
+    if (!sequence.string().empty() &&
+        static_cast<uint64_t>(times) > kMaxString / sequence.string().size()) {
       return absl::InvalidArgumentError("a repeated string past 64 MiB");
     }
     std::string out;
     for (int64_t i = 0; i < times; ++i) out += sequence.string();
     return Value::String(std::move(out));
   }
-  if (!sequence.list().empty() && static_cast<uint64_t>(times) > (1u << 20) / sequence.list().size()) {
+  if (!sequence.list().empty() &&
+      static_cast<uint64_t>(times) > (1u << 20) / sequence.list().size()) {
     return absl::InvalidArgumentError("a repeated list past 1048576 items");
   }
   List out;
-  for (int64_t i = 0; i < times; ++i) out.insert(out.end(), sequence.list().begin(), sequence.list().end());
+  for (int64_t i = 0; i < times; ++i)
+    out.insert(out.end(), sequence.list().begin(), sequence.list().end());
   return Value::MakeList(std::move(out), sequence.is_tuple());
 }
 
@@ -71,7 +74,8 @@ absl::StatusOr<Value> BinaryOp(const std::string& op, const Value& a, const Valu
     }
     if (numbers) return Value::Float(a.number() + b.number());
     if (a.is_string() && b.is_string()) {
-      if (a.string().size() + b.string().size() > kMaxString) return absl::InvalidArgumentError("a string past 64 MiB");
+      if (a.string().size() + b.string().size() > kMaxString)
+        return absl::InvalidArgumentError("a string past 64 MiB");
       return Value::String(a.string() + b.string());
     }
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
@@ -80,7 +84,8 @@ absl::StatusOr<Value> BinaryOp(const std::string& op, const Value& a, const Valu
       return Value::MakeList(std::move(out), a.is_tuple());
     }
     if (a.is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat("can only concatenate str (not \"", b.TypeName(), "\") to str"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("can only concatenate str (not \"", b.TypeName(), "\") to str"));
     }
     return Unsupported(op, a, b);
   }
@@ -105,7 +110,8 @@ absl::StatusOr<Value> BinaryOp(const std::string& op, const Value& a, const Valu
     return Unsupported(op, a, b);
   }
   if (!numbers) {
-    if (op == "%" && a.is_string()) return absl::InvalidArgumentError("string formatting with % is not supported");
+    if (op == "%" && a.is_string())
+      return absl::InvalidArgumentError("string formatting with % is not supported");
     return Unsupported(op, a, b);
   }
   if (op == "/") {
@@ -113,9 +119,12 @@ absl::StatusOr<Value> BinaryOp(const std::string& op, const Value& a, const Valu
     return Value::Float(a.number() / b.number());
   }
   if (op == "//" || op == "%") {
-    if (b.number() == 0) return absl::InvalidArgumentError(op == "//" ? "integer division or modulo by zero" : "modulo by zero");
+    if (b.number() == 0)
+      return absl::InvalidArgumentError(op == "//" ? "integer division or modulo by zero"
+                                                   : "modulo by zero");
     if (ints) {
-      if (a.integer() == INT64_MIN && b.integer() == -1) return absl::InvalidArgumentError("integer overflow (past 64 bits)");
+      if (a.integer() == INT64_MIN && b.integer() == -1)
+        return absl::InvalidArgumentError("integer overflow (past 64 bits)");
       const int64_t q = FloorDiv(a.integer(), b.integer());
       return Value::Int(op == "//" ? q : a.integer() - q * b.integer());
     }
@@ -135,7 +144,8 @@ absl::StatusOr<Value> BinaryOp(const std::string& op, const Value& a, const Valu
       }
       return Value::Int(result);
     }
-    if (a.number() == 0 && b.number() < 0) return absl::InvalidArgumentError("0.0 cannot be raised to a negative power");
+    if (a.number() == 0 && b.number() < 0)
+      return absl::InvalidArgumentError("0.0 cannot be raised to a negative power");
     return Value::Float(std::pow(a.number(), b.number()));
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown operator '", op, "'"));
@@ -144,11 +154,13 @@ absl::StatusOr<Value> BinaryOp(const std::string& op, const Value& a, const Valu
 absl::StatusOr<Value> Negate(const Value& a) {
   if (a.is_undefined()) return UndefinedError(a);
   if (a.is_integer()) {
-    if (a.integer() == INT64_MIN) return absl::InvalidArgumentError("integer overflow (past 64 bits)");
+    if (a.integer() == INT64_MIN)
+      return absl::InvalidArgumentError("integer overflow (past 64 bits)");
     return Value::Int(-a.integer());
   }
   if (a.is_number()) return Value::Float(-a.number());
-  return absl::InvalidArgumentError(absl::StrCat("bad operand type for unary -: '", a.TypeName(), "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad operand type for unary -: '", a.TypeName(), "'"));
 }
 
 absl::StatusOr<bool> CompareOp(const std::string& op, const Value& a, const Value& b) {
@@ -167,7 +179,8 @@ absl::StatusOr<bool> CompareOp(const std::string& op, const Value& a, const Valu
     } else if (b.is_dict() || b.is_namespace()) {
       found = a.is_string() && b.dict().Find(a.string()) != nullptr;
     } else if (!b.is_undefined()) {
-      return absl::InvalidArgumentError(absl::StrCat("argument of type '", b.TypeName(), "' is not iterable"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("argument of type '", b.TypeName(), "' is not iterable"));
     }
     return op == "in" ? found : !found;
   }
@@ -175,8 +188,9 @@ absl::StatusOr<bool> CompareOp(const std::string& op, const Value& a, const Valu
   if (b.is_undefined()) return UndefinedError(b);
   absl::StatusOr<bool> result = (op == "<" || op == ">=") ? Less(a, b) : Less(b, a);
   if (!result.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("'", op, "' is not supported between instances of '", a.TypeName(),
-                                                   "' and '", b.TypeName(), "'"));
+    return absl::InvalidArgumentError(absl::StrCat("'", op,
+                                                   "' is not supported between instances of '",
+                                                   a.TypeName(), "' and '", b.TypeName(), "'"));
   }
   if (op == "<" || op == ">") return *result;
   if (op == ">=" || op == "<=") return !*result;
@@ -185,7 +199,8 @@ absl::StatusOr<bool> CompareOp(const std::string& op, const Value& a, const Valu
 
 absl::StatusOr<Value> GetAttribute(const Value& object, const std::string& name) {
   if (object.is_undefined()) return UndefinedError(object);
-  const std::string missing = absl::StrCat("'", object.TypeName(), " object' has no attribute '", name, "'");
+  const std::string missing =
+      absl::StrCat("'", object.TypeName(), " object' has no attribute '", name, "'");
   if (absl::StartsWith(name, "_")) return Value::Undefined(missing);
   if (std::optional<Value> method = BoundMethod(object, name)) return *method;
   if (object.is_dict() || object.is_namespace()) {
@@ -197,35 +212,42 @@ absl::StatusOr<Value> GetAttribute(const Value& object, const std::string& name)
 absl::StatusOr<Value> GetItem(const Value& object, const Value& key) {
   if (object.is_undefined()) return UndefinedError(object);
   if ((object.is_list() || object.is_string()) && key.is_integer()) {
-    const std::vector<size_t> offsets = object.is_string() ? CodePointOffsets(object.string()) : std::vector<size_t>{};
+    const std::vector<size_t> offsets =
+        object.is_string() ? CodePointOffsets(object.string()) : std::vector<size_t>{};
     const int64_t size = object.is_list() ? static_cast<int64_t>(object.list().size())
                                           : static_cast<int64_t>(offsets.size()) - 1;
     int64_t index = key.integer();
     if (index < 0) index += size;
     if (index < 0 || index >= size) {
-      return Value::Undefined(absl::StrCat("'", object.TypeName(), " object' has no element ", key.integer()));
+      return Value::Undefined(
+          absl::StrCat("'", object.TypeName(), " object' has no element ", key.integer()));
     }
     if (object.is_list()) return object.list()[index];
-    return Value::String(object.string().substr(offsets[index], offsets[index + 1] - offsets[index]));
+    return Value::String(
+        object.string().substr(offsets[index], offsets[index + 1] - offsets[index]));
   }
   if ((object.is_dict() || object.is_namespace()) && key.is_string()) {
     if (const Value* item = object.dict().Find(key.string())) return *item;
   }
   if (key.is_string()) return GetAttribute(object, key.string());
-  return Value::Undefined(absl::StrCat("'", object.TypeName(), " object' has no element ", key.Repr()));
+  return Value::Undefined(
+      absl::StrCat("'", object.TypeName(), " object' has no element ", key.Repr()));
 }
 
-absl::StatusOr<Value> GetSlice(const Value& object, const Value* start, const Value* stop, const Value* step) {
+absl::StatusOr<Value> GetSlice(const Value& object, const Value* start, const Value* stop,
+                               const Value* step) {
   if (object.is_undefined()) return UndefinedError(object);
   if (!object.is_list() && !object.is_string()) {
-    return absl::InvalidArgumentError(absl::StrCat("'", object.TypeName(), "' object is not subscriptable"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", object.TypeName(), "' object is not subscriptable"));
   }
   for (const Value* part : {start, stop, step}) {
     if (part && !part->is_none() && !part->is_integer()) {
       return absl::InvalidArgumentError("slice indices must be integers or None");
     }
   }
-  const std::vector<size_t> offsets = object.is_string() ? CodePointOffsets(object.string()) : std::vector<size_t>{};
+  const std::vector<size_t> offsets =
+      object.is_string() ? CodePointOffsets(object.string()) : std::vector<size_t>{};
   const int64_t size = object.is_list() ? static_cast<int64_t>(object.list().size())
                                         : static_cast<int64_t>(offsets.size()) - 1;
   const int64_t s = step && step->is_integer() ? step->integer() : 1;
@@ -272,12 +294,14 @@ absl::StatusOr<List> Iterate(const Value& value) {
       List chars;
       const std::vector<size_t> offsets = CodePointOffsets(value.string());
       for (size_t i = 0; i + 1 < offsets.size(); ++i) {
-        chars.push_back(Value::String(value.string().substr(offsets[i], offsets[i + 1] - offsets[i])));
+        chars.push_back(
+            Value::String(value.string().substr(offsets[i], offsets[i + 1] - offsets[i])));
       }
       return chars;
     }
     default:
-      return absl::InvalidArgumentError(absl::StrCat("'", value.TypeName(), "' object is not iterable"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", value.TypeName(), "' object is not iterable"));
   }
 }
 

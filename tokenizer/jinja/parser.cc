@@ -33,16 +33,25 @@ Node MakeNode(Node::Kind kind, int line) {
 
 std::string Describe(const Token& t) {
   switch (t.type) {
-    case Type::kEnd: return "the end of the template";
-    case Type::kData: return "text";
-    case Type::kVariableBegin: return "'{{'";
-    case Type::kVariableEnd: return "'}}'";
-    case Type::kBlockBegin: return "'{%'";
-    case Type::kBlockEnd: return "'%}'";
-    case Type::kString: return "a string";
+    case Type::kEnd:
+      return "the end of the template";
+    case Type::kData:
+      return "text";
+    case Type::kVariableBegin:
+      return "'{{'";
+    case Type::kVariableEnd:
+      return "'}}'";
+    case Type::kBlockBegin:
+      return "'{%'";
+    case Type::kBlockEnd:
+      return "'%}'";
+    case Type::kString:
+      return "a string";
     case Type::kInteger:
-    case Type::kFloat: return "a number";
-    default: return absl::StrCat("'", t.text, "'");
+    case Type::kFloat:
+      return "a number";
+    default:
+      return absl::StrCat("'", t.text, "'");
   }
 }
 
@@ -58,12 +67,18 @@ class Parser {
 
  private:
   const Token& Current() const { return tokens_[pos_]; }
-  const Token& Peek(size_t ahead = 1) const { return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)]; }
+  const Token& Peek(size_t ahead = 1) const {
+    return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)];
+  }
   void Next() {
     if (pos_ + 1 < tokens_.size()) ++pos_;
   }
-  bool IsOp(std::string_view op) const { return Current().type == Type::kOperator && Current().text == op; }
-  bool IsName(std::string_view name) const { return Current().type == Type::kName && Current().text == name; }
+  bool IsOp(std::string_view op) const {
+    return Current().type == Type::kOperator && Current().text == op;
+  }
+  bool IsName(std::string_view name) const {
+    return Current().type == Type::kName && Current().text == name;
+  }
   bool SkipOp(std::string_view op) {
     if (!IsOp(op)) return false;
     Next();
@@ -75,7 +90,8 @@ class Parser {
     return true;
   }
   absl::Status Fail(std::string_view message) const {
-    return absl::InvalidArgumentError(absl::StrCat("line ", Current().line, ": ", std::string(message)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("line ", Current().line, ": ", std::string(message)));
   }
   absl::Status Expect(std::string_view op) {
     if (SkipOp(op)) return absl::OkStatus();
@@ -89,7 +105,8 @@ class Parser {
     return Fail(absl::StrCat("expected '%}', found ", Describe(Current())));
   }
   absl::StatusOr<std::string> ExpectName() {
-    if (Current().type != Type::kName) return Fail(absl::StrCat("expected a name, found ", Describe(Current())));
+    if (Current().type != Type::kName)
+      return Fail(absl::StrCat("expected a name, found ", Describe(Current())));
     std::string name = Current().text;
     Next();
     return name;
@@ -108,7 +125,8 @@ class Parser {
       const Token& t = Current();
       if (t.type == Type::kEnd) {
         if (ends.size() == 0) break;
-        return Fail(absl::StrCat("expected '", std::string(*(ends.end() - 1)), "', found the end of the template"));
+        return Fail(absl::StrCat("expected '", std::string(*(ends.end() - 1)),
+                                 "', found the end of the template"));
       }
       if (t.type == Type::kData) {
         Node node = MakeNode(Node::Kind::kText, t.line);
@@ -121,14 +139,16 @@ class Parser {
         Next();
         Node node = MakeNode(Node::Kind::kOutput, t.line);
         ASSIGN_OR_RETURN(node.expr, ParseTuple(true));
-        if (Current().type != Type::kVariableEnd) return Fail(absl::StrCat("expected '}}', found ", Describe(Current())));
+        if (Current().type != Type::kVariableEnd)
+          return Fail(absl::StrCat("expected '}}', found ", Describe(Current())));
         Next();
         body.push_back(std::move(node));
         continue;
       }
       if (t.type != Type::kBlockBegin) return Fail(absl::StrCat("unexpected ", Describe(t)));
       Next();
-      if (Current().type != Type::kName) return Fail(absl::StrCat("expected a tag name, found ", Describe(Current())));
+      if (Current().type != Type::kName)
+        return Fail(absl::StrCat("expected a tag name, found ", Describe(Current())));
       for (std::string_view candidate : ends) {
         if (Current().text == candidate) {
           *end = Current().text;
@@ -168,9 +188,11 @@ class Parser {
       RETURN_IF_ERROR(ExpectBlockEnd());
       return MakeNode(tag == "break" ? Node::Kind::kBreak : Node::Kind::kContinue, line);
     }
-    if (tag == "include" || tag == "extends" || tag == "import" || tag == "from" || tag == "block") {
+    if (tag == "include" || tag == "extends" || tag == "import" || tag == "from" ||
+        tag == "block") {
       return absl::InvalidArgumentError(
-          absl::StrCat("line ", line, ": '", tag, "' is not supported: a chat template has no other templates to load"));
+          absl::StrCat("line ", line, ": '", tag,
+                       "' is not supported: a chat template has no other templates to load"));
     }
     return absl::InvalidArgumentError(absl::StrCat("line ", line, ": unknown tag '", tag, "'"));
   }
@@ -241,7 +263,8 @@ class Parser {
       RETURN_IF_ERROR(ExpectBlockEnd());
       return node;
     }
-    if (!node.attribute.empty() || node.targets.size() != 1) return Fail("a block set takes one name");
+    if (!node.attribute.empty() || node.targets.size() != 1)
+      return Fail("a block set takes one name");
     node.kind = Node::Kind::kSetBlock;
     if (IsOp("|")) {
       ASSIGN_OR_RETURN(node.expr, ParseFilter(nullptr, false));
@@ -263,7 +286,8 @@ class Parser {
       if (SkipOp("=")) {
         ASSIGN_OR_RETURN(default_value, ParseExpression(true));
       } else if (!node.params.empty() && node.params.back().second) {
-        return Fail(absl::StrCat("parameter '", name, "' without a default follows one with a default"));
+        return Fail(
+            absl::StrCat("parameter '", name, "' without a default follows one with a default"));
       }
       node.params.emplace_back(std::move(name), std::move(default_value));
     }
@@ -327,7 +351,8 @@ class Parser {
       ASSIGN_OR_RETURN(ExprPtr item, ParseExpression(with_condition));
       items.push_back(std::move(item));
     }
-    if (items.empty() && !parenthesized) return Fail(absl::StrCat("expected an expression, found ", Describe(Current())));
+    if (items.empty() && !parenthesized)
+      return Fail(absl::StrCat("expected an expression, found ", Describe(Current())));
     if (items.size() == 1 && !comma) return std::move(items[0]);
     auto tuple = MakeExpr(Expr::Kind::kTuple, line);
     tuple->items = std::move(items);
@@ -600,8 +625,8 @@ class Parser {
     return e;
   }
 
-  // "(" positional and keyword arguments ")", appended to `call` after `callee` (null for a filter's
-  // or a test's operand, which the caller has put in place).
+  // "(" positional and keyword arguments ")", appended to `call` after `callee` (null for a
+  // filter's or a test's operand, which the caller has put in place).
   absl::StatusOr<ExprPtr> ParseCallArgs(ExprPtr call, ExprPtr callee) {
     if (callee) call->items.push_back(std::move(callee));
     RETURN_IF_ERROR(Expect("("));

@@ -37,7 +37,8 @@ class Interpreter {
  public:
   Interpreter(const RenderOptions& options, const Dict& variables) : options_(options) {
     std::function<std::time_t()> now = options.now;
-    if (!now) now = [] { return std::chrono::system_clock::to_time_t(std::chrono::system_clock::now()); };
+    if (!now)
+      now = [] { return std::chrono::system_clock::to_time_t(std::chrono::system_clock::now()); };
     root_.vars = Globals(std::move(now));
     for (const auto& [name, value] : variables.items) root_.vars.Set(name, value);
   }
@@ -63,8 +64,8 @@ class Interpreter {
 
   absl::Status Emit(std::string_view text, int line) {
     if (out_->size() + text.size() > options_.max_output_bytes) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("line ", line, ": the template wrote past ", options_.max_output_bytes, " bytes"));
+      return absl::ResourceExhaustedError(absl::StrCat("line ", line, ": the template wrote past ",
+                                                       options_.max_output_bytes, " bytes"));
     }
     out_->append(text);
     return absl::OkStatus();
@@ -97,9 +98,9 @@ class Interpreter {
     }
     ASSIGN_OR_RETURN(List items, Iterate(value));
     if (items.size() != targets.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(items.size() < targets.size() ? "not enough" : "too many",
-                                                     " values to unpack (expected ", targets.size(), ", got ",
-                                                     items.size(), ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          items.size() < targets.size() ? "not enough" : "too many", " values to unpack (expected ",
+          targets.size(), ", got ", items.size(), ")"));
     }
     for (size_t i = 0; i < targets.size(); ++i) scope.vars.Set(targets[i], items[i]);
     return absl::OkStatus();
@@ -132,9 +133,9 @@ class Interpreter {
         }
         const Value* ns = scope.Find(node.targets[0]);
         if (!ns || !ns->is_namespace()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("cannot assign attribute '", node.attribute, "' on '", node.targets[0],
-                           "', which is not a namespace"));
+          return absl::InvalidArgumentError(absl::StrCat("cannot assign attribute '",
+                                                         node.attribute, "' on '", node.targets[0],
+                                                         "', which is not a namespace"));
         }
         ns->mutable_namespace().Set(node.attribute, std::move(v));
         return Flow::kNormal;
@@ -156,14 +157,16 @@ class Interpreter {
       case Node::Kind::kCallBlock: {
         const Node* block = &node;
         Scope* site = &scope;
-        Value caller = Value::MakeCallable("caller", [this, block, site](CallArgs& args) -> absl::StatusOr<Value> {
-          Scope inner(site);
-          for (size_t i = 0; i < block->params.size(); ++i) {
-            inner.vars.Set(block->params[i].first, i < args.positional.size() ? args.positional[i] : Value());
-          }
-          ASSIGN_OR_RETURN(std::string text, Capture(block->body, inner));
-          return Value::String(std::move(text));
-        });
+        Value caller = Value::MakeCallable(
+            "caller", [this, block, site](CallArgs& args) -> absl::StatusOr<Value> {
+              Scope inner(site);
+              for (size_t i = 0; i < block->params.size(); ++i) {
+                inner.vars.Set(block->params[i].first,
+                               i < args.positional.size() ? args.positional[i] : Value());
+              }
+              ASSIGN_OR_RETURN(std::string text, Capture(block->body, inner));
+              return Value::String(std::move(text));
+            });
         ASSIGN_OR_RETURN(Value v, EvalCall(*node.expr, scope, &caller));
         RETURN_IF_ERROR(Emit(v.Str(), node.line));
         return Flow::kNormal;
@@ -225,10 +228,12 @@ class Interpreter {
       loop.Set("depth0", Value::Int(0));
       loop.Set("previtem", i > 0 ? items[i - 1] : Value::Undefined("there is no previous item"));
       loop.Set("nextitem", i + 1 < n ? items[i + 1] : Value::Undefined("there is no next item"));
-      loop.Set("cycle", Value::MakeCallable("loop.cycle", [i](CallArgs& args) -> absl::StatusOr<Value> {
-        if (args.positional.empty()) return absl::InvalidArgumentError("no items for cycling given");
-        return args.positional[static_cast<size_t>(i) % args.positional.size()];
-      }));
+      loop.Set("cycle",
+               Value::MakeCallable("loop.cycle", [i](CallArgs& args) -> absl::StatusOr<Value> {
+                 if (args.positional.empty())
+                   return absl::InvalidArgumentError("no items for cycling given");
+                 return args.positional[static_cast<size_t>(i) % args.positional.size()];
+               }));
       inner.vars.Set("loop", Value::MakeNamespace(std::move(loop)));
       ASSIGN_OR_RETURN(Flow flow, ExecBody(node.body, inner));
       if (flow == Flow::kBreak) break;
@@ -236,10 +241,11 @@ class Interpreter {
     return Flow::kNormal;
   }
 
-  absl::StatusOr<Value> CallMacro(const Node& macro, CallArgs& args, const Value* caller = nullptr) {
+  absl::StatusOr<Value> CallMacro(const Node& macro, CallArgs& args,
+                                  const Value* caller = nullptr) {
     if (depth_ >= options_.max_call_depth) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("macro '", macro.name, "' called deeper than ", options_.max_call_depth, " levels"));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "macro '", macro.name, "' called deeper than ", options_.max_call_depth, " levels"));
     }
     Scope scope(&root_);
     List varargs;
@@ -256,8 +262,8 @@ class Interpreter {
       for (size_t i = 0; i < macro.params.size(); ++i) {
         if (macro.params[i].first != key) continue;
         if (i < args.positional.size()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("macro '", macro.name, "' got multiple values for argument '", key, "'"));
+          return absl::InvalidArgumentError(absl::StrCat(
+              "macro '", macro.name, "' got multiple values for argument '", key, "'"));
         }
         parameter = true;
       }
@@ -280,7 +286,8 @@ class Interpreter {
         }
         scope.vars.Set(name, *v);
       } else {
-        scope.vars.Set(name, Value::Undefined(absl::StrCat("parameter '", name, "' was not provided")));
+        scope.vars.Set(name,
+                       Value::Undefined(absl::StrCat("parameter '", name, "' was not provided")));
       }
     }
     scope.vars.Set("varargs", Value::MakeList(std::move(varargs)));
@@ -307,10 +314,12 @@ class Interpreter {
   absl::StatusOr<Value> EvalCall(const Expr& e, Scope& scope, const Value* caller) {
     ASSIGN_OR_RETURN(Value callee, Eval(*e.items[0], scope));
     if (callee.is_undefined()) {
-      return absl::InvalidArgumentError(callee.string().empty() ? "calling an undefined value" : callee.string());
+      return absl::InvalidArgumentError(callee.string().empty() ? "calling an undefined value"
+                                                                : callee.string());
     }
     if (!callee.is_callable()) {
-      return absl::InvalidArgumentError(absl::StrCat("'", callee.TypeName(), "' object is not callable"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", callee.TypeName(), "' object is not callable"));
     }
     ASSIGN_OR_RETURN(CallArgs args, EvalArgs(e, 1, scope));
     if (caller) args.keyword.emplace_back("caller", *caller);
@@ -352,7 +361,8 @@ class Interpreter {
         for (size_t i = 0; i + 1 < e.items.size(); i += 2) {
           ASSIGN_OR_RETURN(Value key, Eval(*e.items[i], scope));
           if (!key.is_string()) {
-            return absl::InvalidArgumentError(absl::StrCat("a dict key must be a string, not ", key.TypeName()));
+            return absl::InvalidArgumentError(
+                absl::StrCat("a dict key must be a string, not ", key.TypeName()));
           }
           ASSIGN_OR_RETURN(Value v, Eval(*e.items[i + 1], scope));
           dict.Set(key.string(), std::move(v));
@@ -385,7 +395,8 @@ class Interpreter {
         ASSIGN_OR_RETURN(Value operand, Eval(*e.items[0], scope));
         ASSIGN_OR_RETURN(CallArgs args, EvalArgs(e, 1, scope));
         ASSIGN_OR_RETURN(Value result, ApplyFilter(e.name, operand, args));
-        if (result.is_list()) RETURN_IF_ERROR(Step(e.line, static_cast<int64_t>(result.list().size())));
+        if (result.is_list())
+          RETURN_IF_ERROR(Step(e.line, static_cast<int64_t>(result.list().size())));
         return result;
       }
       case Expr::Kind::kTest: {
@@ -400,7 +411,9 @@ class Interpreter {
       }
       case Expr::Kind::kPos: {
         ASSIGN_OR_RETURN(Value v, Eval(*e.items[0], scope));
-        if (!v.is_number()) return absl::InvalidArgumentError(absl::StrCat("bad operand type for unary +: '", v.TypeName(), "'"));
+        if (!v.is_number())
+          return absl::InvalidArgumentError(
+              absl::StrCat("bad operand type for unary +: '", v.TypeName(), "'"));
         return v;
       }
       case Expr::Kind::kNot: {
@@ -455,7 +468,8 @@ absl::StatusOr<Template> Template::Parse(std::string_view source) {
   return t;
 }
 
-absl::StatusOr<Rendered> Template::Render(const Dict& variables, const RenderOptions& options) const {
+absl::StatusOr<Rendered> Template::Render(const Dict& variables,
+                                          const RenderOptions& options) const {
   Interpreter interpreter(options, variables);
   return interpreter.Run(*body_);
 }

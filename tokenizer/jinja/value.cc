@@ -109,7 +109,8 @@ Value ValueFromJson(const Json& json) {
       return Value::Int(json.template get<int64_t>());
     case nlohmann::json::value_t::number_unsigned: {
       const uint64_t u = json.template get<uint64_t>();
-      return u > static_cast<uint64_t>(INT64_MAX) ? Value::Float(static_cast<double>(u)) : Value::Int(static_cast<int64_t>(u));
+      return u > static_cast<uint64_t>(INT64_MAX) ? Value::Float(static_cast<double>(u))
+                                                  : Value::Int(static_cast<int64_t>(u));
     }
     case nlohmann::json::value_t::number_float:
       return Value::Float(json.template get<double>());
@@ -122,7 +123,8 @@ Value ValueFromJson(const Json& json) {
     }
     case nlohmann::json::value_t::object: {
       Dict dict;
-      for (const auto& [key, item] : json.items()) dict.items.emplace_back(key, ValueFromJson(item));
+      for (const auto& [key, item] : json.items())
+        dict.items.emplace_back(key, ValueFromJson(item));
       return Value::MakeDict(std::move(dict));
     }
     default:
@@ -193,13 +195,27 @@ std::string JsonString(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20) {
           out += absl::StrFormat("\\u%04x", c);
@@ -275,7 +291,8 @@ std::string Value::Repr() const {
       return ReprString(s_);
     case Kind::kList: {
       std::string out = tuple_ ? "(" : "[";
-      for (size_t i = 0; i < list_->size(); ++i) absl::StrAppend(&out, i ? ", " : "", (*list_)[i].Repr());
+      for (size_t i = 0; i < list_->size(); ++i)
+        absl::StrAppend(&out, i ? ", " : "", (*list_)[i].Repr());
       if (tuple_ && list_->size() == 1) out += ",";
       return out + (tuple_ ? ")" : "]");
     }
@@ -297,16 +314,26 @@ std::string Value::Repr() const {
 
 std::string Value::TypeName() const {
   switch (kind_) {
-    case Kind::kUndefined: return "undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return tuple_ ? "tuple" : "list";
-    case Kind::kDict: return "dict";
-    case Kind::kNamespace: return "Namespace";
-    case Kind::kCallable: return "function";
+    case Kind::kUndefined:
+      return "undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return tuple_ ? "tuple" : "list";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kNamespace:
+      return "Namespace";
+    case Kind::kCallable:
+      return "function";
   }
   return "";
 }
@@ -317,17 +344,23 @@ absl::StatusOr<std::string> Value::ToJson(int indent, const std::string& item_se
   std::function<absl::StatusOr<std::string>(const Value&, int)> dump =
       [&](const Value& v, int depth) -> absl::StatusOr<std::string> {
     if (depth > 256) return absl::InvalidArgumentError("tojson: nesting deeper than 256");
-    const std::string newline = indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent) * (depth + 1), ' ') : "";
-    const std::string close = indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent) * depth, ' ') : "";
+    const std::string newline =
+        indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent) * (depth + 1), ' ') : "";
+    const std::string close =
+        indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent) * depth, ' ') : "";
     switch (v.kind_) {
-      case Kind::kNone: return std::string("null");
-      case Kind::kBool: return std::string(v.b_ ? "true" : "false");
-      case Kind::kInt: return absl::StrCat(v.i_);
+      case Kind::kNone:
+        return std::string("null");
+      case Kind::kBool:
+        return std::string(v.b_ ? "true" : "false");
+      case Kind::kInt:
+        return absl::StrCat(v.i_);
       case Kind::kFloat:
         if (std::isnan(v.f_)) return std::string("NaN");
         if (std::isinf(v.f_)) return std::string(v.f_ > 0 ? "Infinity" : "-Infinity");
         return FloatRepr(v.f_);
-      case Kind::kString: return JsonString(v.s_);
+      case Kind::kString:
+        return JsonString(v.s_);
       case Kind::kList: {
         if (v.list_->empty()) return std::string("[]");
         std::string out = "[";
@@ -343,17 +376,20 @@ absl::StatusOr<std::string> Value::ToJson(int indent, const std::string& item_se
         std::vector<const std::pair<std::string, Value>*> items;
         for (const auto& item : v.dict_->items) items.push_back(&item);
         if (sort_keys) {
-          std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+          std::stable_sort(items.begin(), items.end(),
+                           [](auto* a, auto* b) { return a->first < b->first; });
         }
         std::string out = "{";
         for (size_t i = 0; i < items.size(); ++i) {
           ASSIGN_OR_RETURN(std::string item, dump(items[i]->second, depth + 1));
-          absl::StrAppend(&out, i ? item_separator : "", newline, JsonString(items[i]->first), key_separator, item);
+          absl::StrAppend(&out, i ? item_separator : "", newline, JsonString(items[i]->first),
+                          key_separator, item);
         }
         return out + close + "}";
       }
       default:
-        return absl::InvalidArgumentError(absl::StrCat("tojson: a ", v.TypeName(), " is not JSON serializable"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("tojson: a ", v.TypeName(), " is not JSON serializable"));
     }
   };
   return dump(*this, 0);
@@ -361,7 +397,8 @@ absl::StatusOr<std::string> Value::ToJson(int indent, const std::string& item_se
 
 bool Equal(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
-    if (a.kind() == Value::Kind::kFloat || b.kind() == Value::Kind::kFloat) return a.number() == b.number();
+    if (a.kind() == Value::Kind::kFloat || b.kind() == Value::Kind::kFloat)
+      return a.number() == b.number();
     return a.integer() == b.integer();
   }
   if (a.kind() != b.kind()) return false;
@@ -397,10 +434,12 @@ bool Equal(const Value& a, const Value& b) {
 
 absl::StatusOr<bool> Less(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
-    if (a.kind() == Value::Kind::kFloat || b.kind() == Value::Kind::kFloat) return a.number() < b.number();
+    if (a.kind() == Value::Kind::kFloat || b.kind() == Value::Kind::kFloat)
+      return a.number() < b.number();
     return a.integer() < b.integer();
   }
-  if (a.is_string() && b.is_string()) return a.string() < b.string();  // UTF-8 order is code point order
+  if (a.is_string() && b.is_string())
+    return a.string() < b.string();  // UTF-8 order is code point order
   if (a.is_list() && b.is_list()) {
     const size_t n = std::min(a.list().size(), b.list().size());
     for (size_t i = 0; i < n; ++i) {
@@ -409,19 +448,23 @@ absl::StatusOr<bool> Less(const Value& a, const Value& b) {
     }
     return a.list().size() < b.list().size();
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("'<' is not supported between instances of '", a.TypeName(), "' and '", b.TypeName(), "'"));
+  return absl::InvalidArgumentError(absl::StrCat("'<' is not supported between instances of '",
+                                                 a.TypeName(), "' and '", b.TypeName(), "'"));
 }
 
 bool IsPythonSpace(char32_t cp) {
-  return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 || cp == 0xa0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f || cp == 0x205f ||
-         cp == 0x3000;
+  return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 || cp == 0xa0 ||
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202f || cp == 0x205f || cp == 0x3000;
 }
 
 char32_t DecodeAt(std::string_view text, size_t at, size_t* length) {
   const unsigned char c = text[at];
-  const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+  const size_t n = c < 0x80           ? 1
+                   : (c >> 5) == 0x6  ? 2
+                   : (c >> 4) == 0xe  ? 3
+                   : (c >> 3) == 0x1e ? 4
+                                      : 0;
   *length = 1;
   if (n <= 1 || at + n > text.size()) return c;
   char32_t cp = c & (0xff >> (n + 1));
@@ -437,7 +480,8 @@ char32_t DecodeAt(std::string_view text, size_t at, size_t* length) {
 std::vector<char32_t> Decode(std::string_view text) {
   std::vector<char32_t> out;
   out.reserve(text.size());
-  for (size_t i = 0, length = 0; i < text.size(); i += length) out.push_back(DecodeAt(text, i, &length));
+  for (size_t i = 0, length = 0; i < text.size(); i += length)
+    out.push_back(DecodeAt(text, i, &length));
   return out;
 }
 

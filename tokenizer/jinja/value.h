@@ -45,10 +45,22 @@ struct Callable {
 
 class Value {
  public:
-  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace, kCallable };
+  enum class Kind {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kDict,
+    kNamespace,
+    kCallable
+  };
 
   Value() = default;  // undefined, with no hint
-  // `hint` is the error its use raises: "'tools' is undefined", "'dict object' has no attribute 'x'".
+  // `hint` is the error its use raises: "'tools' is undefined", "'dict object' has no attribute
+  // 'x'".
   static Value Undefined(std::string hint);
   static Value None();
   static Value Bool(bool b);
@@ -95,8 +107,8 @@ class Value {
   std::string TypeName() const;
   // json.dumps(value, ensure_ascii=False, indent=..., separators=..., sort_keys=...); indent < 0
   // is None. InvalidArgument for what JSON cannot hold (undefined, a callable).
-  absl::StatusOr<std::string> ToJson(int indent, const std::string& item_separator, const std::string& key_separator,
-                                     bool sort_keys) const;
+  absl::StatusOr<std::string> ToJson(int indent, const std::string& item_separator,
+                                     const std::string& key_separator, bool sort_keys) const;
 
  private:
   Kind kind_ = Kind::kUndefined;
