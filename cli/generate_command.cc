@@ -22,7 +22,7 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   auto output = std::make_shared<std::string>("text");
   CLI::App* generate = app.add_subcommand(
       "generate",
-      "Greedy generation from a Hugging Face LLaVA directory: an image and a prompt in, text out");
+      "Greedy generation from a Hugging Face LLaVA directory: images and a prompt in, text out");
   generate
       ->add_option("--model", request->model_dir,
                    "A Hugging Face LLaVA directory (config.json, *.safetensors, tokenizer.json, "
@@ -30,13 +30,13 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
                    "finished Tandem run "
                    "directory or one of its checkpoints")
       ->required();
-  generate->add_option("--image", request->image_path,
-                       "PNG or JPEG image; the prompt marks it with <image>");
+  generate->add_option("--image", request->images,
+                       "PNG or JPEG image; repeat for several, in the order of the prompt's "
+                       "<image> marks; none for a text-only prompt");
   generate
       ->add_option("--prompt", request->prompt,
-                   "Raw prompt text; <image> marks where the image goes (tokenized with the "
-                   "model's tokenizer "
-                   "and its special tokens)")
+                   "Raw prompt text; each <image> marks where an image goes (tokenized with the "
+                   "model's tokenizer and its special tokens)")
       ->required();
   generate->add_option("--max-new-tokens", request->max_new_tokens, "Tokens to generate at most")
       ->capture_default_str()

@@ -63,7 +63,7 @@ absl::Status AddImage(const Dataset& dataset, int64_t index, const Image& image,
 // A sample's text tokens, image tokens not counted, against the budget.
 absl::Status CheckLength(const Dataset& dataset, int64_t index, int64_t ids, const TextCodec& codec,
                          int64_t max_text_tokens) {
-  const int64_t text = ids - codec.image_tokens();
+  const int64_t text = ids - dataset.ImageCount(index) * codec.image_tokens();
   if (text > max_text_tokens) {
     return absl::InvalidArgumentError(
         absl::StrCat(dataset.Describe(index), ": needs ", text,
@@ -82,6 +82,24 @@ absl::Status CheckBatchArguments(const std::vector<int64_t>& indices, int64_t ma
 }
 
 }  // namespace
+
+absl::Status CheckImageCount(const Dataset& dataset, int64_t index, const TextCodec& codec,
+                             int64_t max_images) {
+  const int64_t images = dataset.ImageCount(index);
+  if (codec.image_token_id() < 0 && images != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dataset.Describe(index), ": has ", images, images == 1 ? " image" : " images",
+        "; an LLM trained from scratch with the word tokenizer reads exactly one image a sample, "
+        "as a prefix of its row: a pretrained LLM (llm.pretrained) places any number at the "
+        "<image> marks"));
+  }
+  if (images > max_images) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dataset.Describe(index), ": has ", images,
+                     " images, more than data.max_images_per_sample = ", max_images));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Batch> MakeBatch(const Dataset& dataset, const std::vector<int64_t>& indices,
                                 const Tokenizer& tokenizer, int64_t text_len) {
@@ -106,21 +124,34 @@ absl::StatusOr<Batch> MakeImageBatch(const Dataset& dataset, const std::vector<i
   return batch;
 }
 
+absl::StatusOr<Batch> MakeImagesBatch(const Dataset& dataset, const std::vector<ImageRef>& refs) {
+  Batch batch;
+  batch.size = static_cast<int64_t>(refs.size());
+  for (const ImageRef& ref : refs) {
+    ASSIGN_OR_RETURN(const Image image, dataset.GetImage(ref.sample, ref.image));
+    RETURN_IF_ERROR(AddImage(dataset, ref.sample, image, &batch));
+  }
+  return batch;
+}
+
 absl::StatusOr<TokenBatch> MakeTokenBatch(const Dataset& dataset,
                                           const std::vector<int64_t>& indices,
-                                          const TextCodec& codec, int64_t max_text_tokens) {
+                                          const TextCodec& codec, int64_t max_text_tokens,
+                                          int64_t max_images) {
   RETURN_IF_ERROR(CheckBatchArguments(indices, max_text_tokens));
   TokenBatch batch;
   batch.size = static_cast<int64_t>(indices.size());
-  batch.length = codec.image_tokens() + max_text_tokens;
+  batch.length = max_images * codec.image_tokens() + max_text_tokens;
   batch.tokens.assign(batch.size * batch.length, codec.pad_id());
   batch.labels.assign(batch.size * batch.length, EncodedConversation::kIgnore);
   for (int64_t row = 0; row < batch.size; ++row) {
     const int64_t index = indices[row];
+    RETURN_IF_ERROR(CheckImageCount(dataset, index, codec, max_images));
     ASSIGN_OR_RETURN(const EncodedConversation encoded,
                      codec.Encode(dataset.Messages(index), dataset.Describe(index)));
     const int64_t n = static_cast<int64_t>(encoded.ids.size());
     RETURN_IF_ERROR(CheckLength(dataset, index, n, codec, max_text_tokens));
+    batch.lengths.push_back(n);
     std::copy(encoded.ids.begin(), encoded.ids.end(), batch.tokens.begin() + row * batch.length);
     std::copy(encoded.labels.begin(), encoded.labels.end(),
               batch.labels.begin() + row * batch.length);
@@ -130,12 +161,50 @@ absl::StatusOr<TokenBatch> MakeTokenBatch(const Dataset& dataset,
   return batch;
 }
 
+absl::StatusOr<PackedBatch> PackTokenBatch(const TokenBatch& batch,
+                                           const std::vector<std::vector<int64_t>>& rows,
+                                           int64_t length, int64_t pad_id) {
+  PackedBatch packed;
+  packed.rows = static_cast<int64_t>(rows.size());
+  packed.length = length;
+  const size_t total = static_cast<size_t>(packed.rows * length);
+  packed.tokens.assign(total, pad_id);
+  packed.labels.assign(total, EncodedConversation::kIgnore);
+  packed.positions.assign(total, 0);
+  packed.segments.assign(total, -1);
+  for (int64_t r = 0; r < packed.rows; ++r) {
+    int64_t at = r * length;
+    const int64_t end = at + length;
+    for (size_t segment = 0; segment < rows[r].size(); ++segment) {
+      const int64_t sample = rows[r][segment];
+      const int64_t n = batch.lengths[sample];
+      if (at + n > end) {
+        return absl::InvalidArgumentError(absl::StrCat("packed row ", r, " needs more than its ",
+                                                       length, " positions at sample ", sample));
+      }
+      const int64_t from = sample * batch.length;
+      std::copy_n(batch.tokens.begin() + from, n, packed.tokens.begin() + at);
+      std::copy_n(batch.labels.begin() + from, n, packed.labels.begin() + at);
+      if (n > 0) packed.labels[at] = EncodedConversation::kIgnore;
+      for (int64_t t = 0; t < n; ++t) {
+        packed.positions[at + t] = t;
+        packed.segments[at + t] = static_cast<int64_t>(segment);
+      }
+      at += n;
+    }
+    packed.padding += end - at;
+  }
+  return packed;
+}
+
 absl::StatusOr<PromptBatch> MakePromptBatch(const Dataset& dataset,
                                             const std::vector<int64_t>& indices,
-                                            const TextCodec& codec, int64_t max_text_tokens) {
+                                            const TextCodec& codec, int64_t max_text_tokens,
+                                            int64_t max_images) {
   RETURN_IF_ERROR(CheckBatchArguments(indices, max_text_tokens));
   PromptBatch batch;
   for (const int64_t index : indices) {
+    RETURN_IF_ERROR(CheckImageCount(dataset, index, codec, max_images));
     ASSIGN_OR_RETURN(TextCodec::Prompt prompt,
                      codec.EncodePrompt(dataset.Messages(index), dataset.Describe(index)));
     RETURN_IF_ERROR(CheckLength(dataset, index,

@@ -29,27 +29,58 @@ struct Batch {
 absl::StatusOr<Batch> MakeBatch(const Dataset& dataset, const std::vector<int64_t>& indices,
                                 const Tokenizer& tokenizer, int64_t text_len);
 
-// The images of `indices` alone (tokens empty, text_len 0): what the vision group reads. The image
-// errors of MakeBatch.
+// The images of `indices` alone (tokens empty, text_len 0), one a sample. The image errors of
+// MakeBatch.
 absl::StatusOr<Batch> MakeImageBatch(const Dataset& dataset, const std::vector<int64_t>& indices);
 
+// Image `image` of sample `sample` (Dataset::GetImage).
+struct ImageRef {
+  int64_t sample = 0;
+  int64_t image = 0;
+  bool operator==(const ImageRef&) const = default;
+};
+// The images `refs` in order (size = refs.size(), which may be 0: image_size is then 0): what a
+// vision rank reads. The image errors of MakeBatch; GetImage's.
+absl::StatusOr<Batch> MakeImagesBatch(const Dataset& dataset, const std::vector<ImageRef>& refs);
+
 // What the LLM trains on for a micro-batch: each sample's Messages encoded by `codec`, right-padded
-// with its pad id to length = codec.image_tokens() + max_text_tokens (fixed, so every micro-batch
-// of a job has one shape). labels[t] is the target of position t - 1, kIgnore on padding, prompts
-// and images.
+// with its pad id to length = max_images * codec.image_tokens() + max_text_tokens (fixed, so every
+// micro-batch of a job has one shape). labels[t] is the target of position t - 1, kIgnore on
+// padding, prompts and images.
 struct TokenBatch {
   int64_t size = 0;
   int64_t length = 0;
-  std::vector<int64_t> tokens;  // [size, length]
-  std::vector<int64_t> labels;  // [size, length]
-  int64_t targets = 0;          // labels that are targets (not kIgnore, position 0 excluded)
+  std::vector<int64_t> tokens;   // [size, length]
+  std::vector<int64_t> labels;   // [size, length]
+  std::vector<int64_t> lengths;  // [size]: each sample's positions before its padding
+  int64_t targets = 0;           // labels that are targets (not kIgnore, position 0 excluded)
 };
 // InvalidArgument for no indices or max_text_tokens < 2; InvalidArgument naming the sample
-// (Dataset::Describe) and both counts when it needs more than max_text_tokens text tokens; the
-// codec's errors.
+// (Dataset::Describe) and both counts when it needs more than max_text_tokens text tokens or holds
+// more than max_images images, and, in the codec's Words layout (an image prefix), when it does not
+// hold exactly one image; the codec's errors.
 absl::StatusOr<TokenBatch> MakeTokenBatch(const Dataset& dataset,
                                           const std::vector<int64_t>& indices,
-                                          const TextCodec& codec, int64_t max_text_tokens);
+                                          const TextCodec& codec, int64_t max_text_tokens,
+                                          int64_t max_images = 1);
+
+// Samples of a TokenBatch packed into rows of `length` positions (sequence packing): row i holds
+// the samples rows[i] (rows of `batch`) one after another, then padding. positions restart at 0
+// with each sample, segments number the samples of a row (-1 on padding, models::Packing), and
+// each sample's first label is kIgnore, so that no sample predicts the next one's first token.
+struct PackedBatch {
+  int64_t rows = 0;
+  int64_t length = 0;
+  std::vector<int64_t> tokens;     // [rows, length]
+  std::vector<int64_t> labels;     // [rows, length]
+  std::vector<int64_t> positions;  // [rows, length]
+  std::vector<int64_t> segments;   // [rows, length]
+  int64_t padding = 0;             // positions holding no sample
+};
+// InvalidArgument when a row's samples need more than `length` positions.
+absl::StatusOr<PackedBatch> PackTokenBatch(const TokenBatch& batch,
+                                           const std::vector<std::vector<int64_t>>& rows,
+                                           int64_t length, int64_t pad_id);
 
 // What the LLM is evaluated on: each sample's prompt (TextCodec::EncodePrompt) and the answer it
 // should generate. Same errors as MakeTokenBatch.
@@ -59,6 +90,13 @@ struct PromptBatch {
 };
 absl::StatusOr<PromptBatch> MakePromptBatch(const Dataset& dataset,
                                             const std::vector<int64_t>& indices,
-                                            const TextCodec& codec, int64_t max_text_tokens);
+                                            const TextCodec& codec, int64_t max_text_tokens,
+                                            int64_t max_images = 1);
+
+// Whether `codec` can read sample `index`: its image count within max_images, and exactly one
+// image in the Words layout, where the image is a prefix of the row. InvalidArgument naming the
+// sample and the rule otherwise.
+absl::Status CheckImageCount(const Dataset& dataset, int64_t index, const TextCodec& codec,
+                             int64_t max_images);
 
 }  // namespace tandem::data

@@ -12,16 +12,24 @@ namespace tandem::data {
 
 absl::StatusOr<std::unique_ptr<ConversationDataset>> ConversationDataset::Open(
     const std::string& path, int64_t image_size,
-    std::shared_ptr<const ImagePreprocessor> preprocessor, bool allow_images_outside) {
-  ASSIGN_OR_RETURN(std::vector<Conversation> conversations, ReadConversations(path));
+    std::shared_ptr<const ImagePreprocessor> preprocessor, bool allow_images_outside,
+    ConversationLimits limits) {
+  ASSIGN_OR_RETURN(std::vector<Conversation> conversations,
+                   ReadConversations(path, limits.video_frames));
   const ImageFolder folder(std::filesystem::path(path).parent_path().string());
   for (const Conversation& c : conversations) {
-    if (c.image.empty())
-      return absl::InvalidArgumentError(absl::StrCat(c.source, ": has no image"));
-    if (!allow_images_outside) RETURN_IF_ERROR(folder.CheckInside(c.image, c.source));
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(c.image, ec)) {
-      return absl::NotFoundError(absl::StrCat(c.source, ": image ", c.image, " is not a file"));
+    const int64_t images = static_cast<int64_t>(c.images.size());
+    if (images > limits.max_images_per_sample) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(c.source, ": has ", images, c.video ? " frames" : " images",
+                       ", more than data.max_images_per_sample = ", limits.max_images_per_sample));
+    }
+    for (const std::string& image : c.images) {
+      if (!allow_images_outside) RETURN_IF_ERROR(folder.CheckInside(image, c.source));
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(image, ec)) {
+        return absl::NotFoundError(absl::StrCat(c.source, ": image ", image, " is not a file"));
+      }
     }
   }
   return std::unique_ptr<ConversationDataset>(
@@ -33,13 +41,29 @@ absl::StatusOr<Example> ConversationDataset::Get(int64_t index) const {
     return absl::OutOfRangeError(
         absl::StrCat("conversations: index ", index, " outside [0, ", size(), ")"));
   }
-  const Conversation& c = conversations_[index];
-  absl::StatusOr<Image> image = LoadSampleImage(c.image, image_size_, preprocessor_.get());
-  if (!image.ok()) {
-    return absl::Status(image.status().code(),
-                        absl::StrCat(c.source, ": ", image.status().message()));
+  Example example{Image{}, Text(index)};
+  if (ImageCount(index) > 0) {
+    ASSIGN_OR_RETURN(example.image, GetImage(index, 0));
   }
-  return Example{*std::move(image), Text(index)};
+  return example;
+}
+
+absl::StatusOr<Image> ConversationDataset::GetImage(int64_t index, int64_t image) const {
+  if (index < 0 || index >= size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("conversations: index ", index, " outside [0, ", size(), ")"));
+  }
+  const Conversation& c = conversations_[index];
+  if (image < 0 || image >= ImageCount(index)) {
+    return absl::OutOfRangeError(
+        absl::StrCat(c.source, ": image ", image, " outside [0, ", ImageCount(index), ")"));
+  }
+  absl::StatusOr<Image> loaded = LoadSampleImage(c.images[image], image_size_, preprocessor_.get());
+  if (!loaded.ok()) {
+    return absl::Status(loaded.status().code(),
+                        absl::StrCat(c.source, ": ", loaded.status().message()));
+  }
+  return loaded;
 }
 
 std::string ConversationDataset::Text(int64_t index) const {

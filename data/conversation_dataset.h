@@ -1,9 +1,9 @@
-// A dataset of LLaVA conversation files (data/conversation.h): sample i is the i-th conversation
-// and its image. The file is read and checked whole at Open, and every image must exist then;
-// images are decoded in Get, as JsonlDataset does (data/jsonl_dataset.h). A conversation without an
-// image is refused: every sample of a job crosses the vision group.
+// A dataset of conversation files (data/conversation.h): sample i is the i-th conversation and its
+// images (none, one, several, or a video's sampled frames). The file is read and checked whole at
+// Open, and every image must exist then; images are decoded in Get and GetImage, as JsonlDataset
+// does (data/jsonl_dataset.h).
 //
-// Thread-safety: immutable after Open; Get may be called concurrently.
+// Thread-safety: immutable after Open; Get and GetImage may be called concurrently.
 #pragma once
 
 #include <cstdint>
@@ -17,18 +17,29 @@
 
 namespace tandem::data {
 
+// data.max_images_per_sample and data.video_frames (data/data_config.h).
+struct ConversationLimits {
+  int64_t max_images_per_sample = 1;
+  int64_t video_frames = 8;
+};
+
 class ConversationDataset final : public Dataset {
  public:
-  // Errors of ReadConversations; InvalidArgument "<source>: has no image" or NotFound naming the
-  // entry and the image file; InvalidArgument for an image outside the file's directory unless
-  // allow_images_outside (data.allow_images_outside).
+  // Errors of ReadConversations; InvalidArgument "<source>: has 3 images, more than
+  // data.max_images_per_sample = 2"; NotFound naming the entry and the image file; InvalidArgument
+  // for an image outside the file's directory unless allow_images_outside
+  // (data.allow_images_outside).
   static absl::StatusOr<std::unique_ptr<ConversationDataset>> Open(
       const std::string& path, int64_t image_size,
       std::shared_ptr<const ImagePreprocessor> preprocessor = nullptr,
-      bool allow_images_outside = false);
+      bool allow_images_outside = false, ConversationLimits limits = {});
 
   int64_t size() const override { return static_cast<int64_t>(conversations_.size()); }
   absl::StatusOr<Example> Get(int64_t index) const override;
+  int64_t ImageCount(int64_t index) const override {
+    return static_cast<int64_t>(conversations_[index].images.size());
+  }
+  absl::StatusOr<Image> GetImage(int64_t index, int64_t image) const override;
   std::string Text(int64_t index) const override;
   std::vector<tokenizer::ChatMessage> Messages(int64_t index) const override {
     return conversations_[index].messages;

@@ -27,8 +27,9 @@ struct JsonlConfig {
   bool operator==(const JsonlConfig&) const = default;
 };
 
-// LLaVA's conversation files (data/conversation.h): a JSON list or JSONL of {"image",
-// "conversations"}.
+// Conversation files (data/conversation.h): a JSON list or JSONL of LLaVA's {"image" (a file or a
+// list), "conversations"} or {"video": [frames], "conversations"}, or ShareGPT's {"images",
+// "messages"}.
 struct ConversationsConfig {
   std::string train_path;  // absolute once read from a spec file (jobspec::ReadJobSpecFile)
   std::string eval_path;   // optional
@@ -47,6 +48,13 @@ struct DataConfig {
   int64_t max_text_tokens = 16;
   // Image paths of jsonl and conversation files may lead outside the file's directory.
   bool allow_images_outside = false;
+  // Most images (a video's sampled frames included) one sample may hold; the LLM's rows are padded
+  // to this many images' positions plus max_text_tokens.
+  int64_t max_images_per_sample = 1;
+  // Frames sampled from each video's frame list (data/conversation.h: VideoFrameIndices).
+  int64_t video_frames = 8;
+  // Positions of a packed LLM row (step/batch_plan.h); 0: one sample a row.
+  int64_t pack_tokens = 0;
 
   bool operator==(const DataConfig&) const = default;
 };

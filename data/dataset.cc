@@ -30,19 +30,20 @@ absl::StatusOr<Datasets> OpenShapes(const ShapesConfig& config, int64_t image_si
 }
 
 // A jsonl or conversations dataset: DatasetType::Open for the train and eval files.
-template <typename DatasetType>
+// `more`: what DatasetType::Open takes after those.
+template <typename DatasetType, typename... More>
 absl::StatusOr<Datasets> OpenFiles(const std::string& kind, const std::string& train_path,
                                    const std::string& eval_path, int64_t image_size,
                                    const std::shared_ptr<const ImagePreprocessor>& preprocessor,
-                                   bool anywhere) {
+                                   bool anywhere, const More&... more) {
   if (train_path.empty())
     return absl::InvalidArgumentError(absl::StrCat(kind, " data: train_path is empty"));
   Datasets datasets;
   ASSIGN_OR_RETURN(datasets.train,
-                   DatasetType::Open(train_path, image_size, preprocessor, anywhere));
+                   DatasetType::Open(train_path, image_size, preprocessor, anywhere, more...));
   if (!eval_path.empty()) {
     ASSIGN_OR_RETURN(datasets.eval,
-                     DatasetType::Open(eval_path, image_size, preprocessor, anywhere));
+                     DatasetType::Open(eval_path, image_size, preprocessor, anywhere, more...));
   }
   return datasets;
 }
@@ -56,6 +57,15 @@ std::vector<tokenizer::ChatMessage> Dataset::Messages(int64_t index) const {
 }
 
 std::vector<std::string> Dataset::VocabularyTexts() const { return AllTexts(*this); }
+
+absl::StatusOr<Image> Dataset::GetImage(int64_t index, int64_t image) const {
+  if (image < 0 || image >= ImageCount(index)) {
+    return absl::OutOfRangeError(
+        absl::StrCat(Describe(index), ": image ", image, " outside [0, ", ImageCount(index), ")"));
+  }
+  ASSIGN_OR_RETURN(Example example, Get(index));
+  return std::move(example.image);
+}
 
 ImageFolder::ImageFolder(std::string folder)
     : folder_(folder.empty() ? "." : std::move(folder)), resolved_(ResolveDirectory(folder_)) {}
@@ -100,9 +110,10 @@ absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_si
       return OpenFiles<JsonlDataset>("jsonl", config.jsonl.train_path, config.jsonl.eval_path,
                                      image_size, preprocessor, config.allow_images_outside);
     case DataConfig::Kind::kConversations:
-      return OpenFiles<ConversationDataset>("conversations", config.conversations.train_path,
-                                            config.conversations.eval_path, image_size,
-                                            preprocessor, config.allow_images_outside);
+      return OpenFiles<ConversationDataset>(
+          "conversations", config.conversations.train_path, config.conversations.eval_path,
+          image_size, preprocessor, config.allow_images_outside,
+          ConversationLimits{config.max_images_per_sample, config.video_frames});
   }
   return absl::InvalidArgumentError("unknown data kind");
 }

@@ -25,7 +25,8 @@
 namespace tandem::data {
 
 struct Example {
-  Image image;       // 3 x image_size x image_size, values in [0, 1]
+  Image image;       // the first image, 3 x image_size x image_size, values in [0, 1]; no pixels
+                     // for a sample without one
   std::string text;  // the caption, as stored (tokenisation happens in data/tokenizer.h)
 };
 
@@ -38,6 +39,14 @@ class Dataset {
   // The sample at `index`, its image resized to the dataset's image size. OutOfRange outside
   // [0, size()); other errors (an undecodable file) name the sample as Describe does.
   virtual absl::StatusOr<Example> Get(int64_t index) const = 0;
+
+  // The images of sample `index`, in the order of its "<image>" marks: 0 for a text-only sample,
+  // a video's sampled frames for a video. Cheap (nothing is decoded). REQUIRES: 0 <= index <
+  // size().
+  virtual int64_t ImageCount(int64_t index) const { return 1; }
+  // Image `image` of sample `index`, resized as Get resizes: OutOfRange outside [0,
+  // ImageCount(index)); otherwise Get's errors. The default serves one image a sample from Get.
+  virtual absl::StatusOr<Image> GetImage(int64_t index, int64_t image) const;
 
   // The caption alone, without touching the image: cheap, for building the tokenizer. A
   // conversation's text is ConversationWords of its messages (data/text_codec.h).

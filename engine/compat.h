@@ -148,28 +148,38 @@ inline at::Tensor RepeatKvHeads(const at::Tensor& kv, int64_t heads) {
 // there, trained the shapes example at half the speed (bench/README.md, "Tandem against plain
 // PyTorch"), and a CPU run then does the same arithmetic on 1.13 and 2.x. The math holds a
 // [seq, seq] score matrix per head, which CPU-sized models afford.
+// `attn_mask` (bool, true where a query may attend to a key, broadcast to [B, heads, S, keys])
+// replaces the causal mask when given: sequence packing's block-diagonal causal mask. On CUDA it
+// rules out the flash kernel (the memory-efficient one takes it).
 inline at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
-                                            const at::Tensor& v, bool is_causal) {
+                                            const at::Tensor& v, bool is_causal,
+                                            const at::Tensor& attn_mask = {}) {
   const int64_t heads = q.size(1);
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && k.size(1) == v.size(1) &&
                   k.size(1) > 0 && heads % k.size(1) == 0,
               "attention: q [B, heads, S, d] and k, v [B, kv_heads, S, d] with heads a multiple of "
               "kv_heads, got ",
               q.sizes(), ", ", k.sizes(), " and ", v.sizes());
+  const bool masked = attn_mask.defined();
 #if TANDEM_TORCH_AT_LEAST(2, 5)
   if (!q.device().is_cpu()) {
-    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, is_causal,
-                                            /*scale=*/{}, /*enable_gqa=*/k.size(1) != heads);
+    return at::scaled_dot_product_attention(
+        q, k, v, masked ? c10::optional<at::Tensor>(attn_mask) : c10::nullopt, /*dropout_p=*/0.0,
+        is_causal && !masked, /*scale=*/{}, /*enable_gqa=*/k.size(1) != heads);
   }
 #elif TANDEM_TORCH_AT_LEAST(2, 0)
   if (!q.device().is_cpu()) {
-    return at::scaled_dot_product_attention(q, RepeatKvHeads(k, heads), RepeatKvHeads(v, heads),
-                                            /*attn_mask=*/{}, /*dropout_p=*/0.0, is_causal);
+    return at::scaled_dot_product_attention(
+        q, RepeatKvHeads(k, heads), RepeatKvHeads(v, heads),
+        masked ? c10::optional<at::Tensor>(attn_mask) : c10::nullopt, /*dropout_p=*/0.0,
+        is_causal && !masked);
   }
 #endif
   const at::Tensor keys = RepeatKvHeads(k, heads), values = RepeatKvHeads(v, heads);
   auto scores = at::matmul(q, keys.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
-  if (is_causal) {
+  if (masked) {
+    scores = scores.masked_fill(attn_mask.logical_not(), -std::numeric_limits<float>::infinity());
+  } else if (is_causal) {
     auto mask = at::ones({q.size(-2), keys.size(-2)}, q.options().dtype(at::kBool)).triu(1);
     scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   }

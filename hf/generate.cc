@@ -65,16 +65,16 @@ absl::StatusOr<GenerateResult> GenerateOrThrow(const GenerateRequest& request) {
         absl::StrCat("--max-new-tokens must be positive, got ", request.max_new_tokens));
   }
   const size_t markers = Count(request.prompt, kImageMarker);
-  if (!request.image_path.empty() && markers != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the prompt must mark the image with one \"<image>\", it has ", markers));
-  }
-  if (request.image_path.empty() && markers > 0) {
-    return absl::InvalidArgumentError("the prompt has \"<image>\" but no --image was given");
+  if (markers != request.images.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the prompt has ", markers, markers == 1 ? " \"<image>\" mark" : " \"<image>\" marks",
+        " for ", request.images.size(), request.images.size() == 1 ? " --image" : " --image files",
+        ": each image needs one mark, in order"));
   }
   std::error_code ec;
-  if (!request.image_path.empty() && !std::filesystem::is_regular_file(request.image_path, ec)) {
-    return absl::NotFoundError(absl::StrCat(request.image_path, ": no such image file"));
+  for (const std::string& image : request.images) {
+    if (!std::filesystem::is_regular_file(image, ec))
+      return absl::NotFoundError(absl::StrCat(image, ": no such image file"));
   }
   // A run directory is exported to a temporary LLaVA directory first, so that both generate alike.
   std::string model_dir = request.model_dir;
@@ -128,9 +128,12 @@ absl::StatusOr<GenerateResult> GenerateOrThrow(const GenerateRequest& request) {
       prompt.push_back(id);
     }
   }
-  if (!request.image_path.empty()) {
-    ASSIGN_OR_RETURN(const at::Tensor image, ImageTensor(model, request.image_path));
-    features = model.vision->forward(image);
+  if (!request.images.empty()) {
+    std::vector<at::Tensor> images;
+    for (const std::string& path : request.images) {
+      ASSIGN_OR_RETURN(images.emplace_back(), ImageTensor(model, path));
+    }
+    features = model.vision->forward(at::cat(images, 0));
   }
   if (static_cast<int64_t>(prompt.size()) >= model.config.llm->max_seq_len) {
     return absl::InvalidArgumentError(absl::StrCat("the prompt's ", prompt.size(),

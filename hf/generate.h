@@ -2,19 +2,20 @@
 // run directory is exported first (hf/export.h) to a temporary directory, so it generates exactly
 // what its export does.
 //
-// The prompt is raw text in which "<image>" marks where the image goes. It is tokenized with the
+// The prompt is raw text in which each "<image>" marks where an image goes, in order. It is
+// tokenized with the
 // model's tokenizer, with the special tokens its post-processor adds (a BOS); with `chat` the
 // chat template (tokenizer/chat_template.h: the model's own, run by the Jinja interpreter, or a
 // built-in one named "chatml", "llama3" or "tandem") first makes it one user turn with a generation
 // prompt, and the result is tokenized as transformers' apply_chat_template does, without adding
-// special tokens again. Each image token becomes one token per image feature, and the image,
+// special tokens again. Each image token becomes one token per image feature, and its image,
 // decoded, resized and cropped as preprocessor_config.json says, feeds them. Decoding is greedy and
 // stops at an end-of-sequence token (kept in token_ids, dropped from the text) or after
 // max_new_tokens.
 //
 // Errors name what is wrong: the model's files (hf/llava_model.h), an image that cannot be read
-// or decoded, a prompt without "<image>" when an image is given (or with it and no image), more
-// than one "<image>", a tokenizer without the image token, an unknown chat template.
+// or decoded, a prompt whose "<image>" marks are not one an image, a tokenizer without the image
+// token, an unknown chat template.
 // This header is torch-free (the CLI includes it). Not thread-safe.
 #pragma once
 
@@ -27,8 +28,8 @@
 namespace tandem::hf {
 
 struct GenerateRequest {
-  std::string model_dir;   // a Hugging Face LLaVA directory or a Tandem run directory
-  std::string image_path;  // "" for a text-only prompt
+  std::string model_dir;            // a Hugging Face LLaVA directory or a Tandem run directory
+  std::vector<std::string> images;  // in the order of the prompt's marks; none for text only
   std::string prompt;
   int64_t max_new_tokens = 64;
   bool chat = false;

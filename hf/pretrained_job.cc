@@ -87,11 +87,21 @@ absl::Status ResolvePretrainedModels(jobspec::JobConfig& job) {
   if (!job.llm.pretrained.empty()) RETURN_IF_ERROR(ResolveLlm(job));
   if (!job.vision.pretrained.empty()) RETURN_IF_ERROR(ResolveVision(job));
   if (job.llm.pretrained.empty() && job.vision.pretrained.empty()) return absl::OkStatus();
-  const int64_t needed = job.vision.model.num_features() + job.data.max_text_tokens;
+  if (job.data.pack_tokens > job.llm.model.max_seq_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.pack_tokens: ", job.data.pack_tokens,
+                     " positions a row, more than the LLM's ", job.llm.model.max_seq_len, " (",
+                     job.llm.pretrained.empty() ? "llm.model.max_seq_len" : "llm.pretrained", ")"));
+  }
+  const int64_t needed = jobspec::LlmRowPositions(job);
   if (job.llm.model.max_seq_len < needed) {
     return absl::InvalidArgumentError(absl::StrCat(
         job.llm.pretrained.empty() ? "llm.model.max_seq_len" : "llm.pretrained",
-        ": the LLM's positions must hold the image features (", job.vision.model.num_features(),
+        ": the LLM's positions must hold the image features (",
+        job.data.max_images_per_sample == 1
+            ? absl::StrCat(job.vision.model.num_features())
+            : absl::StrCat("data.max_images_per_sample ", job.data.max_images_per_sample, " x ",
+                           job.vision.model.num_features()),
         ") + data.max_text_tokens (", job.data.max_text_tokens, ") = ", needed, ", it has ",
         job.llm.model.max_seq_len));
   }

@@ -79,6 +79,7 @@ struct ScheduleConfig {
   int64_t checkpoint_every = 0;  // steps between checkpoints; 0 = only at the end
   uint64_t seed = 0;             // model initialisation and data order
   double gradient_clipping = 0;  // max L2 norm of both groups' gradient together; 0 = off
+  bool balance = true;           // spread micro-batches by work (step/batch_plan.h)
 
   bool operator==(const ScheduleConfig&) const = default;
 };
@@ -94,5 +95,12 @@ struct JobConfig {
 
   bool operator==(const JobConfig&) const = default;
 };
+
+// The positions of one LLM row: data.max_images_per_sample images' features and
+// data.max_text_tokens text tokens. llm.model.max_seq_len must hold it.
+inline int64_t LlmRowPositions(const JobConfig& job) {
+  return job.data.max_images_per_sample * job.vision.model.num_features() +
+         job.data.max_text_tokens;
+}
 
 }  // namespace tandem::jobspec

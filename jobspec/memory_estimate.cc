@@ -109,7 +109,9 @@ absl::StatusOr<MemoryEstimate> EstimateGroupMemory(const JobConfig& job, Role ro
   // Activations of one micro-batch on one rank.
   const int64_t micro = job.schedule.global_batch / job.schedule.micro_batches;
   const int64_t replicas = vision ? job.vision.replicas() : job.llm.replicas();
-  e.samples_per_rank = (micro + replicas - 1) / replicas;
+  // A vision rank's rows are images: up to data.max_images_per_sample a sample.
+  const int64_t rows = vision ? micro * job.data.max_images_per_sample : micro;
+  e.samples_per_rank = (rows + replicas - 1) / replicas;
   const double compute = config.autocast_enabled ? 2 : weight;
   const double samples = static_cast<double>(e.samples_per_rank);
   if (vision) {
@@ -125,7 +127,7 @@ absl::StatusOr<MemoryEstimate> EstimateGroupMemory(const JobConfig& job, Role ro
   } else {
     const models::LlmConfig& m = job.llm.model;
     const int64_t text = job.data.max_text_tokens;
-    e.positions = job.vision.model.num_features() + text;
+    e.positions = LlmRowPositions(job);
     const double q = static_cast<double>(m.heads * m.resolved_head_dim());
     const double kv = static_cast<double>(m.kv_heads * m.resolved_head_dim());
     const double per_position = 4.0 * m.hidden + (2 * q + 2 * kv + 4.0 * m.mlp_hidden) / tensor;

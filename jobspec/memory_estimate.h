@@ -40,7 +40,8 @@ struct MemoryEstimate {
   int zero_stage = 0;                    // the group's engine's
   int64_t model_state_bytes = 0;  // weights, gradients, master weights, moments, frozen weights
   int64_t activation_bytes = 0;   // one micro-batch's, on one rank
-  int64_t samples_per_rank = 0;   // of a micro-batch
+  int64_t samples_per_rank = 0;   // of a micro-batch (images, in the vision group: at most
+                                  // data.max_images_per_sample a sample)
   int64_t positions = 0;          // of a sample in the group's model
   int64_t data_bytes = 0;
   int64_t total() const { return model_state_bytes + activation_bytes + data_bytes; }

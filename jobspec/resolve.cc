@@ -117,6 +117,9 @@ data::DataConfig ResolveData(const tandem::v1::DataSpec& spec) {
   }
   if (spec.has_max_text_tokens()) data.max_text_tokens = spec.max_text_tokens();
   if (spec.has_allow_images_outside()) data.allow_images_outside = spec.allow_images_outside();
+  if (spec.has_max_images_per_sample()) data.max_images_per_sample = spec.max_images_per_sample();
+  if (spec.has_video_frames()) data.video_frames = spec.video_frames();
+  if (spec.has_pack_tokens()) data.pack_tokens = spec.pack_tokens();
   return data;
 }
 
@@ -130,6 +133,7 @@ ScheduleConfig ResolveSchedule(const tandem::v1::ScheduleSpec& spec) {
   if (spec.has_checkpoint_every()) schedule.checkpoint_every = spec.checkpoint_every();
   if (spec.has_seed()) schedule.seed = spec.seed();
   if (spec.has_gradient_clipping()) schedule.gradient_clipping = spec.gradient_clipping();
+  if (spec.has_balance()) schedule.balance = spec.balance();
   return schedule;
 }
 

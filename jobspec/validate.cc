@@ -35,6 +35,7 @@ constexpr int64_t kMaxSteps = 1'000'000'000;
 constexpr int64_t kMaxSamples = 1'000'000'000;
 constexpr int64_t kMaxGlobalBatch = 1 << 20;
 constexpr int64_t kMaxTextTokens = 1 << 20;
+constexpr int64_t kMaxImagesPerSample = 1024;
 constexpr int64_t kMaxActors = 4096;
 constexpr int64_t kMaxRestarts = 1000;
 
@@ -109,6 +110,11 @@ absl::Status CheckData(const data::DataConfig& data) {
     return PathError("data.max_text_tokens", "must be <= ", kMaxTextTokens, ", got ",
                      data.max_text_tokens);
   }
+  RETURN_IF_ERROR(
+      Between("data.max_images_per_sample", data.max_images_per_sample, 1, kMaxImagesPerSample));
+  RETURN_IF_ERROR(Between("data.video_frames", data.video_frames, 1, kMaxImagesPerSample));
+  if (data.pack_tokens != 0)
+    RETURN_IF_ERROR(Between("data.pack_tokens", data.pack_tokens, 2, kMaxTextTokens));
   return absl::OkStatus();
 }
 
@@ -348,13 +354,27 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
   }
   RETURN_IF_ERROR(CheckGroup("llm", config.llm.pool, config.llm.actors));
   if (config.llm.pretrained.empty()) RETURN_IF_ERROR(CheckLlmModel(config.llm.model));
-  // The LLM's sequence is the image patches followed by the caption tokens.
-  const int64_t patches = config.vision.model.num_patches();
-  const int64_t needed = patches + config.data.max_text_tokens;
+  // The LLM's row holds the images' features and the text tokens.
+  const int64_t features = config.vision.model.num_features();
+  const int64_t needed = LlmRowPositions(config);
   if (!pretrained && config.llm.model.max_seq_len < needed) {
-    return PathError("llm.model.max_seq_len", "must be >= vision patches (", patches,
+    const int64_t images = config.data.max_images_per_sample;
+    return PathError("llm.model.max_seq_len", "must be >= the image features (",
+                     images == 1
+                         ? absl::StrCat(features)
+                         : absl::StrCat("data.max_images_per_sample ", images, " x ", features),
                      ") + data.max_text_tokens (", config.data.max_text_tokens, ") = ", needed,
                      ", got ", config.llm.model.max_seq_len);
+  }
+  if (config.data.pack_tokens > 0 && config.llm.pretrained.empty()) {
+    return PathError("data.pack_tokens",
+                     "needs a pretrained LLM (llm.pretrained): an LLM trained from scratch with "
+                     "the word tokenizer puts one image ahead of each row, so its rows cannot be "
+                     "packed");
+  }
+  if (!pretrained && config.data.pack_tokens > config.llm.model.max_seq_len) {
+    return PathError("data.pack_tokens", "must be <= llm.model.max_seq_len (",
+                     config.llm.model.max_seq_len, "), got ", config.data.pack_tokens);
   }
   RETURN_IF_ERROR(CheckSequenceParallel(config.vision));
   RETURN_IF_ERROR(CheckTensorParallel(config.llm));

@@ -49,8 +49,9 @@ class LlmAttentionImpl : public torch::nn::Module {
 
   // x [B, S, hidden]; cos/sin [S, head_dim] for the positions of x. With a cache, the keys and
   // values of x are appended to it and the queries attend to all of them (KvCache in llm.h).
+  // With `mask` (bool [B, 1, S, S], packed samples) attention follows it instead of being causal.
   at::Tensor forward(const at::Tensor& input, const at::Tensor& cos, const at::Tensor& sin,
-                     KvCache::Layer* cache = nullptr) {
+                     KvCache::Layer* cache = nullptr, const at::Tensor& mask = {}) {
     const at::Tensor x = parallel::CopyToGroup(input, *tp_);
     const int64_t batch = x.size(0), seq = x.size(1);
     at::Tensor q = LinearAs(q_, x).view({batch, seq, heads_, head_dim_}).transpose(1, 2);
@@ -71,7 +72,7 @@ class LlmAttentionImpl : public torch::nn::Module {
       cache->values = v;
     }
     // Query head h reads KV head h / (heads / kv_heads), as HF's repeat_kv.
-    const at::Tensor out = compat::ScaledDotProductAttention(q, k, v, causal);
+    const at::Tensor out = compat::ScaledDotProductAttention(q, k, v, causal, mask);
     return parallel::ReduceFromGroup(
         LinearAs(o_, out.transpose(1, 2).reshape({batch, seq, heads_ * head_dim_})), *tp_);
   }
@@ -131,7 +132,8 @@ class LlmMlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LlmMlp);
 
-// Decoder block. Inputs {x [B, S, hidden], cos [S, head_dim], sin [S, head_dim]}, outputs {x'}.
+// Decoder block. Inputs {x [B, S, hidden], cos [S, head_dim], sin [S, head_dim]}, outputs {x'};
+// packed rows add a mask: {x, cos [B, 1, S, head_dim], sin (likewise), mask [B, 1, S, S]}.
 class LlmBlock : public engine::BlockModule {
  public:
   LlmBlock(const LlmConfig& c, const TensorParallel& tp)
@@ -145,12 +147,13 @@ class LlmBlock : public engine::BlockModule {
   }
 
   std::vector<at::Tensor> Run(const std::vector<at::Tensor>& inputs) override {
-    return {RunCached(inputs[0], inputs[1], inputs[2], nullptr)};
+    return {RunCached(inputs[0], inputs[1], inputs[2], nullptr,
+                      inputs.size() > 3 ? inputs[3] : at::Tensor())};
   }
 
   at::Tensor RunCached(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin,
-                       KvCache::Layer* cache) {
-    x = x + attn_(attn_norm_(x), cos, sin, cache);
+                       KvCache::Layer* cache, const at::Tensor& mask = {}) {
+    x = x + attn_(attn_norm_(x), cos, sin, cache, mask);
     x = x + mlp_(mlp_norm_(x));
     return x;
   }
@@ -252,8 +255,9 @@ LlmImpl::LlmImpl(const LlmConfig& config, parallel::ParallelGroup tensor_paralle
   rope_sin_ = register_buffer("rope_sin", rope.sin);
 }
 
-at::Tensor LlmImpl::forward(const at::Tensor& prefix, const at::Tensor& tokens) {
-  return Forward(prefix, tokens, nullptr, nullptr, nullptr);
+at::Tensor LlmImpl::forward(const at::Tensor& prefix, const at::Tensor& tokens,
+                            const Packing* packing) {
+  return Forward(prefix, tokens, nullptr, nullptr, nullptr, packing);
 }
 
 at::Tensor LlmImpl::ForwardLast(const at::Tensor& prefix, const at::Tensor& tokens,
@@ -265,11 +269,11 @@ at::Tensor LlmImpl::ForwardLast(const at::Tensor& prefix, const at::Tensor& toke
 }
 
 at::Tensor LlmImpl::ForwardRows(const at::Tensor& prefix, const at::Tensor& tokens,
-                                const at::Tensor& rows) {
+                                const at::Tensor& rows, const Packing* packing) {
   TORCH_CHECK(rows.defined() && rows.dim() == 1 && rows.scalar_type() == at::kLong,
               "Llm: rows must be int64 [N], got ",
               rows.defined() ? rows.sizes() : at::IntArrayRef{});
-  return Forward(prefix, tokens, nullptr, nullptr, &rows);
+  return Forward(prefix, tokens, nullptr, nullptr, &rows, packing);
 }
 
 at::Tensor LlmImpl::ForwardCached(const at::Tensor& prefix, const at::Tensor& tokens,
@@ -281,7 +285,8 @@ at::Tensor LlmImpl::ForwardCached(const at::Tensor& prefix, const at::Tensor& to
 }
 
 at::Tensor LlmImpl::Forward(const at::Tensor& prefix, const at::Tensor& tokens, KvCache* cache,
-                            const at::Tensor* last, const at::Tensor* rows) {
+                            const at::Tensor* last, const at::Tensor* rows,
+                            const Packing* packing) {
   const auto& c = config_;
   TORCH_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.size(1) >= 1,
               "Llm: tokens must be [batch, text_len >= 1], got ",
@@ -326,15 +331,40 @@ at::Tensor LlmImpl::Forward(const at::Tensor& prefix, const at::Tensor& tokens, 
     x = torch::cat({prefix.to(dtype), x}, 1);
   }
   const int64_t seq = patches + text;
-  const at::Tensor cos = rope_cos_.narrow(0, start, seq);
-  const at::Tensor sin = rope_sin_.narrow(0, start, seq);
+  at::Tensor cos = rope_cos_.narrow(0, start, seq);
+  at::Tensor sin = rope_sin_.narrow(0, start, seq);
+  at::Tensor mask;
+  if (packing != nullptr) {
+    TORCH_CHECK(cache == nullptr && patches == 0,
+                "Llm: packed rows need LLaVA's layout (images in place of their tokens) and no "
+                "cache");
+    TORCH_CHECK(packing->positions.defined() && packing->segments.defined() &&
+                    packing->positions.sizes() == tokens.sizes() &&
+                    packing->segments.sizes() == tokens.sizes(),
+                "Llm: packing positions and segments must be ", tokens.sizes(), " like tokens");
+    const at::Tensor positions = packing->positions.to(x.device());
+    TORCH_CHECK(positions.numel() == 0 || (positions.min().item<int64_t>() >= 0 &&
+                                           positions.max().item<int64_t>() < c.max_seq_len),
+                "Llm: packed positions must lie in [0, max_seq_len ", c.max_seq_len, ")");
+    const auto table = [&](const at::Tensor& rope) {
+      return rope.index_select(0, positions.flatten()).view({batch, 1, text, rope.size(1)});
+    };
+    cos = table(rope_cos_);
+    sin = table(rope_sin_);
+    const at::Tensor segments = packing->segments.to(x.device());
+    const at::Tensor causal = at::ones({text, text}, segments.options().dtype(at::kBool)).tril();
+    mask = segments.unsqueeze(2).eq(segments.unsqueeze(1)).logical_and(causal).unsqueeze(1);
+  }
   if (cache != nullptr) {
     for (size_t i = 0; i < blocks_.size(); ++i) {
       x = static_cast<LlmBlock&>(*blocks_[i]).RunCached(x, cos, sin, &cache->layers[i]);
     }
     cache->length = start + seq;
   } else {
-    for (const auto& block : blocks_) x = block->Forward({x, cos, sin})[0];
+    for (const auto& block : blocks_) {
+      x = block->Forward(mask.defined() ? std::vector<at::Tensor>{x, cos, sin, mask}
+                                        : std::vector<at::Tensor>{x, cos, sin})[0];
+    }
   }
   // RMSNorm is per position, so normalising only the text positions gives the same logits. A
   // cached forward (decoding) needs the last position's only, ForwardLast one token's per row.
@@ -411,14 +441,14 @@ TokenLoss LabelLoss(const Llm& llm, const at::Tensor& logits, const at::Tensor& 
 }
 
 TokenLoss ForwardLabelLoss(Llm& llm, const at::Tensor& prefix, const at::Tensor& tokens,
-                           const at::Tensor& labels) {
+                           const at::Tensor& labels, const Packing* packing) {
   TORCH_CHECK(
       tokens.defined() && labels.defined() && tokens.dim() == 2 && labels.sizes() == tokens.sizes(),
       "ForwardLabelLoss: tokens and labels must both be [batch, T], got ",
       tokens.defined() ? tokens.sizes() : at::IntArrayRef{}, " and ",
       labels.defined() ? labels.sizes() : at::IntArrayRef{});
   const Targeted targeted = TargetedPositions(labels);
-  const at::Tensor logits = llm->ForwardRows(prefix, tokens, targeted.rows);
+  const at::Tensor logits = llm->ForwardRows(prefix, tokens, targeted.rows, packing);
   // Without tensor parallelism vocab_columns() is the whole vocabulary.
   return {parallel::VocabParallelCrossEntropySum(logits, targeted.targets, llm->vocab_columns(),
                                                  llm->tensor_parallel()),

@@ -53,6 +53,17 @@ struct KvCache {
   int64_t length = 0;  // positions cached
 };
 
+// Several samples in one row (sequence packing, as transformers' position_ids with
+// DataCollatorWithFlattening): `segments` numbers the sample each position belongs to (-1 for
+// padding), `positions` restarts at 0 with each sample. A position attends only to the positions
+// of its own sample up to itself, and its rotary phase is its position in the sample, so a packed
+// row computes what its samples compute in rows of their own. Needs LLaVA's layout (images in
+// place of their tokens) or no image.
+struct Packing {
+  at::Tensor positions;  // [B, T] int64
+  at::Tensor segments;   // [B, T] int64
+};
+
 // NOTE [Tensor-parallel LLM]
 // With a tensor-parallel group of T ranks (Megatron-LM), rank r holds:
 // - q (and its bias) rows of heads [r H/T, (r+1) H/T), o the matching columns (row-parallel);
@@ -82,7 +93,9 @@ class LlmImpl : public torch::nn::Module {
   // With config.image_token_id >= 0 (LLaVA), `prefix` is instead [images, P, hidden], whose rows
   // replace, in order, the tokens equal to image_token_id (there must be images * P of them), and
   // the sequence is the T tokens.
-  at::Tensor forward(const at::Tensor& prefix, const at::Tensor& tokens);
+  // `packing` (may be null): the rows hold packed samples.
+  at::Tensor forward(const at::Tensor& prefix, const at::Tensor& tokens,
+                     const Packing* packing = nullptr);
 
   // forward for inference with a KV cache: the positions continue from cache.length, and after the
   // first call tokens is one token [B, 1] (no prefix). Returns the logits of the last position
@@ -97,8 +110,8 @@ class LlmImpl : public torch::nn::Module {
                          const at::Tensor& last);
   // forward's logits at the text positions rows (flat indices b * T + t into [B, T] tokens) only:
   // [N, this rank's vocabulary columns], as forward's (ForwardLabelLoss below).
-  at::Tensor ForwardRows(const at::Tensor& prefix, const at::Tensor& tokens,
-                         const at::Tensor& rows);
+  at::Tensor ForwardRows(const at::Tensor& prefix, const at::Tensor& tokens, const at::Tensor& rows,
+                         const Packing* packing = nullptr);
 
   const LlmConfig& config() const { return config_; }
 
@@ -118,7 +131,8 @@ class LlmImpl : public torch::nn::Module {
 
  private:
   at::Tensor Forward(const at::Tensor& prefix, const at::Tensor& tokens, KvCache* cache,
-                     const at::Tensor* last, const at::Tensor* rows);
+                     const at::Tensor* last, const at::Tensor* rows,
+                     const Packing* packing = nullptr);
 
   // Replaces the data of the parameters of `module` (named `prefix` + their names) by this rank's
   // shards and records them in shards_.
@@ -167,8 +181,10 @@ TokenLoss LabelLoss(const Llm& llm, const at::Tensor& logits, const at::Tensor& 
 // predict a target only (Llm::ForwardRows): a caption's few tokens among a sequence of image and
 // prompt positions need a few rows of [positions, vocabulary] logits, not all of them, and the
 // gradient of the others is not filled with zeros.
+// With `packing` the rows hold packed samples (Packing); a label at a sample's first position
+// must be kIgnoreLabel, or the sample before it would predict it.
 TokenLoss ForwardLabelLoss(Llm& llm, const at::Tensor& prefix, const at::Tensor& tokens,
-                           const at::Tensor& labels);
+                           const at::Tensor& labels, const Packing* packing = nullptr);
 
 // LabelLoss with tokens [B, T] = <bos> w1 .. wn <eos> <pad> ... as their own labels, the pad_id
 // targets ignored.

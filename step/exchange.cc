@@ -30,16 +30,6 @@ absl::StatusOr<TensorBytes> BytesOf(const at::Tensor& tensor) {
   return bytes;
 }
 
-std::vector<std::pair<int, SampleRange>> PeerOverlaps(SampleRange mine, int peers,
-                                                      int64_t samples) {
-  std::vector<std::pair<int, SampleRange>> out;
-  for (int peer = 0; peer < peers; ++peer) {
-    const SampleRange overlap = Intersect(mine, OwnedSamples(peer, peers, samples));
-    if (!overlap.empty()) out.emplace_back(peer, overlap);
-  }
-  return out;
-}
-
 transport::TransferTag MakeTag(const std::string& transfer_key, transport::TransferKind kind,
                                int64_t step, int64_t micro_batch, SampleRange samples,
                                int source_rank) {

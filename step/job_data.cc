@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "data/batch.h"
 #include "data/image_preprocessor.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/hf_tokenizer.h"
@@ -74,6 +75,15 @@ absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(const jobspec::JobCon
   } else {
     ASSIGN_OR_RETURN(data::TextCodec codec, OpenPretrainedText(job));
     text = std::make_shared<const data::TextCodec>(std::move(codec));
+  }
+  // Conversation files may hold any number of images a sample; the word tokenizer's layout reads
+  // one, so a file it cannot train on fails here rather than at the step that meets the sample.
+  if (job.data.kind == data::DataConfig::Kind::kConversations) {
+    for (const data::Dataset* dataset : {datasets.train.get(), datasets.eval.get()}) {
+      for (int64_t i = 0; dataset != nullptr && i < dataset->size(); ++i) {
+        RETURN_IF_ERROR(data::CheckImageCount(*dataset, i, *text, job.data.max_images_per_sample));
+      }
+    }
   }
   return std::make_shared<const JobData>(JobData{std::move(datasets), std::move(text)});
 }

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "common/status_macros.h"
@@ -127,8 +128,14 @@ class LlmStage : public Stage {
     std::vector<Staged> staged;
   };
   absl::StatusOr<Incoming> ExpectEmbeddings(TransferKind kind, int64_t step, int64_t micro_batch,
-                                            SampleRange mine, int64_t samples,
-                                            const at::Tensor& host);
+                                            const MicroBatchPlan& plan, const at::Tensor& host);
+  // What this replica trains on of a micro-batch, on the device: its samples a row each, or packed
+  // into rows of data.pack_tokens positions (models::Packing).
+  struct RowBatch {
+    at::Tensor tokens, labels;
+    std::optional<models::Packing> packing;
+  };
+  absl::StatusOr<RowBatch> RowsOf(const MicroBatchPlan& plan, data::TokenBatch& text) const;
   // Awaits the slices into `host` and returns the embeddings on the device; under
   // embeddings_broadcast() the replica's first rank broadcasts them to the others (collective over
   // the replica: every rank calls it for the same micro-batches in the same order).
@@ -145,24 +152,24 @@ class LlmStage : public Stage {
 absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
                                            const std::vector<std::vector<int64_t>>& batches) {
   StepResult result;
-  const int64_t b = MicroBatchSize();
-  const SampleRange mine = Mine(b);
+  const data::Dataset& train = *data().datasets.train;
   // Tokens of the whole global batch (text only): the loss divides by all its target tokens.
-  std::vector<at::Tensor> tokens, labels;
+  std::vector<RowBatch> rows;
   int64_t global_targets = 0;
+  std::vector<MicroBatchPlan> plans;
   std::vector<at::Tensor> hosts;  // where each micro-batch's embeddings land
   std::vector<Incoming> incoming(batches.size());
   for (size_t k = 0; k < batches.size(); ++k) {
-    ASSIGN_OR_RETURN(data::TokenBatch text,
-                     data::MakeTokenBatch(*data().datasets.train, batches[k], *data().text,
-                                          job().data.max_text_tokens));
-    TokenTensors mb = TokensOf(text);
-    global_targets += mb.targets;
-    tokens.push_back(Rows(mb.tokens, mine, 0).to(device()));
-    labels.push_back(Rows(mb.labels, mine, 0).to(device()));
-    hosts.push_back(EmbeddingBuffer(mine.size()));
+    ASSIGN_OR_RETURN(plans.emplace_back(), Plan(train, batches[k], /*training=*/true));
+    ASSIGN_OR_RETURN(data::TokenBatch text, data::MakeTokenBatch(train, batches[k], *data().text,
+                                                                 job().data.max_text_tokens,
+                                                                 job().data.max_images_per_sample));
+    global_targets += text.targets;
+    ASSIGN_OR_RETURN(rows.emplace_back(), RowsOf(plans[k], text));
+    const SampleRange images = MyImages(plans[k]);
+    hosts.push_back(EmbeddingBuffer(images.size()));
     ASSIGN_OR_RETURN(incoming[k], ExpectEmbeddings(TransferKind::kEmbeddings, step,
-                                                   static_cast<int64_t>(k), mine, b, hosts[k]));
+                                                   static_cast<int64_t>(k), plans[k], hosts[k]));
   }
   // Only the replica's first rank sends gradients back and reports the loss: its peers compute the
   // same (NOTE [Parallel sets]).
@@ -171,6 +178,7 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
   std::vector<std::unique_ptr<transport::SendHandle>> sends;
   for (size_t k = 0; k < batches.size(); ++k) {
     SetPhase("transfer");
+    const SampleRange mine = MyImages(plans[k]);
     ASSIGN_OR_RETURN(const at::Tensor embeddings,
                      ReceiveEmbeddings(incoming[k], hosts[k], mine, &result));
     SetPhase("forward");
@@ -178,20 +186,23 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
     at::Tensor loss;
     {
       auto autocast = engine().Autocast();
-      loss = models::ForwardLabelLoss(model_, leaf, tokens[k], labels[k]).sum /
+      loss = models::ForwardLabelLoss(model_, leaf, rows[k].tokens, rows[k].labels,
+                                      rows[k].packing ? &*rows[k].packing : nullptr)
+                 .sum /
              static_cast<double>(std::max<int64_t>(global_targets, 1));
     }
     SetPhase("backward");
     loss.backward();
     if (speaks) result.loss += loss.item<double>();
-    if (vision_frozen() || !speaks) {
+    // Text-only samples alone leave the leaf out of the graph: no gradient goes back.
+    if (vision_frozen() || !speaks || mine.empty()) {
       SetPhase("optimizer");
       RETURN_IF_ERROR(engine().Step());
       continue;
     }
     const at::Tensor grad = ToHost(leaf.grad());
     SetPhase("transfer");
-    for (const auto& [peer, overlap] : Overlaps(mine, b)) {
+    for (const auto& [peer, overlap] : Overlaps(plans[k])) {
       for (int index = 0; index < placement().peer_parallel; ++index) {
         at::Tensor slice = Rows(grad, overlap, mine.begin);
         if (placement().peer_parallel > 1) {
@@ -214,29 +225,64 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
   return result;
 }
 
+absl::StatusOr<LlmStage::RowBatch> LlmStage::RowsOf(const MicroBatchPlan& plan,
+                                                    data::TokenBatch& text) const {
+  const std::vector<int64_t>& samples = plan.llm_samples[replica()];
+  RowBatch rows;
+  if (job().data.pack_tokens <= 0) {
+    const TokenTensors all = TokensOf(text);
+    const at::Tensor mine = at::tensor(at::ArrayRef<int64_t>(samples), at::kLong);
+    rows.tokens = all.tokens.index_select(0, mine).to(device());
+    rows.labels = all.labels.index_select(0, mine).to(device());
+    return rows;
+  }
+  std::vector<std::vector<int64_t>> packed_rows;
+  int64_t begin = 0;
+  for (const int64_t end : plan.llm_row_ends[replica()]) {
+    packed_rows.emplace_back(samples.begin() + begin, samples.begin() + end);
+    begin = end;
+  }
+  ASSIGN_OR_RETURN(
+      data::PackedBatch packed,
+      data::PackTokenBatch(text, packed_rows, job().data.pack_tokens, data().text->pad_id()));
+  const auto tensor = [&](std::vector<int64_t>& values) {
+    return torch::from_blob(values.data(), {packed.rows, packed.length}, at::kLong)
+        .clone()
+        .to(device());
+  };
+  rows.tokens = tensor(packed.tokens);
+  rows.labels = tensor(packed.labels);
+  rows.packing = models::Packing{tensor(packed.positions), tensor(packed.segments)};
+  return rows;
+}
+
 absl::StatusOr<EvalCounts> LlmStage::EvaluateBatch(int64_t step, int64_t batch_index,
                                                    const std::vector<int64_t>& indices) {
-  const int64_t n = static_cast<int64_t>(indices.size());
-  const SampleRange mine = Mine(n);
-  if (mine.empty() && !collective_generation()) return EvalCounts{};
+  const data::Dataset& eval = *data().datasets.eval;
+  ASSIGN_OR_RETURN(const MicroBatchPlan plan, Plan(eval, indices, /*training=*/false));
+  const std::vector<int64_t>& samples = plan.llm_samples[replica()];
+  if (samples.empty() && !collective_generation()) return EvalCounts{};
+  const SampleRange mine = MyImages(plan);
   at::Tensor images = EmbeddingBuffer(mine.size());
   ASSIGN_OR_RETURN(const Incoming incoming, ExpectEmbeddings(TransferKind::kEvalEmbeddings, step,
-                                                             batch_index, mine, n, images));
+                                                             batch_index, plan, images));
   ASSIGN_OR_RETURN(images, ReceiveEmbeddings(incoming, images, mine, nullptr));
   // Every rank reads the whole batch's prompts, so that a bad sample fails every rank alike and all
   // agree on the number of tokens to generate: one past the longest answer. A rank without samples
   // still steps the generation (ZeRO-3 gathers are collective) with one placeholder row.
   const data::TextCodec& text = *data().text;
-  ASSIGN_OR_RETURN(data::PromptBatch all, data::MakePromptBatch(*data().datasets.eval, indices,
-                                                                text, job().data.max_text_tokens));
+  ASSIGN_OR_RETURN(data::PromptBatch all,
+                   data::MakePromptBatch(eval, indices, text, job().data.max_text_tokens,
+                                         job().data.max_images_per_sample));
   int64_t longest = 0;
   for (const auto& answer : all.answers)
     longest = std::max(longest, static_cast<int64_t>(answer.size()));
   data::PromptBatch prompts;
-  prompts.prompts.assign(all.prompts.begin() + mine.begin, all.prompts.begin() + mine.end);
-  prompts.answers.assign(all.answers.begin() + mine.begin, all.answers.begin() + mine.end);
-  if (mine.empty()) prompts.prompts = {{text.pad_id()}};
-  const int64_t budget = text.image_tokens() + job().data.max_text_tokens;
+  for (const int64_t sample : samples) {
+    prompts.prompts.push_back(all.prompts[sample]);
+    prompts.answers.push_back(all.answers[sample]);
+  }
+  if (samples.empty()) prompts.prompts = {{text.pad_id()}};
   std::vector<std::vector<int64_t>> generated;
   {
     auto autocast = engine().Autocast();
@@ -246,10 +292,12 @@ absl::StatusOr<EvalCounts> LlmStage::EvaluateBatch(int64_t step, int64_t batch_i
                                             /*stop_when_done=*/!collective_generation());
   }
   // The replica's first rank scores its samples; its peers generated the same.
-  if (mine.empty() || parallel_index() != 0) return EvalCounts{};
+  if (samples.empty() || parallel_index() != 0) return EvalCounts{};
   data::CaptionScore score;
   for (size_t row = 0; row < prompts.answers.size(); ++row) {
     // Within the sample's budget of text tokens, as in training.
+    const int64_t budget =
+        eval.ImageCount(indices[samples[row]]) * text.image_tokens() + job().data.max_text_tokens;
     const size_t room = static_cast<size_t>(budget) - prompts.prompts[row].size();
     std::vector<int64_t> answer = generated[row];
     if (answer.size() > room) answer.resize(room);
@@ -259,14 +307,15 @@ absl::StatusOr<EvalCounts> LlmStage::EvaluateBatch(int64_t step, int64_t batch_i
 }
 
 absl::StatusOr<LlmStage::Incoming> LlmStage::ExpectEmbeddings(TransferKind kind, int64_t step,
-                                                              int64_t micro_batch, SampleRange mine,
-                                                              int64_t samples,
+                                                              int64_t micro_batch,
+                                                              const MicroBatchPlan& plan,
                                                               const at::Tensor& host) {
   Incoming incoming;
   if (embeddings_broadcast() && parallel_index() != 0)
     return incoming;  // the first rank's to receive
   const int parallel = placement().peer_parallel;
-  for (const auto& [peer, overlap] : Overlaps(mine, samples)) {
+  const SampleRange mine = MyImages(plan);
+  for (const auto& [peer, overlap] : Overlaps(plan)) {
     for (int index = 0; index < parallel; ++index) {
       const int source = peer * parallel + index;
       incoming.tags.push_back(Tag(kind, step, micro_batch, overlap, source));

@@ -112,6 +112,39 @@ void Stage::SetPhase(const char* phase) {
   if (communicator_) progress_->last_collective.store(communicator_->last_sequence());
 }
 
+absl::StatusOr<MicroBatchPlan> Stage::Plan(const data::Dataset& dataset,
+                                           const std::vector<int64_t>& indices,
+                                           bool training) const {
+  const int llm_replicas = role_ == Role::kLlm ? replicas() : peer_replicas();
+  const int vision_replicas = role_ == Role::kVision ? replicas() : peer_replicas();
+  // Evaluation generates from unpacked prompts in contiguous blocks.
+  const bool balance = training && job_.schedule.balance;
+  const int64_t pack = training ? job_.data.pack_tokens : 0;
+  PlanOptions options{llm_replicas, vision_replicas, balance, job_.llm.model.hidden, pack};
+  // One replica has nothing to balance against: its order is every order.
+  const bool costs = (balance && llm_replicas > 1) || pack > 0;
+  const data::TextCodec& text = *data_->text;
+  // A prefix layout's images are not among the tokens.
+  const int64_t prefix = text.image_token_id() < 0 ? job_.vision.model.num_features() : 0;
+  std::vector<SampleLoad> loads;
+  loads.reserve(indices.size());
+  for (const int64_t index : indices) {
+    SampleLoad load{dataset.ImageCount(index), 0};
+    if (costs) {
+      ASSIGN_OR_RETURN(const data::EncodedConversation encoded,
+                       text.Encode(dataset.Messages(index), dataset.Describe(index)));
+      load.positions = static_cast<int64_t>(encoded.ids.size()) + load.images * prefix;
+      if (pack > 0 && load.positions > pack) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(dataset.Describe(index), ": needs ", load.positions,
+                         " positions (images and text), more than data.pack_tokens = ", pack));
+      }
+    }
+    loads.push_back(load);
+  }
+  return PlanMicroBatch(loads, options);
+}
+
 bool Stage::collective_generation() const {
   return engine_->config().zero.stage == 3 && engine_->world_size() > 1;
 }

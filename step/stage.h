@@ -15,8 +15,8 @@
 // both stages in one process over transport/in_process.h).
 //
 // Every rank draws the same sample order from its own sampler (same seed), so each knows the whole
-// global batch without being told; rank r of N owns step::OwnedSamples(r, N, b) of each
-// micro-batch.
+// global batch without being told, and plans each micro-batch alike (step/batch_plan.h): which
+// samples each LLM replica trains on, which images each vision replica encodes.
 //
 // Commands (RunStep, Evaluate, SaveCheckpoint, Export, Resume) run on one thread at a time, in the
 // same order on every rank of both groups; the two groups run theirs concurrently. LibTorch header.
@@ -39,6 +39,7 @@
 #include "common/role.h"
 #include "data/sampler.h"
 #include "jobspec/job_config.h"
+#include "step/batch_plan.h"
 #include "step/exchange.h"
 #include "step/job_data.h"
 #include "step/results.h"
@@ -175,11 +176,21 @@ class Stage {
     const int tensor = role_ == Role::kLlm ? placement_.parallel : placement_.peer_parallel;
     return job_.llm.embeddings == jobspec::EmbeddingRoute::kBroadcast && tensor > 1;
   }
-  // The rows of an `samples`-sample micro-batch this rank's replica owns, and the peer replicas
-  // sharing them (peer rank = replica * peer_parallel + index).
-  SampleRange Mine(int64_t samples) const { return OwnedSamples(replica(), replicas(), samples); }
-  std::vector<std::pair<int, SampleRange>> Overlaps(SampleRange mine, int64_t samples) const {
-    return PeerOverlaps(mine, peer_replicas(), samples);
+  // Who works on what of micro-batch `indices` of `dataset` (step/batch_plan.h), the same on every
+  // rank of both groups. `training`: balanced under schedule.balance and packed under
+  // data.pack_tokens; otherwise (evaluation) contiguous blocks of unpacked samples. Encodes the
+  // samples' text only to balance over several LLM replicas or to pack; its errors name the sample
+  // (one longer than data.pack_tokens among them).
+  absl::StatusOr<MicroBatchPlan> Plan(const data::Dataset& dataset,
+                                      const std::vector<int64_t>& indices, bool training) const;
+  // This rank's replica's block of a plan's exchange order (images), and the blocks of the peer
+  // group's replicas sharing it (peer rank = replica * peer_parallel + index).
+  SampleRange MyImages(const MicroBatchPlan& plan) const {
+    return (role_ == Role::kVision ? plan.vision_images : plan.llm_images)[replica()];
+  }
+  std::vector<std::pair<int, SampleRange>> Overlaps(const MicroBatchPlan& plan) const {
+    return ImageOverlaps(MyImages(plan),
+                         role_ == Role::kVision ? plan.llm_images : plan.vision_images);
   }
   transport::TransferTag Tag(transport::TransferKind kind, int64_t step, int64_t micro_batch,
                              SampleRange samples, int source_rank) const {

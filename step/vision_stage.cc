@@ -1,6 +1,7 @@
 // The vision group's half of the step (stage.h).
 //
-//   forward(k) -> send each overlap of this rank's rows with an LLM rank's to that rank -> ...
+//   forward(k) of this rank's images of micro-batch k (step/batch_plan.h) -> send each block an
+//   LLM replica owns to its ranks -> ...
 //   forward(k + depth - 1) ... -> await the gradients of k -> embeddings(k).backward(grad) -> step
 // A frozen group (vision.freeze ["*"]) forwards without autograd and awaits no gradients; its
 // engine step still runs, so the group's collectives (whole-model clipping's norm exchange) match.
@@ -55,14 +56,13 @@ class VisionStage : public Stage {
           hf::LoadPretrainedVision(job().vision.pretrained, *model_, job().vision.new_projector));
     RETURN_IF_ERROR(Build(model_.ptr(), std::move(communicator)));
     model_->set_compute_dtype(engine().compute().activation_dtype);
-    // This rank's rows of every micro-batch, into pinned memory where they go to a GPU.
-    const SampleRange mine = Mine(MicroBatchSize());
+    // This rank's images of every micro-batch, into pinned memory where they go to a GPU.
     const bool pinned = device().is_cuda();
     prefetcher_ = std::make_unique<ImagePrefetcher>(
-        [this, mine, pinned](const std::vector<int64_t>& indices) -> absl::StatusOr<at::Tensor> {
-          ASSIGN_OR_RETURN(data::Batch batch,
-                           data::MakeImageBatch(*data().datasets.train, Sub(indices, mine)));
-          return ImagesOf(batch, pinned);
+        [this, pinned](const std::vector<int64_t>& indices) -> absl::StatusOr<at::Tensor> {
+          const data::Dataset& train = *data().datasets.train;
+          ASSIGN_OR_RETURN(const MicroBatchPlan plan, Plan(train, indices, /*training=*/true));
+          return ReadImages(train, indices, plan, pinned);
         },
         kPipelineDepth);
     return absl::OkStatus();
@@ -83,11 +83,23 @@ class VisionStage : public Stage {
     std::vector<TransferTag> grad_tags;
     std::vector<std::unique_ptr<transport::SendHandle>> sends;
   };
-  // The images of `indices` (one micro-batch, as the sampler draws it; this rank reads its rows),
-  // from the prefetcher.
-  absl::StatusOr<at::Tensor> Images(const std::vector<int64_t>& indices);
-  // Sends `rows` of `embeddings` (whose first row is sample mine.begin) to every rank of LLM
-  // replica `replica`, or to its first rank under embeddings_broadcast() (NOTE [Parallel sets]).
+  // This rank's images of micro-batch `indices` of `dataset` under `plan` ([n, 3, S, S], n may be
+  // 0).
+  absl::StatusOr<at::Tensor> ReadImages(const data::Dataset& dataset,
+                                        const std::vector<int64_t>& indices,
+                                        const MicroBatchPlan& plan, bool pinned) const {
+    const SampleRange mine = MyImages(plan);
+    std::vector<data::ImageRef> refs;
+    for (int64_t i = mine.begin; i < mine.end; ++i)
+      refs.push_back({indices[plan.images[i].sample], plan.images[i].image});
+    const int64_t size = job().vision.model.image_size;
+    if (refs.empty()) return at::zeros({0, 3, size, size});
+    ASSIGN_OR_RETURN(data::Batch batch, data::MakeImagesBatch(dataset, refs));
+    return ImagesOf(batch, pinned);
+  }
+  // Sends `rows` of `embeddings` (rows of the exchange order; its first row is mine.begin) to every
+  // rank of LLM replica `replica`, or to its first rank under embeddings_broadcast() (NOTE
+  // [Parallel sets]).
   absl::Status SendToReplica(transport::TransferKind kind, int64_t step, int64_t micro_batch,
                              int replica, SampleRange rows, const at::Tensor& embeddings,
                              SampleRange mine, StepResult* result,
@@ -108,14 +120,15 @@ class VisionStage : public Stage {
 absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
                                               const std::vector<std::vector<int64_t>>& batches) {
   StepResult result;
-  const int64_t b = MicroBatchSize();
-  const SampleRange mine = Mine(b);
   const int64_t last = static_cast<int64_t>(batches.size()) - 1;
   for (const auto& batch : batches) prefetcher_->Request(batch);
   std::deque<InFlight> in_flight;
   for (int64_t k = 0; k <= last; ++k) {
     SetPhase("forward");
-    ASSIGN_OR_RETURN(const at::Tensor images, Images(batches[k]));
+    ASSIGN_OR_RETURN(const MicroBatchPlan plan,
+                     Plan(*data().datasets.train, batches[k], /*training=*/true));
+    const SampleRange mine = MyImages(plan);
+    ASSIGN_OR_RETURN(const at::Tensor images, prefetcher_->Take(batches[k]));
     InFlight f;
     {
       // A frozen group keeps no graph: nothing of it trains, and no gradient comes back.
@@ -131,7 +144,7 @@ absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
     f.sent = ToHost(f.embeddings.detach());
     f.grad = HostBuffer(f.sent.sizes(), f.sent.scalar_type());
     SetPhase("transfer");
-    for (const auto& [peer, overlap] : Overlaps(mine, b)) {
+    for (const auto& [peer, overlap] : Overlaps(plan)) {
       if (!vision_frozen()) {
         // The gradient comes from the first rank of the LLM replica.
         TransferTag grad_tag =
@@ -166,10 +179,6 @@ absl::Status VisionStage::SendToReplica(
   return absl::OkStatus();
 }
 
-absl::StatusOr<at::Tensor> VisionStage::Images(const std::vector<int64_t>& indices) {
-  return prefetcher_->Take(indices);
-}
-
 void VisionStage::PrefetchNextStep() {
   const data::Sampler::Position next = sampler().position();
   for (int64_t k = 0; k < job().schedule.micro_batches; ++k) {
@@ -192,23 +201,18 @@ absl::Status VisionStage::Finish(InFlight& f, StepResult* result) {
 
 absl::StatusOr<EvalCounts> VisionStage::EvaluateBatch(int64_t step, int64_t batch_index,
                                                       const std::vector<int64_t>& indices) {
-  const int64_t n = static_cast<int64_t>(indices.size());
-  const SampleRange mine = Mine(n);
-  const int64_t image_size = job().vision.model.image_size;
-  at::Tensor images = at::zeros({0, 3, image_size, image_size});
-  if (!mine.empty()) {
-    ASSIGN_OR_RETURN(data::Batch batch,
-                     data::MakeImageBatch(*data().datasets.eval, Sub(indices, mine)));
-    images = ImagesOf(batch);
-  }
+  const data::Dataset& eval = *data().datasets.eval;
+  ASSIGN_OR_RETURN(const MicroBatchPlan plan, Plan(eval, indices, /*training=*/false));
+  const SampleRange mine = MyImages(plan);
   if (mine.empty() && !collective_generation()) return EvalCounts{};
+  ASSIGN_OR_RETURN(const at::Tensor images, ReadImages(eval, indices, plan, /*pinned=*/false));
   at::Tensor embeddings;
   {
     auto autocast = engine().Autocast();
     embeddings = ToHost(model_->forward(images.to(device())));
   }
   std::vector<std::unique_ptr<transport::SendHandle>> handles;
-  for (const auto& [peer, overlap] : Overlaps(mine, n)) {
+  for (const auto& [peer, overlap] : Overlaps(plan)) {
     RETURN_IF_ERROR(SendToReplica(TransferKind::kEvalEmbeddings, step, batch_index, peer, overlap,
                                   embeddings, mine, nullptr, &handles));
   }

@@ -104,5 +104,78 @@ TEST(MakeBatch, NoIndicesOrNoRoomForBosAndEosIsAnError) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A FakeDataset whose sample i holds images[i] images; image k of sample i is filled with
+// i / 10 + k / 100.
+class MultiImageDataset : public FakeDataset {
+ public:
+  MultiImageDataset(std::vector<std::string> captions, std::vector<int64_t> images)
+      : FakeDataset(std::move(captions)), images_(std::move(images)) {}
+  int64_t ImageCount(int64_t index) const override { return images_[index]; }
+  absl::StatusOr<Image> GetImage(int64_t index, int64_t k) const override {
+    if (k < 0 || k >= images_[index]) return absl::OutOfRangeError("no such image");
+    Image image;
+    image.height = image.width = 2;
+    image.pixels.assign(3 * 4, index / 10.0f + k / 100.0f);
+    return image;
+  }
+
+ private:
+  std::vector<int64_t> images_;
+};
+
+TEST(MakeImagesBatch, ReadsTheImagesInTheOrderAsked) {
+  const MultiImageDataset dataset({"a", "b", "c"}, {2, 0, 3});
+  absl::StatusOr<Batch> batch = MakeImagesBatch(dataset, {{2, 1}, {0, 0}, {2, 2}});
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(batch->size, 3);
+  EXPECT_EQ(batch->image_size, 2);
+  ASSERT_EQ(batch->images.size(), 3u * 12);
+  EXPECT_FLOAT_EQ(batch->images[0], 0.21f);
+  EXPECT_FLOAT_EQ(batch->images[12], 0.0f);
+  EXPECT_FLOAT_EQ(batch->images[24], 0.22f);
+  absl::StatusOr<Batch> none = MakeImagesBatch(dataset, {});
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->size, 0);
+  EXPECT_EQ(MakeImagesBatch(dataset, {{1, 0}}).status().code(), absl::StatusCode::kOutOfRange);
+}
+
+// The word tokenizer's layout puts one image ahead of each row: a sample with none or several is
+// refused, naming it; any layout refuses more than max_images.
+TEST(MakeTokenBatch, TheWordsLayoutReadsExactlyOneImageASample) {
+  const MultiImageDataset dataset({"a b", "a", "b"}, {1, 2, 0});
+  const TextCodec codec = TextCodec::Words(Tokenizer::Build(AllTexts(dataset)));
+  absl::StatusOr<TokenBatch> one = MakeTokenBatch(dataset, {0}, codec, 8, /*max_images=*/2);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->length, 8);  // no image positions among the tokens in this layout
+  const absl::Status two = MakeTokenBatch(dataset, {0, 1}, codec, 8, 2).status();
+  EXPECT_EQ(two.message(),
+            "fake #1: has 2 images; an LLM trained from scratch with the word tokenizer reads "
+            "exactly one image a sample, as a prefix of its row: a pretrained LLM "
+            "(llm.pretrained) places any number at the <image> marks");
+  EXPECT_THAT(std::string(MakePromptBatch(dataset, {2}, codec, 8).status().message()),
+              HasSubstr("fake #2: has 0 images;"));
+}
+
+// Packed rows: samples one after another, positions restarting, segments numbering them, each
+// sample's first label ignored, padding counted.
+TEST(PackTokenBatch, LaysSamplesOneAfterAnotherAndCountsThePadding) {
+  TokenBatch batch;
+  batch.size = 3;
+  batch.length = 4;
+  batch.tokens = {5, 6, 7, 0, /**/ 8, 9, 0, 0, /**/ 1, 2, 3, 4};
+  batch.labels = {5, 6, 7, -100, /**/ 8, 9, -100, -100, /**/ 1, 2, 3, 4};
+  batch.lengths = {3, 2, 4};
+  absl::StatusOr<PackedBatch> packed = PackTokenBatch(batch, {{2, 1}, {0}}, 6, /*pad_id=*/0);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  EXPECT_EQ(packed->rows, 2);
+  EXPECT_THAT(packed->tokens, ElementsAre(1, 2, 3, 4, 8, 9, 5, 6, 7, 0, 0, 0));
+  EXPECT_THAT(packed->labels, ElementsAre(-100, 2, 3, 4, -100, 9, -100, 6, 7, -100, -100, -100));
+  EXPECT_THAT(packed->positions, ElementsAre(0, 1, 2, 3, 0, 1, 0, 1, 2, 0, 0, 0));
+  EXPECT_THAT(packed->segments, ElementsAre(0, 0, 0, 0, 1, 1, 0, 0, 0, -1, -1, -1));
+  EXPECT_EQ(packed->padding, 3);
+  EXPECT_EQ(PackTokenBatch(batch, {{2, 0}}, 6, 0).status().message(),
+            "packed row 0 needs more than its 6 positions at sample 0");
+}
+
 }  // namespace
 }  // namespace tandem::data

@@ -130,7 +130,7 @@ TEST_F(ExportTest, GenerateGivesTheSameTokensFromTheRunAndFromItsExport) {
   for (size_t i = 0; i < image.pixels.size(); i += 7) image.pixels[i] = 0.9f;
   ASSERT_TRUE(data::WritePng(image, (root_ / "image.png").string()).ok());
   GenerateRequest request;
-  request.image_path = (root_ / "image.png").string();
+  request.images = {(root_ / "image.png").string()};
   request.prompt = "<image>";
   request.max_new_tokens = 8;
   request.model_dir = run_.string();
@@ -145,7 +145,7 @@ TEST_F(ExportTest, GenerateGivesTheSameTokensFromTheRunAndFromItsExport) {
   EXPECT_EQ(from_run->prompt_tokens, vision_config_.num_patches() + 1);
   // The run's own greedy decoding of the same pixels, in its prefix layout.
   torch::NoGradGuard no_grad;
-  auto decoded = data::DecodeImageFile(request.image_path);
+  auto decoded = data::DecodeImageFile(request.images[0]);
   ASSERT_TRUE(decoded.ok());
   const at::Tensor pixels =
       torch::from_blob(decoded->pixels.data(), {1, 3, image.height, image.width}).clone();

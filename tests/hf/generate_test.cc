@@ -28,7 +28,7 @@ TEST_P(GenerateReference, TokensAndTextEqualTransformers) {
   for (const auto& run : runs) {
     GenerateRequest request;
     request.model_dir = kFixtures + "/" + GetParam();
-    request.image_path = kFixtures + "/reference/image.png";
+    request.images = {kFixtures + "/reference/image.png"};
     request.prompt = run["prompt"].get<std::string>();
     request.chat = run["chat"].get<bool>();
     request.max_new_tokens = 10;
@@ -45,16 +45,42 @@ TEST_P(GenerateReference, TokensAndTextEqualTransformers) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateReference,
                          ::testing::Values("clip_llama", "siglip_qwen2"));
 
+// Two images in the order of their marks, and none: the tokens transformers generates.
+TEST_P(GenerateReference, SeveralImagesOrNoneEqualTransformers) {
+  const auto runs =
+      testing::ReadJsonFile(kFixtures + "/reference/multi_image.json")[GetParam()]["generate"];
+  ASSERT_EQ(runs.size(), 2u);
+  for (const auto& run : runs) {
+    GenerateRequest request;
+    request.model_dir = kFixtures + "/" + GetParam();
+    for (const auto& image : run["images"])
+      request.images.push_back(kFixtures + "/reference/" + image.get<std::string>());
+    request.prompt = run["prompt"].get<std::string>();
+    request.max_new_tokens = 10;
+    auto result = Generate(request);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->prompt_token_ids, run["prompt_token_ids"].get<std::vector<int64_t>>())
+        << request.prompt;
+    EXPECT_EQ(result->token_ids, run["token_ids"].get<std::vector<int64_t>>()) << request.prompt;
+  }
+}
+
 TEST(Generate, BadInputIsNamed) {
   GenerateRequest request;
   request.model_dir = kFixtures + "/clip_llama";
-  request.image_path = kFixtures + "/reference/image.png";
+  request.images = {kFixtures + "/reference/image.png"};
   request.prompt = "no marker";
-  EXPECT_NE(Generate(request).status().message().find("one \"<image>\", it has 0"),
-            std::string::npos);
+  EXPECT_EQ(Generate(request).status().message(),
+            "the prompt has 0 \"<image>\" marks for 1 --image: each image needs one mark, in "
+            "order");
+  request.prompt = "<image> <image> <image>";
+  request.images.push_back(kFixtures + "/reference/image2.png");
+  EXPECT_EQ(Generate(request).status().message(),
+            "the prompt has 3 \"<image>\" marks for 2 --image files: each image needs one mark, "
+            "in order");
 
   request.prompt = "<image> what?";
-  request.image_path = kFixtures + "/reference/absent.png";
+  request.images = {kFixtures + "/reference/absent.png"};
   auto status = Generate(request).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_NE(status.message().find("absent.png"), std::string::npos) << status;
@@ -62,15 +88,16 @@ TEST(Generate, BadInputIsNamed) {
   const fs::path bad =
       fs::path(::testing::TempDir()) / ("not_an_image_" + std::to_string(::getpid()) + ".png");
   std::ofstream(bad) << "plain text";
-  request.image_path = bad.string();
+  request.images = {bad.string()};
   status = Generate(request).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find(bad.filename().string()), std::string::npos) << status;
   fs::remove(bad);
 
-  request.image_path = "";
-  EXPECT_NE(Generate(request).status().message().find("\"<image>\" but no --image"),
-            std::string::npos);
+  request.images.clear();
+  EXPECT_EQ(Generate(request).status().message(),
+            "the prompt has 1 \"<image>\" mark for 0 --image files: each image needs one mark, "
+            "in order");
 
   request.model_dir = kFixtures + "/llama";
   request.prompt = "hello";

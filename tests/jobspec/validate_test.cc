@@ -345,8 +345,22 @@ TEST(ValidateJobConfig, MaxSeqLenTooSmallNamesBothNumbers) {
   json spec = BaseSpec();
   spec["llm"]["model"]["max_seq_len"] = 20;  // 16 patches + 12 text tokens = 28
   EXPECT_EQ(Error(spec),
-            "job.json: llm.model.max_seq_len: must be >= vision patches (16) + "
+            "job.json: llm.model.max_seq_len: must be >= the image features (16) + "
             "data.max_text_tokens (12) = 28, got 20");
+  spec["llm"]["model"]["max_seq_len"] = 60;  // 4 images of 16 features + 12 text tokens = 76
+  spec["data"]["max_images_per_sample"] = 4;
+  EXPECT_EQ(Error(spec),
+            "job.json: llm.model.max_seq_len: must be >= the image features "
+            "(data.max_images_per_sample 4 x 16) + data.max_text_tokens (12) = 76, got 60");
+}
+
+TEST(ValidateJobConfig, ImageAndFrameCountsAreBounded) {
+  json spec = BaseSpec();
+  spec["data"]["max_images_per_sample"] = 0;
+  EXPECT_EQ(Error(spec), "job.json: data.max_images_per_sample: must be >= 1, got 0");
+  spec["data"]["max_images_per_sample"] = 2;
+  spec["data"]["video_frames"] = 2000;
+  EXPECT_EQ(Error(spec), "job.json: data.video_frames: must be <= 1024, got 2000");
 }
 
 TEST(ValidateJobConfig, EvalSamplesBeyondTheHeldOutSet) {

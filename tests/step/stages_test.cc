@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "data/image.h"
+#include "data/shapes.h"
 #include "engine/counting_communicator.h"
 #include "engine/engine.h"
 #include "engine/fake_communicator.h"
@@ -566,6 +568,35 @@ TEST(StagesPretrainedTest, AFrozenClipTowerWithANewProjectorTrainsAsOneRankDoes)
                         theirs.at("encoder.layers.2.self_attn.q_proj.weight")));
 }
 
+// A LLaVA job of fixture `name` (tests/fixtures/hf) trained on the conversations of `train`: one
+// micro-batch of `batch` samples a step, two steps, fp32 ZeRO-1.
+jobspec::JobConfig FixtureConversationJob(const std::string& name, const std::string& train,
+                                          int64_t max_text_tokens, int64_t batch,
+                                          int64_t max_images = 1) {
+  jobspec::JobConfig job = TinyJob(1);
+  job.data.kind = data::DataConfig::Kind::kConversations;
+  job.data.conversations.train_path = train;
+  job.data.max_text_tokens = max_text_tokens;
+  job.data.max_images_per_sample = max_images;
+  job.vision.pretrained = job.llm.pretrained = std::string(TANDEM_HF_FIXTURES) + "/" + name;
+  job.schedule.global_batch = batch;
+  job.schedule.micro_batches = 1;
+  job.schedule.steps = 2;
+  const absl::Status resolved = hf::ResolvePretrainedModels(job);
+  EXPECT_TRUE(resolved.ok()) << resolved;
+  return job;
+}
+
+// The first step's loss is the one transformers computed (tests/fixtures/hf/reference/<file>,
+// under the fixture's name), and the second step's is lower.
+void ExpectTransformersFirstLoss(const Outcome& run, const std::string& file,
+                                 const std::string& name) {
+  const nlohmann::json expected = nlohmann::json::parse(
+      std::ifstream(std::string(TANDEM_HF_FIXTURES) + "/reference/" + file))[name];
+  EXPECT_NEAR(run.losses[0], expected["loss"].get<double>(), 1e-4 * expected["loss"].get<double>());
+  EXPECT_LT(run.losses[1], run.losses[0]);
+}
+
 // A whole LLaVA checkpoint trained on conversations (the fixture's two with an image, one batch):
 // the first step's loss is the one transformers' LlavaForConditionalGeneration computes in fp32 for
 // the same batch (tests/fixtures/hf/reference/training_loss.json), 2 x 2 ranks take the steps one
@@ -591,25 +622,12 @@ TEST_P(StagesLlavaTest, FirstLossEqualsTransformersAndRanksAgree) {
     std::filesystem::copy_file(fixtures + "/reference/image.png", dir / "image.png",
                                std::filesystem::copy_options::overwrite_existing);
   }
-  jobspec::JobConfig job = TinyJob(1);
-  job.data.kind = data::DataConfig::Kind::kConversations;
-  job.data.conversations.train_path = (dir / "train.json").string();
+  jobspec::JobConfig job = FixtureConversationJob(GetParam(), (dir / "train.json").string(),
+                                                  /*max_text_tokens=*/96, /*batch=*/2);
   job.data.conversations.eval_path = (dir / "train.json").string();
-  job.data.max_text_tokens = 96;
-  job.vision.pretrained = job.llm.pretrained = fixtures + "/" + GetParam();
-  job.schedule.global_batch = 2;
-  job.schedule.micro_batches = 1;
-  job.schedule.steps = 2;
-  const absl::Status resolved = hf::ResolvePretrainedModels(job);
-  ASSERT_TRUE(resolved.ok()) << resolved;
-
   const Outcome reference = RunStages(job, 1, 1);
   ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
-  const nlohmann::json expected =
-      nlohmann::json::parse(std::ifstream(fixtures + "/reference/training_loss.json"))[GetParam()];
-  EXPECT_NEAR(reference.losses[0], expected["loss"].get<double>(),
-              1e-4 * expected["loss"].get<double>());
-  EXPECT_LT(reference.losses[1], reference.losses[0]);
+  ExpectTransformersFirstLoss(reference, "training_loss.json", GetParam());
   EXPECT_EQ(reference.eval.samples, 2);
   const Outcome run = RunStages(job, 2, 2);
   ASSERT_TRUE(run.errors.empty()) << run.errors.front();
@@ -621,6 +639,172 @@ TEST_P(StagesLlavaTest, FirstLossEqualsTransformersAndRanksAgree) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, StagesLlavaTest,
                          ::testing::Values("clip_llama", "siglip_qwen2"));
+
+// Conversations holding no image, one, or two (different shapes images), as LLaVA-OneVision's files
+// mix them, written into `dir`: sample i has images[i % images.size()] images.
+std::string WriteMixedConversations(const std::filesystem::path& dir,
+                                    const std::vector<int>& images, int samples) {
+  std::filesystem::create_directories(dir);
+  const data::ShapesDataset shapes(3, 30, data::Split::kTrain, 16);
+  for (int i = 0; i < 4; ++i) {
+    const absl::Status written =
+        data::WritePng(shapes.Render(i).image, (dir / absl::StrCat("s", i, ".png")).string());
+    EXPECT_TRUE(written.ok()) << written;
+  }
+  const char* colours[] = {"Red.", "Blue.", "Green.", "Yellow."};
+  nlohmann::json all = nlohmann::json::array();
+  for (int i = 0; i < samples; ++i) {
+    const int n = images[i % images.size()];
+    nlohmann::json c;
+    std::string question;
+    if (n > 0) c["image"] = nlohmann::json::array();
+    for (int k = 0; k < n; ++k) {
+      c["image"].push_back(absl::StrCat("s", (i + k) % 4, ".png"));
+      question += "<image>";
+    }
+    question += n == 0 ? absl::StrCat("Say ", i % 7, ".") : "Colour?";
+    c["conversations"] = {{{"from", "human"}, {"value", question}},
+                          {{"from", "gpt"}, {"value", colours[(i * 3 + n) % 4]}}};
+    all.push_back(c);
+  }
+  std::ofstream(dir / "train.json") << all.dump();
+  return (dir / "train.json").string();
+}
+
+// A LLaVA job on mixed conversations: 2 micro-batches of 6 samples, at most two images a sample.
+jobspec::JobConfig MixedLlavaJob(int stage, const std::string& train) {
+  jobspec::JobConfig job = TinyJob(stage);
+  job.data.kind = data::DataConfig::Kind::kConversations;
+  job.data.conversations.train_path = train;
+  job.data.conversations.eval_path = train;
+  job.data.max_text_tokens = 56;
+  job.data.max_images_per_sample = 2;
+  job.vision.pretrained = job.llm.pretrained = std::string(TANDEM_HF_FIXTURES) + "/clip_llama";
+  job.schedule.global_batch = 12;
+  job.schedule.micro_batches = 2;
+  job.schedule.steps = 3;
+  job.schedule.eval_samples = 6;
+  const absl::Status resolved = hf::ResolvePretrainedModels(job);
+  EXPECT_TRUE(resolved.ok()) << resolved;
+  return job;
+}
+
+// Samples with 0, 1 and 2 images: the vision group encodes images, not samples, and sends each
+// one to the LLM replica that owns its sample; 2x2, 1x3 and 3x1 ranks, balanced or not, take the
+// steps one rank each does, and evaluate the same answers.
+class StagesMixedTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(StagesMixedTest, MixedSamplesTrainAsOneRankEachAtAnyRatio) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) /
+                   absl::StrCat("mixed_", GetParam(), "_", ::getpid());
+  const jobspec::JobConfig job =
+      MixedLlavaJob(GetParam(), WriteMixedConversations(dir, {0, 1, 2, 1, 0, 2, 1}, 24));
+  const Outcome reference = RunStages(job, 1, 1);
+  ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+  EXPECT_EQ(reference.eval.samples, 6);
+  for (const auto& [nv, nl] : std::vector<std::pair<int, int>>{{2, 2}, {1, 3}, {3, 1}}) {
+    SCOPED_TRACE(absl::StrCat(nv, "x", nl));
+    const Outcome run = RunStages(job, nv, nl);
+    ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+    ExpectLossesMatch(run.losses, reference.losses);
+    EXPECT_EQ(run.eval.samples, 6);
+    EXPECT_EQ(run.eval.correct_tokens, reference.eval.correct_tokens);
+  }
+  jobspec::JobConfig contiguous = job;
+  contiguous.schedule.balance = false;
+  const Outcome unbalanced = RunStages(contiguous, 2, 2);
+  ASSERT_TRUE(unbalanced.errors.empty()) << unbalanced.errors.front();
+  ExpectLossesMatch(unbalanced.losses, reference.losses);
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(ZeroStages, StagesMixedTest, ::testing::Values(1, 3));
+
+// Sequence packing (data.pack_tokens): the same samples packed into rows of 128 positions take the
+// steps they take a row each (fp32, 1e-5 at one rank each), at 2x2 ranks, with the LLM
+// tensor-parallel, and at ZeRO-3, where each decoder block is recomputed with its mask.
+TEST(StagesPackingTest, PackedRowsTakeTheStepsOfARowEachAtAnyLayout) {
+  const auto dir =
+      std::filesystem::path(::testing::TempDir()) / absl::StrCat("packed_", ::getpid());
+  const std::string train = WriteMixedConversations(dir, {0, 1, 2, 1, 0, 2, 1}, 24);
+  for (const int stage : {1, 3}) {
+    SCOPED_TRACE(absl::StrCat("ZeRO ", stage));
+    const jobspec::JobConfig job = MixedLlavaJob(stage, train);
+    const Outcome reference = RunStages(job, 1, 1);
+    ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+    jobspec::JobConfig packed = job;
+    packed.data.pack_tokens = 128;
+    const Outcome one = RunStages(packed, 1, 1);
+    ASSERT_TRUE(one.errors.empty()) << one.errors.front();
+    for (size_t i = 0; i < reference.losses.size(); ++i) {
+      EXPECT_NEAR(one.losses[i], reference.losses[i], 1e-5 * std::abs(reference.losses[i]))
+          << "step " << i + 1;
+    }
+    EXPECT_EQ(one.eval.correct_tokens, reference.eval.correct_tokens);
+    const Outcome four = RunStages(packed, 2, 2);
+    ASSERT_TRUE(four.errors.empty()) << four.errors.front();
+    ExpectLossesMatch(four.losses, reference.losses);
+    const Outcome tensor = RunStages(packed, 1, 2, /*fail_step=*/0, /*sv=*/1, /*tl=*/2);
+    ASSERT_TRUE(tensor.errors.empty()) << tensor.errors.front();
+    ExpectLossesMatch(tensor.losses, reference.losses);
+  }
+  // A sample longer than a packed row is named with both numbers.
+  jobspec::JobConfig narrow = MixedLlavaJob(1, train);
+  narrow.data.pack_tokens = 40;
+  const Outcome refused = RunStages(narrow, 1, 1);
+  ASSERT_FALSE(refused.errors.empty());
+  EXPECT_THAT(std::string(refused.errors.front().message()),
+              HasSubstr("positions (images and text), more than data.pack_tokens = 40"));
+  std::filesystem::remove_all(dir);
+}
+
+// Mostly text: in every step some vision replica encodes no image (a whole micro-batch may have
+// none), yet it takes part in every collective: no hang at ZeRO-3 or with sequence parallelism,
+// and the losses are one rank each's.
+TEST(StagesMixedTest, AVisionRankWithNoImageStillTakesPartInEveryCollective) {
+  const auto dir =
+      std::filesystem::path(::testing::TempDir()) / absl::StrCat("text_mostly_", ::getpid());
+  const jobspec::JobConfig job =
+      MixedLlavaJob(3, WriteMixedConversations(dir, {1, 0, 0, 0, 0, 0, 0, 0}, 24));
+  const Outcome reference = RunStages(job, 1, 1);
+  ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+  const Outcome three = RunStages(job, 3, 1);
+  ASSERT_TRUE(three.errors.empty()) << three.errors.front();
+  ExpectLossesMatch(three.losses, reference.losses);
+  // Two sequence-parallel replicas of two ranks each.
+  const Outcome sequence = RunStages(job, 4, 2, /*fail_step=*/0, /*sv=*/2);
+  ASSERT_TRUE(sequence.errors.empty()) << sequence.errors.front();
+  ExpectLossesMatch(sequence.losses, reference.losses);
+  std::filesystem::remove_all(dir);
+}
+
+// Samples holding two, none, one and two images in one batch (LLaVA-OneVision's lists and a text
+// turn): the first loss is the one transformers' LLaVA computes in fp32 for the same batch
+// (tests/fixtures/hf/reference/multi_image.json), and 2x2, 1x4 and 4x1 ranks take the same steps
+// (at 1x4 the text-only sample's LLM rank receives no image).
+TEST_P(StagesLlavaTest, SeveralImagesASampleOrNoneGiveTransformersLoss) {
+  const std::string fixtures = TANDEM_HF_FIXTURES;
+  const auto dir = std::filesystem::path(::testing::TempDir()) /
+                   absl::StrCat("llava_multi_", GetParam(), "_", ::getpid());
+  std::filesystem::create_directories(dir);
+  for (const char* file : {"multi_image_conversations.json", "image.png", "image2.png"}) {
+    std::filesystem::copy_file(fixtures + "/reference/" + file, dir / file,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  jobspec::JobConfig job =
+      FixtureConversationJob(GetParam(), (dir / "multi_image_conversations.json").string(),
+                             /*max_text_tokens=*/78, /*batch=*/4, /*max_images=*/2);
+  const Outcome reference = RunStages(job, 1, 1);
+  ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+  ExpectTransformersFirstLoss(reference, "multi_image.json", GetParam());
+  for (const auto& [nv, nl] : std::vector<std::pair<int, int>>{{2, 2}, {1, 4}, {4, 1}}) {
+    SCOPED_TRACE(absl::StrCat(nv, "x", nl));
+    const Outcome run = RunStages(job, nv, nl);
+    ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+    ExpectLossesMatch(run.losses, reference.losses);
+  }
+  std::filesystem::remove_all(dir);
+}
 
 // A job resuming from a checkpoint keeps the word tokenizer saved there: the shapes conversations
 // count their words differently from the captions, so a vocabulary built again would number them
