@@ -218,6 +218,8 @@ grpc::Status ActorService::RunStep(grpc::ServerContext* context, const v1::RunSt
   response->set_skipped(result->skipped);
   response->set_compute_s(result->compute_s);
   response->set_wait_s(result->wait_s);
+  response->set_positions(result->positions);
+  response->set_padding(result->padding);
   response->set_bytes_sent(result->bytes_sent);
   return grpc::Status::OK;
 }

@@ -70,6 +70,8 @@ struct ActorStepReply {
   double compute_s = 0;
   double wait_s = 0;
   int64_t bytes_sent = 0;  // to the other group
+  int64_t positions = 0;   // LLM replicas' first ranks: their rows' positions, padding included
+  int64_t padding = 0;
 };
 
 struct ActorEvalReply {

@@ -76,6 +76,8 @@ class GrpcActorClient final : public ActorClient {
     reply.skipped = response.skipped();
     reply.compute_s = response.compute_s();
     reply.wait_s = response.wait_s();
+    reply.positions = response.positions();
+    reply.padding = response.padding();
     reply.bytes_sent = response.bytes_sent();
     return reply;
   }

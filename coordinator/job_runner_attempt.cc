@@ -44,8 +44,16 @@ struct JobRunner::Attempt : rundir::RunGroups {
       bool vision_seen = false, llm_seen = false;
       for (size_t i = 0; i < runner.members_.size(); ++i) {
         const ActorStepReply& r = answers[i];
+        const int rank = runner.members_[i]->rank;
+        std::vector<double>& compute = runner.members_[i]->role == Role::kLlm
+                                           ? outcome.llm_compute_s
+                                           : outcome.vision_compute_s;
+        if (static_cast<int>(compute.size()) <= rank) compute.resize(rank + 1, 0.0);
+        compute[rank] = r.compute_s;
         if (runner.members_[i]->role == Role::kLlm) {
           sample.llm_to_vision_bytes += r.bytes_sent;
+          outcome.llm_positions += r.positions;
+          outcome.llm_padding += r.padding;
           outcome.loss += r.loss;  // each LLM rank's share of the global batch's loss
           if (!llm_seen) outcome.lr = r.lr, outcome.llm_grad_norm = r.grad_norm, llm_seen = true;
         } else {
@@ -83,6 +91,9 @@ struct JobRunner::Attempt : rundir::RunGroups {
     sample.samples_per_s = record.samples_per_s;
     sample.samples = job.schedule.global_batch;
     sample.step_seconds = record.samples_per_s > 0 ? sample.samples / record.samples_per_s : 0;
+    sample.vision_imbalance = record.vision_imbalance;
+    sample.llm_imbalance = record.llm_imbalance;
+    sample.padding_waste = record.padding_waste;
     runner.metrics_->RecordStep(sample);
     v1::JobUpdate update;
     v1::StepMetrics* m = update.mutable_step();

@@ -125,6 +125,17 @@ std::string Metrics::Render(const std::map<JobState, int64_t>& jobs,
     absl::StrAppend(&out, "tandem_job_transfer_bytes_per_step{", JobLabels(sample),
                     ",direction=\"llm_to_vision\"} ", sample.llm_to_vision_bytes, "\n");
   }
+  Header(&out, "tandem_job_imbalance", "gauge",
+         "A running job's last step: its slowest rank's compute time over its group's mean.");
+  for (const auto& [id, sample] : running_) {
+    absl::StrAppend(&out, "tandem_job_imbalance{", JobLabels(sample), ",group=\"vision\"} ",
+                    Number(sample.vision_imbalance), "\n");
+    absl::StrAppend(&out, "tandem_job_imbalance{", JobLabels(sample), ",group=\"llm\"} ",
+                    Number(sample.llm_imbalance), "\n");
+  }
+  per_job("tandem_job_padding_waste",
+          "A running job's last step: the share of the LLM's row positions that held no sample.",
+          [](const StepSample& s) { return Number(s.padding_waste); });
   return out;
 }
 

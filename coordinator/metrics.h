@@ -15,6 +15,10 @@
 //   tandem_job_step_seconds{job,name}           gauge    its last step's wall time
 //   tandem_job_samples_per_second{job,name}     gauge    its last step's throughput
 //   tandem_job_transfer_bytes_per_step{job,name,direction}  gauge  bytes between the groups in it
+//   tandem_job_imbalance{job,name,group}        gauge    its last step's slowest rank's compute
+//                                                        over its group's mean
+//   tandem_job_padding_waste{job,name}          gauge    share of its last step's LLM row
+//                                                        positions that held no sample
 //
 // The tandem_job_* series exist while the job runs (RUNNING); counters count from the
 // coordinator's start. Thread-safe.
@@ -43,6 +47,9 @@ struct StepSample {
   int64_t samples = 0;
   int64_t vision_to_llm_bytes = 0;
   int64_t llm_to_vision_bytes = 0;
+  double vision_imbalance = 0;
+  double llm_imbalance = 0;
+  double padding_waste = 0;
 };
 
 class Metrics {

@@ -33,6 +33,15 @@ double NumberOr(const nlohmann::json& object, const char* key, double fallback) 
   return it != object.end() && it->is_number() ? it->get<double>() : fallback;
 }
 
+// The numbers of a list under `key`; empty when absent (records written before it existed).
+std::vector<double> NumbersOr(const nlohmann::json& object, const char* key) {
+  std::vector<double> out;
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_array()) return out;
+  for (const auto& value : *it) out.push_back(value.is_number() ? value.get<double>() : 0.0);
+  return out;
+}
+
 }  // namespace
 
 std::string StepRecordJson(const StepRecord& r) {
@@ -46,6 +55,11 @@ std::string StepRecordJson(const StepRecord& r) {
   j["llm_grad_norm"] = Number(r.llm_grad_norm);
   j["samples_per_s"] = Number(r.samples_per_s);
   j["elapsed_s"] = r.elapsed_s;
+  j["vision_compute_s"] = r.vision_compute_s;
+  j["llm_compute_s"] = r.llm_compute_s;
+  j["vision_imbalance"] = Number(r.vision_imbalance);
+  j["llm_imbalance"] = Number(r.llm_imbalance);
+  j["padding_waste"] = Number(r.padding_waste);
   return j.dump();
 }
 
@@ -183,6 +197,11 @@ absl::Status ReadMetrics(const std::string& path, std::vector<StepRecord>* steps
       r.llm_grad_norm = NumberOr(j, "llm_grad_norm", NAN);
       r.samples_per_s = NumberOr(j, "samples_per_s", 0);
       r.elapsed_s = NumberOr(j, "elapsed_s", 0);
+      r.vision_compute_s = NumbersOr(j, "vision_compute_s");
+      r.llm_compute_s = NumbersOr(j, "llm_compute_s");
+      r.vision_imbalance = NumberOr(j, "vision_imbalance", 0);
+      r.llm_imbalance = NumberOr(j, "llm_imbalance", 0);
+      r.padding_waste = NumberOr(j, "padding_waste", 0);
       steps->push_back(r);
     } else {
       return absl::InvalidArgumentError(

@@ -21,14 +21,19 @@ namespace tandem::rundir {
 
 struct StepRecord {
   int64_t step = 0;
-  double loss = 0;              // mean token cross-entropy over the global batch
-  double lr = 0;                // the LLM group's learning rate of this update
-  double vision_lr = 0;         // the vision group's
-  double grad_norm = 0;         // global L2 norm over both models, before clipping
-  double vision_grad_norm = 0;  // the vision group's part of it
-  double llm_grad_norm = 0;     // the LLM group's part
-  double samples_per_s = 0;     // over this step
-  double elapsed_s = 0;         // since training started
+  double loss = 0;                       // mean token cross-entropy over the global batch
+  double lr = 0;                         // the LLM group's learning rate of this update
+  double vision_lr = 0;                  // the vision group's
+  double grad_norm = 0;                  // global L2 norm over both models, before clipping
+  double vision_grad_norm = 0;           // the vision group's part of it
+  double llm_grad_norm = 0;              // the LLM group's part
+  double samples_per_s = 0;              // over this step
+  double elapsed_s = 0;                  // since training started
+  std::vector<double> vision_compute_s;  // each vision rank's compute seconds, in rank order
+  std::vector<double> llm_compute_s;     // each LLM rank's
+  double vision_imbalance = 0;           // slowest rank's compute over the group's mean
+  double llm_imbalance = 0;
+  double padding_waste = 0;  // share of the LLM's row positions that held no sample
 };
 
 struct EvalRecord {

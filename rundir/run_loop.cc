@@ -59,6 +59,16 @@ int64_t RunLoop::SegmentEnd(int64_t first) const {
                    FirstMultipleFrom(first, options_.checkpoint_every)});
 }
 
+double Imbalance(const std::vector<double>& compute_s) {
+  if (compute_s.empty()) return 0;
+  double sum = 0, slowest = 0;
+  for (const double s : compute_s) {
+    sum += s;
+    slowest = std::max(slowest, s);
+  }
+  return sum > 0 ? slowest / (sum / static_cast<double>(compute_s.size())) : 0;
+}
+
 absl::StatusOr<StepRecord> RunLoop::RecordStep(int64_t step, const StepOutcome& outcome,
                                                double step_seconds, double elapsed_s) {
   if (absl::Status diverged = CheckLoss(outcome.loss, step); !diverged.ok()) return diverged;
@@ -71,6 +81,13 @@ absl::StatusOr<StepRecord> RunLoop::RecordStep(int64_t step, const StepOutcome& 
   record.llm_grad_norm = outcome.llm_grad_norm;
   record.grad_norm = WholeModelGradNorm(outcome.vision_grad_norm, outcome.llm_grad_norm);
   record.samples_per_s = options_.global_batch / std::max(step_seconds, 1e-9);
+  record.vision_compute_s = outcome.vision_compute_s;
+  record.llm_compute_s = outcome.llm_compute_s;
+  record.vision_imbalance = Imbalance(outcome.vision_compute_s);
+  record.llm_imbalance = Imbalance(outcome.llm_compute_s);
+  record.padding_waste = outcome.llm_positions > 0 ? static_cast<double>(outcome.llm_padding) /
+                                                         static_cast<double>(outcome.llm_positions)
+                                                   : 0.0;
   record.elapsed_s = elapsed_s;
   train_seconds_ += step_seconds;
   summary_.steps = step;

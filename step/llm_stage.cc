@@ -134,6 +134,8 @@ class LlmStage : public Stage {
   struct RowBatch {
     at::Tensor tokens, labels;
     std::optional<models::Packing> packing;
+    int64_t positions = 0;  // of the rows, padding included
+    int64_t padding = 0;
   };
   absl::StatusOr<RowBatch> RowsOf(const MicroBatchPlan& plan, data::TokenBatch& text) const;
   // Awaits the slices into `host` and returns the embeddings on the device; under
@@ -193,7 +195,11 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
     }
     SetPhase("backward");
     loss.backward();
-    if (speaks) result.loss += loss.item<double>();
+    if (speaks) {
+      result.loss += loss.item<double>();
+      result.positions += rows[k].positions;
+      result.padding += rows[k].padding;
+    }
     // Text-only samples alone leave the leaf out of the graph: no gradient goes back.
     if (vision_frozen() || !speaks || mine.empty()) {
       SetPhase("optimizer");
@@ -234,6 +240,9 @@ absl::StatusOr<LlmStage::RowBatch> LlmStage::RowsOf(const MicroBatchPlan& plan,
     const at::Tensor mine = at::tensor(at::ArrayRef<int64_t>(samples), at::kLong);
     rows.tokens = all.tokens.index_select(0, mine).to(device());
     rows.labels = all.labels.index_select(0, mine).to(device());
+    rows.positions = static_cast<int64_t>(samples.size()) * text.length;
+    rows.padding = rows.positions;
+    for (const int64_t sample : samples) rows.padding -= text.lengths[sample];
     return rows;
   }
   std::vector<std::vector<int64_t>> packed_rows;
@@ -253,6 +262,8 @@ absl::StatusOr<LlmStage::RowBatch> LlmStage::RowsOf(const MicroBatchPlan& plan,
   rows.tokens = tensor(packed.tokens);
   rows.labels = tensor(packed.labels);
   rows.packing = models::Packing{tensor(packed.positions), tensor(packed.segments)};
+  rows.positions = packed.rows * packed.length;
+  rows.padding = packed.padding;
   return rows;
 }
 

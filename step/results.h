@@ -16,6 +16,10 @@ struct StepResult {
   double compute_s = 0;
   double wait_s = 0;
   int64_t bytes_sent = 0;  // to the other group: embeddings (vision), gradients (LLM)
+  // LLM ranks that report the loss (each replica's first): the positions of the rows they trained
+  // on in this step, padding included, and how many of them were padding.
+  int64_t positions = 0;
+  int64_t padding = 0;
 };
 
 // Caption scores of the held-out samples a rank owns; the LLM ranks' counts add up to the group's.

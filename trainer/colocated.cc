@@ -217,15 +217,24 @@ absl::Status ColocatedRun::RunSteps(int64_t first, int64_t last, const StepDone&
   for (int64_t step = first; step <= last; ++step) {
     if (step == options_.profile_first)
       RETURN_IF_ERROR(platform::StartTrace(options_.device.rfind("cuda", 0) == 0));
-    double loss = 0;
+    rundir::StepOutcome outcome;
     RETURN_IF_ERROR(Both([&](step::Stage& stage) -> absl::Status {
       ASSIGN_OR_RETURN(step::StepResult result, stage.RunStep(step));
-      if (&stage == llm_.get()) loss = result.loss;
+      if (&stage == llm_.get()) {
+        outcome.loss = result.loss;
+        outcome.llm_compute_s = {result.compute_s};
+        outcome.llm_positions = result.positions;
+        outcome.llm_padding = result.padding;
+      } else {
+        outcome.vision_compute_s = {result.compute_s};
+      }
       return absl::OkStatus();
     }));
-    RETURN_IF_ERROR(
-        done(step, {loss, llm_->engine().last_lr(), vision_->engine().last_lr(),
-                    vision_->engine().last_grad_norm(), llm_->engine().last_grad_norm()}));
+    outcome.lr = llm_->engine().last_lr();
+    outcome.vision_lr = vision_->engine().last_lr();
+    outcome.vision_grad_norm = vision_->engine().last_grad_norm();
+    outcome.llm_grad_norm = llm_->engine().last_grad_norm();
+    RETURN_IF_ERROR(done(step, outcome));
     if (step == options_.profile_last) {
       const std::string trace = driver_->RunPath("trace.json");
       RETURN_IF_ERROR(platform::SaveTrace(trace));

@@ -16,10 +16,14 @@ ActorStepReply DefaultStepReply(Role role, int rank, int64_t step) {
     reply.lr = 0.01 / static_cast<double>(step);
     reply.grad_norm = 0.4;
     reply.bytes_sent = 10;
+    reply.compute_s = 1.0 + rank;
+    reply.positions = 100;
+    reply.padding = 10 * (rank + 1);
   } else {
     reply.lr = 0.02 / static_cast<double>(step);
     reply.grad_norm = 0.3;
     reply.bytes_sent = 100;
+    reply.compute_s = 2.0 * (rank + 1);
   }
   return reply;
 }

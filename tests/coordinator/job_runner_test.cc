@@ -246,6 +246,12 @@ TEST_F(JobRunnerTest, RunsEveryStepInOrderOnEveryMemberAndWritesTheRunDirectory)
     EXPECT_DOUBLE_EQ(r.llm_grad_norm, 0.4);
     EXPECT_DOUBLE_EQ(r.grad_norm, 0.5);
     EXPECT_GT(r.samples_per_s, 0);
+    // Each rank's compute in rank order, the slowest over the mean, and the padding's share.
+    EXPECT_THAT(r.llm_compute_s, ElementsAre(1.0, 2.0));
+    EXPECT_THAT(r.vision_compute_s, ElementsAre(2.0, 4.0));
+    EXPECT_DOUBLE_EQ(r.llm_imbalance, 2.0 / 1.5);
+    EXPECT_DOUBLE_EQ(r.vision_imbalance, 4.0 / 3.0);
+    EXPECT_DOUBLE_EQ(r.padding_waste, 30.0 / 200.0);
   }
   ASSERT_EQ(evals.size(), 2u);
   EXPECT_EQ(evals[0].step, 2);

@@ -40,6 +40,9 @@ StepSample Step(int64_t step, double loss) {
   s.samples = 8;
   s.vision_to_llm_bytes = 4096;
   s.llm_to_vision_bytes = 4096;
+  s.vision_imbalance = 1.5;
+  s.llm_imbalance = 1.25;
+  s.padding_waste = 0.125;
   return s;
 }
 
@@ -75,6 +78,11 @@ TEST(MetricsTest, CountsJobsByStateActorsByPoolAndStepsOfRunningJobs) {
   EXPECT_THAT(text, HasSubstr("tandem_job_samples_per_second" + labels + " 32\n"));
   EXPECT_THAT(text, HasSubstr("tandem_job_transfer_bytes_per_step{job=\"job-000002\",name="
                               "\"caption \\\"tiny\\\"\",direction=\"llm_to_vision\"} 4096\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_job_imbalance{job=\"job-000002\",name="
+                              "\"caption \\\"tiny\\\"\",group=\"vision\"} 1.5\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_job_imbalance{job=\"job-000002\",name="
+                              "\"caption \\\"tiny\\\"\",group=\"llm\"} 1.25\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_job_padding_waste" + labels + " 0.125\n"));
 
   metrics.EndJob("job-000002");
   const std::string ended = metrics.Render({}, {}, now, std::chrono::seconds(10));

@@ -117,6 +117,25 @@ TEST(RunLoop, RecordStepBuildsTheRecordAndCountsTheStep) {
   EXPECT_EQ(loop.summary().final_loss, 1.25);
 }
 
+TEST(RunLoop, ImbalanceIsTheSlowestRankOverTheMeanAndPaddingItsShare) {
+  EXPECT_DOUBLE_EQ(Imbalance({1, 2, 3}), 1.5);
+  EXPECT_DOUBLE_EQ(Imbalance({2, 2}), 1.0);
+  EXPECT_EQ(Imbalance({}), 0);
+  EXPECT_EQ(Imbalance({0, 0}), 0);
+  RunLoop loop(Options(10, 0, 0), 0);
+  StepOutcome outcome{1.0};
+  outcome.vision_compute_s = {1, 3};
+  outcome.llm_compute_s = {2};
+  outcome.llm_positions = 400;
+  outcome.llm_padding = 30;
+  absl::StatusOr<StepRecord> record = loop.RecordStep(1, outcome, 1, 1);
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_DOUBLE_EQ(record->vision_imbalance, 1.5);
+  EXPECT_DOUBLE_EQ(record->llm_imbalance, 1.0);
+  EXPECT_DOUBLE_EQ(record->padding_waste, 0.075);
+  EXPECT_EQ(record->vision_compute_s, outcome.vision_compute_s);
+}
+
 TEST(RunLoop, NonFiniteLossIsDivergenceAndIsNotCounted) {
   RunLoop loop(Options(10, 0, 0), 0);
   ASSERT_TRUE(loop.RecordStep(1, StepOutcome{2.0}, 1, 1).ok());

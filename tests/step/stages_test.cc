@@ -74,6 +74,8 @@ struct Outcome {
   int64_t llm_parameters = 0;          // the LLM stage's count, the same on every rank
   int64_t llm_bytes_sent = 0;          // gradients sent back to the vision ranks, all steps
   int64_t vision_bytes_sent = 0;       // embeddings sent to the LLM ranks, all steps
+  int64_t llm_positions = 0;           // of the LLM's rows, all steps (StepResult::positions)
+  int64_t llm_padding = 0;
   int64_t tensor_broadcast_bytes = 0;  // handed to broadcasts of the LLM replicas, all ranks
   EvalCounts eval;                     // after the last step, summed over the LLM ranks
   std::map<std::string, at::Tensor> vision_weights;  // vision rank 0's after the last step
@@ -175,6 +177,8 @@ Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_st
         outcome.losses[step - 1] += result->loss;
         if (rank == 0) outcome.llm_grad_norms[step - 1] = result->grad_norm;
         outcome.llm_bytes_sent += result->bytes_sent;
+        outcome.llm_positions += result->positions;
+        outcome.llm_padding += result->padding;
       }
       if (status.ok() && vision) {
         std::lock_guard<std::mutex> lock(mu);
@@ -741,6 +745,15 @@ TEST(StagesPackingTest, PackedRowsTakeTheStepsOfARowEachAtAnyLayout) {
           << "step " << i + 1;
     }
     EXPECT_EQ(one.eval.correct_tokens, reference.eval.correct_tokens);
+    // Every row a sample padded to two images and 56 text tokens wastes most positions; packed
+    // rows of 128 waste few. Both count every sample's positions once.
+    ASSERT_GT(reference.llm_positions, 0);
+    ASSERT_GT(one.llm_positions, 0);
+    const double padded = static_cast<double>(reference.llm_padding) / reference.llm_positions;
+    const double packed_waste = static_cast<double>(one.llm_padding) / one.llm_positions;
+    EXPECT_EQ(reference.llm_positions - reference.llm_padding, one.llm_positions - one.llm_padding);
+    EXPECT_GT(padded, 0.3);
+    EXPECT_LT(packed_waste, padded / 2);
     const Outcome four = RunStages(packed, 2, 2);
     ASSERT_TRUE(four.errors.empty()) << four.errors.front();
     ExpectLossesMatch(four.losses, reference.losses);
