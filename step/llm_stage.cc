@@ -1,9 +1,11 @@
 // The LLM group's half of the step (stage.h).
 //
-//   expect every embedding slice of the step up front -> for each micro-batch k: await its slices
-//   into one leaf (under llm.parallel.embeddings "broadcast", the replica's first rank awaits them
-//   and broadcasts the leaf) -> loss = cross-entropy sum over the labelled tokens (the caption, or
-//   the answers: data/text_codec.h) / labelled tokens of the whole global batch
+//   plan each micro-batch (step/batch_plan.h: this replica's samples, a row each or packed, and
+//   its block of the images) -> expect every embedding slice of the step up front -> for each
+//   micro-batch k: await its slices into one leaf (under llm.parallel.embeddings "broadcast", the
+//   replica's first rank awaits them and broadcasts the leaf) -> loss = cross-entropy sum over the
+//   labelled tokens (the caption, or the answers: data/text_codec.h) / labelled tokens of the whole
+//   global batch
 //   -> loss.backward() -> send leaf.grad() slices back to the vision ranks -> engine step
 //
 // The loss and the engines' sum reduction make the group sums equal one process's gradients.
