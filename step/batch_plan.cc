@@ -78,13 +78,9 @@ MicroBatchPlan PlanMicroBatch(const std::vector<SampleLoad>& loads, const PlanOp
   }
   const int64_t total = static_cast<int64_t>(plan.images.size());
   for (int v = 0; v < vision; ++v) {
-    if (options.balance) {
-      plan.vision_images.push_back(OwnedSamples(v, vision, total));
-      continue;
-    }
     // Without balance or packing the LLM blocks are contiguous, so the exchange order is sample
-    // order and a sample block's images are one block. Packing reorders: split by count.
-    if (options.pack_tokens > 0) {
+    // order and a sample block's images are one block; otherwise split by count.
+    if (options.balance || options.pack_tokens > 0) {
       plan.vision_images.push_back(OwnedSamples(v, vision, total));
       continue;
     }

@@ -78,7 +78,7 @@ absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(const jobspec::JobCon
   }
   // Conversation files may hold any number of images a sample; the word tokenizer's layout reads
   // one, so a file it cannot train on fails here rather than at the step that meets the sample.
-  if (job.data.kind == data::DataConfig::Kind::kConversations) {
+  if (job.data.kind == data::DataConfig::Kind::kConversations && text->image_token_id() < 0) {
     for (const data::Dataset* dataset : {datasets.train.get(), datasets.eval.get()}) {
       for (int64_t i = 0; dataset != nullptr && i < dataset->size(); ++i) {
         RETURN_IF_ERROR(data::CheckImageCount(*dataset, i, *text, job.data.max_images_per_sample));
