@@ -60,10 +60,16 @@ absl::Status AddImage(const Dataset& dataset, int64_t index, const Image& image,
   return absl::OkStatus();
 }
 
-// A sample's text tokens, image tokens not counted, against the budget.
+// A sample's text tokens, its images' positions (`sizes`: SampleImageSizes) not counted, against
+// the budget.
 absl::Status CheckLength(const Dataset& dataset, int64_t index, int64_t ids, const TextCodec& codec,
-                         int64_t max_text_tokens) {
-  const int64_t text = ids - dataset.ImageCount(index) * codec.image_tokens();
+                         const std::vector<Resolution>& sizes, int64_t max_text_tokens) {
+  int64_t text = ids;
+  if (codec.any_res().enabled()) {
+    for (const int64_t positions : codec.ImagePositions(sizes)) text -= positions;
+  } else {
+    text -= dataset.ImageCount(index) * codec.image_tokens();
+  }
   if (text > max_text_tokens) {
     return absl::InvalidArgumentError(
         absl::StrCat(dataset.Describe(index), ": needs ", text,
@@ -82,6 +88,16 @@ absl::Status CheckBatchArguments(const std::vector<int64_t>& indices, int64_t ma
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<Resolution>> SampleImageSizes(const Dataset& dataset, int64_t index,
+                                                         const TextCodec& codec) {
+  std::vector<Resolution> sizes;
+  if (!codec.any_res().enabled()) return sizes;
+  for (int64_t k = 0; k < dataset.ImageCount(index); ++k) {
+    ASSIGN_OR_RETURN(sizes.emplace_back(), dataset.ImageSize(index, k));
+  }
+  return sizes;
+}
 
 absl::Status CheckImageCount(const Dataset& dataset, int64_t index, const TextCodec& codec,
                              int64_t max_images) {
@@ -113,23 +129,23 @@ absl::StatusOr<Batch> MakeBatch(const Dataset& dataset, const std::vector<int64_
   return batch;
 }
 
-absl::StatusOr<Batch> MakeImageBatch(const Dataset& dataset, const std::vector<int64_t>& indices) {
-  if (indices.empty()) return absl::InvalidArgumentError("MakeImageBatch: no indices");
-  Batch batch;
-  batch.size = static_cast<int64_t>(indices.size());
-  for (const int64_t index : indices) {
-    ASSIGN_OR_RETURN(const Example example, dataset.Get(index));
-    RETURN_IF_ERROR(AddImage(dataset, index, example.image, &batch));
-  }
-  return batch;
-}
-
 absl::StatusOr<Batch> MakeImagesBatch(const Dataset& dataset, const std::vector<ImageRef>& refs) {
   Batch batch;
   batch.size = static_cast<int64_t>(refs.size());
+  // An image's tiles are read once for its consecutive refs.
+  std::vector<Image> tiles;
+  const ImageRef* read = nullptr;
   for (const ImageRef& ref : refs) {
-    ASSIGN_OR_RETURN(const Image image, dataset.GetImage(ref.sample, ref.image));
-    RETURN_IF_ERROR(AddImage(dataset, ref.sample, image, &batch));
+    if (read == nullptr || read->sample != ref.sample || read->image != ref.image) {
+      ASSIGN_OR_RETURN(tiles, dataset.GetTiles(ref.sample, ref.image));
+      read = &ref;
+    }
+    if (ref.tile < 0 || ref.tile >= static_cast<int64_t>(tiles.size())) {
+      return absl::OutOfRangeError(absl::StrCat(dataset.Describe(ref.sample), ": image ", ref.image,
+                                                " has ", tiles.size(), " tiles, not ",
+                                                ref.tile + 1));
+    }
+    RETURN_IF_ERROR(AddImage(dataset, ref.sample, tiles[ref.tile], &batch));
   }
   return batch;
 }
@@ -141,16 +157,17 @@ absl::StatusOr<TokenBatch> MakeTokenBatch(const Dataset& dataset,
   RETURN_IF_ERROR(CheckBatchArguments(indices, max_text_tokens));
   TokenBatch batch;
   batch.size = static_cast<int64_t>(indices.size());
-  batch.length = max_images * codec.image_tokens() + max_text_tokens;
+  batch.length = max_images * codec.max_image_positions() + max_text_tokens;
   batch.tokens.assign(batch.size * batch.length, codec.pad_id());
   batch.labels.assign(batch.size * batch.length, EncodedConversation::kIgnore);
   for (int64_t row = 0; row < batch.size; ++row) {
     const int64_t index = indices[row];
     RETURN_IF_ERROR(CheckImageCount(dataset, index, codec, max_images));
+    ASSIGN_OR_RETURN(const std::vector<Resolution> sizes, SampleImageSizes(dataset, index, codec));
     ASSIGN_OR_RETURN(const EncodedConversation encoded,
-                     codec.Encode(dataset.Messages(index), dataset.Describe(index)));
+                     codec.Encode(dataset.Messages(index), dataset.Describe(index), sizes));
     const int64_t n = static_cast<int64_t>(encoded.ids.size());
-    RETURN_IF_ERROR(CheckLength(dataset, index, n, codec, max_text_tokens));
+    RETURN_IF_ERROR(CheckLength(dataset, index, n, codec, sizes, max_text_tokens));
     batch.lengths.push_back(n);
     std::copy(encoded.ids.begin(), encoded.ids.end(), batch.tokens.begin() + row * batch.length);
     std::copy(encoded.labels.begin(), encoded.labels.end(),
@@ -205,11 +222,12 @@ absl::StatusOr<PromptBatch> MakePromptBatch(const Dataset& dataset,
   PromptBatch batch;
   for (const int64_t index : indices) {
     RETURN_IF_ERROR(CheckImageCount(dataset, index, codec, max_images));
+    ASSIGN_OR_RETURN(const std::vector<Resolution> sizes, SampleImageSizes(dataset, index, codec));
     ASSIGN_OR_RETURN(TextCodec::Prompt prompt,
-                     codec.EncodePrompt(dataset.Messages(index), dataset.Describe(index)));
+                     codec.EncodePrompt(dataset.Messages(index), dataset.Describe(index), sizes));
     RETURN_IF_ERROR(CheckLength(dataset, index,
                                 static_cast<int64_t>(prompt.ids.size() + prompt.answer.size()) + 1,
-                                codec, max_text_tokens));
+                                codec, sizes, max_text_tokens));
     batch.prompts.push_back(std::move(prompt.ids));
     batch.answers.push_back(std::move(prompt.answer));
   }

@@ -29,23 +29,22 @@ struct Batch {
 absl::StatusOr<Batch> MakeBatch(const Dataset& dataset, const std::vector<int64_t>& indices,
                                 const Tokenizer& tokenizer, int64_t text_len);
 
-// The images of `indices` alone (tokens empty, text_len 0), one a sample. The image errors of
-// MakeBatch.
-absl::StatusOr<Batch> MakeImageBatch(const Dataset& dataset, const std::vector<int64_t>& indices);
-
-// Image `image` of sample `sample` (Dataset::GetImage).
+// Tile `tile` of image `image` of sample `sample` (Dataset::GetTiles; an image read whole is its
+// tile 0).
 struct ImageRef {
   int64_t sample = 0;
   int64_t image = 0;
+  int64_t tile = 0;
   bool operator==(const ImageRef&) const = default;
 };
-// The images `refs` in order (size = refs.size(), which may be 0: image_size is then 0): what a
-// vision rank reads. The image errors of MakeBatch; GetImage's.
+// The tiles `refs` in order (size = refs.size(), which may be 0: image_size is then 0): what a
+// vision rank reads. An image's consecutive tiles are read once. The image errors of MakeBatch;
+// GetTiles'; OutOfRange for a tile the image does not have.
 absl::StatusOr<Batch> MakeImagesBatch(const Dataset& dataset, const std::vector<ImageRef>& refs);
 
 // What the LLM trains on for a micro-batch: each sample's Messages encoded by `codec`, right-padded
-// with its pad id to length = max_images * codec.image_tokens() + max_text_tokens (fixed, so every
-// micro-batch of a job has one shape). labels[t] is the target of position t - 1, kIgnore on
+// with its pad id to length = max_images * codec.max_image_positions() + max_text_tokens (fixed, so
+// every micro-batch of a job has one shape). labels[t] is the target of position t - 1, kIgnore on
 // padding, prompts and images.
 struct TokenBatch {
   int64_t size = 0;
@@ -98,5 +97,10 @@ absl::StatusOr<PromptBatch> MakePromptBatch(const Dataset& dataset,
 // sample and the rule otherwise.
 absl::Status CheckImageCount(const Dataset& dataset, int64_t index, const TextCodec& codec,
                              int64_t max_images);
+
+// The sizes of sample `index`'s images (Dataset::ImageSize) when the codec's images take positions
+// by size (TextCodec::any_res), else none: what TextCodec::Encode reads. ImageSize's errors.
+absl::StatusOr<std::vector<Resolution>> SampleImageSizes(const Dataset& dataset, int64_t index,
+                                                         const TextCodec& codec);
 
 }  // namespace tandem::data

@@ -229,8 +229,9 @@ absl::StatusOr<EncodedConversation> EncodeConversation(const Conversation& conve
 absl::StatusOr<EncodedConversation> EncodeMessages(
     const std::vector<tokenizer::ChatMessage>& messages, const std::string& source,
     const tokenizer::HfTokenizer& tokenizer, const tokenizer::ChatTemplate& chat,
-    int64_t image_tokens, bool add_generation_prompt) {
+    int64_t image_tokens, bool add_generation_prompt, const std::vector<int64_t>& image_positions) {
   const auto image_id = tokenizer.TokenToId(kImage);
+  size_t marks = 0;
   if (!image_id) return absl::InvalidArgumentError("the tokenizer has no \"<image>\" token");
   EncodedConversation out;
   auto pieces = chat.RenderPieces(messages, add_generation_prompt);
@@ -242,12 +243,26 @@ absl::StatusOr<EncodedConversation> EncodeMessages(
     if (!ids.ok())
       return absl::InvalidArgumentError(absl::StrCat(source, ": ", ids.status().message()));
     for (int64_t id : *ids) {
-      const int64_t copies = id == *image_id ? image_tokens : 1;
+      int64_t copies = 1;
+      if (id == *image_id && image_positions.empty()) {
+        copies = image_tokens;
+      } else if (id == *image_id) {
+        if (marks == image_positions.size()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(source, ": has more \"<image>\" marks than its ", image_positions.size(),
+                           image_positions.size() == 1 ? " image" : " images"));
+        }
+        copies = image_positions[marks++];
+      }
       for (int64_t k = 0; k < copies; ++k) {
         out.ids.push_back(id);
         out.labels.push_back(piece.trained && id != *image_id ? id : EncodedConversation::kIgnore);
       }
     }
+  }
+  if (marks < image_positions.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": has ", marks, " \"<image>\" marks for ", image_positions.size(), " images"));
   }
   return out;
 }

@@ -65,9 +65,13 @@ absl::StatusOr<EncodedConversation> EncodeConversation(const Conversation& conve
                                                        const tokenizer::ChatTemplate& chat,
                                                        int64_t image_tokens);
 // EncodeConversation of bare messages, optionally with the template's generation prompt after them.
+// With `image_positions` (one a mark), the k-th "<image>" becomes image_positions[k] copies instead
+// of image_tokens (LLaVA-NeXT's images take positions by their size); InvalidArgument naming the
+// source when the marks and the list differ in number.
 absl::StatusOr<EncodedConversation> EncodeMessages(
     const std::vector<tokenizer::ChatMessage>& messages, const std::string& source,
     const tokenizer::HfTokenizer& tokenizer, const tokenizer::ChatTemplate& chat,
-    int64_t image_tokens, bool add_generation_prompt);
+    int64_t image_tokens, bool add_generation_prompt,
+    const std::vector<int64_t>& image_positions = {});
 
 }  // namespace tandem::data

@@ -48,7 +48,7 @@ absl::StatusOr<Example> ConversationDataset::Get(int64_t index) const {
   return example;
 }
 
-absl::StatusOr<Image> ConversationDataset::GetImage(int64_t index, int64_t image) const {
+absl::StatusOr<std::string> ConversationDataset::ImagePath(int64_t index, int64_t image) const {
   if (index < 0 || index >= size()) {
     return absl::OutOfRangeError(
         absl::StrCat("conversations: index ", index, " outside [0, ", size(), ")"));
@@ -58,12 +58,41 @@ absl::StatusOr<Image> ConversationDataset::GetImage(int64_t index, int64_t image
     return absl::OutOfRangeError(
         absl::StrCat(c.source, ": image ", image, " outside [0, ", ImageCount(index), ")"));
   }
-  absl::StatusOr<Image> loaded = LoadSampleImage(c.images[image], image_size_, preprocessor_.get());
-  if (!loaded.ok()) {
-    return absl::Status(loaded.status().code(),
-                        absl::StrCat(c.source, ": ", loaded.status().message()));
-  }
+  return c.images[image];
+}
+
+namespace {
+
+// `status` with the sample's source before its message.
+absl::Status Named(const std::string& source, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(source, ": ", status.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<Image> ConversationDataset::GetImage(int64_t index, int64_t image) const {
+  ASSIGN_OR_RETURN(const std::string path, ImagePath(index, image));
+  absl::StatusOr<Image> loaded = LoadSampleImage(path, image_size_, preprocessor_.get());
+  if (!loaded.ok()) return Named(Describe(index), loaded.status());
   return loaded;
+}
+
+absl::StatusOr<std::vector<Image>> ConversationDataset::GetTiles(int64_t index,
+                                                                 int64_t image) const {
+  if (preprocessor_ == nullptr || !preprocessor_->any_res()) return Dataset::GetTiles(index, image);
+  ASSIGN_OR_RETURN(const std::string path, ImagePath(index, image));
+  absl::StatusOr<Image> decoded = DecodeImageFile(path, MaxPixelsFor(image_size_));
+  if (!decoded.ok()) return Named(Describe(index), decoded.status());
+  absl::StatusOr<std::vector<Image>> tiles = PreprocessTiles(*preprocessor_, *decoded);
+  if (!tiles.ok()) return Named(Describe(index), Named(path, tiles.status()));
+  return tiles;
+}
+
+absl::StatusOr<Resolution> ConversationDataset::ImageSize(int64_t index, int64_t image) const {
+  ASSIGN_OR_RETURN(const std::string path, ImagePath(index, image));
+  absl::StatusOr<Resolution> size = ReadImageSize(path);
+  if (!size.ok()) return Named(Describe(index), size.status());
+  return size;
 }
 
 std::string ConversationDataset::Text(int64_t index) const {

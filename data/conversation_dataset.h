@@ -40,6 +40,8 @@ class ConversationDataset final : public Dataset {
     return static_cast<int64_t>(conversations_[index].images.size());
   }
   absl::StatusOr<Image> GetImage(int64_t index, int64_t image) const override;
+  absl::StatusOr<std::vector<Image>> GetTiles(int64_t index, int64_t image) const override;
+  absl::StatusOr<Resolution> ImageSize(int64_t index, int64_t image) const override;
   std::string Text(int64_t index) const override;
   std::vector<tokenizer::ChatMessage> Messages(int64_t index) const override {
     return conversations_[index].messages;
@@ -47,6 +49,9 @@ class ConversationDataset final : public Dataset {
   std::string Describe(int64_t index) const override { return conversations_[index].source; }
 
  private:
+  // The file of image `image` of sample `index`, or OutOfRange naming what is outside.
+  absl::StatusOr<std::string> ImagePath(int64_t index, int64_t image) const;
+
   ConversationDataset(std::vector<Conversation> conversations, int64_t image_size,
                       std::shared_ptr<const ImagePreprocessor> preprocessor)
       : conversations_(std::move(conversations)),

@@ -90,6 +90,18 @@ absl::StatusOr<Image> LoadSampleImage(const std::string& path, int64_t image_siz
   return processed;
 }
 
+absl::StatusOr<std::vector<Image>> Dataset::GetTiles(int64_t index, int64_t image) const {
+  ASSIGN_OR_RETURN(Image one, GetImage(index, image));
+  std::vector<Image> tiles;
+  tiles.push_back(std::move(one));
+  return tiles;
+}
+
+absl::StatusOr<Resolution> Dataset::ImageSize(int64_t index, int64_t image) const {
+  ASSIGN_OR_RETURN(const Image one, GetImage(index, image));
+  return Resolution{one.height, one.width};
+}
+
 std::vector<std::string> AllTexts(const Dataset& dataset) {
   std::vector<std::string> texts;
   texts.reserve(dataset.size());

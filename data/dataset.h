@@ -47,6 +47,13 @@ class Dataset {
   // Image `image` of sample `index`, resized as Get resizes: OutOfRange outside [0,
   // ImageCount(index)); otherwise Get's errors. The default serves one image a sample from Get.
   virtual absl::StatusOr<Image> GetImage(int64_t index, int64_t image) const;
+  // Image `image` as the vision model reads it: with LLaVA-NeXT's image_grid_pinpoints in the
+  // preprocessor, its tiles (data/any_res.h: the base, then the grid row by row); otherwise the one
+  // GetImage gives. GetImage's errors.
+  virtual absl::StatusOr<std::vector<Image>> GetTiles(int64_t index, int64_t image) const;
+  // The size image `image` has on file (ReadImageSize: its header, not its pixels), which decides
+  // its tiles; the default decodes it through GetImage. GetImage's errors.
+  virtual absl::StatusOr<Resolution> ImageSize(int64_t index, int64_t image) const;
 
   // The caption alone, without touching the image: cheap, for building the tokenizer. A
   // conversation's text is ConversationWords of its messages (data/text_codec.h).

@@ -74,6 +74,24 @@ absl::StatusOr<Image> DecodeImageFile(const std::string& path, uint64_t max_pixe
   return DecodeImage(bytes, path, max_pixels);
 }
 
+absl::StatusOr<Resolution> ReadImageSize(const std::string& path) {
+  ASSIGN_OR_RETURN(const std::string bytes, ReadUserFile(path));
+  if (bytes.substr(0, kJpegMagic.size()) == kJpegMagic) return internal::JpegSize(bytes, path);
+  if (bytes.substr(0, kPngMagic.size()) != kPngMagic) {
+    RETURN_IF_ERROR(DecodeImage(bytes, path).status());  // its error for what is no image
+  }
+  // PNG puts IHDR first: length 13, "IHDR", then width and height, 4 bytes each, big-endian.
+  const auto word = [&](size_t at) {
+    int64_t value = 0;
+    for (size_t i = 0; i < 4; ++i) value = value << 8 | static_cast<unsigned char>(bytes[at + i]);
+    return value;
+  };
+  if (bytes.size() < 24 || bytes.compare(12, 4, "IHDR") != 0 || word(16) <= 0 || word(20) <= 0) {
+    return absl::DataLossError(absl::StrCat(path, ": corrupt PNG: no image header"));
+  }
+  return Resolution{word(20), word(16)};
+}
+
 Image ResizeBilinear(const Image& image, int64_t height, int64_t width) {
   if (image.height == height && image.width == width) return image;
   Image out;

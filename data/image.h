@@ -33,6 +33,13 @@ struct Image {
   float at(int64_t c, int64_t y, int64_t x) const { return pixels[(c * height + y) * width + x]; }
 };
 
+// An image's size in pixels.
+struct Resolution {
+  int64_t height = 0;
+  int64_t width = 0;
+  bool operator==(const Resolution&) const = default;
+};
+
 // The most pixels any decoder allocates for: a corrupt or hostile header can claim 2^31 x 2^31,
 // and 2^28 pixels (16384^2) already need 3 GiB as floats.
 inline constexpr uint64_t kMaxImagePixels = uint64_t{1} << 28;
@@ -58,6 +65,11 @@ absl::StatusOr<Image> DecodeImageFile(const std::string& path,
 // As DecodeImageFile, from bytes already in memory; `name` is used in error messages.
 absl::StatusOr<Image> DecodeImage(std::string_view bytes, const std::string& name,
                                   uint64_t max_pixels = kMaxImagePixels);
+
+// The size a PNG or JPEG file declares (its IHDR chunk, its frame header), without decoding its
+// pixels: what LLaVA-NeXT's tiling needs to plan a batch. DecodeImageFile's errors for a file that
+// is not a PNG or JPEG; DataLoss for a corrupt header.
+absl::StatusOr<Resolution> ReadImageSize(const std::string& path);
 
 // Bilinear resampling with align_corners=false and no antialiasing: the same sampling as
 // torch.nn.functional.interpolate(mode="bilinear", align_corners=False). Output pixel (y, x) reads

@@ -19,6 +19,9 @@ absl::StatusOr<Image> DecodePng(std::string_view bytes, const std::string& name,
 absl::StatusOr<Image> DecodeJpeg(std::string_view bytes, const std::string& name,
                                  uint64_t max_pixels);
 
+// The height and width a JPEG's frame header declares.
+absl::StatusOr<Resolution> JpegSize(std::string_view bytes, const std::string& name);
+
 // "PNG of W x H pixels is too large: at most N are decoded" (kind = "PNG" or "JPEG").
 absl::Status TooLargeError(const std::string& name, const char* kind, uint64_t width,
                            uint64_t height, uint64_t max_pixels);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -63,6 +64,36 @@ Image Crop(const Image& image, int64_t top, int64_t left, int64_t height, int64_
 absl::StatusOr<ImagePreprocessor> ParsePreprocessorOrThrow(const std::string& path,
                                                            const json& root);
 
+// LLaVA-NeXT's image_grid_pinpoints: a non-empty list of [height, width], each a multiple of the
+// tile side.
+absl::StatusOr<std::vector<Resolution>> GridPinpoints(const std::string& path, const json& value,
+                                                      int64_t tile) {
+  const std::string key = "image_grid_pinpoints";
+  if (!value.is_array() || value.empty())
+    return KeyError(path, key, "must be a non-empty list of [height, width]");
+  std::vector<Resolution> out;
+  for (size_t i = 0; i < value.size(); ++i) {
+    const std::string item = absl::StrCat(key, "[", i, "]");
+    const json& pair = value[i];
+    std::optional<int64_t> h, w;
+    if (pair.is_array() && pair.size() == 2) {
+      h = ReadJsonInteger(pair[0]).ToInt64();
+      w = ReadJsonInteger(pair[1]).ToInt64();
+    }
+    if (!h || !w || *h <= 0 || *w <= 0 || *h > kMaxAnyResSide || *w > kMaxAnyResSide) {
+      return KeyError(path, item,
+                      absl::StrCat("must be [height, width] in pixels, 1 to ", kMaxAnyResSide,
+                                   ", got ", DescribeJsonValue(pair)));
+    }
+    if (*h % tile != 0 || *w % tile != 0) {
+      return KeyError(path, item,
+                      absl::StrCat(*h, " x ", *w, " is not a multiple of the tile side ", tile));
+    }
+    out.push_back({*h, *w});
+  }
+  return out;
+}
+
 absl::StatusOr<json> ReadJsonObject(const std::string& path) {
   ASSIGN_OR_RETURN(const std::string text, ReadUserFile(path));
   auto parsed = ParseJsonStrict(text);
@@ -109,6 +140,12 @@ absl::StatusOr<ImagePreprocessor> ParsePreprocessor(const std::string& path, con
 int64_t ImagePreprocessor::output_size() const {
   if (do_center_crop) return crop_height;
   return shortest_edge > 0 ? shortest_edge : resize_height;
+}
+
+Resolution ImagePreprocessor::base_size() const {
+  if (shortest_edge > 0) return {shortest_edge, shortest_edge};
+  if (resize_height > 0) return {resize_height, resize_width};
+  return {output_size(), output_size()};
 }
 
 absl::StatusOr<ImagePreprocessor> ReadImagePreprocessor(const std::string& path) {
@@ -198,6 +235,20 @@ absl::StatusOr<ImagePreprocessor> ParsePreprocessorOrThrow(const std::string& pa
   if (!p.do_resize && !p.do_center_crop) {
     return KeyError(path, "do_resize", "false without a center crop leaves the image size open");
   }
+  if (root.contains("image_grid_pinpoints")) {
+    ASSIGN_OR_RETURN(p.grid_pinpoints, GridPinpoints(path, root["image_grid_pinpoints"], side));
+    // LlavaNextImageProcessor cuts tiles of crop_size's height whether or not it crops.
+    if (!p.do_center_crop && root.contains("crop_size") && root["crop_size"].is_object()) {
+      ASSIGN_OR_RETURN(const int64_t tile,
+                       SizeValue(path, root["crop_size"], "crop_size", "height"));
+      if (tile != side) {
+        return KeyError(
+            path, "crop_size.height",
+            absl::StrCat(tile, " cuts image_grid_pinpoints into tiles that are not the ", side,
+                         " pixels the images are resized to"));
+      }
+    }
+  }
   return p;
 }
 
@@ -234,6 +285,19 @@ absl::StatusOr<Image> Preprocess(const ImagePreprocessor& p, const Image& image)
         absl::StrCat("preprocessing: the image is ", out.height, "x", out.width, ", not square"));
   }
   return out;
+}
+
+absl::StatusOr<std::vector<Image>> PreprocessTiles(const ImagePreprocessor& p, const Image& image) {
+  std::vector<Image> tiles;
+  if (!p.any_res()) {
+    ASSIGN_OR_RETURN(tiles.emplace_back(), Preprocess(p, image));
+    return tiles;
+  }
+  tiles = AnyResTiles(image, p.grid_pinpoints, p.output_size(), p.base_size(), p.filter);
+  for (Image& tile : tiles) {
+    ASSIGN_OR_RETURN(tile, Preprocess(p, tile));
+  }
+  return tiles;
 }
 
 }  // namespace tandem::data

@@ -1,9 +1,10 @@
 // A Hugging Face checkpoint's preprocessor_config.json, or transformers 5's processor_config.json
-// (its "image_processor"), for CLIPImageProcessor, SiglipImageProcessor and their PIL variants, and
-// the geometry it describes: resize (the shortest edge to a length, or to a height and width),
-// center crop, then rescale and normalise. Resizing is Pillow's (data/pil_resize.h), as
-// transformers' PIL processors do it; transformers 5's torchvision processors resize in floating
-// point and may differ by a step of 1/255 in places.
+// (its "image_processor"), for CLIPImageProcessor, SiglipImageProcessor, LlavaNextImageProcessor
+// and their PIL variants, and the geometry it describes: resize (the shortest edge to a length, or
+// to a height and width), center crop, then rescale and normalise; with LLaVA-NeXT's
+// image_grid_pinpoints, the image is first cut into tiles (data/any_res.h), each then processed so.
+// Resizing is Pillow's (data/pil_resize.h), as transformers' PIL processors do it; transformers 5's
+// torchvision processors resize in floating point and may differ by a step of 1/255 in places.
 //
 // Preprocess does the geometry and returns values in [0, 1]; rescale_factor must be 1/255 and the
 // normalisation (image_mean, image_std) is the vision model's (models::VisionConfig), so that the
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "data/any_res.h"
 #include "data/image.h"
 #include "data/pil_resize.h"
 
@@ -33,9 +35,16 @@ struct ImagePreprocessor {
   int64_t crop_height = 0, crop_width = 0;
   std::vector<double> image_mean{0.5, 0.5, 0.5};  // as (x - mean) / std after rescaling to [0, 1]
   std::vector<double> image_std{0.5, 0.5, 0.5};
+  // LLaVA-NeXT's image_grid_pinpoints, each a multiple of output_size() both ways; empty: an image
+  // is one tile.
+  std::vector<Resolution> grid_pinpoints;
 
   // The square side the model receives: the crop, or the resized size.
   int64_t output_size() const;
+  bool any_res() const { return !grid_pinpoints.empty(); }
+  // The size an any-res image's base tile is squashed to first: size's height and width, or its
+  // shortest_edge both ways.
+  Resolution base_size() const;
 };
 
 absl::StatusOr<ImagePreprocessor> ReadImagePreprocessor(const std::string& path);
@@ -49,5 +58,9 @@ absl::StatusOr<std::string> ModelImagePreprocessorJson(const std::string& direct
 
 // Resize then crop. InvalidArgument when the result is not square or the crop does not fit.
 absl::StatusOr<Image> Preprocess(const ImagePreprocessor& preprocessor, const Image& image);
+// The image's tiles as the model receives them: with grid_pinpoints, AnyResTiles each preprocessed
+// (LlavaNextImageProcessorPil), else the one image Preprocess makes.
+absl::StatusOr<std::vector<Image>> PreprocessTiles(const ImagePreprocessor& preprocessor,
+                                                   const Image& image);
 
 }  // namespace tandem::data

@@ -94,6 +94,7 @@ JpegOutcome ReadJpegPixels(jpeg_decompress_struct* cinfo, JpegErrorManager* erro
   jpeg_read_header(cinfo, TRUE);
   layout->width = cinfo->image_width;
   layout->height = cinfo->image_height;
+  if (pixels == nullptr) return JpegOutcome::kOk;  // the header only
   if (uint64_t{layout->width} * layout->height > max_pixels) return JpegOutcome::kTooLarge;
   layout->colour_space = cinfo->jpeg_color_space;
   switch (cinfo->jpeg_color_space) {
@@ -121,23 +122,40 @@ JpegOutcome ReadJpegPixels(jpeg_decompress_struct* cinfo, JpegErrorManager* erro
   return JpegOutcome::kOk;
 }
 
-}  // namespace
-
-absl::StatusOr<Image> DecodeJpeg(std::string_view bytes, const std::string& name,
-                                 uint64_t max_pixels) {
+// One decompression: libjpeg's state with the handlers above, destroyed with it.
+struct JpegReader {
   // Zeroed, so that jpeg_destroy_decompress is safe even when jpeg_create_decompress failed early
   // (a library version mismatch is reported before it clears the struct).
   jpeg_decompress_struct cinfo{};
   JpegErrorManager errors;
-  cinfo.err = jpeg_std_error(&errors.base);
-  errors.base.error_exit = OnJpegError;
-  errors.base.emit_message = OnJpegMessage;
   JpegScanLimit scan_limit;
   JpegLayout layout;
+
+  JpegReader() {
+    cinfo.err = jpeg_std_error(&errors.base);
+    errors.base.error_exit = OnJpegError;
+    errors.base.emit_message = OnJpegMessage;
+  }
+  ~JpegReader() { jpeg_destroy_decompress(&cinfo); }
+  JpegReader(const JpegReader&) = delete;
+  JpegReader& operator=(const JpegReader&) = delete;
+
+  // `pixels` null: the header only.
+  JpegOutcome Read(std::string_view bytes, uint64_t max_pixels,
+                   std::vector<unsigned char>* pixels) {
+    return ReadJpegPixels(&cinfo, &errors, &scan_limit, bytes, max_pixels, &layout, pixels);
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<Image> DecodeJpeg(std::string_view bytes, const std::string& name,
+                                 uint64_t max_pixels) {
+  JpegReader reader;
   std::vector<unsigned char> interleaved;
-  const JpegOutcome outcome =
-      ReadJpegPixels(&cinfo, &errors, &scan_limit, bytes, max_pixels, &layout, &interleaved);
-  jpeg_destroy_decompress(&cinfo);
+  const JpegOutcome outcome = reader.Read(bytes, max_pixels, &interleaved);
+  const JpegErrorManager& errors = reader.errors;
+  const JpegLayout& layout = reader.layout;
   switch (outcome) {
     case JpegOutcome::kOk:
       break;
@@ -163,6 +181,14 @@ absl::StatusOr<Image> DecodeJpeg(std::string_view bytes, const std::string& name
     }
   }
   return image;
+}
+
+absl::StatusOr<Resolution> JpegSize(std::string_view bytes, const std::string& name) {
+  JpegReader reader;
+  if (reader.Read(bytes, kMaxImagePixels, /*pixels=*/nullptr) != JpegOutcome::kOk)
+    return absl::DataLossError(absl::StrCat(name, ": corrupt JPEG: ", reader.errors.message));
+  return Resolution{static_cast<int64_t>(reader.layout.height),
+                    static_cast<int64_t>(reader.layout.width)};
 }
 
 }  // namespace tandem::data::internal

@@ -98,43 +98,59 @@ Image ResizePil(const Image& image, int64_t height, int64_t width, PilFilter fil
   Kernel vertical = Precompute(in.height, out_h, filter);
   const bool need_horizontal = out_w != in.width;
   const bool need_vertical = out_h != in.height;
+  // Pillow 13: when the height shrinks by more than twice what the width does, the vertical pass
+  // runs first (so the horizontal one has fewer rows). The 8-bit rounding between the passes makes
+  // the order show in the pixels.
+  const bool horizontal_first =
+      !(in.height - out_h > 0 && in.height - out_h > (in.width - out_w) * 2);
 
-  Plane8 current = in;
-  if (need_horizontal) {
-    // Only the rows the vertical pass reads (Resample.c: ybox_first .. ybox_last).
-    const int first_row = vertical.first[0];
-    const int last_row = vertical.first[out_h - 1] + vertical.count[out_h - 1];
-    for (int& f : vertical.first) f -= first_row;
-    Plane8 temp{in.channels, last_row - first_row, out_w, {}};
-    temp.v.resize(static_cast<size_t>(temp.channels) * temp.height * temp.width);
-    for (int c = 0; c < in.channels; ++c) {
-      for (int y = 0; y < temp.height; ++y) {
+  // The horizontal pass over rows [first_row, first_row + rows) of `from`.
+  const auto horizontal_pass = [&](const Plane8& from, int first_row, int rows) {
+    Plane8 to{from.channels, rows, out_w, {}};
+    to.v.resize(static_cast<size_t>(to.channels) * to.height * to.width);
+    for (int c = 0; c < from.channels; ++c) {
+      for (int y = 0; y < rows; ++y) {
         for (int xx = 0; xx < out_w; ++xx) {
           int64_t ss = int64_t{1} << (kPrecisionBits - 1);
           const int32_t* k = &horizontal.coefficients[static_cast<size_t>(xx) * horizontal.size];
           for (int x = 0; x < horizontal.count[xx]; ++x)
-            ss += in.at(c, y + first_row, x + horizontal.first[xx]) * int64_t{k[x]};
-          temp.at(c, y, xx) = Clip8(ss);
+            ss += from.at(c, y + first_row, x + horizontal.first[xx]) * int64_t{k[x]};
+          to.at(c, y, xx) = Clip8(ss);
         }
       }
     }
-    current = std::move(temp);
-  }
-  if (need_vertical) {
-    Plane8 out{current.channels, out_h, current.width, {}};
-    out.v.resize(static_cast<size_t>(out.channels) * out.height * out.width);
-    for (int c = 0; c < current.channels; ++c) {
+    return to;
+  };
+  const auto vertical_pass = [&](const Plane8& from) {
+    Plane8 to{from.channels, out_h, from.width, {}};
+    to.v.resize(static_cast<size_t>(to.channels) * to.height * to.width);
+    for (int c = 0; c < from.channels; ++c) {
       for (int yy = 0; yy < out_h; ++yy) {
         const int32_t* k = &vertical.coefficients[static_cast<size_t>(yy) * vertical.size];
-        for (int x = 0; x < current.width; ++x) {
+        for (int x = 0; x < from.width; ++x) {
           int64_t ss = int64_t{1} << (kPrecisionBits - 1);
           for (int y = 0; y < vertical.count[yy]; ++y)
-            ss += current.at(c, y + vertical.first[yy], x) * int64_t{k[y]};
-          out.at(c, yy, x) = Clip8(ss);
+            ss += from.at(c, y + vertical.first[yy], x) * int64_t{k[y]};
+          to.at(c, yy, x) = Clip8(ss);
         }
       }
     }
-    current = std::move(out);
+    return to;
+  };
+
+  Plane8 current = std::move(in);
+  if (horizontal_first) {
+    if (need_horizontal) {
+      // Only the rows the vertical pass reads (Resample.c: ybox_first .. ybox_last).
+      const int first_row = vertical.first[0];
+      const int last_row = vertical.first[out_h - 1] + vertical.count[out_h - 1];
+      for (int& f : vertical.first) f -= first_row;
+      current = horizontal_pass(current, first_row, last_row - first_row);
+    }
+    if (need_vertical) current = vertical_pass(current);
+  } else {
+    if (need_vertical) current = vertical_pass(current);
+    if (need_horizontal) current = horizontal_pass(current, 0, current.height);
   }
   Image result;
   result.channels = current.channels;

@@ -1,9 +1,10 @@
 // Image resizing as Pillow's Image.resize does it for 8-bit RGB images (libImaging/Resample.c):
-// a separable convolution, horizontal pass first, whose kernel widens by the downscaling factor
-// (antialiasing), with coefficients in 22-bit fixed point and each pass rounded and clipped to 8
-// bits. transformers' PIL image processors (CLIPImageProcessorPil, SiglipImageProcessorPil, and
-// every slow processor before transformers 5) resize this way, so the pixels match theirs exactly.
-// Thread-safe: no shared state.
+// a separable convolution, horizontal pass first (vertical first, as Pillow 13 does it, when the
+// height shrinks by more than twice what the width does), whose kernel widens by the downscaling
+// factor (antialiasing), with coefficients in 22-bit fixed point and each pass rounded and clipped
+// to 8 bits. transformers' PIL image processors (CLIPImageProcessorPil, SiglipImageProcessorPil,
+// and every slow processor before transformers 5) resize this way, so the pixels match theirs
+// exactly. Thread-safe: no shared state.
 #pragma once
 
 #include <cstdint>

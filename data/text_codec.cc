@@ -30,7 +30,8 @@ TextCodec TextCodec::Words(Tokenizer tokenizer) {
 }
 
 absl::StatusOr<TextCodec> TextCodec::Hf(tokenizer::HfTokenizer tokenizer,
-                                        tokenizer::ChatTemplate chat, int64_t image_tokens) {
+                                        tokenizer::ChatTemplate chat, int64_t image_tokens,
+                                        AnyResGeometry any_res) {
   const auto image = tokenizer.TokenToId(kImage);
   if (!image) return absl::InvalidArgumentError("the tokenizer has no \"<image>\" token");
   const auto eos = tokenizer.eos_id();
@@ -51,6 +52,7 @@ absl::StatusOr<TextCodec> TextCodec::Hf(tokenizer::HfTokenizer tokenizer,
   codec.pad_id_ = *pad;
   codec.image_token_id_ = *image;
   codec.image_tokens_ = image_tokens;
+  codec.any_res_ = std::move(any_res);
   codec.chat_ = std::move(chat);
   codec.hf_ = std::move(tokenizer);
   return codec;
@@ -63,11 +65,22 @@ std::string TextCodec::Decode(const std::vector<int64_t>& ids) const {
   return words_->Decode(std::vector<int32_t>(ids.begin(), ids.end()));
 }
 
+std::vector<int64_t> TextCodec::ImagePositions(const std::vector<Resolution>& image_sizes) const {
+  std::vector<int64_t> positions;
+  for (const Resolution& size : image_sizes) {
+    positions.push_back(any_res_.enabled() ? any_res_.Layout(size).positions() : image_tokens_);
+  }
+  return positions;
+}
+
 absl::StatusOr<EncodedConversation> TextCodec::Encode(
-    const std::vector<tokenizer::ChatMessage>& messages, const std::string& source) const {
-  if (hf_)
-    return EncodeMessages(messages, source, *hf_, *chat_, image_tokens_,
-                          /*add_generation_prompt=*/false);
+    const std::vector<tokenizer::ChatMessage>& messages, const std::string& source,
+    const std::vector<Resolution>& image_sizes) const {
+  if (hf_) {
+    return EncodeMessages(
+        messages, source, *hf_, *chat_, image_tokens_, /*add_generation_prompt=*/false,
+        any_res_.enabled() ? ImagePositions(image_sizes) : std::vector<int64_t>{});
+  }
   EncodedConversation out;
   for (const auto& message : messages) {
     const bool answer = message.role == "assistant";
@@ -83,7 +96,8 @@ absl::StatusOr<EncodedConversation> TextCodec::Encode(
 }
 
 absl::StatusOr<TextCodec::Prompt> TextCodec::EncodePrompt(
-    const std::vector<tokenizer::ChatMessage>& messages, const std::string& source) const {
+    const std::vector<tokenizer::ChatMessage>& messages, const std::string& source,
+    const std::vector<Resolution>& image_sizes) const {
   if (messages.empty() || messages.back().role != "assistant") {
     return absl::InvalidArgumentError(
         absl::StrCat(source,
@@ -94,7 +108,9 @@ absl::StatusOr<TextCodec::Prompt> TextCodec::EncodePrompt(
   Prompt prompt;
   if (hf_) {
     ASSIGN_OR_RETURN(auto encoded, EncodeMessages(asked, source, *hf_, *chat_, image_tokens_,
-                                                  /*add_generation_prompt=*/true));
+                                                  /*add_generation_prompt=*/true,
+                                                  any_res_.enabled() ? ImagePositions(image_sizes)
+                                                                     : std::vector<int64_t>{}));
     prompt.ids = std::move(encoded.ids);
   } else {
     ASSIGN_OR_RETURN(auto encoded, Encode(asked, source));
@@ -102,7 +118,7 @@ absl::StatusOr<TextCodec::Prompt> TextCodec::EncodePrompt(
   }
   // The answer is the last run of labelled positions of the whole conversation, less its end of
   // turn.
-  ASSIGN_OR_RETURN(const EncodedConversation whole, Encode(messages, source));
+  ASSIGN_OR_RETURN(const EncodedConversation whole, Encode(messages, source, image_sizes));
   size_t end = whole.labels.size();
   while (end > 0 && whole.labels[end - 1] == EncodedConversation::kIgnore) --end;
   size_t begin = end;

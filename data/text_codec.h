@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "data/any_res.h"
 #include "data/conversation.h"
 #include "data/tokenizer.h"
 #include "tokenizer/chat_template.h"
@@ -35,12 +36,18 @@ class TextCodec {
   static TextCodec Words(Tokenizer tokenizer);
   // InvalidArgument when the tokenizer lacks "<image>", a pad or eos token, or the template's
   // end-of-turn token.
+  // With `any_res` enabled (LLaVA-NeXT), each image takes the positions of its layout instead of
+  // image_tokens.
   static absl::StatusOr<TextCodec> Hf(tokenizer::HfTokenizer tokenizer,
-                                      tokenizer::ChatTemplate chat, int64_t image_tokens);
+                                      tokenizer::ChatTemplate chat, int64_t image_tokens,
+                                      AnyResGeometry any_res = {});
 
-  // The whole conversation. `source` names the sample in errors.
+  // The whole conversation. `source` names the sample in errors. Under any_res(), `image_sizes`
+  // (one an image, as on file: Dataset::ImageSize) decide each image's positions; otherwise they
+  // are not read.
   absl::StatusOr<EncodedConversation> Encode(const std::vector<tokenizer::ChatMessage>& messages,
-                                             const std::string& source) const;
+                                             const std::string& source,
+                                             const std::vector<Resolution>& image_sizes = {}) const;
 
   // The conversation up to its last assistant message, with the generation prompt, and that
   // message's ids without its end-of-turn token. InvalidArgument when the last message is not the
@@ -50,10 +57,20 @@ class TextCodec {
     std::vector<int64_t> answer;
   };
   absl::StatusOr<Prompt> EncodePrompt(const std::vector<tokenizer::ChatMessage>& messages,
-                                      const std::string& source) const;
+                                      const std::string& source,
+                                      const std::vector<Resolution>& image_sizes = {}) const;
 
   // Image token positions in an encoded sequence: 0 in the Words layout (the image is a prefix).
+  // Under any_res() an image's own count varies with its size (ImagePositions).
   int64_t image_tokens() const { return image_tokens_; }
+  // The most positions one image takes: image_tokens(), or under any_res() its largest layout.
+  int64_t max_image_positions() const {
+    return any_res_.enabled() ? any_res_.max_positions() : image_tokens_;
+  }
+  // LLaVA-NeXT's tiling; not enabled() for one tile an image.
+  const AnyResGeometry& any_res() const { return any_res_; }
+  // The positions each image of `image_sizes` takes.
+  std::vector<int64_t> ImagePositions(const std::vector<Resolution>& image_sizes) const;
   // -1 in the Words layout.
   int64_t image_token_id() const { return image_token_id_; }
   int64_t pad_id() const { return pad_id_; }
@@ -73,6 +90,7 @@ class TextCodec {
   std::optional<tokenizer::HfTokenizer> hf_;
   std::optional<tokenizer::ChatTemplate> chat_;
   int64_t image_tokens_ = 0;
+  AnyResGeometry any_res_;
   int64_t image_token_id_ = -1;
   int64_t pad_id_ = Tokenizer::kPad;
   std::vector<int64_t> stop_ids_{Tokenizer::kEos};

@@ -197,18 +197,26 @@ Json LlavaConfig(const models::VisionConfig& v, const models::LlmConfig& m, int6
   } else {
     text["use_sliding_window"] = false;
   }
-  return {{"architectures", {"LlavaForConditionalGeneration"}},
-          {"model_type", "llava"},
-          {"dtype", "float32"},
-          {"image_token_index", image_token},
-          {"image_seq_length", v.num_features()},
-          {"vision_feature_layer", v.feature_layer},
-          {"vision_feature_select_strategy", v.drop_first_feature ? "default" : "full"},
-          {"projector_hidden_act", HfActivation(v.projector_activation)},
-          {"multimodal_projector_bias", true},
-          {"tie_word_embeddings", m.tie_embeddings},
-          {"vision_config", vision},
-          {"text_config", text}};
+  Json config = {{"architectures", {"LlavaForConditionalGeneration"}},
+                 {"model_type", "llava"},
+                 {"dtype", "float32"},
+                 {"image_token_index", image_token},
+                 {"image_seq_length", v.num_features()},
+                 {"vision_feature_layer", v.feature_layer},
+                 {"vision_feature_select_strategy", v.drop_first_feature ? "default" : "full"},
+                 {"projector_hidden_act", HfActivation(v.projector_activation)},
+                 {"multimodal_projector_bias", true},
+                 {"tie_word_embeddings", m.tie_embeddings},
+                 {"vision_config", vision},
+                 {"text_config", text}};
+  if (v.any_res()) {
+    config["architectures"] = {"LlavaNextForConditionalGeneration"};
+    config["model_type"] = "llava_next";
+    Json pinpoints = Json::array();
+    for (const data::Resolution& p : v.grid_pinpoints) pinpoints.push_back({p.height, p.width});
+    config["image_grid_pinpoints"] = pinpoints;
+  }
+  return config;
 }
 
 Json AddedToken(int64_t id, const std::string& content) {

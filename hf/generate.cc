@@ -9,8 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "data/image.h"
+#include "data/image_preprocessor.h"
 #include "hf/export.h"
 #include "hf/llava_model.h"
+#include "models/any_res.h"
 #include "tokenizer/chat_template.h"
 
 namespace tandem::hf {
@@ -25,12 +27,42 @@ size_t Count(const std::string& text, const std::string& what) {
   return count;
 }
 
-absl::StatusOr<at::Tensor> ImageTensor(const LlavaModel& model, const std::string& path) {
-  ASSIGN_OR_RETURN(const data::Image decoded, data::DecodeImageFile(path));
-  ASSIGN_OR_RETURN(const data::Image image, data::Preprocess(model.preprocessor, decoded));
-  return torch::from_blob(const_cast<float*>(image.pixels.data()),
-                          {1, image.channels, image.height, image.width}, torch::kFloat)
-      .clone();
+// The images' features in the order of the prompt's marks, and how many positions each takes:
+// the tower's features, or LLaVA-NeXT's arrangement of each image's tiles.
+struct EncodedImages {
+  at::Tensor features;  // [images, features, hidden], or [1, positions, hidden] (any-res)
+  std::vector<int64_t> positions;
+};
+
+absl::StatusOr<EncodedImages> EncodeImages(LlavaModel& model,
+                                           const std::vector<std::string>& paths) {
+  const models::VisionConfig& v = model.vision->config();
+  EncodedImages out;
+  std::vector<at::Tensor> tiles;
+  std::vector<data::AnyResLayout> layouts;
+  for (const std::string& path : paths) {
+    ASSIGN_OR_RETURN(const data::Image decoded, data::DecodeImageFile(path));
+    ASSIGN_OR_RETURN(const std::vector<data::Image> images,
+                     data::PreprocessTiles(model.preprocessor, decoded));
+    for (const data::Image& image : images) {
+      tiles.push_back(torch::from_blob(const_cast<float*>(image.pixels.data()),
+                                       {1, image.channels, image.height, image.width},
+                                       torch::kFloat)
+                          .clone());
+    }
+    if (v.any_res()) {
+      layouts.push_back(data::LayoutAnyRes({decoded.height, decoded.width}, v.grid_pinpoints,
+                                           v.image_size, v.grid()));
+      out.positions.push_back(layouts.back().positions());
+    } else {
+      out.positions.push_back(v.num_features());
+    }
+  }
+  if (tiles.empty()) return out;
+  out.features = model.vision->forward(at::cat(tiles, 0));
+  if (v.any_res())
+    out.features = models::ArrangeAnyRes(out.features, layouts, model.llm->image_newline());
+  return out;
 }
 
 // Removes a temporary export however Generate leaves.
@@ -119,21 +151,15 @@ absl::StatusOr<GenerateResult> GenerateOrThrow(const GenerateRequest& request) {
                    model.tokenizer.Encode(text, add_special_tokens));
 
   torch::NoGradGuard no_grad;
-  at::Tensor features;
+  ASSIGN_OR_RETURN(const EncodedImages images, EncodeImages(model, request.images));
   std::vector<int64_t> prompt;
+  size_t image = 0;
   for (int64_t id : ids) {
-    if (id == image_token) {
-      prompt.insert(prompt.end(), static_cast<size_t>(model.vision->num_features()), image_token);
-    } else {
+    if (id != image_token) {
       prompt.push_back(id);
+    } else if (image < images.positions.size()) {  // the marks were counted against the images
+      prompt.insert(prompt.end(), static_cast<size_t>(images.positions[image++]), image_token);
     }
-  }
-  if (!request.images.empty()) {
-    std::vector<at::Tensor> images;
-    for (const std::string& path : request.images) {
-      ASSIGN_OR_RETURN(images.emplace_back(), ImageTensor(model, path));
-    }
-    features = model.vision->forward(at::cat(images, 0));
   }
   if (static_cast<int64_t>(prompt.size()) >= model.config.llm->max_seq_len) {
     return absl::InvalidArgumentError(absl::StrCat("the prompt's ", prompt.size(),
@@ -144,8 +170,8 @@ absl::StatusOr<GenerateResult> GenerateOrThrow(const GenerateRequest& request) {
   result.prompt_tokens = static_cast<int64_t>(prompt.size());
   result.prompt_token_ids = prompt;
   result.prompt_text = text;
-  result.token_ids = models::GenerateGreedyCached(model.llm, features, prompt, model.stop_ids,
-                                                  request.max_new_tokens);
+  result.token_ids = models::GenerateGreedyCached(model.llm, images.features, prompt,
+                                                  model.stop_ids, request.max_new_tokens);
   result.text = model.tokenizer.Decode(result.token_ids, /*skip_special_tokens=*/true);
   return result;
 }

@@ -61,7 +61,7 @@ absl::StatusOr<LlavaModel> LoadLlavaOrThrow(const std::string& directory) {
   if (model.config.kind != PretrainedKind::kLlava) {
     return absl::InvalidArgumentError(
         absl::StrCat(directory, ": a ", model.config.model_type,
-                     " model, not a LLaVA one (model_type \"llava\")"));
+                     " model, not a LLaVA one (model_type \"llava\" or \"llava_next\")"));
   }
   const fs::path dir(directory);
   ASSIGN_OR_RETURN(model.preprocessor, data::ReadModelImagePreprocessor(directory));
@@ -70,6 +70,11 @@ absl::StatusOr<LlavaModel> LoadLlavaOrThrow(const std::string& directory) {
     return absl::InvalidArgumentError(absl::StrCat(
         directory, ": its image processor makes images of ", model.preprocessor.output_size(),
         " pixels, config.json's vision tower takes ", vision.image_size));
+  }
+  if (model.preprocessor.grid_pinpoints != vision.grid_pinpoints) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        directory, ": the image processor's image_grid_pinpoints differ from config.json's",
+        vision.any_res() ? "" : " (a llava model reads an image as one tile)"));
   }
   vision.image_mean = model.preprocessor.image_mean;
   vision.image_std = model.preprocessor.image_std;

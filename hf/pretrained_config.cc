@@ -280,6 +280,44 @@ absl::StatusOr<std::string> ModelType(const Reader& r) {
   return type;
 }
 
+// LLaVA-NeXT (LlavaNextConfig): image_grid_pinpoints, transformers' default when left out, and the
+// newline embedding.
+absl::Status ReadAnyRes(const Reader& r, models::VisionConfig& v, models::LlmConfig& m) {
+  const std::string key = "image_grid_pinpoints";
+  json pinpoints = json::parse("[[336,672],[672,336],[672,672],[1008,336],[336,1008]]");
+  if (r.Has(key)) pinpoints = r.raw()[key];
+  if (!pinpoints.is_array() || pinpoints.empty())
+    return r.Error(key, "must be a non-empty list of [height, width]");
+  for (size_t i = 0; i < pinpoints.size(); ++i) {
+    const json& pair = pinpoints[i];
+    std::optional<int64_t> h, w;
+    if (pair.is_array() && pair.size() == 2) {
+      h = ReadJsonInteger(pair[0]).ToInt64();
+      w = ReadJsonInteger(pair[1]).ToInt64();
+    }
+    const std::string item = absl::StrCat(key, "[", i, "]");
+    if (!h || !w || *h <= 0 || *w <= 0 || *h > data::kMaxAnyResSide || *w > data::kMaxAnyResSide) {
+      return r.Error(item, absl::StrCat("must be [height, width] in pixels, 1 to ",
+                                        data::kMaxAnyResSide, ", got ", DescribeJsonValue(pair)));
+    }
+    if (*h % v.image_size != 0 || *w % v.image_size != 0) {
+      return r.Error(item,
+                     absl::StrCat(*h, " x ", *w, " is not a multiple of the tower's image_size ",
+                                  v.image_size));
+    }
+    v.grid_pinpoints.push_back({*h, *w});
+  }
+  if (v.num_features() != v.num_patches()) {
+    return r.Error("vision_feature_select_strategy",
+                   absl::StrCat("keeps ", v.num_features(),
+                                " features a tile, but LLaVA-NeXT's grid "
+                                "needs the ",
+                                v.grid(), " x ", v.grid(), " patches only"));
+  }
+  m.image_newline = true;
+  return absl::OkStatus();
+}
+
 absl::Status ReadLlava(const Reader& r, PretrainedConfig& config) {
   ASSIGN_OR_RETURN(const Reader vision, r.Object("vision_config"));
   ASSIGN_OR_RETURN(const Reader text, r.Object("text_config"));
@@ -337,6 +375,7 @@ absl::Status ReadLlava(const Reader& r, PretrainedConfig& config) {
                    absl::StrCat("\"", v.projector_activation, "\" is not supported"));
   ASSIGN_OR_RETURN(const bool projector_bias, r.Bool("multimodal_projector_bias", true));
   if (!projector_bias) return r.Error("multimodal_projector_bias", "false is not supported");
+  if (config.model_type == "llava_next") RETURN_IF_ERROR(ReadAnyRes(r, v, m));
   v.output_dim = m.hidden;
   config.vision = v;
   config.llm = m;
@@ -372,7 +411,7 @@ absl::StatusOr<PretrainedConfig> ReadPretrainedConfig(const std::string& directo
         absl::StrCat("\"", config.dtype, "\" is not supported (float32, bfloat16, float16)"));
   }
   const std::string& type = config.model_type;
-  if (type == "llava") {
+  if (type == "llava" || type == "llava_next") {
     config.kind = PretrainedKind::kLlava;
     RETURN_IF_ERROR(ReadLlava(root, config));
   } else if (IsVisionType(type) || type == "clip" || type == "siglip") {
@@ -397,7 +436,7 @@ absl::StatusOr<PretrainedConfig> ReadPretrainedConfig(const std::string& directo
   } else {
     return root.Error("model_type",
                       absl::StrCat("\"", type,
-                                   "\" is not supported (llava, clip_vision_model, "
+                                   "\" is not supported (llava, llava_next, clip_vision_model, "
                                    "siglip_vision_model, clip, siglip, llama, qwen2)"));
   }
   return config;

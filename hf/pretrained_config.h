@@ -3,7 +3,9 @@
 // Three kinds of directory are read:
 //   - a whole LLaVA checkpoint (model_type "llava": LlavaForConditionalGeneration), whose
 //     vision_config and text_config give both models and whose projector is linear_1 -> act ->
-//     linear_2;
+//     linear_2; or a LLaVA-NeXT one ("llava_next": LlavaNextForConditionalGeneration), the same
+//     with any-resolution tiles (image_grid_pinpoints into VisionConfig::grid_pinpoints) and the
+//     LLM's image_newline (kind kLlava too);
 //   - a vision tower: "clip_vision_model" or "siglip_vision_model", or a whole "clip" / "siglip"
 //     model whose vision_config is read (its text model is not used);
 //   - an LLM: "llama" or "qwen2" (LlamaForCausalLM, Qwen2ForCausalLM).
@@ -38,7 +40,8 @@ enum class PretrainedKind { kLlava, kVisionTower, kLlm };
 struct PretrainedConfig {
   std::string directory;
   PretrainedKind kind = PretrainedKind::kLlm;
-  std::string model_type;         // config.json's, e.g. "llava", "clip_vision_model", "qwen2"
+  std::string
+      model_type;  // config.json's, e.g. "llava", "llava_next", "clip_vision_model", "qwen2"
   std::string vision_model_type;  // "clip_vision_model" or "siglip_vision_model" (LLaVA, towers)
   std::string llm_model_type;     // "llama" or "qwen2" (LLaVA, LLMs)
   std::optional<models::VisionConfig> vision;  // LLaVA and towers

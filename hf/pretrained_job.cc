@@ -76,6 +76,23 @@ absl::Status ResolveVision(jobspec::JobConfig& job) {
   }
   vision.image_mean = preprocessor->image_mean;
   vision.image_std = preprocessor->image_std;
+  // LLaVA-NeXT's tiles: the checkpoint's image_grid_pinpoints, or a tower's image processor's
+  // (a LlavaNextImageProcessor over a CLIP tower starts a LLaVA-NeXT model).
+  if (preprocessor->any_res() || vision.any_res()) {
+    if (vision.any_res() && preprocessor->grid_pinpoints != vision.grid_pinpoints) {
+      return Prefixed(kVision, absl::InvalidArgumentError(absl::StrCat(
+                                   dir,
+                                   ": the image processor's image_grid_pinpoints differ "
+                                   "from config.json's")));
+    }
+    if (!vision.any_res() && vision.num_features() != vision.num_patches()) {
+      return Prefixed(
+          kVision, absl::InvalidArgumentError(absl::StrCat(
+                       dir, ": image_grid_pinpoints need the ", vision.grid(), " x ", vision.grid(),
+                       " patch features of a tile, the tower gives ", vision.num_features())));
+    }
+    vision.grid_pinpoints = preprocessor->grid_pinpoints;
+  }
   job.vision.model = vision;
   job.vision.pretrained = dir;
   return absl::OkStatus();
@@ -87,6 +104,21 @@ absl::Status ResolvePretrainedModels(jobspec::JobConfig& job) {
   if (!job.llm.pretrained.empty()) RETURN_IF_ERROR(ResolveLlm(job));
   if (!job.vision.pretrained.empty()) RETURN_IF_ERROR(ResolveVision(job));
   if (job.llm.pretrained.empty() && job.vision.pretrained.empty()) return absl::OkStatus();
+  // The newline embedding belongs with LLaVA-NeXT's tiles: a LLaVA-NeXT LLM's own, or a new one.
+  job.llm.model.image_newline = job.vision.model.any_res();
+  if (job.vision.model.any_res() && job.llm.pretrained.empty()) {
+    return Prefixed(kVision, absl::InvalidArgumentError(absl::StrCat(
+                                 job.vision.pretrained,
+                                 ": image_grid_pinpoints (LLaVA-NeXT's tiles) need a pretrained "
+                                 "LLM (llm.pretrained), which places each image's positions at "
+                                 "its mark")));
+  }
+  if (job.vision.model.any_res() && job.data.kind != data::DataConfig::Kind::kConversations) {
+    return Prefixed(kVision, absl::InvalidArgumentError(absl::StrCat(
+                                 job.vision.pretrained,
+                                 ": image_grid_pinpoints (LLaVA-NeXT's tiles) read the images of "
+                                 "conversation files (data.conversations) at their own size")));
+  }
   if (job.data.pack_tokens > job.llm.model.max_seq_len) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.pack_tokens: ", job.data.pack_tokens,
@@ -99,9 +131,9 @@ absl::Status ResolvePretrainedModels(jobspec::JobConfig& job) {
         job.llm.pretrained.empty() ? "llm.model.max_seq_len" : "llm.pretrained",
         ": the LLM's positions must hold the image features (",
         job.data.max_images_per_sample == 1
-            ? absl::StrCat(job.vision.model.num_features())
+            ? absl::StrCat(jobspec::ImagePositions(job.vision.model))
             : absl::StrCat("data.max_images_per_sample ", job.data.max_images_per_sample, " x ",
-                           job.vision.model.num_features()),
+                           jobspec::ImagePositions(job.vision.model)),
         ") + data.max_text_tokens (", job.data.max_text_tokens, ") = ", needed, ", it has ",
         job.llm.model.max_seq_len));
   }

@@ -151,8 +151,18 @@ absl::Status LoadLlmWeights(const PretrainedConfig& config, const CheckpointFile
   // A token added after the checkpoint's vocabulary (LLaVA's <image>, hf/pretrained_job.h) adds
   // rows.
   const int64_t extra = std::max<int64_t>(llm.config().vocab_size - config.llm->vocab_size, 0);
-  return Load(config, files, llm, {Part::kLlm, Part::kLmHead}, TheirLlmNames,
-              llm.config().tie_embeddings, extra, llm.shards());
+  // LLaVA-NeXT's newline comes from a LLaVA-NeXT checkpoint; over any other it starts as
+  // initialised.
+  NamesOf names = TheirLlmNames;
+  if (!config.llm->image_newline) {
+    names = [](const std::string& ours) -> absl::StatusOr<std::vector<LocalName>> {
+      if (ours == "image_newline") return std::vector<LocalName>{};
+      return TheirLlmNames(ours);
+    };
+  }
+  std::set<Part> parts{Part::kLlm, Part::kLmHead};
+  if (llm.config().image_newline) parts.insert(Part::kNewline);  // else a checkpoint's is unused
+  return Load(config, files, llm, parts, names, llm.config().tie_embeddings, extra, llm.shards());
 }
 
 absl::Status LoadPretrainedVision(const std::string& directory, models::VisionEncoderImpl& vision,

@@ -53,9 +53,10 @@ absl::StatusOr<std::optional<LocalName>> ClassifyCheckpointName(PretrainedKind k
     case PretrainedKind::kLlava: {
       if (absl::StartsWith(name, "model.vision_tower.") ||
           absl::StartsWith(name, "model.multi_modal_projector.") ||
-          absl::StartsWith(name, "model.language_model.")) {
+          absl::StartsWith(name, "model.language_model.") || name == "model.image_newline") {
         name.remove_prefix(6);
       }
+      if (name == "image_newline") return local(Part::kNewline, name);
       if (Consume(name, "vision_tower.")) {
         Consume(name, "vision_model.");
         return local(Part::kVision, name);
@@ -135,6 +136,7 @@ absl::StatusOr<std::vector<LocalName>> TheirLlmNames(const std::string& ours) {
   if (name == "embed.weight") return one(Part::kLlm, "embed_tokens.weight");
   if (name == "norm.weight") return one(Part::kLlm, "norm.weight");
   if (name == "head.weight") return one(Part::kLmHead, "weight");
+  if (name == "image_newline") return one(Part::kNewline, "image_newline");
   std::string index;
   absl::string_view rest;
   if (SplitBlock(name, "blocks.", index, rest)) {
@@ -164,6 +166,8 @@ std::string FullName(PretrainedKind kind, const LocalName& local) {
           return absl::StrCat("language_model.model.", local.name);
         case Part::kLmHead:
           return absl::StrCat("language_model.lm_head.", local.name);
+        case Part::kNewline:
+          return local.name;
       }
       break;
     case PretrainedKind::kVisionTower:

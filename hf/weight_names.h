@@ -21,14 +21,16 @@
 //              layers.i.mlp.{gate,up,down}_proj.weight         blocks.i.mlp.{gate,up,down}.weight
 //              norm.weight                                     norm.weight
 //   lm_head    weight                                          head.weight
+//   newline    image_newline (LLaVA-NeXT)                      image_newline (the LLM's)
 //
 // A checkpoint's full names put a prefix before the local name. Reading accepts the layouts
 // transformers has written: for LLaVA "vision_tower.[vision_model.]", "multi_modal_projector.",
-// "language_model.model.", "language_model.lm_head." (and the same under "model." with
-// "model.language_model." and a bare "lm_head."); for a tower "[vision_model.]" (a whole CLIP or
-// SigLIP model's text side is skipped); for an LLM "model." and "lm_head.". Writing uses the
+// "language_model.model.", "language_model.lm_head.", "image_newline" (and the same under "model."
+// with "model.language_model." and a bare "lm_head."); for a tower "[vision_model.]" (a whole CLIP
+// or SigLIP model's text side is skipped); for an LLM "model." and "lm_head.". Writing uses the
 // layout transformers 5 writes for LlavaForConditionalGeneration: "vision_tower.",
-// "multi_modal_projector.", "language_model.model.", "language_model.lm_head.".
+// "multi_modal_projector.", "language_model.model.", "language_model.lm_head." (and
+// "image_newline" for LlavaNextForConditionalGeneration).
 // Torch-free; stateless and thread-safe.
 #pragma once
 
@@ -40,7 +42,7 @@
 
 namespace tandem::hf {
 
-enum class Part { kVision, kProjector, kLlm, kLmHead };
+enum class Part { kVision, kProjector, kLlm, kLmHead, kNewline };
 
 struct LocalName {
   Part part;
@@ -56,7 +58,7 @@ absl::StatusOr<std::optional<LocalName>> ClassifyCheckpointName(PretrainedKind k
 // its part (kVision or kProjector); NotFound when it has none (Tandem's own final norm, linear
 // projector or sine-cosine buffer).
 absl::StatusOr<std::vector<LocalName>> TheirVisionNames(const std::string& ours);
-// The same for the LLM (kLlm or kLmHead).
+// The same for the LLM (kLlm, kLmHead, or kNewline for LLaVA-NeXT's image_newline).
 absl::StatusOr<std::vector<LocalName>> TheirLlmNames(const std::string& ours);
 
 // The full name a checkpoint of `kind` would use for `local`, as transformers 5 writes it.

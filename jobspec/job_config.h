@@ -9,6 +9,7 @@
 // and explicit fields applied over them.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -96,10 +97,25 @@ struct JobConfig {
   bool operator==(const JobConfig&) const = default;
 };
 
-// The positions of one LLM row: data.max_images_per_sample images' features and
+// The most LLM positions one image takes: its features, or with LLaVA-NeXT's tiles the largest
+// layout's (data/any_res.h).
+inline int64_t ImagePositions(const models::VisionConfig& v) {
+  return v.any_res() ? data::MaxAnyResPositions(v.grid_pinpoints, v.image_size, v.grid())
+                     : v.num_features();
+}
+
+// The most tiles the vision group encodes for one image: 1, or the base and the largest grid.
+inline int64_t MaxTilesPerImage(const models::VisionConfig& v) {
+  int64_t most = 1;
+  for (const data::Resolution& p : v.grid_pinpoints)
+    most = std::max(most, 1 + (p.height / v.image_size) * (p.width / v.image_size));
+  return most;
+}
+
+// The positions of one LLM row: data.max_images_per_sample images' positions and
 // data.max_text_tokens text tokens. llm.model.max_seq_len must hold it.
 inline int64_t LlmRowPositions(const JobConfig& job) {
-  return job.data.max_images_per_sample * job.vision.model.num_features() +
+  return job.data.max_images_per_sample * ImagePositions(job.vision.model) +
          job.data.max_text_tokens;
 }
 

@@ -109,8 +109,10 @@ absl::StatusOr<MemoryEstimate> EstimateGroupMemory(const JobConfig& job, Role ro
   // Activations of one micro-batch on one rank.
   const int64_t micro = job.schedule.global_batch / job.schedule.micro_batches;
   const int64_t replicas = vision ? job.vision.replicas() : job.llm.replicas();
-  // A vision rank's rows are images: up to data.max_images_per_sample a sample.
-  const int64_t rows = vision ? micro * job.data.max_images_per_sample : micro;
+  // A vision rank's rows are tiles: up to data.max_images_per_sample images a sample, each one tile
+  // or LLaVA-NeXT's base and grid.
+  const int64_t rows =
+      vision ? micro * job.data.max_images_per_sample * MaxTilesPerImage(job.vision.model) : micro;
   e.samples_per_rank = (rows + replicas - 1) / replicas;
   const double compute = config.autocast_enabled ? 2 : weight;
   const double samples = static_cast<double>(e.samples_per_rank);

@@ -355,7 +355,7 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
   RETURN_IF_ERROR(CheckGroup("llm", config.llm.pool, config.llm.actors));
   if (config.llm.pretrained.empty()) RETURN_IF_ERROR(CheckLlmModel(config.llm.model));
   // The LLM's row holds the images' features and the text tokens.
-  const int64_t features = config.vision.model.num_features();
+  const int64_t features = ImagePositions(config.vision.model);
   const int64_t needed = LlmRowPositions(config);
   if (!pretrained && config.llm.model.max_seq_len < needed) {
     const int64_t images = config.data.max_images_per_sample;

@@ -249,6 +249,10 @@ LlmImpl::LlmImpl(const LlmConfig& config, parallel::ParallelGroup tensor_paralle
     InitLinear(head_, kInitStd);
     TakeShards(*head_, "head.");
   }
+  if (c.image_newline) {  // transformers' LlavaNextModel: randn(hidden) / sqrt(hidden)
+    image_newline_ = register_parameter(
+        "image_newline", torch::randn({c.hidden}) / std::sqrt(static_cast<double>(c.hidden)));
+  }
   RotaryTables rope =
       MakeRotaryTables(c.resolved_head_dim(), c.max_seq_len, c.rope_theta, c.rope_scaling);
   rope_cos_ = register_buffer("rope_cos", rope.cos);

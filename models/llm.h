@@ -128,6 +128,8 @@ class LlmImpl : public torch::nn::Module {
   const parallel::Range& vocab_columns() const { return vocab_columns_; }
   const std::map<std::string, parallel::Shard>& shards() const { return shards_; }
   const std::vector<std::shared_ptr<engine::BlockModule>>& blocks() const { return blocks_; }
+  // LLaVA-NeXT's newline embedding [hidden] (config.image_newline); undefined without.
+  const at::Tensor& image_newline() const { return image_newline_; }
 
  private:
   at::Tensor Forward(const at::Tensor& prefix, const at::Tensor& tokens, KvCache* cache,
@@ -148,6 +150,7 @@ class LlmImpl : public torch::nn::Module {
   RmsNorm norm_{nullptr};
   torch::nn::Linear head_{nullptr};  // only when !tie_embeddings
   at::Tensor rope_cos_, rope_sin_;   // buffers [max_seq_len, head_dim], fp32
+  at::Tensor image_newline_;
   c10::optional<at::ScalarType> compute_dtype_;
 };
 TORCH_MODULE(Llm);

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "data/any_res.h"
+
 namespace tandem::models {
 
 // The largest sizes a model may have, whether a spec or a Hugging Face config gives them: several
@@ -56,6 +58,10 @@ struct VisionConfig {
   std::string projector =
       "mlp2x";  // LLaVA's: linear_1 -> projector_activation -> linear_2; or "linear"
   std::string projector_activation = "gelu";
+  // LLaVA-NeXT's image_grid_pinpoints (data/any_res.h), each a multiple of image_size both ways:
+  // an image is read as a base tile and a grid of tiles. Empty: an image is one tile. Needs
+  // num_features() == grid()^2 (the features form the tile's grid of patches).
+  std::vector<data::Resolution> grid_pinpoints;
 
   int64_t grid() const { return image_size / patch_size; }
   int64_t num_patches() const { return grid() * grid(); }
@@ -67,6 +73,7 @@ struct VisionConfig {
   }
   // Embeddings per image handed to the LLM.
   int64_t num_features() const { return num_positions() - (drop_first_feature ? 1 : 0); }
+  bool any_res() const { return !grid_pinpoints.empty(); }
 
   bool operator==(const VisionConfig&) const = default;
 };
@@ -107,6 +114,9 @@ struct LlmConfig {
   // >= 0: LLaVA's layout. The image embeddings replace the tokens with this id wherever the text
   // has them, and logits cover every position. -1: the embeddings are a prefix before the text.
   int64_t image_token_id = -1;
+  // LLaVA-NeXT's any-resolution images (data/any_res.h): a learned embedding, "image_newline"
+  // [hidden], ends each row of an image's grid of features (models/any_res.h).
+  bool image_newline = false;
 
   int64_t resolved_head_dim() const { return head_dim > 0 ? head_dim : hidden / heads; }
 

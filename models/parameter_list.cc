@@ -94,6 +94,8 @@ std::vector<ParameterInfo> VisionParameterList(const VisionConfig& c) {
 std::vector<ParameterInfo> LlmParameterList(const LlmConfig& c) {
   Lister out;
   const int64_t h = c.hidden, head_dim = c.resolved_head_dim();
+  // The module's own parameter comes before its children's in named_parameters().
+  if (c.image_newline) out.Add("image_newline", {h});
   out.Add("embed.weight", {c.vocab_size, h});
   for (int64_t i = 0; i < c.layers; ++i) {
     out.Enter("blocks." + std::to_string(i) + ".", false, /*in_block=*/true);

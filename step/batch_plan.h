@@ -26,19 +26,23 @@
 #include <utility>
 #include <vector>
 
+#include "data/any_res.h"
 #include "step/ownership.h"
 
 namespace tandem::step {
 
 // What one sample of a micro-batch costs each group.
 struct SampleLoad {
-  int64_t images = 0;     // images the vision group encodes for it
+  int64_t images = 0;     // tiles the vision group encodes for it: one an image, or each image's
+                          // LLaVA-NeXT tiles
   int64_t positions = 0;  // the LLM's positions for it: its tokens, image features included
 };
 
+// One unit of the vision group's work: a tile of an image (an image read whole is one tile).
 struct PlannedImage {
   int64_t sample = 0;  // position in the micro-batch
   int64_t image = 0;   // which of the sample's images
+  int64_t tile = 0;    // which of the image's tiles (data/any_res.h)
   bool operator==(const PlannedImage&) const = default;
 };
 
@@ -50,6 +54,8 @@ struct MicroBatchPlan {
   std::vector<PlannedImage> images;        // the exchange order
   std::vector<SampleRange> llm_images;     // per LLM replica: its block of `images`
   std::vector<SampleRange> vision_images;  // per vision replica: its block of `images`
+  // With LLaVA-NeXT's tiles, per sample: its images' layouts (Stage::Plan fills it); else empty.
+  std::vector<std::vector<data::AnyResLayout>> layouts;
 };
 
 struct PlanOptions {

@@ -30,7 +30,13 @@ absl::StatusOr<data::TextCodec> OpenPretrainedText(const jobspec::JobConfig& job
                               absl::StrCat(job.llm.pretrained, ": ", format.status().message()))
                         : format.status());
   }
-  auto codec = data::TextCodec::Hf(*std::move(tokenizer), *format, job.vision.model.num_features());
+  // LLaVA-NeXT's images take positions by their size (hf::ResolvePretrainedModels read the
+  // pinpoints).
+  const models::VisionConfig& vision = job.vision.model;
+  data::AnyResGeometry any_res;
+  if (vision.any_res()) any_res = {vision.grid_pinpoints, vision.image_size, vision.grid()};
+  auto codec = data::TextCodec::Hf(*std::move(tokenizer), *format, vision.num_features(),
+                                   std::move(any_res));
   if (!codec.ok()) {
     return Prefixed("llm.pretrained", absl::InvalidArgumentError(absl::StrCat(
                                           job.llm.pretrained, ": ", codec.status().message())));

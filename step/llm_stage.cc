@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "engine/safetensors.h"
 #include "hf/pretrained_weights.h"
+#include "models/any_res.h"
 #include "models/llm.h"
 #include "models/vision_encoder.h"
 #include "parallel/collectives.h"
@@ -140,6 +141,17 @@ class LlmStage : public Stage {
     int64_t padding = 0;
   };
   absl::StatusOr<RowBatch> RowsOf(const MicroBatchPlan& plan, data::TokenBatch& text) const;
+  // What the LLM reads of this replica's block of `plan`'s tiles [n, features, hidden]: the tiles
+  // themselves, or with LLaVA-NeXT's tiles each image's arrangement (models/any_res.h), in the
+  // order of the replica's samples and so of their image marks.
+  at::Tensor ImageFeatures(const MicroBatchPlan& plan, const at::Tensor& tiles) const {
+    if (plan.layouts.empty()) return tiles;
+    std::vector<data::AnyResLayout> mine;
+    for (const int64_t sample : plan.llm_samples[replica()]) {
+      mine.insert(mine.end(), plan.layouts[sample].begin(), plan.layouts[sample].end());
+    }
+    return models::ArrangeAnyRes(tiles, mine, model_->image_newline());
+  }
   // Awaits the slices into `host` and returns the embeddings on the device; under
   // embeddings_broadcast() the replica's first rank broadcasts them to the others (collective over
   // the replica: every rank calls it for the same micro-batches in the same order).
@@ -190,8 +202,8 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
     at::Tensor loss;
     {
       auto autocast = engine().Autocast();
-      loss = models::ForwardLabelLoss(model_, leaf, rows[k].tokens, rows[k].labels,
-                                      rows[k].packing ? &*rows[k].packing : nullptr)
+      loss = models::ForwardLabelLoss(model_, ImageFeatures(plans[k], leaf), rows[k].tokens,
+                                      rows[k].labels, rows[k].packing ? &*rows[k].packing : nullptr)
                  .sum /
              static_cast<double>(std::max<int64_t>(global_targets, 1));
     }
@@ -299,18 +311,23 @@ absl::StatusOr<EvalCounts> LlmStage::EvaluateBatch(int64_t step, int64_t batch_i
   std::vector<std::vector<int64_t>> generated;
   {
     auto autocast = engine().Autocast();
-    generated = models::GenerateGreedyBatch(model_, mine.empty() ? at::Tensor() : images,
-                                            prompts.prompts, text.pad_id(), text.stop_ids(),
-                                            std::min(longest + 1, job().data.max_text_tokens),
-                                            /*stop_when_done=*/!collective_generation());
+    generated = models::GenerateGreedyBatch(
+        model_, mine.empty() ? at::Tensor() : ImageFeatures(plan, images), prompts.prompts,
+        text.pad_id(), text.stop_ids(), std::min(longest + 1, job().data.max_text_tokens),
+        /*stop_when_done=*/!collective_generation());
   }
   // The replica's first rank scores its samples; its peers generated the same.
   if (samples.empty() || parallel_index() != 0) return EvalCounts{};
   data::CaptionScore score;
   for (size_t row = 0; row < prompts.answers.size(); ++row) {
     // Within the sample's budget of text tokens, as in training.
-    const int64_t budget =
-        eval.ImageCount(indices[samples[row]]) * text.image_tokens() + job().data.max_text_tokens;
+    int64_t budget = job().data.max_text_tokens;
+    if (plan.layouts.empty()) {
+      budget += eval.ImageCount(indices[samples[row]]) * text.image_tokens();
+    } else {
+      for (const data::AnyResLayout& layout : plan.layouts[samples[row]])
+        budget += layout.positions();
+    }
     const size_t room = static_cast<size_t>(budget) - prompts.prompts[row].size();
     std::vector<int64_t> answer = generated[row];
     if (answer.size() > room) answer.resize(room);

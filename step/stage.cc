@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "data/batch.h"
 #include "engine/communicator.h"
 #include "engine/engine.h"
 #include "models/layers.h"
@@ -124,15 +125,28 @@ absl::StatusOr<MicroBatchPlan> Stage::Plan(const data::Dataset& dataset,
   // One replica has nothing to balance against: its order is every order.
   const bool costs = (balance && llm_replicas > 1) || pack > 0;
   const data::TextCodec& text = *data_->text;
+  const data::AnyResGeometry& any_res = text.any_res();
   // A prefix layout's images are not among the tokens.
   const int64_t prefix = text.image_token_id() < 0 ? job_.vision.model.num_features() : 0;
   std::vector<SampleLoad> loads;
   loads.reserve(indices.size());
+  std::vector<std::vector<data::AnyResLayout>> layouts;
   for (const int64_t index : indices) {
     SampleLoad load{dataset.ImageCount(index), 0};
+    // LLaVA-NeXT: each image's tiles and positions follow from its size on file.
+    ASSIGN_OR_RETURN(const std::vector<data::Resolution> sizes,
+                     data::SampleImageSizes(dataset, index, text));
+    if (any_res.enabled()) {
+      std::vector<data::AnyResLayout>& mine = layouts.emplace_back();
+      load.images = 0;
+      for (const data::Resolution& size : sizes) {
+        mine.push_back(any_res.Layout(size));
+        load.images += mine.back().tiles();
+      }
+    }
     if (costs) {
       ASSIGN_OR_RETURN(const data::EncodedConversation encoded,
-                       text.Encode(dataset.Messages(index), dataset.Describe(index)));
+                       text.Encode(dataset.Messages(index), dataset.Describe(index), sizes));
       load.positions = static_cast<int64_t>(encoded.ids.size()) + load.images * prefix;
       if (pack > 0 && load.positions > pack) {
         return absl::InvalidArgumentError(
@@ -142,7 +156,19 @@ absl::StatusOr<MicroBatchPlan> Stage::Plan(const data::Dataset& dataset,
     }
     loads.push_back(load);
   }
-  return PlanMicroBatch(loads, options);
+  MicroBatchPlan plan = PlanMicroBatch(loads, options);
+  if (any_res.enabled()) {
+    // The plan numbers a sample's tiles 0, 1, ...: which image and which of its tiles each is.
+    for (PlannedImage& unit : plan.images) {
+      int64_t tile = unit.image, image = 0;
+      const std::vector<data::AnyResLayout>& mine = layouts[unit.sample];
+      while (tile >= mine[image].tiles()) tile -= mine[image++].tiles();
+      unit.image = image;
+      unit.tile = tile;
+    }
+    plan.layouts = std::move(layouts);
+  }
+  return plan;
 }
 
 bool Stage::collective_generation() const {

@@ -57,7 +57,7 @@ uint64_t LlmModelSeed(uint64_t job_seed);
 at::ScalarType EmbeddingScalarType(const engine_config::Config& vision_config,
                                    const c10::Device& device);
 
-// A micro-batch's images [b, 3, H, W] (data::MakeImageBatch; REQUIRES: b >= 1), in page-locked
+// A micro-batch's images [b, 3, H, W] (data::MakeImagesBatch; REQUIRES: b >= 1), in page-locked
 // memory with `pinned` (a CUDA LibTorch; copies from it to a GPU need not wait).
 at::Tensor ImagesOf(const data::Batch& batch, bool pinned = false);
 

@@ -90,8 +90,10 @@ class VisionStage : public Stage {
                                         const MicroBatchPlan& plan, bool pinned) const {
     const SampleRange mine = MyImages(plan);
     std::vector<data::ImageRef> refs;
-    for (int64_t i = mine.begin; i < mine.end; ++i)
-      refs.push_back({indices[plan.images[i].sample], plan.images[i].image});
+    for (int64_t i = mine.begin; i < mine.end; ++i) {
+      const PlannedImage& unit = plan.images[i];
+      refs.push_back({indices[unit.sample], unit.image, unit.tile});
+    }
     const int64_t size = job().vision.model.image_size;
     if (refs.empty()) return at::zeros({0, 3, size, size});
     ASSIGN_OR_RETURN(data::Batch batch, data::MakeImagesBatch(dataset, refs));

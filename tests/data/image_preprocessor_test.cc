@@ -1,5 +1,7 @@
 // data/image_preprocessor.h and data/pil_resize.h against transformers' CLIPImageProcessorPil and
-// SiglipImageProcessorPil: the 8-bit values after resize and crop must be the same, every one.
+// SiglipImageProcessorPil: the 8-bit values after resize and crop must be the same, every one. And
+// data/any_res.h's arithmetic on sizes worked out by hand from transformers' LLaVA-NeXT code (the
+// tiles themselves are held against transformers' in tests/hf/llava_reference_test.cc).
 #include "data/image_preprocessor.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "data/any_res.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/json_file.h"
 
@@ -90,6 +93,111 @@ TEST(ImagePreprocessor, RefusesWhatItCannotDoNamingTheKey) {
             std::string::npos);
   EXPECT_EQ(ReadImagePreprocessor("/nonexistent/preprocessor_config.json").status().code(),
             absl::StatusCode::kNotFound);
+  fs::remove(file);
+}
+
+// LLaVA-NeXT's default pinpoints for 336-pixel tiles, scaled to 30.
+const std::vector<Resolution> kPinpoints{{30, 60}, {60, 30}, {60, 60}, {90, 30}, {30, 90}};
+
+TEST(AnyRes, ChoosesThePinpointThatKeepsMostPixelsThenWastesLeast) {
+  // 47x61: 60x60 keeps 60 x 46 of it; the two 30-high ones keep 38 x 29.
+  EXPECT_EQ(SelectBestResolution({47, 61}, kPinpoints), (Resolution{60, 60}));
+  // 70x25: 90x30 keeps all 1750 pixels.
+  EXPECT_EQ(SelectBestResolution({70, 25}, kPinpoints), (Resolution{90, 30}));
+  // 10x10 fits whole in every pinpoint: the least area left over wins, the first of a tie.
+  EXPECT_EQ(SelectBestResolution({10, 10}, kPinpoints), (Resolution{30, 60}));
+}
+
+TEST(AnyRes, UnpadsTheGridOfFeaturesLikeTransformers) {
+  // 47x61 in 2x2 tiles of 5x5 features: a 10x10 grid; the image's aspect keeps
+  // int(round(47 * 10 / 61, 7)) = 7 rows, so (10 - 7) / 2 = 1 row goes at the top and the bottom.
+  const AnyResLayout wide = LayoutAnyRes({47, 61}, kPinpoints, 30, 5);
+  EXPECT_EQ(wide.rows, 2);
+  EXPECT_EQ(wide.cols, 2);
+  EXPECT_EQ(wide.tiles(), 5);
+  EXPECT_EQ(wide.top, 1);
+  EXPECT_EQ(wide.height, 8);
+  EXPECT_EQ(wide.left, 0);
+  EXPECT_EQ(wide.width, 10);
+  EXPECT_EQ(wide.positions(), 25 + 8 * 11);  // LlavaNextProcessor: 113 image tokens
+  // 70x25 in 3x1 tiles: a 15x5 grid; round(70 * 5 / 25) = 14 rows, (15 - 14) / 2 = 0 cut.
+  const AnyResLayout tall = LayoutAnyRes({70, 25}, kPinpoints, 30, 5);
+  EXPECT_EQ(tall.rows, 3);
+  EXPECT_EQ(tall.cols, 1);
+  EXPECT_EQ(tall.height, 15);
+  EXPECT_EQ(tall.width, 5);
+  EXPECT_EQ(tall.positions(), 25 + 15 * 6);
+  // 20x90 in 1x3 tiles: a 5x15 grid (aspect 3) and a wider image (aspect 4.5), so rows are cut:
+  // int(round(20 * 15 / 90, 7)) = 3 kept, 1 cut above and below.
+  const AnyResLayout strip = LayoutAnyRes({20, 90}, kPinpoints, 30, 5);
+  EXPECT_EQ(strip.rows, 1);
+  EXPECT_EQ(strip.cols, 3);
+  EXPECT_EQ(strip.top, 1);
+  EXPECT_EQ(strip.height, 3);
+  EXPECT_EQ(strip.width, 15);
+  EXPECT_EQ(MaxAnyResPositions(kPinpoints, 30, 5), 25 + 10 * 11);
+}
+
+TEST(AnyRes, TilesAreTheBaseThenThePaddedPinpointRowByRow) {
+  // A 10x20 white image into {20x40}: resized to 20x40 exactly, no padding; two tiles of 20.
+  Image white;
+  white.height = 10;
+  white.width = 20;
+  white.pixels.assign(3 * 10 * 20, 1.0f);
+  const std::vector<Image> tiles =
+      AnyResTiles(white, {{20, 40}}, 20, {20, 20}, PilFilter::kBicubic);
+  ASSERT_EQ(tiles.size(), 3u);
+  for (const Image& tile : tiles) {
+    EXPECT_EQ(tile.height, 20);
+    EXPECT_EQ(tile.width, 20);
+    EXPECT_FLOAT_EQ(tile.at(0, 0, 0), 1.0f);
+    EXPECT_FLOAT_EQ(tile.at(2, 19, 19), 1.0f);
+  }
+  // Into {40x40}: resized to 20x40 (aspect kept), padded by 10 rows above and below.
+  const std::vector<Image> padded =
+      AnyResTiles(white, {{40, 40}}, 20, {20, 20}, PilFilter::kBicubic);
+  ASSERT_EQ(padded.size(), 5u);
+  EXPECT_FLOAT_EQ(padded[1].at(0, 9, 0), 0.0f);   // top-left tile: padding above row 10
+  EXPECT_FLOAT_EQ(padded[1].at(0, 10, 0), 1.0f);  // the image below it
+  EXPECT_FLOAT_EQ(padded[3].at(1, 9, 5), 1.0f);   // bottom-left tile: the image above row 10
+  EXPECT_FLOAT_EQ(padded[3].at(1, 10, 5), 0.0f);  // padding below
+}
+
+TEST(ImagePreprocessor, ReadsAndChecksImageGridPinpoints) {
+  const fs::path file =
+      fs::path(::testing::TempDir()) / ("pinpoints_" + std::to_string(::getpid()) + ".json");
+  const auto read = [&](const std::string& json) {
+    std::ofstream(file) << json;
+    return ReadImagePreprocessor(file.string());
+  };
+  auto ok = read(
+      R"({"size": {"height": 30, "width": 30}, "image_grid_pinpoints": [[30, 60], [90, 30]]})");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->grid_pinpoints, (std::vector<Resolution>{{30, 60}, {90, 30}}));
+  EXPECT_EQ(ok->base_size(), (Resolution{30, 30}));
+  EXPECT_NE(read(R"({"size": {"height": 30, "width": 30}, "image_grid_pinpoints": [[30, 50]]})")
+                .status()
+                .message()
+                .find("image_grid_pinpoints[0] 30 x 50 is not a multiple of the tile side 30"),
+            std::string::npos);
+  EXPECT_NE(read(R"({"size": {"height": 30, "width": 30}, "image_grid_pinpoints": [[30]]})")
+                .status()
+                .message()
+                .find("image_grid_pinpoints[0] must be [height, width] in pixels"),
+            std::string::npos);
+  EXPECT_NE(read(R"({"size": {"height": 30, "width": 30}, "image_grid_pinpoints": []})")
+                .status()
+                .message()
+                .find("image_grid_pinpoints must be a non-empty list"),
+            std::string::npos);
+  EXPECT_NE(
+      read(R"({"size": {"height": 30, "width": 30}, "crop_size": {"height": 224, "width": 224},
+                     "image_grid_pinpoints": [[30, 60]]})")
+          .status()
+          .message()
+          .find("crop_size.height 224 cuts image_grid_pinpoints into tiles that are not the "
+                "30 pixels"),
+      std::string::npos);
   fs::remove(file);
 }
 

@@ -10,7 +10,9 @@ exports with a CLIP tower and CLIP's preprocessing; for LLaVA's second stage sta
 export (`pretrained`, shapes conversations), asked through its "tandem" chat template; and for a
 whole pretrained LLaVA of SigLIP and Qwen2 (tests/fixtures/hf/siglip_qwen2) fine-tuned on the
 captions, which exports as Qwen2 with its own tokenizer files and ChatML; and for LLaVA's first stage
-from two towers, a CLIP tower and a Llama without an "<image>" token, which the export carries.
+from two towers, a CLIP tower and a Llama without an "<image>" token, which the export carries; and
+for a LLaVA-NeXT checkpoint (tests/fixtures/hf/clip_llama_next: any-resolution tiles) fine-tuned on
+conversations with images of three sizes, which exports as LlavaNextForConditionalGeneration.
 
 Needs transformers, torch and Pillow (tests/fixtures/hf/requirements.txt, installed into .venv/ by
 scripts/venv); exits 77, which ctest reports as skipped, when they cannot be imported.
@@ -28,7 +30,9 @@ import tempfile
 try:
     import torch
     from PIL import Image
-    from transformers import AutoTokenizer, LlavaForConditionalGeneration
+    from transformers import AutoTokenizer, LlavaForConditionalGeneration, LlavaNextForConditionalGeneration
+    from transformers import LlavaNextProcessor
+    from transformers.models.llava_next.image_processing_pil_llava_next import LlavaNextImageProcessorPil
     from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
     from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
 except ImportError as error:
@@ -139,6 +143,52 @@ def compare(tandem, examples, out, sources, need_distinct, questions=None):
     print(f"{out}: {compared} prompts, transformers and tandem generate agree")
 
 
+# A LLaVA-NeXT checkpoint (NEXT_DIR) fine-tuned on conversations whose images come in three sizes.
+NEXT_SPEC = {
+    "name": "roundtrip-next",
+    "data": {"conversations": {"train": "TRAIN_FILE"}, "max_text_tokens": 78, "max_images_per_sample": 2},
+    "pretrained": "NEXT_DIR",
+    "vision": {"engine": ENGINE},
+    "llm": {"engine": ENGINE},
+    "schedule": {"global_batch": 4, "steps": 4, "eval_every": 0, "seed": 1},
+}
+
+
+def compare_next(tandem, fixtures, out, sources):
+    """Greedy tokens of transformers' LlavaNextForConditionalGeneration (its processor cutting each
+    image into tiles by its size) and of `tandem generate` from each of `sources`, for a wide and a
+    tall image asked raw, and for both in one prompt."""
+    model, info = LlavaNextForConditionalGeneration.from_pretrained(out, output_loading_info=True)
+    problems = {key: value for key, value in info.items() if value}
+    assert not problems, f"transformers reports {problems}"
+    model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    with open(os.path.join(out, "preprocessor_config.json")) as f:
+        settings = json.load(f)
+    assert settings["image_processor_type"] == "LlavaNextImageProcessor"
+    image_processor = LlavaNextImageProcessorPil(**{k: v for k, v in settings.items() if k != "image_processor_type"})
+    vision = model.config.vision_config
+    processor = LlavaNextProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=vision.patch_size,
+                                   vision_feature_select_strategy=model.config.vision_feature_select_strategy,
+                                   num_additional_image_tokens=1)
+    reference = os.path.join(fixtures, "reference")
+    for prompt, files in [("<image>\nWhat is it?", ["image.png"]), ("<image>\nWhat is it?", ["tall.png"]),
+                          ("<image> or <image>?", ["tall.png", "image.png"])]:
+        images = [Image.open(os.path.join(reference, f)).convert("RGB") for f in files]
+        inputs = processor(images=images, text=[prompt], return_tensors="pt")
+        with torch.no_grad():
+            theirs = model.generate(**inputs, max_new_tokens=12, do_sample=False)[0, inputs["input_ids"].shape[1]:]
+        for source in sources:
+            ours = json.loads(run(tandem, "generate", "--model", source, "--prompt", prompt, "--max-new-tokens", "12",
+                                  "--output", "json", *[a for f in files for a in ("--image", os.path.join(reference, f))]))
+            stop = len(ours["token_ids"])
+            assert ours["token_ids"] == theirs.tolist()[:stop], (
+                f"{files} {prompt!r} from {source}: tandem {ours['token_ids']}, transformers {theirs.tolist()}")
+            assert ours["prompt_tokens"] == inputs["input_ids"].shape[1]
+        print(f"{out}: {files} {prompt!r}: {tokenizer.decode(theirs, skip_special_tokens=True)!r}")
+    print(f"{out}: LLaVA-NeXT, transformers and tandem generate agree")
+
+
 def run_and_export(tandem, tmp, name, spec, **export_flags):
     path = os.path.join(tmp, name + ".json")
     with open(path, "w") as f:
@@ -203,6 +253,19 @@ def main():
         with open(os.path.join(towers_out, "config.json")) as f:
             assert json.load(f)["image_token_index"] == 410
         compare(args.tandem, args.examples, towers_out, (towers_out,), need_distinct=False, questions=QUESTIONS)
+
+        # A LLaVA-NeXT checkpoint fine-tuned on conversations with images of three sizes.
+        data = os.path.join(tmp, "next-data")
+        os.makedirs(data)
+        for name in ("next_conversations.json", "image.png", "image2.png", "tall.png"):
+            shutil.copy(os.path.join(fixtures, "reference", name), data)
+        next_spec = json.loads(json.dumps(NEXT_SPEC).replace("NEXT_DIR", os.path.join(fixtures, "clip_llama_next"))
+                               .replace("TRAIN_FILE", os.path.join(data, "next_conversations.json")))
+        next_run, next_out = run_and_export(args.tandem, tmp, "next", next_spec)
+        with open(os.path.join(next_out, "config.json")) as f:
+            config = json.load(f)
+        assert config["model_type"] == "llava_next" and config["image_grid_pinpoints"], config
+        compare_next(args.tandem, fixtures, next_out, (next_out, next_run))
 
 
 if __name__ == "__main__":

@@ -45,14 +45,13 @@ TEST_P(GenerateReference, TokensAndTextEqualTransformers) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateReference,
                          ::testing::Values("clip_llama", "siglip_qwen2"));
 
-// Two images in the order of their marks, and none: the tokens transformers generates.
-TEST_P(GenerateReference, SeveralImagesOrNoneEqualTransformers) {
-  const auto runs =
-      testing::ReadJsonFile(kFixtures + "/reference/multi_image.json")[GetParam()]["generate"];
+// Each of `runs` ({"images", "prompt", "prompt_token_ids", "token_ids"}, images under reference/)
+// generated from fixture `model`: the prompt's ids and 10 greedy tokens equal transformers'.
+void ExpectGenerations(const nlohmann::json& runs, const std::string& model) {
   ASSERT_EQ(runs.size(), 2u);
   for (const auto& run : runs) {
     GenerateRequest request;
-    request.model_dir = kFixtures + "/" + GetParam();
+    request.model_dir = kFixtures + "/" + model;
     for (const auto& image : run["images"])
       request.images.push_back(kFixtures + "/reference/" + image.get<std::string>());
     request.prompt = run["prompt"].get<std::string>();
@@ -64,6 +63,25 @@ TEST_P(GenerateReference, SeveralImagesOrNoneEqualTransformers) {
     EXPECT_EQ(result->token_ids, run["token_ids"].get<std::vector<int64_t>>()) << request.prompt;
   }
 }
+
+// Two images in the order of their marks, and none: the tokens transformers generates.
+TEST_P(GenerateReference, SeveralImagesOrNoneEqualTransformers) {
+  ExpectGenerations(
+      testing::ReadJsonFile(kFixtures + "/reference/multi_image.json")[GetParam()]["generate"],
+      GetParam());
+}
+
+// LLaVA-NeXT checkpoints: each image cut into tiles by its size, its <image> mark expanded to
+// its positions (base tile, unpadded grid, newlines), the tokens transformers generates.
+class GenerateNextReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GenerateNextReference, AnyResolutionImagesEqualTransformers) {
+  ExpectGenerations(testing::ReadJsonFile(kFixtures + "/reference/" + GetParam() + ".json")["runs"],
+                    GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateNextReference,
+                         ::testing::Values("clip_llama_next", "siglip_qwen2_next"));
 
 TEST(Generate, BadInputIsNamed) {
   GenerateRequest request;

@@ -819,6 +819,50 @@ TEST_P(StagesLlavaTest, SeveralImagesASampleOrNoneGiveTransformersLoss) {
   std::filesystem::remove_all(dir);
 }
 
+// LLaVA-NeXT checkpoints (any-resolution tiles, the newline embedding) trained on conversations
+// with images of three sizes, a text-only sample and two images a sample: the first step's loss
+// is the one transformers' LlavaNextForConditionalGeneration computes in fp32 for the batch
+// (tests/fixtures/hf/reference/<fixture>.json), and the vision ranks, splitting the tiles by
+// count, and the LLM ranks take the steps one rank each does, balanced and packed too.
+class StagesLlavaNextTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StagesLlavaNextTest, TilesGiveTransformersLossAndRanksAgree) {
+  const std::string fixtures = TANDEM_HF_FIXTURES;
+  const auto dir = std::filesystem::path(::testing::TempDir()) /
+                   absl::StrCat("llava_next_", GetParam(), "_", ::getpid());
+  std::filesystem::create_directories(dir);
+  for (const char* file : {"next_conversations.json", "image.png", "image2.png", "tall.png"}) {
+    std::filesystem::copy_file(fixtures + "/reference/" + file, dir / file,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  jobspec::JobConfig job =
+      FixtureConversationJob(GetParam(), (dir / "next_conversations.json").string(),
+                             /*max_text_tokens=*/78, /*batch=*/4, /*max_images=*/2);
+  ASSERT_TRUE(job.vision.model.any_res());
+  ASSERT_TRUE(job.llm.model.image_newline);
+  const Outcome reference = RunStages(job, 1, 1);
+  ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+  const nlohmann::json expected = nlohmann::json::parse(
+      std::ifstream(fixtures + "/reference/" + GetParam() + ".json"))["training"];
+  EXPECT_NEAR(reference.losses[0], expected["loss"].get<double>(),
+              1e-4 * expected["loss"].get<double>());
+  EXPECT_LT(reference.losses[1], reference.losses[0]);
+  for (const auto& [nv, nl] : std::vector<std::pair<int, int>>{{2, 2}, {4, 1}, {1, 4}}) {
+    SCOPED_TRACE(absl::StrCat(nv, "x", nl));
+    const Outcome run = RunStages(job, nv, nl);
+    ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+    ExpectLossesMatch(run.losses, reference.losses);
+  }
+  job.data.pack_tokens = 400;
+  const Outcome packed = RunStages(job, 2, 2);
+  ASSERT_TRUE(packed.errors.empty()) << packed.errors.front();
+  ExpectLossesMatch(packed.losses, reference.losses);
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, StagesLlavaNextTest,
+                         ::testing::Values("clip_llama_next", "siglip_qwen2_next"));
+
 // A job resuming from a checkpoint keeps the word tokenizer saved there: the shapes conversations
 // count their words differently from the captions, so a vocabulary built again would number them
 // differently from the weights.
