@@ -36,7 +36,10 @@ MicroBatchPlan PlanMicroBatch(const std::vector<SampleLoad>& loads, const PlanOp
       for (int64_t s = block.begin; s < block.end; ++s) plan.llm_samples[r].push_back(s);
     }
   }
-  // Rows: first fit decreasing within each replica, its samples listed row by row.
+  // Rows: as many as first fit decreasing needs within each replica; then the samples spread over
+  // that many rows longest first, each to the row with the fewest positions (LPT), so that the rows
+  // come out even and a micro-batch's row length (its longest row) wastes little. Should a row then
+  // exceed pack_tokens, first fit's rows stand. The replica's samples are listed row by row.
   plan.llm_row_ends.resize(llm);
   for (int r = 0; r < llm; ++r) {
     std::vector<int64_t>& mine = plan.llm_samples[r];
@@ -60,6 +63,17 @@ MicroBatchPlan PlanMicroBatch(const std::vector<SampleLoad>& loads, const PlanOp
       rows[row].push_back(sample);
       used[row] += loads[sample].positions;
     }
+    std::vector<std::vector<int64_t>> even(rows.size());
+    std::vector<int64_t> filled(rows.size(), 0);
+    bool fits = true;
+    for (int64_t sample : order) {
+      const size_t least =
+          static_cast<size_t>(std::min_element(filled.begin(), filled.end()) - filled.begin());
+      even[least].push_back(sample);
+      filled[least] += loads[sample].positions;
+      fits = fits && filled[least] <= options.pack_tokens;
+    }
+    if (fits) rows = std::move(even);
     mine.clear();
     for (const auto& row : rows) {
       mine.insert(mine.end(), row.begin(), row.end());

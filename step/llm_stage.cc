@@ -133,7 +133,7 @@ class LlmStage : public Stage {
   absl::StatusOr<Incoming> ExpectEmbeddings(TransferKind kind, int64_t step, int64_t micro_batch,
                                             const MicroBatchPlan& plan, const at::Tensor& host);
   // What this replica trains on of a micro-batch, on the device: its samples a row each, or packed
-  // into rows of data.pack_tokens positions (models::Packing).
+  // into rows of at most data.pack_tokens positions (models::Packing), as long as the longest.
   struct RowBatch {
     at::Tensor tokens, labels;
     std::optional<models::Packing> packing;
@@ -260,14 +260,19 @@ absl::StatusOr<LlmStage::RowBatch> LlmStage::RowsOf(const MicroBatchPlan& plan,
     return rows;
   }
   std::vector<std::vector<int64_t>> packed_rows;
-  int64_t begin = 0;
+  int64_t begin = 0, longest = 1;
   for (const int64_t end : plan.llm_row_ends[replica()]) {
     packed_rows.emplace_back(samples.begin() + begin, samples.begin() + end);
+    int64_t used = 0;
+    for (const int64_t sample : packed_rows.back()) used += text.lengths[sample];
+    longest = std::max(longest, used);
     begin = end;
   }
-  ASSIGN_OR_RETURN(
-      data::PackedBatch packed,
-      data::PackTokenBatch(text, packed_rows, job().data.pack_tokens, data().text->pad_id()));
+  // The rows are as long as the longest needs (a multiple of 8, within data.pack_tokens), not
+  // data.pack_tokens: a replica with few samples fills its last row partly.
+  const int64_t length = std::min(job().data.pack_tokens, (longest + 7) / 8 * 8);
+  ASSIGN_OR_RETURN(data::PackedBatch packed,
+                   data::PackTokenBatch(text, packed_rows, length, data().text->pad_id()));
   const auto tensor = [&](std::vector<int64_t>& values) {
     return torch::from_blob(values.data(), {packed.rows, packed.length}, at::kLong)
         .clone()

@@ -127,17 +127,18 @@ TEST(PlanMicroBatch, TextOnlyMicroBatchesLeaveTheVisionReplicasEmpty) {
   }
 }
 
-// Packing: first fit in decreasing order of positions, the replica's samples listed row by row,
-// and its images in that order.
+// Packing: as many rows as first fit decreasing needs, the samples spread over them longest first
+// to the least filled row, the replica's samples listed row by row, and its images in that order.
 TEST(PlanMicroBatch, PackingListsEachReplicasSamplesRowByRow) {
   const auto loads = Loads({1, 0, 2, 0, 1}, {50, 70, 30, 60, 20});
   const MicroBatchPlan plan = PlanMicroBatch(loads, {1, 2, false, 8, /*pack_tokens=*/100});
   ExpectConsistent(plan, loads);
-  // 70 (1) opens row 0, 60 (3) row 1, 50 (0) row 2; 30 (2) fills row 0, 20 (4) joins row 1.
-  EXPECT_THAT(plan.llm_samples[0], ElementsAre(1, 2, 3, 4, 0));
-  EXPECT_THAT(plan.llm_row_ends[0], ElementsAre(2, 4, 5));
-  EXPECT_THAT(plan.images, ElementsAre(PlannedImage{2, 0}, PlannedImage{2, 1}, PlannedImage{4, 0},
-                                       PlannedImage{0, 0}));
+  // First fit needs 3 rows (70 + 30, 60 + 20, 50); spread evenly: 70 (1) to row 0, 60 (3) to row
+  // 1, 50 (0) to row 2, 30 (2) to row 2 (50), 20 (4) to row 1 (60): rows of 70, 80 and 80.
+  EXPECT_THAT(plan.llm_samples[0], ElementsAre(1, 3, 4, 0, 2));
+  EXPECT_THAT(plan.llm_row_ends[0], ElementsAre(1, 3, 5));
+  EXPECT_THAT(plan.images, ElementsAre(PlannedImage{4, 0}, PlannedImage{0, 0}, PlannedImage{2, 0},
+                                       PlannedImage{2, 1}));
   EXPECT_EQ(plan.vision_images[0].size(), 2);
   EXPECT_EQ(plan.vision_images[1].size(), 2);
   // Unpacked, a sample is a row.

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Writes the heterogeneous load bench/mixed_load.sh trains on: a LLaVA-NeXT checkpoint with random
+weights made from configs by transformers, and LLaVA-format conversations that mix what real
+instruction data mixes.
+
+    mixed_load.py --out DIR [--samples 480] [--seed 0]
+
+DIR/model/: LlavaNextForConditionalGeneration, a CLIP-style tower (56-pixel tiles of 14-pixel
+patches, 4 x 4 features a tile) and a Llama (width 128, 2 layers), LLaVA-NeXT's pinpoints scaled
+to 56-pixel tiles (an image is 3 to 5 tiles with its base), the tokenizer of
+tests/fixtures/hf/clip_llama_next.
+DIR/train.json: 20% text-only samples, 50% one image, 20% two or three, 10% one image with a long
+answer (128 to 256 tokens; the others' are 8 to 64); images of random sizes from 40 to 240 pixels a
+side (so each picks its own pinpoint); texts of 16 to 300 tokens. The script prints the spread of
+the text tokens of the first micro-batches of 12; bench/mixed_load.sh reports the spread of the
+positions its steps actually held.
+
+Needs torch, transformers and Pillow (tests/fixtures/hf/requirements.txt, in .venv/).
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw
+from transformers import (AutoTokenizer, CLIPVisionConfig, LlamaConfig, LlavaNextConfig,
+                          LlavaNextForConditionalGeneration)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURE = os.path.join(HERE, "..", "tests", "fixtures", "hf", "clip_llama_next")
+TILE = 56
+PINPOINTS = [[TILE, 2 * TILE], [2 * TILE, TILE], [2 * TILE, 2 * TILE], [3 * TILE, TILE], [TILE, 3 * TILE]]
+COLOURS = ["red", "green", "blue", "yellow", "purple", "orange", "white", "cyan"]
+SHAPES = ["circle", "square", "triangle", "star", "cross"]
+WORDS = ("the shape is small and bright it sits near the edge of a plain dark field while another one "
+         "waits at the far side what colour do you see there is a line between them").split()
+
+
+def write_model(out, tokenizer):
+    vision = CLIPVisionConfig(hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                              image_size=TILE, patch_size=14, hidden_act="quick_gelu")
+    text = LlamaConfig(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=4, vocab_size=len(tokenizer), max_position_embeddings=1024,
+                       tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    config = LlavaNextConfig(vision_config=vision, text_config=text,
+                             image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+                             vision_feature_layer=-2, vision_feature_select_strategy="default",
+                             image_grid_pinpoints=PINPOINTS, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = LlavaNextForConditionalGeneration(config)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    with open(os.path.join(out, "preprocessor_config.json"), "w") as f:
+        json.dump({"image_processor_type": "LlavaNextImageProcessor", "do_resize": True,
+                   "size": {"shortest_edge": TILE}, "resample": 3, "do_center_crop": True,
+                   "crop_size": {"height": TILE, "width": TILE}, "do_rescale": True, "rescale_factor": 1 / 255,
+                   "do_normalize": True, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+                   "image_grid_pinpoints": PINPOINTS}, f, indent=1)
+
+
+def shape_image(rng, path):
+    height, width = rng.randint(40, 240), rng.randint(40, 240)
+    image = Image.new("RGB", (width, height), tuple(rng.randint(0, 60) for _ in range(3)))
+    draw = ImageDraw.Draw(image)
+    for _ in range(rng.randint(1, 3)):
+        x, y = rng.randint(0, width - 10), rng.randint(0, height - 10)
+        size = rng.randint(8, max(9, min(width, height) // 2))
+        draw.ellipse([x, y, x + size, y + size], fill=tuple(rng.randint(80, 255) for _ in range(3)))
+    image.save(path)
+
+
+def words(rng, tokenizer, tokens):
+    """About `tokens` tokens of filler text."""
+    text = ""
+    while len(tokenizer(text, add_special_tokens=False)["input_ids"]) < tokens:
+        text += " ".join(rng.choice(WORDS) for _ in range(8)) + " "
+    return text.strip()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--samples", type=int, default=480)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    shutil.rmtree(args.out, ignore_errors=True)
+    os.makedirs(os.path.join(args.out, "images"))
+    tokenizer = AutoTokenizer.from_pretrained(FIXTURE)
+    write_model(os.path.join(args.out, "model"), tokenizer)
+    samples, image_count = [], 0
+    for i in range(args.samples):
+        kind = rng.random()
+        images = 0 if kind < 0.2 else 1 if kind < 0.7 else rng.randint(2, 3) if kind < 0.9 else 1
+        files = []
+        for _ in range(images):
+            name = f"images/{image_count:05d}.png"
+            shape_image(rng, os.path.join(args.out, name))
+            files.append(name)
+            image_count += 1
+        question = words(rng, tokenizer, rng.randint(8, 32))
+        answer_tokens = rng.randint(8, 64) if kind < 0.9 else rng.randint(128, 256)
+        answer = words(rng, tokenizer, answer_tokens)
+        sample = {"conversations": [{"from": "human", "value": "<image>\n" * images + question},
+                                    {"from": "gpt", "value": answer}]}
+        if files:
+            sample["image"] = files if len(files) > 1 else files[0]
+        samples.append(sample)
+    with open(os.path.join(args.out, "train.json"), "w") as f:
+        json.dump(samples, f)
+    # The spread of text tokens between micro-batches of 12.
+    loads = []
+    for b in range(0, min(len(samples), 12 * 20), 12):
+        load = 0
+        for s in samples[b:b + 12]:
+            text = " ".join(t["value"] for t in s["conversations"])
+            load += len(tokenizer(text)["input_ids"])
+        loads.append(load)
+    print(json.dumps({"samples": len(samples), "images": image_count,
+                      "batch_tokens_min": min(loads), "batch_tokens_max": max(loads)}))
+
+
+if __name__ == "__main__":
+    main()
