@@ -33,7 +33,7 @@ void ImagePrefetcher::Request(const std::vector<int64_t>& indices) {
   changed_.notify_all();
 }
 
-absl::StatusOr<at::Tensor> ImagePrefetcher::Take(const std::vector<int64_t>& indices) {
+absl::StatusOr<PrefetchedBatch> ImagePrefetcher::Take(const std::vector<int64_t>& indices) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto match = std::find_if(queue_.begin(), queue_.end(),
                             [&](const auto& entry) { return entry->indices == indices; });
@@ -78,7 +78,7 @@ void ImagePrefetcher::Run() {
     if (stop_) return;
     next->started = true;
     lock.unlock();
-    absl::StatusOr<at::Tensor> result = Read(next->indices);
+    absl::StatusOr<PrefetchedBatch> result = Read(next->indices);
     lock.lock();
     next->result = std::move(result);
     next->done = true;
@@ -87,7 +87,7 @@ void ImagePrefetcher::Run() {
   }
 }
 
-absl::StatusOr<at::Tensor> ImagePrefetcher::Read(const std::vector<int64_t>& indices) const {
+absl::StatusOr<PrefetchedBatch> ImagePrefetcher::Read(const std::vector<int64_t>& indices) const {
   try {
     return read_(indices);
   } catch (const std::exception& e) {

@@ -4,7 +4,7 @@
 //   ImagePrefetcher prefetcher(read, /*depth=*/2);
 //   for (batch of the step) prefetcher.Request(batch);   // also the next step's, once known
 //   ...
-//   ASSIGN_OR_RETURN(at::Tensor images, prefetcher.Take(batch));
+//   ASSIGN_OR_RETURN(PrefetchedBatch read, prefetcher.Take(batch));  // its plan and images
 //
 // Requests are read in the order they were made, at most `depth` of them finished and not yet
 // taken (the memory held ahead: depth micro-batches of images). Take returns the requested batch's
@@ -31,12 +31,21 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "step/batch_plan.h"
 
 namespace tandem::step {
 
+// A micro-batch as read: its plan (step/batch_plan.h), made once where its images are read, and
+// this rank's images of it.
+struct PrefetchedBatch {
+  MicroBatchPlan plan;
+  at::Tensor images;
+};
+
 class ImagePrefetcher {
  public:
-  using ReadFn = std::function<absl::StatusOr<at::Tensor>(const std::vector<int64_t>& indices)>;
+  using ReadFn =
+      std::function<absl::StatusOr<PrefetchedBatch>(const std::vector<int64_t>& indices)>;
 
   // REQUIRES: depth >= 1.
   ImagePrefetcher(ReadFn read, size_t depth);
@@ -47,7 +56,7 @@ class ImagePrefetcher {
   // Queues a read of `indices`, unless it is queued already.
   void Request(const std::vector<int64_t>& indices);
   // The images of `indices`: a queued read's result (waiting for it), or a read on this thread.
-  absl::StatusOr<at::Tensor> Take(const std::vector<int64_t>& indices);
+  absl::StatusOr<PrefetchedBatch> Take(const std::vector<int64_t>& indices);
 
   // Reads this prefetcher's thread has done (for tests).
   int64_t reads() const;
@@ -57,11 +66,11 @@ class ImagePrefetcher {
     std::vector<int64_t> indices;
     bool started = false;
     bool done = false;
-    absl::StatusOr<at::Tensor> result;
+    absl::StatusOr<PrefetchedBatch> result;
   };
 
   void Run();
-  absl::StatusOr<at::Tensor> Read(const std::vector<int64_t>& indices) const;
+  absl::StatusOr<PrefetchedBatch> Read(const std::vector<int64_t>& indices) const;
 
   const ReadFn read_;
   const size_t depth_;

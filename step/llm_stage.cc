@@ -176,10 +176,12 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
   std::vector<at::Tensor> hosts;  // where each micro-batch's embeddings land
   std::vector<Incoming> incoming(batches.size());
   for (size_t k = 0; k < batches.size(); ++k) {
-    ASSIGN_OR_RETURN(plans.emplace_back(), Plan(train, batches[k], /*training=*/true));
     ASSIGN_OR_RETURN(data::TokenBatch text, data::MakeTokenBatch(train, batches[k], *data().text,
                                                                  job().data.max_text_tokens,
                                                                  job().data.max_images_per_sample));
+    // Planned from the text just encoded, not encoded again.
+    ASSIGN_OR_RETURN(plans.emplace_back(),
+                     Plan(train, batches[k], /*training=*/true, &text.lengths));
     global_targets += text.targets;
     ASSIGN_OR_RETURN(rows.emplace_back(), RowsOf(plans[k], text));
     const SampleRange images = MyImages(plans[k]);

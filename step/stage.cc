@@ -114,8 +114,8 @@ void Stage::SetPhase(const char* phase) {
 }
 
 absl::StatusOr<MicroBatchPlan> Stage::Plan(const data::Dataset& dataset,
-                                           const std::vector<int64_t>& indices,
-                                           bool training) const {
+                                           const std::vector<int64_t>& indices, bool training,
+                                           const std::vector<int64_t>* encoded) const {
   const int llm_replicas = role_ == Role::kLlm ? replicas() : peer_replicas();
   const int vision_replicas = role_ == Role::kVision ? replicas() : peer_replicas();
   // Evaluation generates from unpacked prompts in contiguous blocks.
@@ -131,7 +131,8 @@ absl::StatusOr<MicroBatchPlan> Stage::Plan(const data::Dataset& dataset,
   std::vector<SampleLoad> loads;
   loads.reserve(indices.size());
   std::vector<std::vector<data::AnyResLayout>> layouts;
-  for (const int64_t index : indices) {
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const int64_t index = indices[i];
     SampleLoad load{dataset.ImageCount(index), 0};
     // LLaVA-NeXT: each image's tiles and positions follow from its size on file.
     ASSIGN_OR_RETURN(const std::vector<data::Resolution> sizes,
@@ -145,9 +146,15 @@ absl::StatusOr<MicroBatchPlan> Stage::Plan(const data::Dataset& dataset,
       }
     }
     if (costs) {
-      ASSIGN_OR_RETURN(const data::EncodedConversation encoded,
-                       text.Encode(dataset.Messages(index), dataset.Describe(index), sizes));
-      load.positions = static_cast<int64_t>(encoded.ids.size()) + load.images * prefix;
+      int64_t ids = 0;
+      if (encoded != nullptr) {
+        ids = (*encoded)[i];
+      } else {
+        ASSIGN_OR_RETURN(const data::EncodedConversation conversation,
+                         text.Encode(dataset.Messages(index), dataset.Describe(index), sizes));
+        ids = static_cast<int64_t>(conversation.ids.size());
+      }
+      load.positions = ids + load.images * prefix;
       if (pack > 0 && load.positions > pack) {
         return absl::InvalidArgumentError(
             absl::StrCat(dataset.Describe(index), ": needs ", load.positions,

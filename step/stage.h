@@ -179,10 +179,12 @@ class Stage {
   // Who works on what of micro-batch `indices` of `dataset` (step/batch_plan.h), the same on every
   // rank of both groups. `training`: balanced under schedule.balance and packed under
   // data.pack_tokens; otherwise (evaluation) contiguous blocks of unpacked samples. Encodes the
-  // samples' text only to balance over several LLM replicas or to pack; its errors name the sample
-  // (one longer than data.pack_tokens among them).
+  // samples' text only to balance over several LLM replicas or to pack, unless `encoded` gives
+  // each sample's token count (data::TokenBatch::lengths: an LLM rank has encoded them already);
+  // its errors name the sample (one longer than data.pack_tokens among them).
   absl::StatusOr<MicroBatchPlan> Plan(const data::Dataset& dataset,
-                                      const std::vector<int64_t>& indices, bool training) const;
+                                      const std::vector<int64_t>& indices, bool training,
+                                      const std::vector<int64_t>* encoded = nullptr) const;
   // This rank's replica's block of a plan's exchange order (images), and the blocks of the peer
   // group's replicas sharing it (peer rank = replica * peer_parallel + index).
   SampleRange MyImages(const MicroBatchPlan& plan) const {

@@ -7,9 +7,9 @@
 // engine step still runs, so the group's collectives (whole-model clipping's norm exchange) match.
 //
 // The stage runs ahead by up to kPipelineDepth micro-batches so both groups stay busy, and its
-// ImagePrefetcher reads the images of the step's micro-batches and of the next step's on a thread
-// of its own (like a DataLoader's worker), so that rendering and decoding overlap the forward and
-// backward passes (on a GPU, into pinned memory copied to the device without a wait).
+// ImagePrefetcher plans the step's micro-batches and the next step's and reads their images on a
+// thread of its own (like a DataLoader's worker), so that rendering and decoding overlap the
+// forward and backward passes (on a GPU, into pinned memory copied to the device without a wait).
 #include <torch/torch.h>
 
 #include <deque>
@@ -59,10 +59,12 @@ class VisionStage : public Stage {
     // This rank's images of every micro-batch, into pinned memory where they go to a GPU.
     const bool pinned = device().is_cuda();
     prefetcher_ = std::make_unique<ImagePrefetcher>(
-        [this, pinned](const std::vector<int64_t>& indices) -> absl::StatusOr<at::Tensor> {
+        [this, pinned](const std::vector<int64_t>& indices) -> absl::StatusOr<PrefetchedBatch> {
           const data::Dataset& train = *data().datasets.train;
-          ASSIGN_OR_RETURN(const MicroBatchPlan plan, Plan(train, indices, /*training=*/true));
-          return ReadImages(train, indices, plan, pinned);
+          PrefetchedBatch read;
+          ASSIGN_OR_RETURN(read.plan, Plan(train, indices, /*training=*/true));
+          ASSIGN_OR_RETURN(read.images, ReadImages(train, indices, read.plan, pinned));
+          return read;
         },
         kPipelineDepth);
     return absl::OkStatus();
@@ -127,10 +129,11 @@ absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
   std::deque<InFlight> in_flight;
   for (int64_t k = 0; k <= last; ++k) {
     SetPhase("forward");
-    ASSIGN_OR_RETURN(const MicroBatchPlan plan,
-                     Plan(*data().datasets.train, batches[k], /*training=*/true));
+    // Planned where its images were read.
+    ASSIGN_OR_RETURN(const PrefetchedBatch read, prefetcher_->Take(batches[k]));
+    const MicroBatchPlan& plan = read.plan;
+    const at::Tensor& images = read.images;
     const SampleRange mine = MyImages(plan);
-    ASSIGN_OR_RETURN(const at::Tensor images, prefetcher_->Take(batches[k]));
     InFlight f;
     {
       // A frozen group keeps no graph: nothing of it trains, and no gradient comes back.

@@ -22,7 +22,7 @@ struct Reader {
   std::vector<std::pair<int64_t, std::thread::id>> reads;  // first index, thread
 
   ImagePrefetcher::ReadFn Fn() {
-    return [this](const std::vector<int64_t>& indices) -> absl::StatusOr<at::Tensor> {
+    return [this](const std::vector<int64_t>& indices) -> absl::StatusOr<PrefetchedBatch> {
       {
         std::lock_guard<std::mutex> lock(mutex);
         reads.emplace_back(indices.at(0), std::this_thread::get_id());
@@ -30,7 +30,7 @@ struct Reader {
       for (int64_t i : indices) {
         if (i == 7) return absl::NotFoundError("sample 7 is missing");
       }
-      return torch::tensor(indices, at::kLong).to(at::kFloat);
+      return PrefetchedBatch{{}, torch::tensor(indices, at::kLong).to(at::kFloat)};
     };
   }
   // The threads that read the batch starting with `first`, in order.
@@ -44,7 +44,8 @@ struct Reader {
   }
 };
 
-std::vector<float> Values(const at::Tensor& t) {
+std::vector<float> Values(const PrefetchedBatch& read) {
+  const at::Tensor& t = read.images;
   return std::vector<float>(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
 }
 
