@@ -90,8 +90,14 @@ absl::StatusOr<std::vector<Image>> ConversationDataset::GetTiles(int64_t index,
 
 absl::StatusOr<Resolution> ConversationDataset::ImageSize(int64_t index, int64_t image) const {
   ASSIGN_OR_RETURN(const std::string path, ImagePath(index, image));
+  {
+    std::lock_guard<std::mutex> lock(sizes_mutex_);
+    if (const auto it = sizes_.find(path); it != sizes_.end()) return it->second;
+  }
   absl::StatusOr<Resolution> size = ReadImageSize(path);
   if (!size.ok()) return Named(Describe(index), size.status());
+  std::lock_guard<std::mutex> lock(sizes_mutex_);
+  sizes_.emplace(path, *size);
   return size;
 }
 

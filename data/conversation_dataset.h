@@ -3,12 +3,15 @@
 // Open, and every image must exist then; images are decoded in Get and GetImage, as JsonlDataset
 // does (data/jsonl_dataset.h).
 //
-// Thread-safety: immutable after Open; Get and GetImage may be called concurrently.
+// Thread-safety: immutable after Open but for a cache of image sizes behind a mutex; Get, GetImage,
+// GetTiles and ImageSize may be called concurrently.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -41,6 +44,7 @@ class ConversationDataset final : public Dataset {
   }
   absl::StatusOr<Image> GetImage(int64_t index, int64_t image) const override;
   absl::StatusOr<std::vector<Image>> GetTiles(int64_t index, int64_t image) const override;
+  // Read once a file (header only), then remembered.
   absl::StatusOr<Resolution> ImageSize(int64_t index, int64_t image) const override;
   std::string Text(int64_t index) const override;
   std::vector<tokenizer::ChatMessage> Messages(int64_t index) const override {
@@ -61,6 +65,9 @@ class ConversationDataset final : public Dataset {
   std::vector<Conversation> conversations_;
   int64_t image_size_;
   std::shared_ptr<const ImagePreprocessor> preprocessor_;
+  // ImageSize's answers by file: every rank plans every micro-batch from them, each step.
+  mutable std::mutex sizes_mutex_;
+  mutable std::unordered_map<std::string, Resolution> sizes_;
 };
 
 }  // namespace tandem::data

@@ -64,36 +64,6 @@ Image Crop(const Image& image, int64_t top, int64_t left, int64_t height, int64_
 absl::StatusOr<ImagePreprocessor> ParsePreprocessorOrThrow(const std::string& path,
                                                            const json& root);
 
-// LLaVA-NeXT's image_grid_pinpoints: a non-empty list of [height, width], each a multiple of the
-// tile side.
-absl::StatusOr<std::vector<Resolution>> GridPinpoints(const std::string& path, const json& value,
-                                                      int64_t tile) {
-  const std::string key = "image_grid_pinpoints";
-  if (!value.is_array() || value.empty())
-    return KeyError(path, key, "must be a non-empty list of [height, width]");
-  std::vector<Resolution> out;
-  for (size_t i = 0; i < value.size(); ++i) {
-    const std::string item = absl::StrCat(key, "[", i, "]");
-    const json& pair = value[i];
-    std::optional<int64_t> h, w;
-    if (pair.is_array() && pair.size() == 2) {
-      h = ReadJsonInteger(pair[0]).ToInt64();
-      w = ReadJsonInteger(pair[1]).ToInt64();
-    }
-    if (!h || !w || *h <= 0 || *w <= 0 || *h > kMaxAnyResSide || *w > kMaxAnyResSide) {
-      return KeyError(path, item,
-                      absl::StrCat("must be [height, width] in pixels, 1 to ", kMaxAnyResSide,
-                                   ", got ", DescribeJsonValue(pair)));
-    }
-    if (*h % tile != 0 || *w % tile != 0) {
-      return KeyError(path, item,
-                      absl::StrCat(*h, " x ", *w, " is not a multiple of the tile side ", tile));
-    }
-    out.push_back({*h, *w});
-  }
-  return out;
-}
-
 absl::StatusOr<json> ReadJsonObject(const std::string& path) {
   ASSIGN_OR_RETURN(const std::string text, ReadUserFile(path));
   auto parsed = ParseJsonStrict(text);
@@ -136,6 +106,35 @@ absl::StatusOr<ImagePreprocessor> ParsePreprocessor(const std::string& path, con
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<Resolution>> ParseGridPinpoints(const json& value, int64_t tile,
+                                                           std::string_view tile_is) {
+  const std::string key = "image_grid_pinpoints";
+  if (!value.is_array() || value.empty())
+    return absl::InvalidArgumentError(key + " must be a non-empty list of [height, width]");
+  std::vector<Resolution> out;
+  for (size_t i = 0; i < value.size(); ++i) {
+    const std::string item = absl::StrCat(key, "[", i, "] ");
+    const json& pair = value[i];
+    std::optional<int64_t> h, w;
+    if (pair.is_array() && pair.size() == 2) {
+      h = ReadJsonInteger(pair[0]).ToInt64();
+      w = ReadJsonInteger(pair[1]).ToInt64();
+    }
+    if (!h || !w || *h <= 0 || *w <= 0 || *h > kMaxAnyResSide || *w > kMaxAnyResSide) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(item, "must be [height, width] in pixels, 1 to ", kMaxAnyResSide, ", got ",
+                       DescribeJsonValue(pair)));
+    }
+    if (*h % tile != 0 || *w % tile != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(item, *h, " x ", *w, " is not a multiple of ",
+                       absl::string_view(tile_is.data(), tile_is.size()), " ", tile));
+    }
+    out.push_back({*h, *w});
+  }
+  return out;
+}
 
 int64_t ImagePreprocessor::output_size() const {
   if (do_center_crop) return crop_height;
@@ -236,7 +235,10 @@ absl::StatusOr<ImagePreprocessor> ParsePreprocessorOrThrow(const std::string& pa
     return KeyError(path, "do_resize", "false without a center crop leaves the image size open");
   }
   if (root.contains("image_grid_pinpoints")) {
-    ASSIGN_OR_RETURN(p.grid_pinpoints, GridPinpoints(path, root["image_grid_pinpoints"], side));
+    auto pinpoints = ParseGridPinpoints(root["image_grid_pinpoints"], side, "the tile side");
+    if (!pinpoints.ok())
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", pinpoints.status().message()));
+    p.grid_pinpoints = *std::move(pinpoints);
     // LlavaNextImageProcessor cuts tiles of crop_size's height whether or not it crops.
     if (!p.do_center_crop && root.contains("crop_size") && root["crop_size"].is_object()) {
       ASSIGN_OR_RETURN(const int64_t tile,

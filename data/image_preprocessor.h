@@ -17,12 +17,14 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "data/any_res.h"
 #include "data/image.h"
 #include "data/pil_resize.h"
+#include "nlohmann/json_fwd.hpp"
 
 namespace tandem::data {
 
@@ -55,6 +57,13 @@ absl::StatusOr<ImagePreprocessor> ReadModelImagePreprocessor(const std::string& 
 // Those settings as a preprocessor_config.json would hold them (what `tandem export` writes),
 // after checking that they read.
 absl::StatusOr<std::string> ModelImagePreprocessorJson(const std::string& directory);
+
+// LLaVA-NeXT's image_grid_pinpoints as preprocessor_config.json and config.json hold them: a
+// non-empty list of [height, width], each side 1 to kMaxAnyResSide and a multiple of `tile`
+// (named `tile_is` in errors: "the tile side"). InvalidArgument naming the entry, for the caller to
+// put its file before.
+absl::StatusOr<std::vector<Resolution>> ParseGridPinpoints(const nlohmann::json& value,
+                                                           int64_t tile, std::string_view tile_is);
 
 // Resize then crop. InvalidArgument when the result is not square or the crop does not fit.
 absl::StatusOr<Image> Preprocess(const ImagePreprocessor& preprocessor, const Image& image);

@@ -13,6 +13,7 @@
 #include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "common/strict_json.h"
+#include "data/image_preprocessor.h"
 
 namespace tandem::hf {
 namespace {
@@ -80,6 +81,10 @@ class Reader {
 
   absl::Status Error(absl::string_view key, absl::string_view what) const {
     return absl::InvalidArgumentError(absl::StrCat(file_, ": ", Path(key), " ", what));
+  }
+  // A message that names its own key (a top-level one), after the file.
+  absl::Status Error(absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat(file_, ": ", what));
   }
 
  private:
@@ -283,30 +288,11 @@ absl::StatusOr<std::string> ModelType(const Reader& r) {
 // LLaVA-NeXT (LlavaNextConfig): image_grid_pinpoints, transformers' default when left out, and the
 // newline embedding.
 absl::Status ReadAnyRes(const Reader& r, models::VisionConfig& v, models::LlmConfig& m) {
-  const std::string key = "image_grid_pinpoints";
   json pinpoints = json::parse("[[336,672],[672,336],[672,672],[1008,336],[336,1008]]");
-  if (r.Has(key)) pinpoints = r.raw()[key];
-  if (!pinpoints.is_array() || pinpoints.empty())
-    return r.Error(key, "must be a non-empty list of [height, width]");
-  for (size_t i = 0; i < pinpoints.size(); ++i) {
-    const json& pair = pinpoints[i];
-    std::optional<int64_t> h, w;
-    if (pair.is_array() && pair.size() == 2) {
-      h = ReadJsonInteger(pair[0]).ToInt64();
-      w = ReadJsonInteger(pair[1]).ToInt64();
-    }
-    const std::string item = absl::StrCat(key, "[", i, "]");
-    if (!h || !w || *h <= 0 || *w <= 0 || *h > data::kMaxAnyResSide || *w > data::kMaxAnyResSide) {
-      return r.Error(item, absl::StrCat("must be [height, width] in pixels, 1 to ",
-                                        data::kMaxAnyResSide, ", got ", DescribeJsonValue(pair)));
-    }
-    if (*h % v.image_size != 0 || *w % v.image_size != 0) {
-      return r.Error(item,
-                     absl::StrCat(*h, " x ", *w, " is not a multiple of the tower's image_size ",
-                                  v.image_size));
-    }
-    v.grid_pinpoints.push_back({*h, *w});
-  }
+  if (r.Has("image_grid_pinpoints")) pinpoints = r.raw()["image_grid_pinpoints"];
+  auto parsed = data::ParseGridPinpoints(pinpoints, v.image_size, "the tower's image_size");
+  if (!parsed.ok()) return r.Error(parsed.status().message());
+  v.grid_pinpoints = *std::move(parsed);
   if (v.num_features() != v.num_patches()) {
     return r.Error("vision_feature_select_strategy",
                    absl::StrCat("keeps ", v.num_features(),

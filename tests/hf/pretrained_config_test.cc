@@ -141,6 +141,36 @@ TEST_F(PretrainedConfigErrors, NameTheFileAndTheKey) {
   EXPECT_NE(status.message().find("duplicate key"), std::string::npos) << status;
 }
 
+// LLaVA-NeXT: transformers' default pinpoints when left out (CLIP-L/336's tiles), and pinpoints or
+// a feature choice its grid cannot use refused by the key.
+TEST_F(PretrainedConfigErrors, LlavaNextPinpointsAreReadAndChecked) {
+  std::ofstream(dir_ / "config.json") << R"({"model_type": "llava_next",
+      "vision_config": {"model_type": "clip_vision_model", "image_size": 336, "patch_size": 14},
+      "text_config": {"model_type": "llama", "vocab_size": 32064}})";
+  auto config = ReadPretrainedConfig(dir_.string());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->kind, PretrainedKind::kLlava);
+  EXPECT_EQ(config->vision->grid_pinpoints,
+            (std::vector<data::Resolution>{
+                {336, 672}, {672, 336}, {672, 672}, {1008, 336}, {336, 1008}}));
+  EXPECT_TRUE(config->llm->image_newline);
+  const std::string towers =
+      R"("vision_config": {"model_type": "clip_vision_model", "image_size": 336,
+      "patch_size": 14}, "text_config": {"model_type": "llama", "vocab_size": 32064})";
+  for (const auto& [json, message] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"model_type": "llava_next", "image_grid_pinpoints": [[336, 700]], )" + towers + "}",
+            "config.json: image_grid_pinpoints[0] 336 x 700 is not a multiple of the tower's "
+            "image_size 336"},
+           {R"({"model_type": "llava_next", "image_grid_pinpoints": [336, 672], )" + towers + "}",
+            "config.json: image_grid_pinpoints[0] must be [height, width] in pixels"},
+           {R"({"model_type": "llava_next", "vision_feature_select_strategy": "full", )" + towers +
+                "}",
+            "config.json: vision_feature_select_strategy keeps 577 features a tile, but "
+            "LLaVA-NeXT's grid needs the 24 x 24 patches only"}}) {
+    EXPECT_THAT(std::string(Read(json).message()), ::testing::HasSubstr(message));
+  }
+}
+
 // Tandem's models have no dropout: a config that asks for it is refused by the key, not trained
 // without it; 0 (what released LLaVA, Llama, Qwen2, CLIP and SigLIP checkpoints write) is accepted.
 TEST_F(PretrainedConfigErrors, DropoutIsRefusedByItsKey) {
