@@ -105,9 +105,8 @@ absl::Status CheckImageCount(const Dataset& dataset, int64_t index, const TextCo
   if (codec.image_token_id() < 0 && images != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         dataset.Describe(index), ": has ", images, images == 1 ? " image" : " images",
-        "; an LLM trained from scratch with the word tokenizer reads exactly one image a sample, "
-        "as a prefix of its row: a pretrained LLM (llm.pretrained) places any number at the "
-        "<image> marks"));
+        "; a caption reads exactly one image, as a prefix of its row (conversations place any "
+        "number at their <image> marks)"));
   }
   if (images > max_images) {
     return absl::InvalidArgumentError(

@@ -107,6 +107,47 @@ absl::StatusOr<ImagePreprocessor> ParsePreprocessor(const std::string& path, con
 
 }  // namespace
 
+namespace {
+
+json OwnTowerSettings(int64_t image_size, const std::vector<double>& mean,
+                      const std::vector<double>& std,
+                      const std::vector<Resolution>& grid_pinpoints) {
+  const json side = {{"height", image_size}, {"width", image_size}};
+  json settings = {{"image_processor_type",
+                    grid_pinpoints.empty() ? "SiglipImageProcessor" : "LlavaNextImageProcessor"},
+                   {"do_resize", true},
+                   {"size", side},
+                   {"resample", 3},
+                   {"do_rescale", true},
+                   {"rescale_factor", 1.0 / 255.0},
+                   {"do_normalize", true},
+                   {"image_mean", mean.empty() ? std::vector<double>(3, 0.5) : mean},
+                   {"image_std", std.empty() ? std::vector<double>(3, 0.5) : std},
+                   {"do_convert_rgb", true}};
+  if (!grid_pinpoints.empty()) {
+    settings["do_center_crop"] = true;
+    settings["crop_size"] = side;
+    settings["image_grid_pinpoints"] = json::array();
+    for (const Resolution& p : grid_pinpoints)
+      settings["image_grid_pinpoints"].push_back({p.height, p.width});
+  }
+  return settings;
+}
+
+}  // namespace
+
+std::string OwnTowerPreprocessorJson(int64_t image_size, const std::vector<double>& mean,
+                                     const std::vector<double>& std,
+                                     const std::vector<Resolution>& grid_pinpoints) {
+  return OwnTowerSettings(image_size, mean, std, grid_pinpoints).dump(2);
+}
+
+absl::StatusOr<ImagePreprocessor> OwnTowerPreprocessor(
+    int64_t image_size, const std::vector<double>& mean, const std::vector<double>& std,
+    const std::vector<Resolution>& grid_pinpoints) {
+  return ParsePreprocessor("vision.model", OwnTowerSettings(image_size, mean, std, grid_pinpoints));
+}
+
 absl::StatusOr<std::vector<Resolution>> ParseGridPinpoints(const json& value, int64_t tile,
                                                            std::string_view tile_is) {
   const std::string key = "image_grid_pinpoints";

@@ -58,6 +58,19 @@ absl::StatusOr<ImagePreprocessor> ReadModelImagePreprocessor(const std::string& 
 // after checking that they read.
 absl::StatusOr<std::string> ModelImagePreprocessorJson(const std::string& directory);
 
+// The image processor of Tandem's own tower, as `tandem export` writes it to
+// preprocessor_config.json: each image squashed to image_size square (bicubic) and normalised by
+// mean and std (empty: 0.5 each channel), a SiglipImageProcessor; with `grid_pinpoints`, a
+// LlavaNextImageProcessor that first cuts LLaVA-NeXT's tiles of that side. Jobs training the tower
+// with tiles read their images through OwnTowerPreprocessor, the same settings parsed
+// (InvalidArgument naming "vision.model" for a size or pinpoint ValidateJobConfig refuses).
+std::string OwnTowerPreprocessorJson(int64_t image_size, const std::vector<double>& mean,
+                                     const std::vector<double>& std,
+                                     const std::vector<Resolution>& grid_pinpoints);
+absl::StatusOr<ImagePreprocessor> OwnTowerPreprocessor(
+    int64_t image_size, const std::vector<double>& mean, const std::vector<double>& std,
+    const std::vector<Resolution>& grid_pinpoints);
+
 // LLaVA-NeXT's image_grid_pinpoints as preprocessor_config.json and config.json hold them: a
 // non-empty list of [height, width], each side 1 to kMaxAnyResSide and a multiple of `tile`
 // (named `tile_is` in errors: "the tile side"). InvalidArgument naming the entry, for the caller to

@@ -1,10 +1,12 @@
 #include "data/text_codec.h"
 
 #include <algorithm>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 
 namespace tandem::data {
@@ -25,6 +27,16 @@ std::string ConversationWords(const std::vector<tokenizer::ChatMessage>& message
 
 TextCodec TextCodec::Words(Tokenizer tokenizer) {
   TextCodec codec;
+  codec.words_ = std::move(tokenizer);
+  return codec;
+}
+
+TextCodec TextCodec::WordsAtMarks(Tokenizer tokenizer, int64_t image_tokens,
+                                  AnyResGeometry any_res) {
+  TextCodec codec;
+  codec.image_token_id_ = tokenizer.size();
+  codec.image_tokens_ = image_tokens;
+  codec.any_res_ = std::move(any_res);
   codec.words_ = std::move(tokenizer);
   return codec;
 }
@@ -58,7 +70,10 @@ absl::StatusOr<TextCodec> TextCodec::Hf(tokenizer::HfTokenizer tokenizer,
   return codec;
 }
 
-int64_t TextCodec::vocab_size() const { return words_ ? words_->size() : hf_->vocab_size(); }
+int64_t TextCodec::vocab_size() const {
+  if (hf_) return hf_->vocab_size();
+  return words_->size() + (image_token_id_ >= 0 ? 1 : 0);
+}
 
 std::string TextCodec::Decode(const std::vector<int64_t>& ids) const {
   if (hf_) return hf_->Decode(ids, /*skip_special_tokens=*/true);
@@ -82,15 +97,40 @@ absl::StatusOr<EncodedConversation> TextCodec::Encode(
         any_res_.enabled() ? ImagePositions(image_sizes) : std::vector<int64_t>{});
   }
   EncodedConversation out;
+  const auto add = [&out](int64_t id, bool labelled, int64_t copies = 1) {
+    out.ids.insert(out.ids.end(), copies, id);
+    out.labels.insert(out.labels.end(), copies, labelled ? id : EncodedConversation::kIgnore);
+  };
+  // WordsAtMarks: the positions of each mark's image, as EncodeMessages places them.
+  const std::vector<int64_t> positions =
+      any_res_.enabled() ? ImagePositions(image_sizes) : std::vector<int64_t>{};
+  size_t marks = 0;
   for (const auto& message : messages) {
     const bool answer = message.role == "assistant";
-    for (int32_t id : words_->Encode(absl::StrReplaceAll(message.content, {{kImage, " "}}))) {
-      out.ids.push_back(id);
-      out.labels.push_back(answer ? id : EncodedConversation::kIgnore);
+    bool first = true;
+    for (const absl::string_view piece : absl::StrSplit(message.content, kImage)) {
+      if (!first && image_token_id_ >= 0) {
+        int64_t copies = image_tokens_;
+        if (any_res_.enabled()) {
+          if (marks == positions.size()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(source, ": has more \"<image>\" marks than its ", positions.size(),
+                             positions.size() == 1 ? " image" : " images"));
+          }
+          copies = positions[marks];
+        }
+        ++marks;
+        add(image_token_id_, /*labelled=*/false, copies);
+      }
+      first = false;
+      for (int32_t id : words_->Encode(std::string_view(piece.data(), piece.size())))
+        add(id, answer);
     }
-    const int64_t end = answer ? Tokenizer::kEos : Tokenizer::kBos;
-    out.ids.push_back(end);
-    out.labels.push_back(answer ? end : EncodedConversation::kIgnore);
+    add(answer ? Tokenizer::kEos : Tokenizer::kBos, answer);
+  }
+  if (marks < positions.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": has ", marks, " \"<image>\" marks for ", positions.size(), " images"));
   }
   return out;
 }
@@ -113,7 +153,7 @@ absl::StatusOr<TextCodec::Prompt> TextCodec::EncodePrompt(
                                                                      : std::vector<int64_t>{}));
     prompt.ids = std::move(encoded.ids);
   } else {
-    ASSIGN_OR_RETURN(auto encoded, Encode(asked, source));
+    ASSIGN_OR_RETURN(auto encoded, Encode(asked, source, image_sizes));
     prompt.ids = std::move(encoded.ids);
   }
   // The answer is the last run of labelled positions of the whole conversation, less its end of

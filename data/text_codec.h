@@ -2,12 +2,16 @@
 // it is evaluated on (a prompt and the answer it should generate), in one of two layouts
 // (models::LlmConfig::image_token_id):
 //
-//   Words  Tandem's own LLM and its word tokenizer (data/tokenizer.h). The image is a prefix of
-//          embedding rows ahead of the tokens, wherever the text has its mark (the export puts it
-//          at the mark, so a conversation whose mark is not at the start of its first turn reads
-//          differently there); the text is the "tandem" chat format without the image mark:
-//          (user words) <bos> (answer words) <eos> ... A caption is the answer to a user turn
-//          holding only the image, so it reads <bos> caption <eos>.
+//   Words  Tandem's own LLM and its word tokenizer (data/tokenizer.h), for captions. The image is
+//          a prefix of embedding rows ahead of the tokens; the text is the "tandem" chat format
+//          without the image mark: (user words) <bos> (answer words) <eos> ... A caption is the
+//          answer to a user turn holding only the image, so it reads <bos> caption <eos>.
+//   WordsAtMarks  The same words and format for conversations, with each image's positions at its
+//          "<image>" mark as LLaVA places them: `image_tokens` copies of the image id (or under
+//          any-res its layout's positions), the id after the words (tokenizer.size(), as `tandem
+//          export` numbers it). A caption reads <image>... <bos> caption <eos>, the Words sequence
+//          with the image in place of the prefix; any number of images, none included, and packing
+//          follow.
 //   Hf     A Hugging Face tokenizer and chat template (tokenizer/chat_template.h): LLaVA's
 //          layout, the rendered conversation with `image_tokens` copies of the "<image>" id, which
 //          the image's embedding rows replace.
@@ -34,6 +38,8 @@ namespace tandem::data {
 class TextCodec {
  public:
   static TextCodec Words(Tokenizer tokenizer);
+  static TextCodec WordsAtMarks(Tokenizer tokenizer, int64_t image_tokens,
+                                AnyResGeometry any_res = {});
   // InvalidArgument when the tokenizer lacks "<image>", a pad or eos token, or the template's
   // end-of-turn token.
   // With `any_res` enabled (LLaVA-NeXT), each image takes the positions of its layout instead of
@@ -61,6 +67,7 @@ class TextCodec {
                                       const std::vector<Resolution>& image_sizes = {}) const;
 
   // Image token positions in an encoded sequence: 0 in the Words layout (the image is a prefix).
+  // The vocabulary counts the image token of WordsAtMarks.
   // Under any_res() an image's own count varies with its size (ImagePositions).
   int64_t image_tokens() const { return image_tokens_; }
   // The most positions one image takes: image_tokens(), or under any_res() its largest layout.
@@ -71,7 +78,7 @@ class TextCodec {
   const AnyResGeometry& any_res() const { return any_res_; }
   // The positions each image of `image_sizes` takes.
   std::vector<int64_t> ImagePositions(const std::vector<Resolution>& image_sizes) const;
-  // -1 in the Words layout.
+  // -1 in the Words layout (a prefix).
   int64_t image_token_id() const { return image_token_id_; }
   int64_t pad_id() const { return pad_id_; }
   // Generation stops at any of these (the template's end-of-turn token and the tokenizer's eos).
@@ -79,7 +86,7 @@ class TextCodec {
   int64_t vocab_size() const;
   std::string Decode(const std::vector<int64_t>& ids) const;
 
-  // The word tokenizer in the Words layout, null otherwise.
+  // The word tokenizer in the Words layouts, null otherwise.
   const Tokenizer* words() const { return words_ ? &*words_ : nullptr; }
   const tokenizer::HfTokenizer* hf() const { return hf_ ? &*hf_ : nullptr; }
 

@@ -366,7 +366,11 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
   models::VisionConfig v = job.vision.model;
   models::LlmConfig m = job.llm.model;
   v.output_dim = m.hidden;
-  if (own_llm) m.vocab_size = words->size();
+  // Conversations trained with the image token after the words (data::TextCodec::WordsAtMarks);
+  // captions read a prefix, which LLaVA's layout puts at that token, a new embedding row.
+  const bool new_image_row = own_llm && !jobspec::ConversationData(job.data);
+  if (own_llm) m.vocab_size = words->size() + (new_image_row ? 0 : 1);
+  if (own_llm && !new_image_row) m.image_token_id = words->size();
   if (v.final_norm || v.projector != "mlp2x") {
     return absl::FailedPreconditionError(
         absl::StrCat(options.run_dir, ": the run's vision model has ",
@@ -399,11 +403,11 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
 
   Tensors tensors;
   RETURN_IF_ERROR(AddVisionTensors(*vision, tensors));
-  RETURN_IF_ERROR(AddLlmTensors(*llm, /*add_image_row=*/own_llm, tensors));
+  RETURN_IF_ERROR(AddLlmTensors(*llm, new_image_row, tensors));
   RETURN_IF_ERROR(WriteShards(dir, tensors, options.max_shard_bytes));
   if (own_llm) {
     const int64_t image_token = words->size();
-    m.vocab_size += 1;
+    if (new_image_row) m.vocab_size += 1;
     RETURN_IF_ERROR(WriteJson(dir / "config.json", LlavaConfig(v, m, image_token, TokenIds{})));
     RETURN_IF_ERROR(
         WriteJson(dir / "generation_config.json", {{"bos_token_id", data::Tokenizer::kBos},
@@ -443,18 +447,10 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
                      data::ModelImagePreprocessorJson(job.vision.pretrained));
     return WriteFileAtomically((dir / "preprocessor_config.json").string(), settings + "\n");
   }
-  const double mean = 0.5, std = 0.5;
-  return WriteJson(dir / "preprocessor_config.json",
-                   {{"image_processor_type", "SiglipImageProcessor"},
-                    {"do_resize", true},
-                    {"size", {{"height", v.image_size}, {"width", v.image_size}}},
-                    {"resample", 3},
-                    {"do_rescale", true},
-                    {"rescale_factor", 1.0 / 255.0},
-                    {"do_normalize", true},
-                    {"image_mean", {mean, mean, mean}},
-                    {"image_std", {std, std, std}},
-                    {"do_convert_rgb", true}});
+  return WriteFileAtomically(
+      (dir / "preprocessor_config.json").string(),
+      data::OwnTowerPreprocessorJson(v.image_size, v.image_mean, v.image_std, v.grid_pinpoints) +
+          "\n");
 }
 
 }  // namespace

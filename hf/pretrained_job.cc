@@ -106,13 +106,6 @@ absl::Status ResolvePretrainedModels(jobspec::JobConfig& job) {
   if (job.llm.pretrained.empty() && job.vision.pretrained.empty()) return absl::OkStatus();
   // The newline embedding belongs with LLaVA-NeXT's tiles: a LLaVA-NeXT LLM's own, or a new one.
   job.llm.model.image_newline = job.vision.model.any_res();
-  if (job.vision.model.any_res() && job.llm.pretrained.empty()) {
-    return Prefixed(kVision, absl::InvalidArgumentError(absl::StrCat(
-                                 job.vision.pretrained,
-                                 ": image_grid_pinpoints (LLaVA-NeXT's tiles) need a pretrained "
-                                 "LLM (llm.pretrained), which places each image's positions at "
-                                 "its mark")));
-  }
   if (job.vision.model.any_res() && job.data.kind != data::DataConfig::Kind::kConversations) {
     return Prefixed(kVision, absl::InvalidArgumentError(absl::StrCat(
                                  job.vision.pretrained,

@@ -97,6 +97,14 @@ struct JobConfig {
   bool operator==(const JobConfig&) const = default;
 };
 
+// Whether the job's samples are conversations (conversation files, or shapes.conversations), whose
+// images an LLM places at their "<image>" marks: a pretrained one always, one trained from scratch
+// too (data::TextCodec::WordsAtMarks); captions are a prefix of the latter's rows.
+inline bool ConversationData(const data::DataConfig& data) {
+  return data.kind == data::DataConfig::Kind::kConversations ||
+         (data.kind == data::DataConfig::Kind::kShapes && data.shapes.conversations);
+}
+
 // The most LLM positions one image takes: its features, or with LLaVA-NeXT's tiles the largest
 // layout's (data/any_res.h).
 inline int64_t ImagePositions(const models::VisionConfig& v) {

@@ -91,6 +91,11 @@ absl::Status CheckValue(const json& value, const FieldDescriptor& field, const s
           return Error(path, "must be an object, got ", DescribeJsonValue(value));
         return absl::OkStatus();  // free-form; its owner validates the content
       }
+      if (type.full_name() == "google.protobuf.ListValue") {
+        if (!value.is_array())
+          return Error(path, "must be an array, got ", DescribeJsonValue(value));
+        return absl::OkStatus();  // likewise
+      }
       if (type.file()->package() == "google.protobuf") {
         return absl::OkStatus();  // other well-known types have their own JSON forms: protobuf
                                   // checks

@@ -71,6 +71,11 @@ models::VisionConfig ResolveVisionModel(const tandem::v1::VisionModelSpec& spec)
   if (spec.has_mlp_hidden()) model.mlp_hidden = spec.mlp_hidden();
   if (spec.has_positions()) model.positions = spec.positions();
   if (spec.has_norm_eps()) model.norm_eps = spec.norm_eps();
+  for (const google::protobuf::Value& entry : spec.grid_pinpoints().values()) {
+    model.grid_pinpoints.push_back(
+        {static_cast<int64_t>(entry.list_value().values(0).number_value()),
+         static_cast<int64_t>(entry.list_value().values(1).number_value())});
+  }
   return model;
 }
 
@@ -168,6 +173,9 @@ JobConfig Resolve(const tandem::v1::JobSpec& spec) {
 
   // The projector maps patches into the LLM's embedding space.
   config.vision.model.output_dim = config.llm.model.hidden;
+  // LLaVA-NeXT's tiles end each row of features with the LLM's newline embedding (a pretrained
+  // LLM's is set where its config.json is read: hf::ResolvePretrainedModels).
+  config.llm.model.image_newline = config.vision.model.any_res();
   config.schedule = ResolveSchedule(spec.schedule());
   if (spec.failure().has_max_restarts()) config.max_restarts = spec.failure().max_restarts();
   config.resume_from = spec.resume_from();

@@ -157,6 +157,19 @@ absl::Status CheckVisionModel(const models::VisionConfig& m, const models::LlmCo
   return absl::OkStatus();
 }
 
+// Each side of each pinpoint a multiple of the tile (the shape of each entry is ValidateJobSpec's).
+absl::Status CheckGridPinpoints(const models::VisionConfig& m) {
+  for (size_t i = 0; i < m.grid_pinpoints.size(); ++i) {
+    const data::Resolution& p = m.grid_pinpoints[i];
+    if (p.height % m.image_size != 0 || p.width % m.image_size != 0) {
+      return PathError(absl::StrCat("vision.model.grid_pinpoints[", i, "]"), p.height, " x ",
+                       p.width, " is not a multiple of vision.model.image_size (", m.image_size,
+                       ") both ways");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckLlmModel(const models::LlmConfig& m) {
   RETURN_IF_ERROR(Between("llm.model.hidden", m.hidden, 1, models::kMaxWidth));
   RETURN_IF_ERROR(Between("llm.model.layers", m.layers, 1, models::kMaxLayers));
@@ -351,6 +364,13 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
   const bool pretrained = !config.vision.pretrained.empty() || !config.llm.pretrained.empty();
   if (config.vision.pretrained.empty()) {
     RETURN_IF_ERROR(CheckVisionModel(config.vision.model, config.llm.model));
+    RETURN_IF_ERROR(CheckGridPinpoints(config.vision.model));
+    if (config.vision.model.any_res() &&
+        config.data.kind != data::DataConfig::Kind::kConversations) {
+      return PathError("vision.model.grid_pinpoints",
+                       "reads each image at its own size: it needs conversation files "
+                       "(data.conversations)");
+    }
   }
   RETURN_IF_ERROR(CheckGroup("llm", config.llm.pool, config.llm.actors));
   if (config.llm.pretrained.empty()) RETURN_IF_ERROR(CheckLlmModel(config.llm.model));
@@ -366,11 +386,12 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
                      ") + data.max_text_tokens (", config.data.max_text_tokens, ") = ", needed,
                      ", got ", config.llm.model.max_seq_len);
   }
-  if (config.data.pack_tokens > 0 && config.llm.pretrained.empty()) {
+  if (config.data.pack_tokens > 0 && config.llm.pretrained.empty() &&
+      !ConversationData(config.data)) {
     return PathError("data.pack_tokens",
-                     "needs a pretrained LLM (llm.pretrained): an LLM trained from scratch with "
-                     "the word tokenizer puts one image ahead of each row, so its rows cannot be "
-                     "packed");
+                     "needs conversations (data.conversations or data.shapes.conversations) or a "
+                     "pretrained LLM (llm.pretrained): an LLM trained from scratch reads a "
+                     "caption's image as a prefix of its row, so caption rows cannot be packed");
   }
   if (!pretrained && config.data.pack_tokens > config.llm.model.max_seq_len) {
     return PathError("data.pack_tokens", "must be <= llm.model.max_seq_len (",
@@ -425,6 +446,20 @@ absl::Status ValidateJobSpec(const tandem::v1::JobSpec& spec) {
     return PathError("vision.parallel.embeddings",
                      "is the LLM group's (llm.parallel.embeddings): how the "
                      "embeddings reach its tensor-parallel ranks");
+  }
+  const auto& pinpoints = vision.model().grid_pinpoints().values();
+  for (int i = 0; i < pinpoints.size(); ++i) {
+    const google::protobuf::Value& entry = pinpoints[i];
+    bool ok = entry.has_list_value() && entry.list_value().values_size() == 2;
+    for (int k = 0; ok && k < 2; ++k) {
+      const google::protobuf::Value& side = entry.list_value().values(k);
+      ok = side.has_number_value() && std::trunc(side.number_value()) == side.number_value() &&
+           side.number_value() >= 1 && side.number_value() <= data::kMaxAnyResSide;
+    }
+    if (!ok) {
+      return PathError(absl::StrCat("vision.model.grid_pinpoints[", i, "]"),
+                       "must be [height, width], whole pixels from 1 to ", data::kMaxAnyResSide);
+    }
   }
   if (vision.new_projector() && !vision_pretrained) {
     return PathError("vision.new_projector",

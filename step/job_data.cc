@@ -1,6 +1,7 @@
 #include "step/job_data.h"
 
 #include <filesystem>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,12 @@ namespace {
 
 absl::Status Prefixed(const char* key, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(key, ": ", status.message()));
+}
+
+// LLaVA-NeXT's tiling of the job's tower; not enabled() without image_grid_pinpoints.
+data::AnyResGeometry AnyRes(const models::VisionConfig& vision) {
+  if (!vision.any_res()) return {};
+  return {vision.grid_pinpoints, vision.image_size, vision.grid()};
 }
 
 absl::StatusOr<data::TextCodec> OpenPretrainedText(const jobspec::JobConfig& job) {
@@ -33,10 +40,8 @@ absl::StatusOr<data::TextCodec> OpenPretrainedText(const jobspec::JobConfig& job
   // LLaVA-NeXT's images take positions by their size (hf::ResolvePretrainedModels read the
   // pinpoints).
   const models::VisionConfig& vision = job.vision.model;
-  data::AnyResGeometry any_res;
-  if (vision.any_res()) any_res = {vision.grid_pinpoints, vision.image_size, vision.grid()};
-  auto codec = data::TextCodec::Hf(*std::move(tokenizer), *format, vision.num_features(),
-                                   std::move(any_res));
+  auto codec =
+      data::TextCodec::Hf(*std::move(tokenizer), *format, vision.num_features(), AnyRes(vision));
   if (!codec.ok()) {
     return Prefixed("llm.pretrained", absl::InvalidArgumentError(absl::StrCat(
                                           job.llm.pretrained, ": ", codec.status().message())));
@@ -61,35 +66,40 @@ absl::StatusOr<data::TextCodec> OpenPretrainedText(const jobspec::JobConfig& job
 absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(const jobspec::JobConfig& job,
                                                            const std::string& resume_checkpoint) {
   std::shared_ptr<const data::ImagePreprocessor> preprocessor;
+  const models::VisionConfig& vision = job.vision.model;
   if (!job.vision.pretrained.empty()) {
     auto read = data::ReadModelImagePreprocessor(job.vision.pretrained);
     if (!read.ok()) return Prefixed("vision.pretrained", read.status());
     preprocessor = std::make_shared<const data::ImagePreprocessor>(*std::move(read));
+  } else if (vision.any_res()) {
+    // Tandem's own tower cuts tiles as the processor `tandem export` writes for it.
+    ASSIGN_OR_RETURN(data::ImagePreprocessor own,
+                     data::OwnTowerPreprocessor(vision.image_size, vision.image_mean,
+                                                vision.image_std, vision.grid_pinpoints));
+    preprocessor = std::make_shared<const data::ImagePreprocessor>(std::move(own));
   }
   ASSIGN_OR_RETURN(data::Datasets datasets,
                    data::OpenDatasets(job.data, job.vision.model.image_size, preprocessor));
   std::shared_ptr<const data::TextCodec> text;
-  const auto saved = std::filesystem::path(resume_checkpoint) / "tokenizer.json";
-  std::error_code ec;
-  if (job.llm.pretrained.empty() && !resume_checkpoint.empty() &&
-      std::filesystem::exists(saved, ec)) {
-    ASSIGN_OR_RETURN(data::Tokenizer words, data::Tokenizer::Load(saved.string()));
-    text = std::make_shared<const data::TextCodec>(data::TextCodec::Words(std::move(words)));
-  } else if (job.llm.pretrained.empty()) {
-    text = std::make_shared<const data::TextCodec>(
-        data::TextCodec::Words(data::Tokenizer::Build(datasets.train->VocabularyTexts())));
-  } else {
+  if (!job.llm.pretrained.empty()) {
     ASSIGN_OR_RETURN(data::TextCodec codec, OpenPretrainedText(job));
     text = std::make_shared<const data::TextCodec>(std::move(codec));
+    return std::make_shared<const JobData>(JobData{std::move(datasets), std::move(text)});
   }
-  // Conversation files may hold any number of images a sample; the word tokenizer's layout reads
-  // one, so a file it cannot train on fails here rather than at the step that meets the sample.
-  if (job.data.kind == data::DataConfig::Kind::kConversations && text->image_token_id() < 0) {
-    for (const data::Dataset* dataset : {datasets.train.get(), datasets.eval.get()}) {
-      for (int64_t i = 0; dataset != nullptr && i < dataset->size(); ++i) {
-        RETURN_IF_ERROR(data::CheckImageCount(*dataset, i, *text, job.data.max_images_per_sample));
-      }
-    }
+  // From scratch: the vocabulary saved with the checkpoint resumed, else the training texts'.
+  const auto saved = std::filesystem::path(resume_checkpoint) / "tokenizer.json";
+  std::error_code ec;
+  std::optional<data::Tokenizer> words;
+  if (!resume_checkpoint.empty() && std::filesystem::exists(saved, ec)) {
+    ASSIGN_OR_RETURN(words, data::Tokenizer::Load(saved.string()));
+  } else {
+    words = data::Tokenizer::Build(datasets.train->VocabularyTexts());
+  }
+  if (!jobspec::ConversationData(job.data)) {
+    text = std::make_shared<const data::TextCodec>(data::TextCodec::Words(*std::move(words)));
+  } else {
+    text = std::make_shared<const data::TextCodec>(
+        data::TextCodec::WordsAtMarks(*std::move(words), vision.num_features(), AnyRes(vision)));
   }
   return std::make_shared<const JobData>(JobData{std::move(datasets), std::move(text)});
 }

@@ -48,8 +48,12 @@ class LlmStage : public Stage {
 
   absl::Status Setup(std::shared_ptr<engine::Communicator> communicator) {
     auto config = job().llm.model;
-    // From scratch the word tokenizer sizes the vocabulary; a pretrained LLM keeps its own.
-    if (job().llm.pretrained.empty()) config.vocab_size = data().text->vocab_size();
+    // From scratch the word tokenizer sizes the vocabulary and numbers the image token of
+    // conversations (data::TextCodec::WordsAtMarks); a pretrained LLM keeps its own.
+    if (job().llm.pretrained.empty()) {
+      config.vocab_size = data().text->vocab_size();
+      config.image_token_id = data().text->image_token_id();
+    }
     {
       std::lock_guard<std::mutex> lock(ModelInitMutex());
       torch::manual_seed(LlmModelSeed(job().schedule.seed));

@@ -139,8 +139,8 @@ TEST(MakeImagesBatch, ReadsTheImagesInTheOrderAsked) {
   EXPECT_EQ(MakeImagesBatch(dataset, {{1, 0}}).status().code(), absl::StatusCode::kOutOfRange);
 }
 
-// The word tokenizer's layout puts one image ahead of each row: a sample with none or several is
-// refused, naming it; any layout refuses more than max_images.
+// The word tokenizer's caption layout puts one image ahead of each row: a sample with none or
+// several is refused, naming it; any layout refuses more than max_images.
 TEST(MakeTokenBatch, TheWordsLayoutReadsExactlyOneImageASample) {
   const MultiImageDataset dataset({"a b", "a", "b"}, {1, 2, 0});
   const TextCodec codec = TextCodec::Words(Tokenizer::Build(AllTexts(dataset)));
@@ -149,9 +149,8 @@ TEST(MakeTokenBatch, TheWordsLayoutReadsExactlyOneImageASample) {
   EXPECT_EQ(one->length, 8);  // no image positions among the tokens in this layout
   const absl::Status two = MakeTokenBatch(dataset, {0, 1}, codec, 8, 2).status();
   EXPECT_EQ(two.message(),
-            "fake #1: has 2 images; an LLM trained from scratch with the word tokenizer reads "
-            "exactly one image a sample, as a prefix of its row: a pretrained LLM "
-            "(llm.pretrained) places any number at the <image> marks");
+            "fake #1: has 2 images; a caption reads exactly one image, as a prefix of its row "
+            "(conversations place any number at their <image> marks)");
   EXPECT_THAT(std::string(MakePromptBatch(dataset, {2}, codec, 8).status().message()),
               HasSubstr("fake #2: has 0 images;"));
 }

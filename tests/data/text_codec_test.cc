@@ -8,6 +8,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "data/batch.h"
 #include "data/shapes.h"
 
@@ -73,6 +75,65 @@ TEST(TextCodecWords, PromptNeedsAnAnswerLastAndSomethingBefore) {
   status = codec.EncodePrompt({{"assistant", "red"}}, "train.json: [5]").status();
   EXPECT_THAT(std::string(status.message()),
               HasSubstr("train.json: [5]: nothing comes before the answer"));
+}
+
+// Conversations from scratch: the Words layout's words and labels, with each image's positions at
+// its mark (the image id after the words); a caption is the Words sequence with the image where
+// the prefix was; text-only and two-image samples read as LLaVA reads them.
+TEST(TextCodecWordsAtMarks, ImagesTakeTheirPositionsAtTheirMarks) {
+  const Tokenizer words = Tokenizer::Build({"a red circle", "what colour is it ?"});
+  const TextCodec codec = TextCodec::WordsAtMarks(words, /*image_tokens=*/3);
+  const int64_t im = words.size();
+  EXPECT_EQ(codec.image_token_id(), im);
+  EXPECT_EQ(codec.vocab_size(), words.size() + 1);
+  EXPECT_EQ(codec.image_tokens(), 3);
+  const int64_t a = words.Encode("a")[0], red = words.Encode("red")[0],
+                circle = words.Encode("circle")[0], what = words.Encode("what")[0],
+                colour = words.Encode("colour")[0], q = words.Encode("?")[0];
+  constexpr int64_t kBos = Tokenizer::kBos, kEos = Tokenizer::kEos;
+  auto caption = codec.Encode({{"user", "<image>"}, {"assistant", "A red circle"}}, "s0");
+  ASSERT_TRUE(caption.ok()) << caption.status();
+  EXPECT_THAT(caption->ids, ElementsAre(im, im, im, kBos, a, red, circle, kEos));
+  EXPECT_THAT(caption->labels, ElementsAre(kI, kI, kI, kI, a, red, circle, kEos));
+
+  const std::vector<tokenizer::ChatMessage> two = {{"user", "What<image>colour <image>?"},
+                                                   {"assistant", "red"}};
+  auto both = codec.Encode(two, "s1");
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_THAT(both->ids, ElementsAre(what, im, im, im, colour, im, im, im, q, kBos, red, kEos));
+  auto prompt = codec.EncodePrompt(two, "s1");
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  EXPECT_THAT(prompt->ids, ElementsAre(what, im, im, im, colour, im, im, im, q, kBos));
+  EXPECT_THAT(prompt->answer, ElementsAre(red));
+
+  auto text = codec.Encode({{"user", "What colour?"}, {"assistant", "red"}}, "s2");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(text->ids, ElementsAre(what, colour, q, kBos, red, kEos));
+  EXPECT_EQ(codec.Decode({red, im, circle}), "red <unk> circle");
+}
+
+// Under any-res each mark takes its own image's layout, and the marks must match the images.
+TEST(TextCodecWordsAtMarks, AnyResImagesTakeTheirLayoutsPositions) {
+  const Tokenizer words = Tokenizer::Build({"what colour ?"});
+  const AnyResGeometry geometry{{{32, 32}, {32, 64}, {64, 32}}, /*tile=*/32, /*side=*/4};
+  const TextCodec codec = TextCodec::WordsAtMarks(words, /*image_tokens=*/16, geometry);
+  const std::vector<Resolution> sizes = {{32, 64}, {40, 40}};
+  const std::vector<int64_t> positions = codec.ImagePositions(sizes);
+  // 16 base features, then 4 rows of 8 features and a newline; a square image's 4 x (4 + 1).
+  EXPECT_THAT(positions, ElementsAre(16 + 4 * 9, 16 + 4 * 5));
+  EXPECT_EQ(codec.max_image_positions(), 16 + 8 * 5);  // a tall image's 8 rows of 4
+  auto encoded =
+      codec.Encode({{"user", "<image><image>what colour?"}, {"assistant", "red"}}, "s3", sizes);
+  ASSERT_TRUE(encoded.ok()) << encoded.status();
+  EXPECT_EQ(std::count(encoded->ids.begin(), encoded->ids.end(), words.size()),
+            positions[0] + positions[1]);
+  EXPECT_EQ(encoded->ids[positions[0] + positions[1]], words.Encode("what")[0]);
+  auto fewer = codec.Encode({{"user", "<image>what?"}, {"assistant", "red"}}, "s4", sizes);
+  EXPECT_THAT(std::string(fewer.status().message()),
+              HasSubstr("s4: has 1 \"<image>\" marks for 2 images"));
+  auto more = codec.Encode({{"user", "<image><image><image>"}, {"assistant", "red"}}, "s5", sizes);
+  EXPECT_THAT(std::string(more.status().message()),
+              HasSubstr("s5: has more \"<image>\" marks than its 2 images"));
 }
 
 class TextCodecHf : public ::testing::TestWithParam<std::string> {};

@@ -12,7 +12,8 @@ whole pretrained LLaVA of SigLIP and Qwen2 (tests/fixtures/hf/siglip_qwen2) fine
 captions, which exports as Qwen2 with its own tokenizer files and ChatML; and for LLaVA's first stage
 from two towers, a CLIP tower and a Llama without an "<image>" token, which the export carries; and
 for a LLaVA-NeXT checkpoint (tests/fixtures/hf/clip_llama_next: any-resolution tiles) fine-tuned on
-conversations with images of three sizes, which exports as LlavaNextForConditionalGeneration.
+conversations with images of three sizes, which exports as LlavaNextForConditionalGeneration; and for
+Tandem's own tower and LLM trained from scratch with LLaVA-NeXT's tiles on the same conversations.
 
 Needs transformers, torch and Pillow (tests/fixtures/hf/requirements.txt, installed into .venv/ by
 scripts/venv); exits 77, which ctest reports as skipped, when they cannot be imported.
@@ -154,6 +155,19 @@ NEXT_SPEC = {
 }
 
 
+# Tandem's own tower and LLM trained from scratch with LLaVA-NeXT's tiles on the same conversations: the
+# export is a LLaVA-NeXT of a SigLIP tower, a Llama and the word tokenizer, whose "<image>" is the id the run
+# trained after the words.
+OWN_NEXT_SPEC = {
+    "name": "roundtrip-own-next",
+    "data": {"conversations": {"train": "TRAIN_FILE"}, "max_text_tokens": 24, "max_images_per_sample": 2},
+    "vision": {"model": {"preset": "vit-tiny", "grid_pinpoints": [[32, 32], [32, 64], [64, 32], [64, 64]]},
+               "engine": ENGINE},
+    "llm": {"model": {"preset": "llm-tiny", "max_seq_len": 256}, "engine": ENGINE},
+    "schedule": {"global_batch": 4, "steps": 30, "eval_every": 0, "seed": 1},
+}
+
+
 def compare_next(tandem, fixtures, out, sources):
     """Greedy tokens of transformers' LlavaNextForConditionalGeneration (its processor cutting each
     image into tiles by its size) and of `tandem generate` from each of `sources`, for a wide and a
@@ -170,7 +184,7 @@ def compare_next(tandem, fixtures, out, sources):
     vision = model.config.vision_config
     processor = LlavaNextProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=vision.patch_size,
                                    vision_feature_select_strategy=model.config.vision_feature_select_strategy,
-                                   num_additional_image_tokens=1)
+                                   num_additional_image_tokens=1 if vision.model_type == "clip_vision_model" else 0)
     reference = os.path.join(fixtures, "reference")
     for prompt, files in [("<image>\nWhat is it?", ["image.png"]), ("<image>\nWhat is it?", ["tall.png"]),
                           ("<image> or <image>?", ["tall.png", "image.png"])]:
@@ -266,6 +280,15 @@ def main():
             config = json.load(f)
         assert config["model_type"] == "llava_next" and config["image_grid_pinpoints"], config
         compare_next(args.tandem, fixtures, next_out, (next_out, next_run))
+
+        own_spec = json.loads(json.dumps(OWN_NEXT_SPEC).replace("TRAIN_FILE", os.path.join(data, "next_conversations.json")))
+        own_run, own_out = run_and_export(args.tandem, tmp, "own-next", own_spec)
+        with open(os.path.join(own_out, "config.json")) as f:
+            config = json.load(f)
+        assert config["model_type"] == "llava_next" and config["vision_config"]["model_type"] == "siglip_vision_model"
+        with open(os.path.join(own_run, "tokenizer.json")) as f:
+            assert config["image_token_index"] == len(json.load(f)["words"]), config["image_token_index"]
+        compare_next(args.tandem, fixtures, own_out, (own_out, own_run))
 
 
 if __name__ == "__main__":

@@ -107,7 +107,8 @@ const json& Fields() {
     "data.max_images_per_sample": [{"data": {"max_images_per_sample": 1}},
                                    {"data": {"max_images_per_sample": 3}}],
     "data.video_frames": [{"data": {"video_frames": 8}}, {"data": {"video_frames": 4}}],
-    "data.pack_tokens": {"refused": "data.pack_tokens: needs a pretrained LLM", "value": 64},
+    "data.pack_tokens": [{"data": {"shapes": {"conversations": true}, "pack_tokens": 32}},
+                         {"data": {"shapes": {"conversations": true}, "pack_tokens": 64}}],
     "vision.pool": [{"vision": {"pool": "a"}}, {"vision": {"pool": "b"}}],
     "vision.actors": [{"vision": {"actors": 1}}, {"vision": {"actors": 2}}],
     "vision.model.preset": [{"vision": {"model": {"preset": "vit-tiny"}}},
@@ -126,6 +127,11 @@ const json& Fields() {
                                {"vision": {"model": {"positions": "sincos"}}}],
     "vision.model.norm_eps": [{"vision": {"model": {"norm_eps": 1e-6}}},
                               {"vision": {"model": {"norm_eps": 1e-5}}}],
+    "vision.model.grid_pinpoints": [
+      {"data": {"shapes": null, "conversations": {"train": "/a.json"}},
+       "vision": {"model": {"grid_pinpoints": [[32, 64]]}}},
+      {"data": {"shapes": null, "conversations": {"train": "/a.json"}},
+       "vision": {"model": {"grid_pinpoints": [[64, 32], [64, 64]]}}}],
     "vision.engine": [{"vision": {"engine": {}}},
                       {"vision": {"engine": {"zero_optimization": {"stage": 1}}}}],
     "vision.freeze": [{"vision": {"freeze": []}}, {"vision": {"freeze": ["blocks.0.*"]}}],
@@ -184,14 +190,15 @@ const json& Fields() {
   return *fields;
 }
 
-// The dotted paths of every field of `message` that holds a value (google.protobuf.Struct is one).
+// The dotted paths of every field of `message` that holds a value (google.protobuf.Struct and
+// ListValue are each one).
 void LeafPaths(const google::protobuf::Descriptor& message, const std::string& prefix,
                std::vector<std::string>& out) {
   for (int i = 0; i < message.field_count(); ++i) {
     const google::protobuf::FieldDescriptor& field = *message.field(i);
     const std::string path = prefix.empty() ? field.name() : prefix + "." + field.name();
     if (field.type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE &&
-        field.message_type()->full_name() != "google.protobuf.Struct") {
+        field.message_type()->file()->package() != "google.protobuf") {
       LeafPaths(*field.message_type(), path, out);
     } else {
       out.push_back(path);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
@@ -94,6 +95,21 @@ TEST(JobSpec, JsonlExampleLoadsWithPathsAbsolute) {
   // Clipped by the norm of both models together, not per group.
   EXPECT_EQ(config->schedule.gradient_clipping, 1.0);
   EXPECT_FALSE(json::parse(config->llm.engine_json).contains("gradient_clipping"));
+}
+
+// The mixed example (examples/mixed_vlm.sh writes its data into runs/mixed-data/): Tandem's own
+// tower with LLaVA-NeXT's tiles, two images a sample, packed rows that hold the longest sample.
+TEST(JobSpec, MixedExampleTilesAndPacks) {
+  absl::StatusOr<JobConfig> config = ReadConfig(kExamples + "/mixed_vlm.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->data.kind, data::DataConfig::Kind::kConversations);
+  EXPECT_EQ(config->data.conversations.train_path, InExamples("../runs/mixed-data/train.json"));
+  EXPECT_EQ(config->vision.model.grid_pinpoints,
+            (std::vector<data::Resolution>{{32, 32}, {32, 64}, {64, 32}}));
+  EXPECT_TRUE(config->llm.model.image_newline);
+  EXPECT_EQ(config->data.max_images_per_sample, 2);
+  EXPECT_EQ(LlmRowPositions(*config), config->data.pack_tokens);
+  EXPECT_EQ(config->llm.model.max_seq_len, config->data.pack_tokens);
 }
 
 TEST(JobSpec, AbsentFieldsTakeJobConfigDefaults) {

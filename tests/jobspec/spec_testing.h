@@ -83,6 +83,8 @@ inline void ExpectSameConfig(const JobConfig& a, const JobConfig& b) {
   EXPECT_EQ(a.vision.model.positions, b.vision.model.positions);
   EXPECT_EQ(a.vision.model.norm_eps, b.vision.model.norm_eps);
   EXPECT_EQ(a.vision.model.output_dim, b.vision.model.output_dim);
+  EXPECT_TRUE(a.vision.model.grid_pinpoints == b.vision.model.grid_pinpoints);
+  EXPECT_EQ(a.llm.model.image_newline, b.llm.model.image_newline);
   EXPECT_EQ(a.llm.pool, b.llm.pool);
   EXPECT_EQ(a.llm.actors, b.llm.actors);
   EXPECT_EQ(a.llm.engine_json, b.llm.engine_json);

@@ -1,6 +1,7 @@
 // Tests for jobspec/validate.cc: every value rule, and the engine blocks (the engine's own errors
 // with the group's prefix, and agreement with the schedule), each with its exact message.
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
@@ -352,6 +353,60 @@ TEST(ValidateJobConfig, MaxSeqLenTooSmallNamesBothNumbers) {
   EXPECT_EQ(Error(spec),
             "job.json: llm.model.max_seq_len: must be >= the image features "
             "(data.max_images_per_sample 4 x 16) + data.max_text_tokens (12) = 76, got 60");
+}
+
+// LLaVA-NeXT's tiles for Tandem's own tower: pinpoints of whole tiles, on conversation files; the
+// LLM gains its newline embedding, and its row budget counts the largest layout.
+TEST(ValidateJobConfig, GridPinpoints) {
+  json spec = BaseSpec();
+  spec["llm"]["model"]["max_seq_len"] = 128;
+  spec["vision"]["model"]["grid_pinpoints"] = {{32, 64}, {64, 32}};
+  EXPECT_EQ(Error(spec),
+            "job.json: vision.model.grid_pinpoints: reads each image at its own size: it needs "
+            "conversation files (data.conversations)");
+  spec["data"] = {{"conversations", {{"train", "train.json"}}}, {"max_text_tokens", 12}};
+  const JobConfig config = ExpectValid(spec.dump());
+  EXPECT_EQ(config.vision.model.grid_pinpoints,
+            (std::vector<data::Resolution>{{32, 64}, {64, 32}}));
+  EXPECT_TRUE(config.llm.model.image_newline);
+  // The base tile's 16 features, then a tall image's 8 rows of 4 features and a newline.
+  EXPECT_EQ(ImagePositions(config.vision.model), 16 + 8 * (4 + 1));
+  spec["llm"]["model"]["max_seq_len"] = 60;
+  EXPECT_EQ(Error(spec),
+            "job.json: llm.model.max_seq_len: must be >= the image features (56) + "
+            "data.max_text_tokens (12) = 68, got 60");
+  spec["llm"]["model"]["max_seq_len"] = 128;
+  spec["vision"]["model"]["grid_pinpoints"] = {{32, 64}, {48, 32}};
+  EXPECT_EQ(Error(spec),
+            "job.json: vision.model.grid_pinpoints[1]: 48 x 32 is not a multiple of "
+            "vision.model.image_size (32) both ways");
+  for (const json& bad : {json{{32, 64}, {64}}, json{{32, 64}, {64, 32.5}}, json{{32, 64}, {0, 32}},
+                          json{{32, 64}, "64x32"}}) {
+    spec["vision"]["model"]["grid_pinpoints"] = bad;
+    EXPECT_EQ(Error(spec),
+              "job.json: vision.model.grid_pinpoints[1]: must be [height, width], whole pixels "
+              "from 1 to 8192")
+        << bad;
+  }
+  spec["vision"]["model"]["grid_pinpoints"] = "32x64";
+  EXPECT_EQ(Error(spec),
+            "job.json: vision.model.grid_pinpoints: must be an array, got string \"32x64\"");
+}
+
+// Packing needs rows that place their images at marks: conversations, or a pretrained LLM.
+TEST(ValidateJobConfig, PackTokensNeedsConversations) {
+  json spec = BaseSpec();
+  spec["data"]["pack_tokens"] = 64;
+  EXPECT_EQ(Error(spec),
+            "job.json: data.pack_tokens: needs conversations (data.conversations or "
+            "data.shapes.conversations) or a pretrained LLM (llm.pretrained): an LLM trained from "
+            "scratch reads a caption's image as a prefix of its row, so caption rows cannot be "
+            "packed");
+  spec["data"]["shapes"]["conversations"] = true;
+  EXPECT_EQ(ExpectValid(spec.dump()).data.pack_tokens, 64);
+  spec["data"]["pack_tokens"] = 65;
+  EXPECT_EQ(Error(spec),
+            "job.json: data.pack_tokens: must be <= llm.model.max_seq_len (64), got 65");
 }
 
 TEST(ValidateJobConfig, ImageAndFrameCountsAreBounded) {

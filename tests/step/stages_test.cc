@@ -872,6 +872,95 @@ TEST_P(StagesLlavaNextTest, TilesGiveTransformersLossAndRanksAgree) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, StagesLlavaNextTest,
                          ::testing::Values("clip_llama_next", "siglip_qwen2_next"));
 
+// Conversations for Tandem's own models with LLaVA-NeXT's tiles, written into `dir`: shapes images
+// of 32 x 32, 32 x 64 and 64 x 32 pixels (two, three and three tiles), none, one or two a sample.
+std::string WriteAnyResConversations(const std::filesystem::path& dir, int samples) {
+  std::filesystem::create_directories(dir);
+  const data::ShapesDataset shapes(3, 32, data::Split::kTrain, 16);
+  const auto joined = [&shapes](int first, bool wide) {
+    const data::Image a = shapes.Render(first).image, b = shapes.Render(first + 1).image;
+    data::Image out;
+    out.height = wide ? 32 : 64;
+    out.width = wide ? 64 : 32;
+    out.pixels.resize(3 * 64 * 32);
+    for (int64_t c = 0; c < 3; ++c) {
+      for (int64_t y = 0; y < out.height; ++y) {
+        for (int64_t x = 0; x < out.width; ++x) {
+          const bool second = wide ? x >= 32 : y >= 32;
+          out.at(c, y, x) = (second ? b : a).at(c, y % 32, x % 32);
+        }
+      }
+    }
+    return out;
+  };
+  const std::vector<data::Image> images = {shapes.Render(0).image, joined(1, true),
+                                           joined(3, false), shapes.Render(5).image};
+  for (size_t i = 0; i < images.size(); ++i) {
+    const absl::Status written =
+        data::WritePng(images[i], (dir / absl::StrCat("a", i, ".png")).string());
+    EXPECT_TRUE(written.ok()) << written;
+  }
+  const char* colours[] = {"red", "blue", "green", "yellow"};
+  const int counts[] = {0, 1, 2, 1, 2, 1};
+  nlohmann::json all = nlohmann::json::array();
+  for (int i = 0; i < samples; ++i) {
+    const int n = counts[i % 6];
+    nlohmann::json c;
+    std::string question = n == 0 ? absl::StrCat("Say ", i % 5, ".") : "Which colour?";
+    for (int k = 0; k < n; ++k) {
+      c["image"].push_back(absl::StrCat("a", (i + k) % images.size(), ".png"));
+      question = (k == 0 ? "<image>\n" : "<image> ") + question;
+    }
+    c["conversations"] = {{{"from", "human"}, {"value", question}},
+                          {{"from", "gpt"}, {"value", colours[(i * 3 + n) % 4]}}};
+    all.push_back(c);
+  }
+  std::ofstream(dir / "train.json") << all.dump();
+  return (dir / "train.json").string();
+}
+
+// Tandem's own tower and LLM from scratch on conversations with LLaVA-NeXT's tiles
+// (vision.model.grid_pinpoints): the word tokenizer places each image's positions at its mark, so
+// over 20 steps 2x2 ranks, balanced and packed, take the steps of one rank each, and evaluate the
+// same answers; the vision ranks split the tiles by count.
+TEST(StagesOwnModelsTest, MixedAnyResConversationsTrainAsOneRankEach) {
+  const auto dir =
+      std::filesystem::path(::testing::TempDir()) / absl::StrCat("own_next_", ::getpid());
+  const std::string train = WriteAnyResConversations(dir, 24);
+  const std::string engine =
+      R"({"zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 0.002}}})";
+  const std::string spec = absl::StrCat(R"({
+    "name": "own-next",
+    "data": {"conversations": {"train": ")",
+                                        train, R"(", "eval": ")", train, R"("},
+             "max_text_tokens": 16, "max_images_per_sample": 2},
+    "vision": {"model": {"preset": "vit-tiny", "grid_pinpoints": [[32, 32], [32, 64], [64, 32]]},
+               "engine": )",
+                                        engine, R"(},
+    "llm": {"model": {"preset": "llm-tiny", "max_seq_len": 128}, "engine": )",
+                                        engine, R"(},
+    "schedule": {"global_batch": 12, "micro_batches": 2, "steps": 20, "seed": 11,
+                 "eval_samples": 6}})");
+  absl::StatusOr<jobspec::JobConfig> job = jobspec::ParseJobSpecJson(spec, "own_next.json");
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(job->llm.model.image_newline);
+  const Outcome reference = RunStages(*job, 1, 1);
+  ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+  EXPECT_LT(reference.losses.back(), reference.losses.front() / 2);
+  EXPECT_EQ(reference.eval.samples, 6);
+  const Outcome four = RunStages(*job, 2, 2);
+  ASSERT_TRUE(four.errors.empty()) << four.errors.front();
+  ExpectLossesMatch(four.losses, reference.losses);
+  EXPECT_EQ(four.eval.correct_tokens, reference.eval.correct_tokens);
+  job->data.pack_tokens = 128;
+  const Outcome packed = RunStages(*job, 2, 2);
+  ASSERT_TRUE(packed.errors.empty()) << packed.errors.front();
+  ExpectLossesMatch(packed.losses, reference.losses);
+  EXPECT_LT(static_cast<double>(packed.llm_padding) / packed.llm_positions,
+            static_cast<double>(reference.llm_padding) / reference.llm_positions / 2);
+  std::filesystem::remove_all(dir);
+}
+
 // A job resuming from a checkpoint keeps the word tokenizer saved there: the shapes conversations
 // count their words differently from the captions, so a vocabulary built again would number them
 // differently from the weights.
@@ -891,8 +980,9 @@ TEST(JobDataTest, AResumedJobKeepsTheCheckpointsVocabulary) {
   ASSERT_TRUE(rebuilt.ok() && resumed.ok());
   EXPECT_EQ((*resumed)->text->words()->words(), (*trained)->text->words()->words());
   EXPECT_NE((*rebuilt)->text->words()->words(), (*trained)->text->words()->words());
-  EXPECT_EQ((*rebuilt)->text->vocab_size(),
-            (*trained)->text->vocab_size());  // same words, other ids
+  // Same words, other ids; the conversations' image token after them.
+  EXPECT_EQ((*rebuilt)->text->words()->size(), (*trained)->text->words()->size());
+  EXPECT_EQ((*resumed)->text->image_token_id(), (*trained)->text->words()->size());
 }
 
 TEST(StagesPretrainedTest, AMissingTowerIsNamed) {
