@@ -9,9 +9,10 @@ DIR/model/: LlavaNextForConditionalGeneration, a CLIP-style tower (56-pixel tile
 patches, 4 x 4 features a tile) and a Llama (width 128, 2 layers), LLaVA-NeXT's pinpoints scaled
 to 56-pixel tiles (an image is 3 to 5 tiles with its base), the tokenizer of
 tests/fixtures/hf/clip_llama_next.
-DIR/train.json: 20% text-only samples, 50% one image, 20% two or three, 10% one image with a long
-answer (128 to 256 tokens; the others' are 8 to 64); images of random sizes from 40 to 240 pixels a
-side (so each picks its own pinpoint); texts of 16 to 300 tokens. The script prints the spread of
+DIR/train.json: 35% text-only samples (12 to 32 tokens), 40% one image (12 to 56 tokens), 8% two
+or three images (32 to 96 tokens), 17% two or three images with a long answer (296 to 368 tokens):
+most micro-batches light, some several times heavier; images of random sizes from 40 to 240 pixels
+a side (so each picks its own pinpoint). The script prints the spread of
 the text tokens of the first micro-batches of 12; bench/mixed_load.sh reports the spread of the
 positions its steps actually held.
 
@@ -43,7 +44,7 @@ def write_model(out, tokenizer):
     vision = CLIPVisionConfig(hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
                               image_size=TILE, patch_size=14, hidden_act="quick_gelu")
     text = LlamaConfig(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4,
-                       num_key_value_heads=4, vocab_size=len(tokenizer), max_position_embeddings=1024,
+                       num_key_value_heads=4, vocab_size=len(tokenizer), max_position_embeddings=2048,
                        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
                        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     config = LlavaNextConfig(vision_config=vision, text_config=text,
@@ -94,17 +95,26 @@ def main():
     write_model(os.path.join(args.out, "model"), tokenizer)
     samples, image_count = [], 0
     for i in range(args.samples):
+        # Short questions and answers about no image or one, a few samples of several images, and
+        # one in six a long description: most steps are light and some several times heavier, as
+        # instruction mixes are.
         kind = rng.random()
-        images = 0 if kind < 0.2 else 1 if kind < 0.7 else rng.randint(2, 3) if kind < 0.9 else 1
+        if kind < 0.35:
+            images, question, answer = 0, rng.randint(8, 16), rng.randint(4, 16)
+        elif kind < 0.75:
+            images, question, answer = 1, rng.randint(8, 24), rng.randint(4, 32)
+        elif kind < 0.83:
+            images, question, answer = rng.randint(2, 3), rng.randint(16, 32), rng.randint(16, 64)
+        else:
+            images, question, answer = rng.randint(2, 3), rng.randint(16, 32), rng.randint(280, 336)
         files = []
         for _ in range(images):
             name = f"images/{image_count:05d}.png"
             shape_image(rng, os.path.join(args.out, name))
             files.append(name)
             image_count += 1
-        question = words(rng, tokenizer, rng.randint(8, 32))
-        answer_tokens = rng.randint(8, 64) if kind < 0.9 else rng.randint(128, 256)
-        answer = words(rng, tokenizer, answer_tokens)
+        question = words(rng, tokenizer, question)
+        answer = words(rng, tokenizer, answer)
         sample = {"conversations": [{"from": "human", "value": "<image>\n" * images + question},
                                     {"from": "gpt", "value": answer}]}
         if files:

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Training on heterogeneous load (bench/mixed_load.py: text-only, one-image and several-image samples,
-# images of any size read as LLaVA-NeXT tiles, texts of 16 to 300 tokens) at 2x2, 1x3 and 3x1 vision x
-# LLM actors, each three ways in this one command:
+# images of any size read as LLaVA-NeXT tiles, texts of 12 to 368 tokens) at 2x2, 1x3 and 3x1 vision x
+# LLM actors, each four ways in this one command:
 #   padded    every sample a row padded to the longest possible, contiguous blocks (schedule.balance
 #             false, no packing): the baseline
 #   balanced  samples over the LLM ranks by cost, tiles over the vision ranks by count
-#   packed    balanced, and the LLM rows packed to data.pack_tokens positions
+#   packed-N  balanced, and the LLM rows packed to data.pack_tokens N positions: 720 holds the
+#             longest sample (3 images' 264 and 448 text tokens), 1440 twice as many
 # For each run: the median step time after STEPS/4 warm-up steps and the samples/s it makes, the mean
 # per-step imbalance of each group (slowest rank's compute over the mean) and the mean padding waste
 # (metrics.jsonl), and the throughput ratio against the padded run of the same layout.
@@ -27,7 +28,7 @@ trap 'rm -rf "$work"' EXIT
 spec() {  # vision actors, llm actors, balance, pack_tokens
   cat <<EOF
 {"name": "mixed-load",
- "data": {"conversations": {"train": "$work/data/train.json"}, "max_text_tokens": 400,
+ "data": {"conversations": {"train": "$work/data/train.json"}, "max_text_tokens": 448,
           "max_images_per_sample": 3, "pack_tokens": $4},
  "pretrained": "$work/data/model",
  "vision": {"actors": $1, "engine": {"optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}},
@@ -59,11 +60,11 @@ gap=0
 for layout in "2 2" "1 3" "3 1"; do
   read -r nv nl <<< "$layout"
   padded_ms=""
-  for mode in padded balanced packed; do
+  for mode in padded balanced packed-720 packed-1440; do
     case "$mode" in
       padded) balance=false pack=0 ;;
       balanced) balance=true pack=0 ;;
-      packed) balance=true pack=700 ;;
+      packed-*) balance=true pack="${mode#packed-}" ;;
     esac
     spec "$nv" "$nl" "$balance" "$pack" > "$work/job.json"
     run_dir="$work/run-$nv-$nl-$mode"
