@@ -122,8 +122,11 @@ absl::StatusOr<MicroBatchPlan> Stage::Plan(const data::Dataset& dataset,
   const bool balance = training && job_.schedule.balance;
   const int64_t pack = training ? job_.data.pack_tokens : 0;
   PlanOptions options{llm_replicas, vision_replicas, balance, job_.llm.model.hidden, pack};
-  // One replica has nothing to balance against: its order is every order.
-  const bool costs = (balance && llm_replicas > 1) || pack > 0;
+  // A sample costs an LLM rank its row. Packed, that is the positions it holds; unpacked, every
+  // row has one length (data.max_images_per_sample images' and data.max_text_tokens positions:
+  // data::MakeTokenBatch), so balancing evens the number of rows and needs no text encoded.
+  const bool costs = pack > 0;
+  const int64_t row = jobspec::LlmRowPositions(job_);
   const data::TextCodec& text = *data_->text;
   const data::AnyResGeometry& any_res = text.any_res();
   // A prefix layout's images are not among the tokens.
@@ -133,7 +136,7 @@ absl::StatusOr<MicroBatchPlan> Stage::Plan(const data::Dataset& dataset,
   std::vector<std::vector<data::AnyResLayout>> layouts;
   for (size_t i = 0; i < indices.size(); ++i) {
     const int64_t index = indices[i];
-    SampleLoad load{dataset.ImageCount(index), 0};
+    SampleLoad load{dataset.ImageCount(index), row};
     // LLaVA-NeXT: each image's tiles and positions follow from its size on file.
     ASSIGN_OR_RETURN(const std::vector<data::Resolution> sizes,
                      data::SampleImageSizes(dataset, index, text));
@@ -155,7 +158,7 @@ absl::StatusOr<MicroBatchPlan> Stage::Plan(const data::Dataset& dataset,
         ids = static_cast<int64_t>(conversation.ids.size());
       }
       load.positions = ids + load.images * prefix;
-      if (pack > 0 && load.positions > pack) {
+      if (load.positions > pack) {
         return absl::InvalidArgumentError(
             absl::StrCat(dataset.Describe(index), ": needs ", load.positions,
                          " positions (images and text), more than data.pack_tokens = ", pack));
