@@ -366,11 +366,11 @@ absl::Status Export(const ExportOptions& options, const fs::path& dir) {
   models::VisionConfig v = job.vision.model;
   models::LlmConfig m = job.llm.model;
   v.output_dim = m.hidden;
-  // Conversations trained with the image token after the words (data::TextCodec::WordsAtMarks);
-  // captions read a prefix, which LLaVA's layout puts at that token, a new embedding row.
+  // The export's "<image>" is the id after the words: conversations trained with it
+  // (data::TextCodec::WordsAtMarks); captions read a prefix, which LLaVA's layout puts at that
+  // token, so their export adds its embedding row. `m` is first the vocabulary as trained.
   const bool new_image_row = own_llm && !jobspec::ConversationData(job.data);
   if (own_llm) m.vocab_size = words->size() + (new_image_row ? 0 : 1);
-  if (own_llm && !new_image_row) m.image_token_id = words->size();
   if (v.final_norm || v.projector != "mlp2x") {
     return absl::FailedPreconditionError(
         absl::StrCat(options.run_dir, ": the run's vision model has ",
