@@ -221,6 +221,7 @@ grpc::Status ActorService::RunStep(grpc::ServerContext* context, const v1::RunSt
   response->set_positions(result->positions);
   response->set_padding(result->padding);
   response->set_bytes_sent(result->bytes_sent);
+  response->set_planned(result->planned);
   return grpc::Status::OK;
 }
 

@@ -5,16 +5,16 @@ instruction data mixes.
 
     mixed_load.py --out DIR [--samples 480] [--seed 0]
 
-DIR/model/: LlavaNextForConditionalGeneration, a CLIP-style tower (56-pixel tiles of 14-pixel
-patches, 4 x 4 features a tile) and a Llama (width 128, 2 layers), LLaVA-NeXT's pinpoints scaled
+DIR/model/: LlavaNextForConditionalGeneration, a CLIP-style tower (width 256, 6 layers; 56-pixel
+tiles of 14-pixel patches, 4 x 4 features a tile) and a Llama (width 128, 2 layers), LLaVA-NeXT's pinpoints scaled
 to 56-pixel tiles (an image is 3 to 5 tiles with its base), the tokenizer of
 tests/fixtures/hf/clip_llama_next.
-DIR/train.json: 35% text-only samples (12 to 32 tokens), 40% one image (12 to 56 tokens), 8% two
-or three images (32 to 96 tokens), 17% two or three images with a long answer (296 to 368 tokens):
+DIR/train.json: 50% text-only samples (12 to 32 tokens), 32% one image (12 to 56 tokens), 8% two
+or three images (32 to 96 tokens), 10% three or four images with a long answer (416 to 512 tokens):
 most micro-batches light, some several times heavier; images of random sizes from 40 to 240 pixels
-a side (so each picks its own pinpoint). The script prints the spread of
-the text tokens of the first micro-batches of 12; bench/mixed_load.sh reports the spread of the
-positions its steps actually held.
+a side (so each picks its own pinpoint). The script prints the workload gap of the mix: the
+positions (text and image features) of the heaviest of the epoch's batches of 12 over the
+lightest's; bench/mixed_load.sh also reports the gap between the steps a run drew.
 
 Needs torch, transformers and Pillow (tests/fixtures/hf/requirements.txt, in .venv/).
 """
@@ -28,11 +28,13 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 from transformers import (AutoTokenizer, CLIPVisionConfig, LlamaConfig, LlavaNextConfig,
-                          LlavaNextForConditionalGeneration)
+                          LlavaNextForConditionalGeneration, LlavaNextImageProcessor,
+                          LlavaNextProcessor)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "tests", "fixtures", "hf", "clip_llama_next")
 TILE = 56
+BATCH = 12  # bench/mixed_load.sh's global batch
 PINPOINTS = [[TILE, 2 * TILE], [2 * TILE, TILE], [2 * TILE, 2 * TILE], [3 * TILE, TILE], [TILE, 3 * TILE]]
 COLOURS = ["red", "green", "blue", "yellow", "purple", "orange", "white", "cyan"]
 SHAPES = ["circle", "square", "triangle", "star", "cross"]
@@ -41,7 +43,7 @@ WORDS = ("the shape is small and bright it sits near the edge of a plain dark fi
 
 
 def write_model(out, tokenizer):
-    vision = CLIPVisionConfig(hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+    vision = CLIPVisionConfig(hidden_size=256, intermediate_size=1024, num_hidden_layers=6, num_attention_heads=4,
                               image_size=TILE, patch_size=14, hidden_act="quick_gelu")
     text = LlamaConfig(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=4, vocab_size=len(tokenizer), max_position_embeddings=2048,
@@ -96,17 +98,17 @@ def main():
     samples, image_count = [], 0
     for i in range(args.samples):
         # Short questions and answers about no image or one, a few samples of several images, and
-        # one in six a long description: most steps are light and some several times heavier, as
-        # instruction mixes are.
+        # one in ten a long description of three or four: most steps are light and some several
+        # times heavier, as instruction mixes are.
         kind = rng.random()
-        if kind < 0.35:
+        if kind < 0.50:
             images, question, answer = 0, rng.randint(8, 16), rng.randint(4, 16)
-        elif kind < 0.75:
+        elif kind < 0.82:
             images, question, answer = 1, rng.randint(8, 24), rng.randint(4, 32)
-        elif kind < 0.83:
+        elif kind < 0.90:
             images, question, answer = rng.randint(2, 3), rng.randint(16, 32), rng.randint(16, 64)
         else:
-            images, question, answer = rng.randint(2, 3), rng.randint(16, 32), rng.randint(280, 336)
+            images, question, answer = rng.randint(3, 4), rng.randint(16, 32), rng.randint(400, 480)
         files = []
         for _ in range(images):
             name = f"images/{image_count:05d}.png"
@@ -122,16 +124,23 @@ def main():
         samples.append(sample)
     with open(os.path.join(args.out, "train.json"), "w") as f:
         json.dump(samples, f)
-    # The spread of text tokens between micro-batches of 12.
-    loads = []
-    for b in range(0, min(len(samples), 12 * 20), 12):
-        load = 0
-        for s in samples[b:b + 12]:
-            text = " ".join(t["value"] for t in s["conversations"])
-            load += len(tokenizer(text)["input_ids"])
-        loads.append(load)
-    print(json.dumps({"samples": len(samples), "images": image_count,
-                      "batch_tokens_min": min(loads), "batch_tokens_max": max(loads)}))
+    # The workload of each batch of 12 in file order (the samples are drawn at random, so these are
+    # the batches of one epoch): every sample's positions, its image features included, as
+    # transformers' LlavaNextProcessor expands them.
+    processor = LlavaNextProcessor(image_processor=LlavaNextImageProcessor.from_pretrained(
+        os.path.join(args.out, "model")), tokenizer=tokenizer, patch_size=14,
+        vision_feature_select_strategy="default")
+    positions = []
+    for s in samples:
+        text = " ".join(t["value"] for t in s["conversations"])
+        files = s.get("image", [])
+        files = [files] if isinstance(files, str) else files
+        images = [Image.open(os.path.join(args.out, f)).convert("RGB") for f in files] or None
+        positions.append(len(processor(text=text, images=images)["input_ids"][0]))
+    loads = [sum(positions[b:b + BATCH]) for b in range(0, len(samples) - BATCH + 1, BATCH)]
+    print(json.dumps({"samples": len(samples), "images": image_count, "batches": len(loads),
+                      "batch_positions_min": min(loads), "batch_positions_max": max(loads),
+                      "gap": round(max(loads) / min(loads), 2)}))
 
 
 if __name__ == "__main__":

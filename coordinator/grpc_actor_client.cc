@@ -79,6 +79,7 @@ class GrpcActorClient final : public ActorClient {
     reply.positions = response.positions();
     reply.padding = response.padding();
     reply.bytes_sent = response.bytes_sent();
+    reply.planned = response.planned();
     return reply;
   }
 

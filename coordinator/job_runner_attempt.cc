@@ -45,11 +45,13 @@ struct JobRunner::Attempt : rundir::RunGroups {
       for (size_t i = 0; i < runner.members_.size(); ++i) {
         const ActorStepReply& r = answers[i];
         const int rank = runner.members_[i]->rank;
-        std::vector<double>& compute = runner.members_[i]->role == Role::kLlm
-                                           ? outcome.llm_compute_s
-                                           : outcome.vision_compute_s;
+        const bool llm = runner.members_[i]->role == Role::kLlm;
+        std::vector<double>& compute = llm ? outcome.llm_compute_s : outcome.vision_compute_s;
+        std::vector<double>& planned = llm ? outcome.llm_planned : outcome.vision_planned;
         if (static_cast<int>(compute.size()) <= rank) compute.resize(rank + 1, 0.0);
+        if (static_cast<int>(planned.size()) <= rank) planned.resize(rank + 1, 0.0);
         compute[rank] = r.compute_s;
+        planned[rank] = r.planned;
         if (runner.members_[i]->role == Role::kLlm) {
           sample.llm_to_vision_bytes += r.bytes_sent;
           outcome.llm_positions += r.positions;
@@ -93,6 +95,8 @@ struct JobRunner::Attempt : rundir::RunGroups {
     sample.step_seconds = record.samples_per_s > 0 ? sample.samples / record.samples_per_s : 0;
     sample.vision_imbalance = record.vision_imbalance;
     sample.llm_imbalance = record.llm_imbalance;
+    sample.vision_planned_imbalance = record.vision_planned_imbalance;
+    sample.llm_planned_imbalance = record.llm_planned_imbalance;
     sample.padding_waste = record.padding_waste;
     runner.metrics_->RecordStep(sample);
     v1::JobUpdate update;

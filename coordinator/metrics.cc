@@ -1,5 +1,6 @@
 #include "coordinator/metrics.h"
 
+#include <array>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -117,22 +118,32 @@ std::string Metrics::Render(const std::map<JobState, int64_t>& jobs,
           [](const StepSample& s) { return Number(s.step_seconds); });
   per_job("tandem_job_samples_per_second", "A running job's last step throughput.",
           [](const StepSample& s) { return Number(s.samples_per_s); });
-  Header(&out, "tandem_job_transfer_bytes_per_step", "gauge",
-         "Bytes a running job's last step sent between the groups, by direction.");
-  for (const auto& [id, sample] : running_) {
-    absl::StrAppend(&out, "tandem_job_transfer_bytes_per_step{", JobLabels(sample),
-                    ",direction=\"vision_to_llm\"} ", sample.vision_to_llm_bytes, "\n");
-    absl::StrAppend(&out, "tandem_job_transfer_bytes_per_step{", JobLabels(sample),
-                    ",direction=\"llm_to_vision\"} ", sample.llm_to_vision_bytes, "\n");
-  }
-  Header(&out, "tandem_job_imbalance", "gauge",
-         "A running job's last step: its slowest rank's compute time over its group's mean.");
-  for (const auto& [id, sample] : running_) {
-    absl::StrAppend(&out, "tandem_job_imbalance{", JobLabels(sample), ",group=\"vision\"} ",
-                    Number(sample.vision_imbalance), "\n");
-    absl::StrAppend(&out, "tandem_job_imbalance{", JobLabels(sample), ",group=\"llm\"} ",
-                    Number(sample.llm_imbalance), "\n");
-  }
+  // Two series a job, told apart by `label`: value(sample, 0) and value(sample, 1).
+  auto per_job_pair = [&](const char* name, const char* help, const char* label,
+                          std::array<const char*, 2> values, auto value) {
+    Header(&out, name, "gauge", help);
+    for (const auto& [id, sample] : running_) {
+      for (int i = 0; i < 2; ++i) {
+        absl::StrAppend(&out, name, "{", JobLabels(sample), ",", label, "=\"", values[i], "\"} ",
+                        value(sample, i), "\n");
+      }
+    }
+  };
+  per_job_pair("tandem_job_transfer_bytes_per_step",
+               "Bytes a running job's last step sent between the groups, by direction.",
+               "direction", {"vision_to_llm", "llm_to_vision"}, [](const StepSample& s, int i) {
+                 return absl::StrCat(i == 0 ? s.vision_to_llm_bytes : s.llm_to_vision_bytes);
+               });
+  per_job_pair("tandem_job_imbalance",
+               "A running job's last step: its slowest rank's compute time over its group's mean.",
+               "group", {"vision", "llm"}, [](const StepSample& s, int i) {
+                 return Number(i == 0 ? s.vision_imbalance : s.llm_imbalance);
+               });
+  per_job_pair("tandem_job_planned_imbalance",
+               "A running job's last step: its busiest rank's planned work over its group's mean.",
+               "group", {"vision", "llm"}, [](const StepSample& s, int i) {
+                 return Number(i == 0 ? s.vision_planned_imbalance : s.llm_planned_imbalance);
+               });
   per_job("tandem_job_padding_waste",
           "A running job's last step: the share of the LLM's row positions that held no sample.",
           [](const StepSample& s) { return Number(s.padding_waste); });

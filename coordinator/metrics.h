@@ -17,6 +17,8 @@
 //   tandem_job_transfer_bytes_per_step{job,name,direction}  gauge  bytes between the groups in it
 //   tandem_job_imbalance{job,name,group}        gauge    its last step's slowest rank's compute
 //                                                        over its group's mean
+//   tandem_job_planned_imbalance{job,name,group}  gauge  its busiest rank's planned work over the
+//                                                        mean (what the data left uneven)
 //   tandem_job_padding_waste{job,name}          gauge    share of its last step's LLM row
 //                                                        positions that held no sample
 //
@@ -49,6 +51,8 @@ struct StepSample {
   int64_t llm_to_vision_bytes = 0;
   double vision_imbalance = 0;
   double llm_imbalance = 0;
+  double vision_planned_imbalance = 0;
+  double llm_planned_imbalance = 0;
   double padding_waste = 0;
 };
 

@@ -59,6 +59,8 @@ std::string StepRecordJson(const StepRecord& r) {
   j["llm_compute_s"] = r.llm_compute_s;
   j["vision_imbalance"] = Number(r.vision_imbalance);
   j["llm_imbalance"] = Number(r.llm_imbalance);
+  j["vision_planned_imbalance"] = Number(r.vision_planned_imbalance);
+  j["llm_planned_imbalance"] = Number(r.llm_planned_imbalance);
   j["padding_waste"] = Number(r.padding_waste);
   return j.dump();
 }
@@ -201,6 +203,8 @@ absl::Status ReadMetrics(const std::string& path, std::vector<StepRecord>* steps
       r.llm_compute_s = NumbersOr(j, "llm_compute_s");
       r.vision_imbalance = NumberOr(j, "vision_imbalance", 0);
       r.llm_imbalance = NumberOr(j, "llm_imbalance", 0);
+      r.vision_planned_imbalance = NumberOr(j, "vision_planned_imbalance", 0);
+      r.llm_planned_imbalance = NumberOr(j, "llm_planned_imbalance", 0);
       r.padding_waste = NumberOr(j, "padding_waste", 0);
       steps->push_back(r);
     } else {

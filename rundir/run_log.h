@@ -33,6 +33,10 @@ struct StepRecord {
   std::vector<double> llm_compute_s;     // each LLM rank's
   double vision_imbalance = 0;           // slowest rank's compute over the group's mean
   double llm_imbalance = 0;
+  // The busiest rank's planned work over the group's mean: what the plan left uneven, which the
+  // measured imbalance adds the machines' unevenness to.
+  double vision_planned_imbalance = 0;
+  double llm_planned_imbalance = 0;
   double padding_waste = 0;  // share of the LLM's row positions that held no sample
 };
 

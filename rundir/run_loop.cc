@@ -85,6 +85,8 @@ absl::StatusOr<StepRecord> RunLoop::RecordStep(int64_t step, const StepOutcome& 
   record.llm_compute_s = outcome.llm_compute_s;
   record.vision_imbalance = Imbalance(outcome.vision_compute_s);
   record.llm_imbalance = Imbalance(outcome.llm_compute_s);
+  record.vision_planned_imbalance = Imbalance(outcome.vision_planned);
+  record.llm_planned_imbalance = Imbalance(outcome.llm_planned);
   record.padding_waste = outcome.llm_positions > 0 ? static_cast<double>(outcome.llm_padding) /
                                                          static_cast<double>(outcome.llm_positions)
                                                    : 0.0;

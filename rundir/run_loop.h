@@ -56,15 +56,18 @@ struct StepOutcome {
   double vision_lr = 0;         // the vision group's
   double vision_grad_norm = 0;  // each group's gradient norm before clipping
   double llm_grad_norm = 0;
-  // Each rank's seconds of compute (forward, backward, optimizer; not waiting) in rank order.
+  // Each rank's seconds of compute (its step's wall time less its waits) in rank order.
   std::vector<double> vision_compute_s;
   std::vector<double> llm_compute_s;
+  // Each rank's planned work in rank order: tiles (vision), its rows' cost (LLM).
+  std::vector<double> vision_planned;
+  std::vector<double> llm_planned;
   int64_t llm_positions = 0;  // of the LLM's rows, padding included
   int64_t llm_padding = 0;    // of them, positions holding no sample
 };
 
-// How uneven a group's ranks were: the slowest one's compute over the mean; 0 with no rank or no
-// time measured.
+// How uneven a group's ranks were: the slowest one's compute (or the busiest one's planned work)
+// over the mean; 0 with no rank or nothing measured.
 double Imbalance(const std::vector<double>& compute_s);
 
 // Caption scores of held-out samples (data/caption_metrics.h): a rank's, or summed over a group's

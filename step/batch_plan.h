@@ -5,9 +5,13 @@
 //   LLM      With `balance`, samples go to the LLM replicas by cost, longest first, each to the
 //            replica with the least so far (LPT scheduling); a sample's cost is its positions T
 //            times (12 * hidden + T), a decoder's linear terms per position (24 L hidden^2 FLOPs)
-//            against causal attention's (2 L hidden T). Without, replica r takes the contiguous
-//            block OwnedSamples(r) (step/ownership.h). Each replica's samples are kept in
-//            micro-batch order (row by row when packed).
+//            against causal attention's (2 L hidden T). Packed, a replica's cost is that of the
+//            rows it will run: rows x L x (12 hidden + 2 L), L its longest row, since attention
+//            computes each whole row's L x L scores under the block-diagonal mask; from LPT's
+//            start, the costliest replica moves or swaps samples with the cheapest while that
+//            lowers the greater of the two. Without, replica r takes the contiguous block
+//            OwnedSamples(r) (step/ownership.h). Each replica's samples are kept in micro-batch
+//            order (row by row when packed).
 //   images   Every image of the micro-batch in the exchange order: LLM replica 0's samples' images
 //            (each sample's in its order), then replica 1's, and so on. With `balance`, vision
 //            replica v takes the contiguous block OwnedSamples(v) of that order by count; without,
@@ -51,6 +55,9 @@ struct MicroBatchPlan {
   std::vector<std::vector<int64_t>> llm_samples;
   // Per LLM replica: where each row ends in llm_samples (row i holds [ends[i-1], ends[i])).
   std::vector<std::vector<int64_t>> llm_row_ends;
+  // Per LLM replica: what its rows cost, rows x L x (12 hidden + 2 L) with L its longest row (the
+  // unit balance evens out when packed; a planned-work metric either way).
+  std::vector<double> llm_costs;
   std::vector<PlannedImage> images;        // the exchange order
   std::vector<SampleRange> llm_images;     // per LLM replica: its block of `images`
   std::vector<SampleRange> vision_images;  // per vision replica: its block of `images`

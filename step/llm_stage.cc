@@ -160,7 +160,7 @@ class LlmStage : public Stage {
   // embeddings_broadcast() the replica's first rank broadcasts them to the others (collective over
   // the replica: every rank calls it for the same micro-batches in the same order).
   absl::StatusOr<at::Tensor> ReceiveEmbeddings(const Incoming& incoming, const at::Tensor& host,
-                                               SampleRange mine, StepResult* result);
+                                               SampleRange mine);
   // The positions of the image that vision rank `index` of a replica computes.
   parallel::Range Features(int index) const {
     return models::VisionFeatureRange(job().vision.model, placement().peer_parallel, index);
@@ -187,6 +187,7 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
     ASSIGN_OR_RETURN(plans.emplace_back(),
                      Plan(train, batches[k], /*training=*/true, &text.lengths));
     global_targets += text.targets;
+    result.planned += plans[k].llm_costs[replica()];
     ASSIGN_OR_RETURN(rows.emplace_back(), RowsOf(plans[k], text));
     const SampleRange images = MyImages(plans[k]);
     hosts.push_back(EmbeddingBuffer(images.size()));
@@ -201,8 +202,7 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
   for (size_t k = 0; k < batches.size(); ++k) {
     SetPhase("transfer");
     const SampleRange mine = MyImages(plans[k]);
-    ASSIGN_OR_RETURN(const at::Tensor embeddings,
-                     ReceiveEmbeddings(incoming[k], hosts[k], mine, &result));
+    ASSIGN_OR_RETURN(const at::Tensor embeddings, ReceiveEmbeddings(incoming[k], hosts[k], mine));
     SetPhase("forward");
     at::Tensor leaf = embeddings.detach().requires_grad_(!vision_frozen());
     at::Tensor loss;
@@ -302,7 +302,7 @@ absl::StatusOr<EvalCounts> LlmStage::EvaluateBatch(int64_t step, int64_t batch_i
   at::Tensor images = EmbeddingBuffer(mine.size());
   ASSIGN_OR_RETURN(const Incoming incoming, ExpectEmbeddings(TransferKind::kEvalEmbeddings, step,
                                                              batch_index, plan, images));
-  ASSIGN_OR_RETURN(images, ReceiveEmbeddings(incoming, images, mine, nullptr));
+  ASSIGN_OR_RETURN(images, ReceiveEmbeddings(incoming, images, mine));
   // Every rank reads the whole batch's prompts, so that a bad sample fails every rank alike and all
   // agree on the number of tokens to generate: one past the longest answer. A rank without samples
   // still steps the generation (ZeRO-3 gathers are collective) with one placeholder row.
@@ -375,9 +375,8 @@ absl::StatusOr<LlmStage::Incoming> LlmStage::ExpectEmbeddings(TransferKind kind,
 }
 
 absl::StatusOr<at::Tensor> LlmStage::ReceiveEmbeddings(const Incoming& incoming,
-                                                       const at::Tensor& host, SampleRange mine,
-                                                       StepResult* result) {
-  for (const TransferTag& tag : incoming.tags) RETURN_IF_ERROR(Await(tag, result));
+                                                       const at::Tensor& host, SampleRange mine) {
+  for (const TransferTag& tag : incoming.tags) RETURN_IF_ERROR(Await(tag));
   for (const Incoming::Staged& staged : incoming.staged) {
     Rows(host, staged.rows, mine.begin)
         .narrow(1, staged.features.begin, staged.features.size())
@@ -390,13 +389,8 @@ absl::StatusOr<at::Tensor> LlmStage::ReceiveEmbeddings(const Incoming& incoming,
       parallel_index() == 0
           ? ToDevice(host)
           : at::empty(host.sizes(), at::TensorOptions().dtype(host.scalar_type()).device(device()));
-  const auto start = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(
       placement().parallel_communicator->Broadcast(embeddings, 0)->Wait(placement().timeout));
-  if (result != nullptr) {
-    result->wait_s +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
   return embeddings;
 }
 

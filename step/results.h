@@ -20,6 +20,9 @@ struct StepResult {
   // on in this step, padding included, and how many of them were padding.
   int64_t positions = 0;
   int64_t padding = 0;
+  // The work this rank's replica was planned (MicroBatchPlan::vision_images' tiles or llm_costs),
+  // summed over the step's micro-batches.
+  double planned = 0;
 };
 
 // Caption scores of the held-out samples a rank owns; the LLM ranks' counts add up to the group's.

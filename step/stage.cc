@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -15,6 +16,7 @@
 #include "common/status_macros.h"
 #include "data/batch.h"
 #include "engine/communicator.h"
+#include "engine/counting_communicator.h"
 #include "engine/engine.h"
 #include "models/layers.h"
 #include "step/tensor_parallel_checkpoint.h"
@@ -51,7 +53,13 @@ Stage::Stage(Role role, const jobspec::JobConfig& job, std::shared_ptr<const Job
       placement_(std::move(placement)),
       transport_(std::move(transport)),
       progress_(progress),
-      sampler_(data_->train_samples(), job.schedule.seed) {}
+      sampler_(data_->train_samples(), job.schedule.seed) {
+  if (placement_.parallel_communicator) {
+    counted_parallel_ =
+        std::make_shared<engine::CountingCommunicator>(placement_.parallel_communicator);
+    placement_.parallel_communicator = counted_parallel_;
+  }
+}
 
 Stage::~Stage() = default;
 
@@ -78,7 +86,8 @@ absl::Status Stage::Build(std::shared_ptr<torch::nn::Module> model,
   RETURN_IF_ERROR(FreezeParameters(*model, vision ? job_.vision.freeze : job_.llm.freeze, group()));
   model->to(placement_.device);
   model_ = std::move(model);
-  communicator_ = std::move(communicator);
+  counted_group_ = std::make_shared<engine::CountingCommunicator>(std::move(communicator));
+  communicator_ = counted_group_;
   ASSIGN_OR_RETURN(engine_, engine::Engine::Create(model_, communicator_, config));
   if (!left_out_of_norm.empty()) engine_->LeaveOutOfGradNorm(left_out_of_norm);
   if (tensor_parallel()) {
@@ -190,6 +199,7 @@ absl::StatusOr<StepResult> Stage::RunStep(int64_t step) {
   for (int64_t k = 0; k < job_.schedule.micro_batches; ++k)
     batches.push_back(sampler_.Next(MicroBatchSize()));
   const int64_t skipped_before = engine_->skipped_steps();
+  const double waited_before = WaitedSeconds();
   const auto start = Clock::now();
   absl::StatusOr<StepResult> result;
   try {
@@ -203,7 +213,10 @@ absl::StatusOr<StepResult> Stage::RunStep(int64_t step) {
     return result.status();
   }
   step_ = step;
-  result->compute_s = Seconds(Clock::now() - start) - result->wait_s;
+  // What the rank waited for, its peers' collectives and the other group's transfers, is not its
+  // compute: an idle rank that waits in the gradient reduction for a busy one must not look busy.
+  result->wait_s = WaitedSeconds() - waited_before;
+  result->compute_s = std::max(0.0, Seconds(Clock::now() - start) - result->wait_s);
   result->skipped = engine_->skipped_steps() != skipped_before;
   // With tensor parallelism each engine group holds a part of the model: the replica's sum.
   result->grad_norm =
@@ -307,17 +320,26 @@ absl::StatusOr<std::unique_ptr<transport::SendHandle>> Stage::Send(int peer, con
   return transport_->Send(peer, tag, std::move(bytes));
 }
 
-absl::Status Stage::Await(const TransferTag& tag, StepResult* result) {
+absl::Status Stage::Await(const TransferTag& tag) {
   const auto start = Clock::now();
   absl::Status status = transport_->Await(tag, placement_.timeout);
-  if (result) result->wait_s += Seconds(Clock::now() - start);
+  transfer_wait_s_ += Seconds(Clock::now() - start);
   return status;
 }
 
+double Stage::WaitedSeconds() const {
+  double waited = transfer_wait_s_;
+  if (counted_group_) waited += counted_group_->wait_seconds();
+  if (counted_parallel_) waited += counted_parallel_->wait_seconds();
+  return waited;
+}
+
 absl::Status Stage::WaitSends(std::vector<std::unique_ptr<transport::SendHandle>>& sends) {
+  const auto start = Clock::now();
   absl::Status status;
   for (auto& send : sends) status.Update(send->Wait(placement_.timeout));
   sends.clear();
+  transfer_wait_s_ += Seconds(Clock::now() - start);
   return status;
 }
 
@@ -350,7 +372,7 @@ absl::StatusOr<double> Stage::CombineGradSquares(double group_squares) {
         Send(peer, Tag(TransferKind::kGradSquares, step_ + 1, 0, whole, rank), mine, nullptr));
     sends.push_back(std::move(send));
   }
-  absl::Status status = transport_->Await(incoming, placement_.timeout);
+  absl::Status status = Await(incoming);
   status.Update(WaitSends(sends));
   RETURN_IF_ERROR(status);
   return group_squares + theirs.item<double>();

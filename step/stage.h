@@ -52,6 +52,7 @@ class Module;
 
 namespace tandem::engine {
 class Communicator;
+class CountingCommunicator;
 class Engine;
 }  // namespace tandem::engine
 
@@ -205,9 +206,12 @@ class Stage {
                                                               const transport::TransferTag& tag,
                                                               const at::Tensor& source,
                                                               StepResult* result);
-  // Waits for an expected transfer, adding the wait to result->wait_s when result is set.
-  absl::Status Await(const transport::TransferTag& tag, StepResult* result);
+  // Wait for an expected transfer, and for sends to be taken; the time they block counts as
+  // waiting (WaitedSeconds), not as compute.
+  absl::Status Await(const transport::TransferTag& tag);
   absl::Status WaitSends(std::vector<std::unique_ptr<transport::SendHandle>>& sends);
+  // Seconds this rank has waited since it was built: for transfers, and in its collectives.
+  double WaitedSeconds() const;
   // Whether every rank of the group must take part in each generation step (ZeRO-3 gathers
   // parameters collectively), even one that owns no sample of a batch.
   bool collective_generation() const;
@@ -247,6 +251,11 @@ class Stage {
   data::Sampler sampler_;
   std::shared_ptr<torch::nn::Module> model_;
   std::shared_ptr<engine::Communicator> communicator_;
+  // communicator_ and placement_.parallel_communicator (null at parallel 1), counting the time
+  // their collectives keep this rank waiting.
+  std::shared_ptr<engine::CountingCommunicator> counted_group_;
+  std::shared_ptr<engine::CountingCommunicator> counted_parallel_;
+  double transfer_wait_s_ = 0;  // Await and WaitSends, since the stage was built
   std::unique_ptr<engine::Engine> engine_;
   at::ScalarType embedding_dtype_ = at::kFloat;
   int64_t step_ = 0;

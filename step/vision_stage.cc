@@ -134,6 +134,7 @@ absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
     const MicroBatchPlan& plan = read.plan;
     const at::Tensor& images = read.images;
     const SampleRange mine = MyImages(plan);
+    result.planned += static_cast<double>(mine.size());
     InFlight f;
     {
       // A frozen group keeps no graph: nothing of it trains, and no gradient comes back.
@@ -194,7 +195,7 @@ void VisionStage::PrefetchNextStep() {
 
 absl::Status VisionStage::Finish(InFlight& f, StepResult* result) {
   SetPhase("transfer");
-  for (const TransferTag& tag : f.grad_tags) RETURN_IF_ERROR(Await(tag, result));
+  for (const TransferTag& tag : f.grad_tags) RETURN_IF_ERROR(Await(tag));
   RETURN_IF_ERROR(WaitSends(f.sends));
   if (!vision_frozen()) {
     SetPhase("backward");

@@ -39,7 +39,6 @@ constexpr char kComponent[] = "trainer";
 constexpr std::chrono::milliseconds kTimeout{300000};
 
 using Clock = std::chrono::steady_clock;
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // The colocated placement of a run: rundir::RunDriver drives the sequence; the commands run on
 // both stages at once, each a fiber of this thread.
@@ -223,10 +222,12 @@ absl::Status ColocatedRun::RunSteps(int64_t first, int64_t last, const StepDone&
       if (&stage == llm_.get()) {
         outcome.loss = result.loss;
         outcome.llm_compute_s = {result.compute_s};
+        outcome.llm_planned = {result.planned};
         outcome.llm_positions = result.positions;
         outcome.llm_padding = result.padding;
       } else {
         outcome.vision_compute_s = {result.compute_s};
+        outcome.vision_planned = {result.planned};
       }
       return absl::OkStatus();
     }));

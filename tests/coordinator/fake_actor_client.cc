@@ -17,6 +17,7 @@ ActorStepReply DefaultStepReply(Role role, int rank, int64_t step) {
     reply.grad_norm = 0.4;
     reply.bytes_sent = 10;
     reply.compute_s = 1.0 + rank;
+    reply.planned = 3.0 - rank;
     reply.positions = 100;
     reply.padding = 10 * (rank + 1);
   } else {
@@ -24,6 +25,7 @@ ActorStepReply DefaultStepReply(Role role, int rank, int64_t step) {
     reply.grad_norm = 0.3;
     reply.bytes_sent = 100;
     reply.compute_s = 2.0 * (rank + 1);
+    reply.planned = 4;
   }
   return reply;
 }

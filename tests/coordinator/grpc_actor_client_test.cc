@@ -55,6 +55,7 @@ class ScriptedActor final : public v1::Actor::Service {
     response->set_compute_s(1.5);
     response->set_wait_s(2.5);
     response->set_bytes_sent(4096);
+    response->set_planned(3.5);
     return grpc::Status::OK;
   }
   grpc::Status Release(grpc::ServerContext*, const v1::ReleaseRequest*,
@@ -247,6 +248,7 @@ TEST_F(GrpcActorClientTest, RunStepReadsTheReplyAndAddsAHintToUnavailable) {
   EXPECT_TRUE(reply->skipped);
   EXPECT_EQ(reply->compute_s, 1.5);
   EXPECT_EQ(reply->wait_s, 2.5);
+  EXPECT_EQ(reply->planned, 3.5);
   EXPECT_EQ(reply->bytes_sent, 4096);
   actor_.FailSteps(grpc::Status(grpc::StatusCode::UNAVAILABLE, "peer gone"));
   EXPECT_EQ(client->RunStep("job-000007", 5).status(),

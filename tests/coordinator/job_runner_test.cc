@@ -251,6 +251,9 @@ TEST_F(JobRunnerTest, RunsEveryStepInOrderOnEveryMemberAndWritesTheRunDirectory)
     EXPECT_THAT(r.vision_compute_s, ElementsAre(2.0, 4.0));
     EXPECT_DOUBLE_EQ(r.llm_imbalance, 2.0 / 1.5);
     EXPECT_DOUBLE_EQ(r.vision_imbalance, 4.0 / 3.0);
+    // The planned work's, which each rank reports for its replica.
+    EXPECT_DOUBLE_EQ(r.llm_planned_imbalance, 3.0 / 2.5);
+    EXPECT_DOUBLE_EQ(r.vision_planned_imbalance, 1.0);
     EXPECT_DOUBLE_EQ(r.padding_waste, 30.0 / 200.0);
   }
   ASSERT_EQ(evals.size(), 2u);

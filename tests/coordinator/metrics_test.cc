@@ -42,6 +42,8 @@ StepSample Step(int64_t step, double loss) {
   s.llm_to_vision_bytes = 4096;
   s.vision_imbalance = 1.5;
   s.llm_imbalance = 1.25;
+  s.vision_planned_imbalance = 1.125;
+  s.llm_planned_imbalance = 1.0625;
   s.padding_waste = 0.125;
   return s;
 }
@@ -82,6 +84,10 @@ TEST(MetricsTest, CountsJobsByStateActorsByPoolAndStepsOfRunningJobs) {
                               "\"caption \\\"tiny\\\"\",group=\"vision\"} 1.5\n"));
   EXPECT_THAT(text, HasSubstr("tandem_job_imbalance{job=\"job-000002\",name="
                               "\"caption \\\"tiny\\\"\",group=\"llm\"} 1.25\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_job_planned_imbalance{job=\"job-000002\",name="
+                              "\"caption \\\"tiny\\\"\",group=\"vision\"} 1.125\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_job_planned_imbalance{job=\"job-000002\",name="
+                              "\"caption \\\"tiny\\\"\",group=\"llm\"} 1.0625\n"));
   EXPECT_THAT(text, HasSubstr("tandem_job_padding_waste" + labels + " 0.125\n"));
 
   metrics.EndJob("job-000002");

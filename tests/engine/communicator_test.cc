@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/counting_communicator.h"
 #include "engine/fake_communicator.h"
 #include "tests/testing/group.h"
 
@@ -301,6 +302,34 @@ TEST(FakeGroup, MismatchedOperationsFailOnEveryRank) {
   auto second = group.rank(1)->Broadcast(at::ones({2}), 0);
   EXPECT_EQ(first->Wait(kWait).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(second->Wait(kWait).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A stage leaves the time its collectives keep it waiting out of its compute: the counting wrapper
+// adds up every Wait, a completed operation's and one that timed out waiting for a stalled peer.
+TEST(CountingCommunicator, WaitSecondsAddsTheTimeEveryWaitBlocked) {
+  FakeGroup group(2);
+  auto counted = std::make_shared<CountingCommunicator>(group.rank(0));
+  EXPECT_EQ(counted->wait_seconds(), 0.0);
+  const auto start = std::chrono::steady_clock::now();
+  std::thread peer([&] {
+    std::this_thread::sleep_for(milliseconds(150));
+    EXPECT_TRUE(group.rank(1)->AllReduceSum(at::ones({2}))->Wait(kWait).ok());
+  });
+  at::Tensor summed = at::ones({2});
+  std::shared_ptr<Work> work = counted->AllReduceSum(summed);
+  // The peer arrives 150 ms after `start` at the earliest: the wait lasts at least what is left.
+  const std::chrono::duration<double> before_wait = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(work->Wait(kWait).ok());
+  peer.join();
+  EXPECT_TRUE(at::equal(summed, at::full({2}, 2.0)));
+  const double after_first = counted->wait_seconds();
+  EXPECT_GE(after_first, 0.15 - before_wait.count());
+  EXPECT_GT(after_first, 0.0);
+  group.StallRank(1);
+  EXPECT_EQ(counted->AllGather(at::ones({2}), at::empty({4}))->Wait(milliseconds(200)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_GE(counted->wait_seconds() - after_first, 0.2);
+  EXPECT_EQ(counted->counts().operations, 2);
 }
 
 }  // namespace

@@ -126,12 +126,16 @@ TEST(RunLoop, ImbalanceIsTheSlowestRankOverTheMeanAndPaddingItsShare) {
   StepOutcome outcome{1.0};
   outcome.vision_compute_s = {1, 3};
   outcome.llm_compute_s = {2};
+  outcome.vision_planned = {5, 5};  // tiles: even, however uneven the machines were
+  outcome.llm_planned = {3e6};
   outcome.llm_positions = 400;
   outcome.llm_padding = 30;
   absl::StatusOr<StepRecord> record = loop.RecordStep(1, outcome, 1, 1);
   ASSERT_TRUE(record.ok()) << record.status();
   EXPECT_DOUBLE_EQ(record->vision_imbalance, 1.5);
   EXPECT_DOUBLE_EQ(record->llm_imbalance, 1.0);
+  EXPECT_DOUBLE_EQ(record->vision_planned_imbalance, 1.0);
+  EXPECT_DOUBLE_EQ(record->llm_planned_imbalance, 1.0);
   EXPECT_DOUBLE_EQ(record->padding_waste, 0.075);
   EXPECT_EQ(record->vision_compute_s, outcome.vision_compute_s);
 }

@@ -147,6 +147,23 @@ TEST(PlanMicroBatch, PackingListsEachReplicasSamplesRowByRow) {
   EXPECT_THAT(rows.llm_row_ends[1], ElementsAre(1, 2));
 }
 
+// Packed, a replica costs its rows: rows x L x (12 hidden + 2 L), L its longest row. LPT on the
+// samples' own costs gives the 48 alone (one row of 48: 5184) and 32 + 16 + 8 + 8 to the other (one
+// row of 64: 8960); moving an 8 evens them at one row of 56 each (6944), the best there is.
+TEST(PlanMicroBatch, PackedBalanceEvensTheRowsEachReplicaRuns) {
+  const auto loads = Loads({0, 0, 0, 0, 0}, {32, 16, 48, 8, 8});
+  const MicroBatchPlan plan = PlanMicroBatch(loads, {2, 1, true, /*hidden=*/1, /*pack_tokens=*/64});
+  ExpectConsistent(plan, loads);
+  EXPECT_THAT(plan.llm_samples[0], ElementsAre(2, 3));
+  EXPECT_THAT(plan.llm_samples[1], ElementsAre(0, 1, 4));
+  EXPECT_THAT(plan.llm_row_ends[0], ElementsAre(2));
+  EXPECT_THAT(plan.llm_row_ends[1], ElementsAre(3));
+  // Unpacked, the same loads keep LPT's split: nothing is packed to even out.
+  const MicroBatchPlan unpacked = PlanMicroBatch(loads, {2, 1, true, 1});
+  EXPECT_THAT(unpacked.llm_samples[0], ElementsAre(2));
+  EXPECT_THAT(unpacked.llm_samples[1], ElementsAre(0, 1, 3, 4));
+}
+
 // Random mixes at several ratios: always consistent; balanced LLM loads within the LPT bound
 // (the heaviest replica exceeds the mean by at most the largest sample's cost), vision counts
 // within one.

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,6 +77,8 @@ struct Outcome {
   int64_t vision_bytes_sent = 0;       // embeddings sent to the LLM ranks, all steps
   int64_t llm_positions = 0;           // of the LLM's rows, all steps (StepResult::positions)
   int64_t llm_padding = 0;
+  // Per step, each rank's planned work (StepResult::planned): tiles, and rows' cost.
+  std::vector<std::vector<double>> vision_planned, llm_planned;
   int64_t tensor_broadcast_bytes = 0;  // handed to broadcasts of the LLM replicas, all ranks
   EvalCounts eval;                     // after the last step, summed over the LLM ranks
   std::map<std::string, at::Tensor> vision_weights;  // vision rank 0's after the last step
@@ -136,6 +139,8 @@ Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_st
   outcome.losses.assign(job.schedule.steps, 0.0);
   outcome.llm_grad_norms.assign(job.schedule.steps, 0.0);
   outcome.llm_weights.resize(nl);
+  outcome.vision_planned.assign(job.schedule.steps, std::vector<double>(nv, 0.0));
+  outcome.llm_planned.assign(job.schedule.steps, std::vector<double>(nl, 0.0));
   std::mutex mu;
   auto rank_main = [&](bool vision, int rank) {
     Placement placement = PlacementOf("stages#1", vision, rank, nv, sv, nl, tl);
@@ -179,10 +184,12 @@ Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_st
         outcome.llm_bytes_sent += result->bytes_sent;
         outcome.llm_positions += result->positions;
         outcome.llm_padding += result->padding;
+        outcome.llm_planned[step - 1][rank] = result->planned;
       }
       if (status.ok() && vision) {
         std::lock_guard<std::mutex> lock(mu);
         outcome.vision_bytes_sent += result->bytes_sent;
+        outcome.vision_planned[step - 1][rank] = result->planned;
       }
       if (status.ok() && step == save_step) status = (*stage)->SaveCheckpoint(step, checkpoint);
     }
@@ -713,6 +720,20 @@ TEST_P(StagesMixedTest, MixedSamplesTrainAsOneRankEachAtAnyRatio) {
     ExpectLossesMatch(run.losses, reference.losses);
     EXPECT_EQ(run.eval.samples, 6);
     EXPECT_EQ(run.eval.correct_tokens, reference.eval.correct_tokens);
+    // Planned work: every step's images once over the vision ranks, within one image of each
+    // other (two micro-batches: two); unpacked rows of one length, as many on every LLM rank.
+    for (size_t s = 0; s < run.vision_planned.size(); ++s) {
+      const std::vector<double>& tiles = run.vision_planned[s];
+      EXPECT_GT(reference.vision_planned[s][0], 0);
+      EXPECT_EQ(std::accumulate(tiles.begin(), tiles.end(), 0.0), reference.vision_planned[s][0]);
+      EXPECT_LE(*std::max_element(tiles.begin(), tiles.end()) -
+                    *std::min_element(tiles.begin(), tiles.end()),
+                2);
+      const std::vector<double>& rows = run.llm_planned[s];
+      EXPECT_GT(rows[0], 0);
+      EXPECT_THAT(rows, ::testing::Each(rows[0]));
+      EXPECT_DOUBLE_EQ(rows[0] * nl, reference.llm_planned[s][0]);
+    }
   }
   jobspec::JobConfig contiguous = job;
   contiguous.schedule.balance = false;
