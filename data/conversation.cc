@@ -183,6 +183,16 @@ std::vector<int64_t> VideoFrameIndices(int64_t frames, int64_t wanted) {
   return indices;
 }
 
+absl::StatusOr<Conversation> ParseConversation(std::string_view json_text,
+                                               const std::string& source, const std::string& base,
+                                               int64_t video_frames) {
+  auto parsed = ParseJsonStrict(std::string(json_text));
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", parsed.status().message()));
+  }
+  return Parser(*parsed, source, fs::path(base), video_frames).Parse();
+}
+
 absl::StatusOr<std::vector<Conversation>> ReadConversations(const std::string& path,
                                                             int64_t video_frames) {
   ASSIGN_OR_RETURN(const std::string text, ReadUserFile(path));

@@ -54,6 +54,12 @@ std::vector<int64_t> VideoFrameIndices(int64_t frames, int64_t wanted);
 absl::StatusOr<std::vector<Conversation>> ReadConversations(const std::string& path,
                                                             int64_t video_frames = 8);
 
+// One sample, the JSON object of one entry of such a file; `source` names it in errors and image
+// paths are resolved against `base` ("" leaves them as written).
+absl::StatusOr<Conversation> ParseConversation(std::string_view json_text,
+                                               const std::string& source, const std::string& base,
+                                               int64_t video_frames = 8);
+
 struct EncodedConversation {
   static constexpr int64_t kIgnore = -100;  // as PyTorch's cross_entropy ignore_index default
   std::vector<int64_t> ids;

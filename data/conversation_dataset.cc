@@ -37,27 +37,12 @@ absl::StatusOr<std::unique_ptr<ConversationDataset>> ConversationDataset::Open(
 }
 
 absl::StatusOr<Example> ConversationDataset::Get(int64_t index) const {
-  if (index < 0 || index >= size()) {
-    return absl::OutOfRangeError(
-        absl::StrCat("conversations: index ", index, " outside [0, ", size(), ")"));
-  }
-  Example example{Image{}, Text(index)};
-  if (ImageCount(index) > 0) {
-    ASSIGN_OR_RETURN(example.image, GetImage(index, 0));
-  }
-  return example;
+  return FirstImageExample(*this, index, "conversations");
 }
 
 absl::StatusOr<std::string> ConversationDataset::ImagePath(int64_t index, int64_t image) const {
-  if (index < 0 || index >= size()) {
-    return absl::OutOfRangeError(
-        absl::StrCat("conversations: index ", index, " outside [0, ", size(), ")"));
-  }
+  RETURN_IF_ERROR(CheckImageIndex(*this, index, image, "conversations"));
   const Conversation& c = conversations_[index];
-  if (image < 0 || image >= ImageCount(index)) {
-    return absl::OutOfRangeError(
-        absl::StrCat(c.source, ": image ", image, " outside [0, ", ImageCount(index), ")"));
-  }
   return c.images[image];
 }
 

@@ -52,6 +52,32 @@ absl::StatusOr<Datasets> OpenFiles(const std::string& kind, const std::string& t
 
 Dataset::~Dataset() = default;
 
+absl::Status CheckImageIndex(const Dataset& dataset, int64_t index, int64_t image,
+                             std::string_view kind) {
+  if (index < 0 || index >= dataset.size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat(std::string(kind), ": index ", index, " outside [0, ", dataset.size(), ")"));
+  }
+  if (image < 0 || image >= dataset.ImageCount(index)) {
+    return absl::OutOfRangeError(absl::StrCat(dataset.Describe(index), ": image ", image,
+                                              " outside [0, ", dataset.ImageCount(index), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Example> FirstImageExample(const Dataset& dataset, int64_t index,
+                                          std::string_view kind) {
+  if (index < 0 || index >= dataset.size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat(std::string(kind), ": index ", index, " outside [0, ", dataset.size(), ")"));
+  }
+  Example example{Image{}, dataset.Text(index)};
+  if (dataset.ImageCount(index) > 0) {
+    ASSIGN_OR_RETURN(example.image, dataset.GetImage(index, 0));
+  }
+  return example;
+}
+
 std::vector<tokenizer::ChatMessage> Dataset::Messages(int64_t index) const {
   return {{"user", "<image>"}, {"assistant", Text(index)}};
 }
@@ -78,9 +104,11 @@ absl::Status ImageFolder::CheckInside(const std::string& image, const std::strin
       "data.allow_images_outside to true to read it"));
 }
 
-absl::StatusOr<Image> LoadSampleImage(const std::string& path, int64_t image_size,
+namespace {
+
+// A decoded sample image at the model's size: resized, or through the preprocessor.
+absl::StatusOr<Image> SizeSampleImage(Image image, const std::string& path, int64_t image_size,
                                       const ImagePreprocessor* preprocessor) {
-  ASSIGN_OR_RETURN(Image image, DecodeImageFile(path, MaxPixelsFor(image_size)));
   if (preprocessor == nullptr) return ResizeBilinear(image, image_size, image_size);
   auto processed = Preprocess(*preprocessor, image);
   if (!processed.ok()) {
@@ -88,6 +116,21 @@ absl::StatusOr<Image> LoadSampleImage(const std::string& path, int64_t image_siz
                         absl::StrCat(path, ": ", processed.status().message()));
   }
   return processed;
+}
+
+}  // namespace
+
+absl::StatusOr<Image> LoadSampleImage(const std::string& path, int64_t image_size,
+                                      const ImagePreprocessor* preprocessor) {
+  ASSIGN_OR_RETURN(Image image, DecodeImageFile(path, MaxPixelsFor(image_size)));
+  return SizeSampleImage(std::move(image), path, image_size, preprocessor);
+}
+
+absl::StatusOr<Image> LoadSampleImageBytes(std::string_view bytes, const std::string& name,
+                                           int64_t image_size,
+                                           const ImagePreprocessor* preprocessor) {
+  ASSIGN_OR_RETURN(Image image, DecodeImage(bytes, name, MaxPixelsFor(image_size)));
+  return SizeSampleImage(std::move(image), name, image_size, preprocessor);
 }
 
 absl::StatusOr<std::vector<Image>> Dataset::GetTiles(int64_t index, int64_t image) const {

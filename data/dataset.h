@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -74,6 +75,15 @@ class Dataset {
   virtual std::string Describe(int64_t index) const = 0;
 };
 
+// Get for a dataset of samples with any number of images: its text and its first image (no pixels
+// for none); OutOfRange "<kind>: index 7 outside [0, 5)".
+absl::StatusOr<Example> FirstImageExample(const Dataset& dataset, int64_t index,
+                                          std::string_view kind);
+
+// OutOfRange "<kind>: index 7 outside [0, 5)" or "<Describe(index)>: image 2 outside [0, 2)".
+absl::Status CheckImageIndex(const Dataset& dataset, int64_t index, int64_t image,
+                             std::string_view kind);
+
 // Every caption in index order (Text(0), Text(1), ...).
 std::vector<std::string> AllTexts(const Dataset& dataset);
 
@@ -113,6 +123,11 @@ class ImageFolder {
 
 // An image file as a dataset sample: decoded, then preprocessed (when given) or stretched to
 // image_size. Errors name the file.
+// As LoadSampleImage, of a file's bytes already in memory (a tar shard's member); `name` is used
+// in error messages.
+absl::StatusOr<Image> LoadSampleImageBytes(std::string_view bytes, const std::string& name,
+                                           int64_t image_size,
+                                           const ImagePreprocessor* preprocessor);
 absl::StatusOr<Image> LoadSampleImage(const std::string& path, int64_t image_size,
                                       const ImagePreprocessor* preprocessor);
 

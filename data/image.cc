@@ -76,6 +76,10 @@ absl::StatusOr<Image> DecodeImageFile(const std::string& path, uint64_t max_pixe
 
 absl::StatusOr<Resolution> ReadImageSize(const std::string& path) {
   ASSIGN_OR_RETURN(const std::string bytes, ReadUserFile(path));
+  return ImageSizeOf(bytes, path);
+}
+
+absl::StatusOr<Resolution> ImageSizeOf(std::string_view bytes, const std::string& path) {
   if (bytes.substr(0, kJpegMagic.size()) == kJpegMagic) return internal::JpegSize(bytes, path);
   if (bytes.substr(0, kPngMagic.size()) != kPngMagic) {
     RETURN_IF_ERROR(DecodeImage(bytes, path).status());  // its error for what is no image

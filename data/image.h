@@ -70,6 +70,8 @@ absl::StatusOr<Image> DecodeImage(std::string_view bytes, const std::string& nam
 // pixels: what LLaVA-NeXT's tiling needs to plan a batch. DecodeImageFile's errors for a file that
 // is not a PNG or JPEG; DataLoss for a corrupt header.
 absl::StatusOr<Resolution> ReadImageSize(const std::string& path);
+// As ReadImageSize, of a file's bytes already in memory; `name` is used in error messages.
+absl::StatusOr<Resolution> ImageSizeOf(std::string_view bytes, const std::string& name);
 
 // Bilinear resampling with align_corners=false and no antialiasing: the same sampling as
 // torch.nn.functional.interpolate(mode="bilinear", align_corners=False). Output pixel (y, x) reads
