@@ -1,9 +1,10 @@
 // tandem: one binary, one subcommand per verb (docs/design.md §1): run, coordinator, actor, submit,
-// status, jobs, actors, logs, cancel, doctor, export, generate, tokenize.
+// status, jobs, actors, logs, cancel, doctor, export, generate, tokenize, data.
 #include <CLI/CLI.hpp>
 #include <string>
 
 #include "cli/client_commands.h"
+#include "cli/data_command.h"
 #include "cli/doctor_command.h"
 #include "cli/export_command.h"
 #include "cli/generate_command.h"
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   tandem::cli::AddExportCommand(app, &exit_code);
   tandem::cli::AddGenerateCommand(app, &exit_code);
   tandem::cli::AddTokenizeCommand(app, &exit_code);
+  tandem::cli::AddDataCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

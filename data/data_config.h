@@ -37,12 +37,21 @@ struct ConversationsConfig {
   bool operator==(const ConversationsConfig&) const = default;
 };
 
+// Tar shards in WebDataset's layout (data/shard_dataset.h): a path or brace range of paths each.
+struct ShardsConfig {
+  std::string train_pattern;  // absolute once read from a spec file (jobspec::ReadJobSpecFile)
+  std::string eval_pattern;   // optional
+
+  bool operator==(const ShardsConfig&) const = default;
+};
+
 struct DataConfig {
-  enum class Kind { kShapes, kJsonl, kConversations };
+  enum class Kind { kShapes, kJsonl, kConversations, kShards };
   Kind kind = Kind::kShapes;
   ShapesConfig shapes;
   JsonlConfig jsonl;
   ConversationsConfig conversations;
+  ShardsConfig shards;
   // Text tokens of a sample with its special tokens, image tokens not counted; longer samples are
   // an error.
   int64_t max_text_tokens = 16;

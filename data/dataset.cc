@@ -8,6 +8,7 @@
 #include "data/conversation_dataset.h"
 #include "data/jsonl_dataset.h"
 #include "data/shapes.h"
+#include "data/shard_dataset.h"
 
 namespace tandem::data {
 namespace {
@@ -169,6 +170,18 @@ absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_si
           "conversations", config.conversations.train_path, config.conversations.eval_path,
           image_size, preprocessor, config.allow_images_outside,
           ConversationLimits{config.max_images_per_sample, config.video_frames});
+    case DataConfig::Kind::kShards: {
+      Datasets datasets;
+      ASSIGN_OR_RETURN(datasets.train,
+                       ShardDataset::Open({config.shards.train_pattern}, image_size, preprocessor,
+                                          config.max_images_per_sample));
+      if (!config.shards.eval_pattern.empty()) {
+        ASSIGN_OR_RETURN(datasets.eval,
+                         ShardDataset::Open({config.shards.eval_pattern}, image_size, preprocessor,
+                                            config.max_images_per_sample));
+      }
+      return datasets;
+    }
   }
   return absl::InvalidArgumentError("unknown data kind");
 }

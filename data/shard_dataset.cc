@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "common/strict_json.h"
 #include "data/text_codec.h"
@@ -33,6 +35,24 @@ int64_t ImageNumber(const std::string& field) {
     number = number * 10 + (field[i] - '0');
   }
   return number;
+}
+
+// A directory `tandem data pack` wrote: the pattern its index.json names, inside it; any other
+// name as it is.
+absl::StatusOr<std::string> IndexedPattern(const std::string& named) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(named, ec)) return named;
+  const std::string index_path = (std::filesystem::path(named) / "index.json").string();
+  ASSIGN_OR_RETURN(const std::string text, ReadUserFile(index_path));
+  absl::StatusOr<json> index = ParseJsonStrict(text);
+  if (!index.ok() || !index->is_object() || !index->contains("pattern") ||
+      !(*index)["pattern"].is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(index_path,
+                     ": not a shard index (tandem data pack writes one with a "
+                     "\"pattern\" string)"));
+  }
+  return (std::filesystem::path(named) / (*index)["pattern"].get<std::string>()).string();
 }
 
 }  // namespace
@@ -79,7 +99,8 @@ absl::StatusOr<std::unique_ptr<ShardDataset>> ShardDataset::Open(
     const std::vector<std::string>& patterns, int64_t image_size,
     std::shared_ptr<const ImagePreprocessor> preprocessor, int64_t max_images_per_sample) {
   std::vector<std::string> shards;
-  for (const std::string& pattern : patterns) {
+  for (const std::string& named : patterns) {
+    ASSIGN_OR_RETURN(const std::string pattern, IndexedPattern(named));
     ASSIGN_OR_RETURN(std::vector<std::string> paths, ExpandShardPattern(pattern));
     shards.insert(shards.end(), paths.begin(), paths.end());
   }

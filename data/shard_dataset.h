@@ -10,7 +10,8 @@
 // Other members (KEY.txt, KEY.cls, ...) are ignored.
 //
 // Shards are named by paths or brace ranges, as WebDataset writes them:
-// "shards/train-{000000..000099}.tar" is 100 shards (ExpandShardPattern).
+// "shards/train-{000000..000099}.tar" is 100 shards (ExpandShardPattern), or by the directory
+// `tandem data pack` wrote (data/shard_pack.h), whose index.json names them.
 //
 // Open scans every shard's headers and reads and checks every sample's text: errors name the
 // shard, the key and the byte offset of its member (a sample without its text, a JSON error, marks

@@ -18,6 +18,7 @@ namespace tandem::data {
 namespace {
 
 constexpr int64_t kBlock = 512;
+constexpr int64_t kMaxMemberBytes = int64_t{256} << 20;
 constexpr size_t kReadChunk = 1 << 16;
 
 // The file from `start` on, as libarchive's client: reads by pread, skips without reading.
@@ -109,6 +110,16 @@ class Reader {
   int64_t header_position() const { return source_.start + archive_read_header_position(archive_); }
 
   absl::StatusOr<std::string> Data(const std::string& member, int64_t size) {
+    if (size > kMaxMemberBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(path_, ": member ", member, " holds ", size,
+                                                     " bytes, more than the 256 MiB a member of a "
+                                                     "sample may hold"));
+    }
+    if (size > source_.size - source_.start) {
+      return absl::DataLossError(absl::StrCat(
+          path_, ": member ", member, " (header at byte ", source_.start, ") is cut short: its ",
+          size, " bytes run past the end of the file (", source_.size, " bytes)"));
+    }
     std::string data(static_cast<size_t>(size), '\0');
     int64_t filled = 0;
     while (filled < size) {

@@ -36,7 +36,8 @@ struct TarMember {
 // Every regular file of the tar at `path`, in order (directories and links are left out).
 absl::StatusOr<std::vector<TarMember>> ScanTar(const std::string& path);
 
-// The data of `member` of the tar at `path`, as ScanTar found it.
+// The data of `member` of the tar at `path`, as ScanTar found it. InvalidArgument for a member of
+// more than 256 MiB (no text or image of a sample is that large).
 absl::StatusOr<std::string> ReadTarMember(const std::string& path, const TarMember& member);
 
 // One WebDataset sample: its key and its members, in tar order, each with its field (the name

@@ -1,7 +1,7 @@
 """Writes the seed corpora of the file-format fuzzers into fuzz/corpus/: small PNGs and JPEGs of
 every layout the decoders take, safetensors files (as the safetensors package writes them, and
-with Tandem's checksum entry), jsonl and conversation files naming the fuzzers' "a.png", and HTTP
-requests. Deterministic; run from the repository root with the project's virtual environment:
+with Tandem's checksum entry), jsonl and conversation files naming the fuzzers' "a.png", tar
+shards, and HTTP requests. Deterministic; run from the repository root with the project's virtual environment:
 
     .venv/bin/python fuzz/make_file_seeds.py
 """
@@ -9,6 +9,7 @@ import io
 import json
 import pathlib
 import struct
+import tarfile
 import zlib
 
 import numpy as np
@@ -84,6 +85,31 @@ write("conversations", "lines.jsonl", "\n".join(json.dumps(c) for c in conversat
 write("conversations", "system.json", json.dumps([{"image": "a.png", "conversations": [
     {"from": "system", "value": "Be brief."}, {"from": "human", "value": "<image>"},
     {"from": "gpt", "value": "A square."}]}]))
+
+# Tar shards (WebDataset's layout): a caption with one PNG, a conversation with two, a ShareGPT
+# text-only sample, and a pax header (a long key).
+def tar(members, fmt=tarfile.USTAR_FORMAT):
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=fmt) as archive:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+small = io.BytesIO()
+Image.fromarray(pixels[..., :3]).save(small, format="PNG")
+png = small.getvalue()
+two_images = {"conversations": [{"from": "human", "value": "<image><image>Same?"},
+                                {"from": "gpt", "value": "No."}]}
+text_only = {"messages": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]}
+write("tar_shard", "shard.tar", tar([
+    ("000000.json", b'{"caption": "a small red circle"}'), ("000000.png", png),
+    ("000001.json", json.dumps(two_images).encode()), ("000001.0.png", png), ("000001.1.png", png),
+    ("000002.json", json.dumps(text_only).encode())]))
+write("tar_shard", "pax.tar", tar([("k" * 120 + ".json", b'{"caption": "x"}'), ("k" * 120 + ".png", png)],
+                                  tarfile.PAX_FORMAT))
 
 # HTTP requests.
 write("metrics_http", "get_metrics", "GET /metrics HTTP/1.1\r\nHost: coordinator:9090\r\nAccept: */*\r\n\r\n")

@@ -106,11 +106,13 @@ absl::Status ResolvePretrainedModels(jobspec::JobConfig& job) {
   if (job.llm.pretrained.empty() && job.vision.pretrained.empty()) return absl::OkStatus();
   // The newline embedding belongs with LLaVA-NeXT's tiles: a LLaVA-NeXT LLM's own, or a new one.
   job.llm.model.image_newline = job.vision.model.any_res();
-  if (job.vision.model.any_res() && job.data.kind != data::DataConfig::Kind::kConversations) {
+  if (job.vision.model.any_res() && job.data.kind != data::DataConfig::Kind::kConversations &&
+      job.data.kind != data::DataConfig::Kind::kShards) {
     return Prefixed(kVision, absl::InvalidArgumentError(absl::StrCat(
                                  job.vision.pretrained,
                                  ": image_grid_pinpoints (LLaVA-NeXT's tiles) read the images of "
-                                 "conversation files (data.conversations) at their own size")));
+                                 "conversation files (data.conversations) or shards (data.shards) "
+                                 "at their own size")));
   }
   if (job.data.pack_tokens > job.llm.model.max_seq_len) {
     return absl::InvalidArgumentError(

@@ -102,6 +102,7 @@ struct JobConfig {
 // too (data::TextCodec::WordsAtMarks); captions are a prefix of the latter's rows.
 inline bool ConversationData(const data::DataConfig& data) {
   return data.kind == data::DataConfig::Kind::kConversations ||
+         data.kind == data::DataConfig::Kind::kShards ||
          (data.kind == data::DataConfig::Kind::kShapes && data.shapes.conversations);
 }
 

@@ -56,6 +56,11 @@ void ForEachPath(tandem::v1::JobSpec& spec, Visit visit) {
     visit("data.conversations.train", *conversations.mutable_train());
     visit("data.conversations.eval", *conversations.mutable_eval());
   }
+  if (spec.has_data() && spec.data().has_shards()) {
+    tandem::v1::ShardsDataSpec& shards = *spec.mutable_data()->mutable_shards();
+    visit("data.shards.train", *shards.mutable_train());
+    visit("data.shards.eval", *shards.mutable_eval());
+  }
   if (spec.has_vision()) visit("vision.pretrained", *spec.mutable_vision()->mutable_pretrained());
   if (spec.has_llm()) visit("llm.pretrained", *spec.mutable_llm()->mutable_pretrained());
   visit("resume_from", *spec.mutable_resume_from());

@@ -112,6 +112,11 @@ data::DataConfig ResolveData(const tandem::v1::DataSpec& spec) {
       data.conversations.train_path = spec.conversations().train();
       data.conversations.eval_path = spec.conversations().eval();
       break;
+    case tandem::v1::DataSpec::kShards:
+      data.kind = data::DataConfig::Kind::kShards;
+      data.shards.train_pattern = spec.shards().train();
+      data.shards.eval_pattern = spec.shards().eval();
+      break;
     case tandem::v1::DataSpec::kJsonl:
       data.kind = data::DataConfig::Kind::kJsonl;
       data.jsonl.train_path = spec.jsonl().train();

@@ -101,6 +101,9 @@ absl::Status CheckData(const data::DataConfig& data) {
       if (data.conversations.train_path.empty())
         return PathError("data.conversations.train", "is required");
       break;
+    case data::DataConfig::Kind::kShards:
+      if (data.shards.train_pattern.empty()) return PathError("data.shards.train", "is required");
+      break;
   }
   if (data.max_text_tokens < 2) {
     return PathError("data.max_text_tokens", "must be >= 2 (<bos> and <eos> count), got ",
@@ -366,10 +369,11 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
     RETURN_IF_ERROR(CheckVisionModel(config.vision.model, config.llm.model));
     RETURN_IF_ERROR(CheckGridPinpoints(config.vision.model));
     if (config.vision.model.any_res() &&
-        config.data.kind != data::DataConfig::Kind::kConversations) {
+        config.data.kind != data::DataConfig::Kind::kConversations &&
+        config.data.kind != data::DataConfig::Kind::kShards) {
       return PathError("vision.model.grid_pinpoints",
                        "reads each image at its own size: it needs conversation files "
-                       "(data.conversations)");
+                       "(data.conversations) or shards (data.shards)");
     }
   }
   RETURN_IF_ERROR(CheckGroup("llm", config.llm.pool, config.llm.actors));
@@ -418,7 +422,8 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
 absl::Status ValidateJobSpec(const tandem::v1::JobSpec& spec) {
   if (spec.data().source_case() == tandem::v1::DataSpec::SOURCE_NOT_SET) {
     return PathError("data",
-                     "a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
+                     "a data source is required: give \"shapes\", \"jsonl\", \"conversations\" or "
+                     "\"shards\"");
   }
   const tandem::v1::VisionGroupSpec& vision = spec.vision();
   if (const std::string& preset = vision.model().preset();

@@ -8,6 +8,7 @@
 
 #include "data/image.h"
 #include "tests/data/temp_dir.h"
+#include "tests/data/test_files.h"
 
 namespace tandem::data {
 namespace {
@@ -17,13 +18,7 @@ using ::testing::HasSubstr;
 
 // A 4 x 6 PNG whose pixels depend on `seed`.
 std::string Png(int seed) {
-  Image image;
-  image.channels = 3;
-  image.height = 4;
-  image.width = 6;
-  for (int i = 0; i < 3 * 4 * 6; ++i)
-    image.pixels.push_back(static_cast<float>((i * 7 + seed * 31) % 256) / 255.0f);
-  absl::StatusOr<std::string> png = EncodePng(image);
+  absl::StatusOr<std::string> png = EncodePng(testing::PatternImage(4, 6, seed));
   EXPECT_TRUE(png.ok()) << png.status();
   return *png;
 }

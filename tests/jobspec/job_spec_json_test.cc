@@ -101,6 +101,10 @@ const json& Fields() {
     "data.conversations.eval": [
       {"data": {"shapes": null, "conversations": {"train": "/a.json"}}},
       {"data": {"shapes": null, "conversations": {"train": "/a.json", "eval": "/e.json"}}}],
+    "data.shards.train": [{"data": {"shapes": null, "shards": {"train": "/a.tar"}}},
+                          {"data": {"shapes": null, "shards": {"train": "/b-{0..1}.tar"}}}],
+    "data.shards.eval": [{"data": {"shapes": null, "shards": {"train": "/a.tar"}}},
+                         {"data": {"shapes": null, "shards": {"train": "/a.tar", "eval": "/e"}}}],
     "data.max_text_tokens": [{"data": {"max_text_tokens": 12}}, {"data": {"max_text_tokens": 10}}],
     "data.allow_images_outside": [{"data": {"allow_images_outside": false}},
                                   {"data": {"allow_images_outside": true}}],

@@ -97,6 +97,21 @@ TEST(JobSpec, JsonlExampleLoadsWithPathsAbsolute) {
   EXPECT_FALSE(json::parse(config->llm.engine_json).contains("gradient_clipping"));
 }
 
+// The shards example (examples/shards_vlm.sh packs its shards into runs/shards-data/): the
+// directories tandem data pack wrote, relative to the spec file, and an empty train is refused.
+TEST(JobSpec, ShardsExampleNamesPackedDirectories) {
+  absl::StatusOr<JobConfig> config = ReadConfig(kExamples + "/shards_vlm.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->data.kind, data::DataConfig::Kind::kShards);
+  EXPECT_EQ(config->data.shards.train_pattern, InExamples("../runs/shards-data/train"));
+  EXPECT_EQ(config->data.shards.eval_pattern, InExamples("../runs/shards-data/eval"));
+  EXPECT_TRUE(ConversationData(config->data));
+  EXPECT_EQ(ParseJobSpecJson(R"({"name": "s", "data": {"shards": {"eval": "/e.tar"}}})", "s.json")
+                .status()
+                .message(),
+            "s.json: data.shards.train: is required");
+}
+
 // The mixed example (examples/mixed_vlm.sh writes its data into runs/mixed-data/): Tandem's own
 // tower with LLaVA-NeXT's tiles, two images a sample, packed rows that hold the longest sample.
 TEST(JobSpec, MixedExampleTilesAndPacks) {
@@ -209,7 +224,8 @@ TEST(JobSpec, ProtoFromTheWireResolves) {
   spec.clear_data();
   EXPECT_EQ(
       ResolveJobSpec(spec, "wire").status().message(),
-      "wire: data: a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
+      "wire: data: a data source is required: give \"shapes\", \"jsonl\", \"conversations\" or "
+      "\"shards\"");
 }
 
 TEST(JobSpecErrors, UnknownFieldAtDepthNamesItsPath) {
@@ -282,15 +298,18 @@ TEST(JobSpecErrors, DataSourceMissingOrTwo) {
   spec.erase("data");
   EXPECT_EQ(
       Error(spec),
-      "job.json: data: a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
+      "job.json: data: a data source is required: give \"shapes\", \"jsonl\", \"conversations\" or "
+      "\"shards\"");
   spec["data"] = {{"max_text_tokens", 8}};
   EXPECT_EQ(
       Error(spec),
-      "job.json: data: a data source is required: give \"shapes\", \"jsonl\" or \"conversations\"");
+      "job.json: data: a data source is required: give \"shapes\", \"jsonl\", \"conversations\" or "
+      "\"shards\"");
   spec = BaseSpec();
   spec["data"]["jsonl"] = {{"train", "a.jsonl"}};
   EXPECT_EQ(Error(spec),
-            "job.json: data: at most one of \"shapes\", \"jsonl\", \"conversations\" may be given, "
+            "job.json: data: at most one of \"shapes\", \"jsonl\", \"conversations\", "
+            "\"shards\" may be given, "
             "got \"jsonl\" and "
             "\"shapes\"");
 }

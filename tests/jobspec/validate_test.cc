@@ -363,7 +363,7 @@ TEST(ValidateJobConfig, GridPinpoints) {
   spec["vision"]["model"]["grid_pinpoints"] = {{32, 64}, {64, 32}};
   EXPECT_EQ(Error(spec),
             "job.json: vision.model.grid_pinpoints: reads each image at its own size: it needs "
-            "conversation files (data.conversations)");
+            "conversation files (data.conversations) or shards (data.shards)");
   spec["data"] = {{"conversations", {{"train", "train.json"}}}, {"max_text_tokens", 12}};
   const JobConfig config = ExpectValid(spec.dump());
   EXPECT_EQ(config.vision.model.grid_pinpoints,
