@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "data/shard_inspect.h"
 #include "data/shard_pack.h"
 
 namespace tandem::cli {
@@ -60,10 +61,31 @@ int Pack(const PackRequest& request) {
   return 0;
 }
 
+struct InspectRequest {
+  std::string shards;
+  data::InspectOptions options;
+  std::string output = "text";
+};
+
+int Inspect(const InspectRequest& request) {
+  const absl::StatusOr<data::InspectReport> report =
+      data::InspectShards(request.shards, request.options);
+  if (!report.ok()) {
+    std::fprintf(stderr, "tandem data inspect: %s\n",
+                 std::string(report.status().message()).c_str());
+    return 1;
+  }
+  const std::string out =
+      request.output == "json" ? data::InspectJson(*report) + "\n" : data::InspectText(*report);
+  std::fputs(out.c_str(), stdout);
+  return 0;
+}
+
 }  // namespace
 
 void AddDataCommand(CLI::App& app, int* exit_code) {
-  CLI::App* data = app.add_subcommand("data", "Prepare training data: tar shards");
+  CLI::App* data =
+      app.add_subcommand("data", "Prepare and inspect training data: tar shards (pack, inspect)");
   data->require_subcommand(1);
   auto request = std::make_shared<PackRequest>();
   CLI::App* pack = data->add_subcommand(
@@ -87,6 +109,39 @@ void AddDataCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));
   pack->callback([=] { *exit_code = Pack(*request); });
+
+  auto look = std::make_shared<InspectRequest>();
+  CLI::App* inspect = data->add_subcommand(
+      "inspect",
+      "What tar shards hold, read as training reads them: samples, images a sample, image sizes, "
+      "text token lengths (a histogram) and the first samples");
+  inspect
+      ->add_option("shards", look->shards,
+                   "A shard, a brace range (\"shards/train-{000000..000009}.tar\") or a directory "
+                   "`tandem data pack` wrote")
+      ->required();
+  inspect->add_option("--first", look->options.first, "Samples shown whole")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  inspect->add_option("--limit", look->options.limit, "Samples read (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  inspect
+      ->add_option("--tokenizer", look->options.tokenizer,
+                   "A Hugging Face model directory whose tokenizer and chat template count the "
+                   "tokens (what llm.pretrained names); default: the word tokenizer a job trained "
+                   "from scratch builds from this data")
+      ->check(CLI::ExistingDirectory);
+  inspect->add_option("--chat-template", look->options.chat_template,
+                      "With --tokenizer: chatml, llama3 or tandem instead of its own (as "
+                      "llm.chat_template)");
+  inspect
+      ->add_option("--output", look->output,
+                   "text: a summary; json: {\"shards\", \"samples\", \"images\", "
+                   "\"images_per_sample\", \"image_sizes\", \"tokens\", \"first\"}")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json"}));
+  inspect->callback([=] { *exit_code = Inspect(*look); });
 }
 
 }  // namespace tandem::cli

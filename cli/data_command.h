@@ -5,6 +5,11 @@
 // Prints the shards written and the pattern to give data.shards.train, or with --output json the
 // index. Exit code 0 when it packed, 1 with the error on stderr (an input error naming the file and
 // its entry, an OUT_DIR that already holds shards), 2 for bad flags (cli/main.cc).
+//
+// `tandem data inspect SHARDS [--first 3] [--limit N] [--tokenizer DIR] [--chat-template NAME]
+// [--output text|json]`: what shards hold, read as training reads them (data/shard_inspect.h):
+// samples, images a sample, image sizes, text token lengths with a histogram, the first samples.
+// Exit code 0, or 1 with the error (naming the shard, the key and the byte offset) on stderr.
 #pragma once
 
 #include <CLI/CLI.hpp>

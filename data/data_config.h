@@ -41,6 +41,8 @@ struct ConversationsConfig {
 struct ShardsConfig {
   std::string train_pattern;  // absolute once read from a spec file (jobspec::ReadJobSpecFile)
   std::string eval_pattern;   // optional
+  // Samples shuffled together (data/sampler.h: SampleOrder::window).
+  int64_t shuffle_buffer = 10000;
 
   bool operator==(const ShardsConfig&) const = default;
 };

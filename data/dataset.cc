@@ -85,6 +85,12 @@ std::vector<tokenizer::ChatMessage> Dataset::Messages(int64_t index) const {
 
 std::vector<std::string> Dataset::VocabularyTexts() const { return AllTexts(*this); }
 
+WordCounts Dataset::VocabularyCounts() const {
+  WordCounts counts;
+  for (const std::string& text : VocabularyTexts()) CountWords(text, counts);
+  return counts;
+}
+
 absl::StatusOr<Image> Dataset::GetImage(int64_t index, int64_t image) const {
   if (image < 0 || image >= ImageCount(index)) {
     return absl::OutOfRangeError(
@@ -172,13 +178,13 @@ absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_si
           ConversationLimits{config.max_images_per_sample, config.video_frames});
     case DataConfig::Kind::kShards: {
       Datasets datasets;
-      ASSIGN_OR_RETURN(datasets.train,
-                       ShardDataset::Open({config.shards.train_pattern}, image_size, preprocessor,
-                                          config.max_images_per_sample));
+      const ShardDataset::Options options{config.max_images_per_sample,
+                                          config.shards.shuffle_buffer};
+      ASSIGN_OR_RETURN(datasets.train, ShardDataset::Open({config.shards.train_pattern}, image_size,
+                                                          preprocessor, options));
       if (!config.shards.eval_pattern.empty()) {
-        ASSIGN_OR_RETURN(datasets.eval,
-                         ShardDataset::Open({config.shards.eval_pattern}, image_size, preprocessor,
-                                            config.max_images_per_sample));
+        ASSIGN_OR_RETURN(datasets.eval, ShardDataset::Open({config.shards.eval_pattern}, image_size,
+                                                           preprocessor, options));
       }
       return datasets;
     }

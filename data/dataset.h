@@ -3,10 +3,11 @@
 //
 // A Dataset is an immutable, indexable collection: sample i is the same on every call and in every
 // process that opened the same data, so data order is entirely the Sampler's business
-// (data/sampler.h) and a checkpoint only needs the sampler position.
+// (data/sampler.h) and a checkpoint only needs the sampler position. Most are held whole; a
+// sharded one (data/shard_dataset.h) reads its shards' tables when asked and keeps a bounded few.
 //
-// Thread-safety: all methods are const and implementations keep no mutable state, so one Dataset
-// may be read from several threads at once.
+// Thread-safety: all methods are const and may be called from several threads at once (a sharded
+// data set's cache is behind a mutex).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,8 @@
 #include "data/data_config.h"
 #include "data/image.h"
 #include "data/image_preprocessor.h"
+#include "data/shard_manifest.h"
+#include "data/tokenizer.h"
 #include "tokenizer/chat_template.h"
 
 namespace tandem::data {
@@ -36,6 +39,22 @@ class Dataset {
   virtual ~Dataset();
 
   virtual int64_t size() const = 0;
+
+  // Makes sample `index` ready and says whether it can be read: a data set read lazily reads and
+  // checks its shard's table here, its errors naming the shard, the key and the byte offset. Text,
+  // Messages, ImageCount and Describe cannot report an error: callers Check first (a sample that
+  // fails later, its file changed under the run, reads as text-only and empty).
+  virtual absl::Status Check(int64_t index) const { return absl::OkStatus(); }
+
+  // Samples of each shard, in index order (data/sampler.h: SampleOrder); one shard for a data set
+  // held whole.
+  virtual std::vector<int64_t> ShardSizes() const { return {size()}; }
+  // The shards a checkpoint records (data/shard_manifest.h); none for a data set held whole.
+  virtual std::vector<ShardInfo> Shards() const { return {}; }
+  // Whether the shard holding sample `index` is still the one indexed: its CRC-32 against the
+  // index's. DataLoss naming the shard otherwise; OK where no checksum is known. Reads the whole
+  // shard: for a resume, not for every read.
+  virtual absl::Status VerifyShard(int64_t index) const { return absl::OkStatus(); }
 
   // The sample at `index`, its image resized to the dataset's image size. OutOfRange outside
   // [0, size()); other errors (an undecodable file) name the sample as Describe does.
@@ -69,6 +88,9 @@ class Dataset {
   // The texts a word tokenizer built for this dataset covers: AllTexts. The shapes dataset adds the
   // words of its conversations, so one vocabulary serves its captions and its conversations.
   virtual std::vector<std::string> VocabularyTexts() const;
+  // The words of VocabularyTexts counted (Tokenizer::FromCounts): what a word tokenizer is built
+  // from. A sharded data set reads them from its index, or counts them shard by shard.
+  virtual WordCounts VocabularyCounts() const;
 
   // Where the sample comes from, for error messages: "train.jsonl:12 (images/cat.png)",
   // "shapes train #12 (seed 0)".

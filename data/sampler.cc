@@ -1,17 +1,23 @@
 #include "data/sampler.h"
 
+#include <algorithm>
 #include <numeric>
 #include <utility>
 
 #include "data/random.h"
 
 namespace tandem::data {
+namespace {
 
-std::vector<int64_t> EpochPermutation(int64_t size, uint64_t seed, int64_t epoch) {
+// Streams of an epoch's windowed order, apart from EpochPermutation's {seed, epoch}.
+constexpr uint64_t kShardStream = 1;
+constexpr uint64_t kWindowStream = 2;
+
+std::vector<int64_t> Permutation(int64_t size, uint64_t key) {
   if (size <= 0) return {};
   std::vector<int64_t> order(size);
   std::iota(order.begin(), order.end(), 0);
-  Rng rng(HashKey({seed, static_cast<uint64_t>(epoch)}));
+  Rng rng(key);
   for (int64_t i = size - 1; i > 0; --i) {
     const int64_t j = static_cast<int64_t>(rng.Below(static_cast<uint64_t>(i) + 1));
     std::swap(order[i], order[j]);
@@ -19,27 +25,84 @@ std::vector<int64_t> EpochPermutation(int64_t size, uint64_t seed, int64_t epoch
   return order;
 }
 
-Sampler::Sampler(int64_t dataset_size, uint64_t seed) : dataset_size_(dataset_size), seed_(seed) {}
+}  // namespace
+
+std::vector<int64_t> EpochPermutation(int64_t size, uint64_t seed, int64_t epoch) {
+  return Permutation(size, HashKey({seed, static_cast<uint64_t>(epoch)}));
+}
+
+int64_t SampleOrder::size() const {
+  return std::accumulate(shards.begin(), shards.end(), int64_t{0});
+}
+
+int64_t SampleOrder::ShardEnd(int64_t index) const {
+  int64_t end = 0;
+  for (int64_t samples : shards) {
+    end += samples;
+    if (index < end) return end;
+  }
+  return end;
+}
+
+Sampler::Sampler(SampleOrder order, uint64_t seed)
+    : order_(std::move(order)), size_(order_.size()), seed_(seed) {
+  shard_begin_.reserve(order_.shards.size());
+  int64_t begin = 0;
+  for (int64_t samples : order_.shards) {
+    shard_begin_.push_back(begin);
+    begin += samples;
+  }
+}
+
+int64_t Sampler::At(int64_t offset) {
+  const int64_t epoch = position_.epoch;
+  const bool whole = order_.whole();
+  if (cached_epoch_ != epoch) {
+    cached_epoch_ = epoch;
+    cached_window_ = -1;
+    if (whole) {
+      permutation_ = EpochPermutation(size_, seed_, epoch);
+    } else {
+      const auto e = static_cast<uint64_t>(epoch);
+      shard_order_ = Permutation(static_cast<int64_t>(order_.shards.size()),
+                                 HashKey({seed_, e, kShardStream}));
+      stream_begin_.assign(1, 0);
+      for (int64_t shard : shard_order_)
+        stream_begin_.push_back(stream_begin_.back() + order_.shards[shard]);
+    }
+  }
+  if (whole) return permutation_[offset];
+  const int64_t window = offset / order_.window;
+  const int64_t first = window * order_.window;
+  if (cached_window_ != window) {
+    cached_window_ = window;
+    permutation_ = Permutation(std::min(order_.window, size_ - first),
+                               HashKey({seed_, static_cast<uint64_t>(epoch), kWindowStream,
+                                        static_cast<uint64_t>(window)}));
+  }
+  const int64_t stream = first + permutation_[offset - first];
+  // The shard of the stream holding position `stream` (the last one beginning at or before it,
+  // so empty shards are passed over).
+  const auto k = std::upper_bound(stream_begin_.begin(), stream_begin_.end(), stream) -
+                 stream_begin_.begin() - 1;
+  return shard_begin_[shard_order_[k]] + (stream - stream_begin_[k]);
+}
 
 std::vector<int64_t> Sampler::Next(int64_t count) {
   std::vector<int64_t> indices;
-  if (dataset_size_ <= 0 || count <= 0) return indices;
+  if (size_ <= 0 || count <= 0) return indices;
   indices.reserve(count);
   while (static_cast<int64_t>(indices.size()) < count) {
-    if (cached_epoch_ != position_.epoch) {
-      permutation_ = EpochPermutation(dataset_size_, seed_, position_.epoch);
-      cached_epoch_ = position_.epoch;
-    }
-    indices.push_back(permutation_[position_.offset]);
-    if (++position_.offset == dataset_size_) position_ = {position_.epoch + 1, 0};
+    indices.push_back(At(position_.offset));
+    if (++position_.offset == size_) position_ = {position_.epoch + 1, 0};
   }
   return indices;
 }
 
 void Sampler::Seek(Position position) {
-  if (dataset_size_ > 0) {
-    position.epoch += position.offset / dataset_size_;
-    position.offset %= dataset_size_;
+  if (size_ > 0) {
+    position.epoch += position.offset / size_;
+    position.offset %= size_;
   }
   position_ = position;
 }

@@ -10,6 +10,7 @@
 #include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "common/strict_json.h"
+#include "data/shard_index.h"
 #include "data/text_codec.h"
 
 namespace tandem::data {
@@ -37,22 +38,11 @@ int64_t ImageNumber(const std::string& field) {
   return number;
 }
 
-// A directory `tandem data pack` wrote: the pattern its index.json names, inside it; any other
-// name as it is.
-absl::StatusOr<std::string> IndexedPattern(const std::string& named) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(named, ec)) return named;
-  const std::string index_path = (std::filesystem::path(named) / "index.json").string();
-  ASSIGN_OR_RETURN(const std::string text, ReadUserFile(index_path));
-  absl::StatusOr<json> index = ParseJsonStrict(text);
-  if (!index.ok() || !index->is_object() || !index->contains("pattern") ||
-      !(*index)["pattern"].is_string()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(index_path,
-                     ": not a shard index (tandem data pack writes one with a "
-                     "\"pattern\" string)"));
-  }
-  return (std::filesystem::path(named) / (*index)["pattern"].get<std::string>()).string();
+// A directory `tandem data pack` wrote: its index.
+absl::StatusOr<ShardIndex> ReadIndex(const std::string& directory) {
+  const std::string path = (std::filesystem::path(directory) / "index.json").string();
+  ASSIGN_OR_RETURN(const std::string text, ReadUserFile(path));
+  return ParseShardIndex(text, path);
 }
 
 }  // namespace
@@ -97,99 +87,273 @@ absl::StatusOr<std::vector<std::string>> ExpandShardPattern(const std::string& p
 
 absl::StatusOr<std::unique_ptr<ShardDataset>> ShardDataset::Open(
     const std::vector<std::string>& patterns, int64_t image_size,
-    std::shared_ptr<const ImagePreprocessor> preprocessor, int64_t max_images_per_sample) {
-  std::vector<std::string> shards;
+    std::shared_ptr<const ImagePreprocessor> preprocessor, Options options) {
+  std::vector<ShardInfo> shards;
+  std::vector<std::string> indexes;  // for each shard, the index that lists it ("": none)
+  std::optional<WordCounts> words = WordCounts{};
   for (const std::string& named : patterns) {
-    ASSIGN_OR_RETURN(const std::string pattern, IndexedPattern(named));
-    ASSIGN_OR_RETURN(std::vector<std::string> paths, ExpandShardPattern(pattern));
-    shards.insert(shards.end(), paths.begin(), paths.end());
-  }
-  if (shards.empty()) return absl::InvalidArgumentError("data.shards: no shard named");
-  std::vector<Sample> samples;
-  for (size_t s = 0; s < shards.size(); ++s) {
-    const std::string& path = shards[s];
-    ASSIGN_OR_RETURN(std::vector<TarMember> members, ScanTar(path));
-    ASSIGN_OR_RETURN(std::vector<TarSample> grouped, GroupTarSamples(path, std::move(members)));
-    for (TarSample& tar : grouped) {
-      Sample sample;
-      sample.shard = static_cast<int>(s);
-      sample.key = tar.key;
-      const std::string where = absl::StrCat(path, ": ", tar.key);
-      const TarMember* text = nullptr;
-      std::vector<std::pair<int64_t, size_t>> numbered;  // (number, member), for the order
-      for (size_t m = 0; m < tar.members.size(); ++m) {
-        if (tar.fields[m] == "json") text = &tar.members[m];
-        if (IsImageField(tar.fields[m])) numbered.emplace_back(ImageNumber(tar.fields[m]), m);
+    std::error_code ec;
+    if (std::filesystem::is_directory(named, ec)) {
+      ASSIGN_OR_RETURN(ShardIndex index, ReadIndex(named));
+      for (ShardInfo& shard : index.shards) {
+        shard.path = (std::filesystem::path(named) / shard.path).string();
+        shards.push_back(std::move(shard));
+        indexes.push_back((std::filesystem::path(named) / "index.json").string());
       }
-      if (text == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, " (byte ", tar.members.front().header_offset,
-                         "): has no json member (its text: ", tar.key, ".json)"));
+      if (!index.word_counts) {
+        words.reset();
+      } else if (words) {
+        for (const auto& [word, count] : *index.word_counts) (*words)[word] += count;
       }
-      sample.offset = text->header_offset;
-      std::stable_sort(numbered.begin(), numbered.end());
-      for (const auto& [number, m] : numbered) sample.images.push_back(tar.members[m]);
-      const int64_t images = static_cast<int64_t>(sample.images.size());
-      const std::string source = absl::StrCat(where, " (byte ", sample.offset, ")");
-      if (images > max_images_per_sample) {
-        return absl::InvalidArgumentError(absl::StrCat(source, ": has ", images,
-                                                       " images, more than "
-                                                       "data.max_images_per_sample = ",
-                                                       max_images_per_sample));
-      }
-      ASSIGN_OR_RETURN(const std::string bytes, ReadTarMember(path, *text));
-      absl::StatusOr<json> parsed = ParseJsonStrict(bytes);
-      if (!parsed.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(source, ": ", parsed.status().message()));
-      }
-      if (parsed->is_object() && !parsed->contains("conversations") &&
-          !parsed->contains("messages")) {
-        const char* key = parsed->contains("caption") ? "caption" : "text";
-        if (!parsed->contains(key) || !(*parsed)[key].is_string() || images != 1) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(source,
-                           ": must hold \"conversations\" or \"messages\", or a \"caption\" (or "
-                           "\"text\") string with one image; it has ",
-                           images, images == 1 ? " image" : " images"));
-        }
-        sample.caption = (*parsed)[key].get<std::string>();
-      } else {
-        // The marks take the sample's image members: name them in place of any file names.
-        if (parsed->is_object()) {
-          parsed->erase("image");
-          parsed->erase("images");
-          parsed->erase("video");
-          json names = json::array();
-          for (const TarMember& image : sample.images) names.push_back(image.name);
-          if (images > 0) (*parsed)[parsed->contains("messages") ? "images" : "image"] = names;
-        }
-        ASSIGN_OR_RETURN(Conversation conversation,
-                         ParseConversation(parsed->dump(), source, /*base=*/""));
-        sample.messages = std::move(conversation.messages);
-      }
-      samples.push_back(std::move(sample));
+      continue;
+    }
+    ASSIGN_OR_RETURN(std::vector<std::string> paths, ExpandShardPattern(named));
+    for (std::string& path : paths) {
+      shards.push_back({std::move(path), /*samples=*/-1});
+      indexes.emplace_back();
     }
   }
-  if (samples.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.shards: ", shards.size(), " shards and no sample in them"));
+  if (shards.empty()) return absl::InvalidArgumentError("data.shards: no shard named");
+  // An indexed shard is checked against its index by size here (its table, when read, by its
+  // sample count); one without is read through once, to count its samples and its words.
+  for (size_t s = 0; s < shards.size(); ++s) {
+    ShardInfo& shard = shards[s];
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(shard.path, ec);
+    if (ec) {
+      return absl::NotFoundError(absl::StrCat(shard.path, ": cannot be read (", ec.message(), ")",
+                                              indexes[s].empty() ? "" : ", listed in ",
+                                              indexes[s]));
+    }
+    if (!indexes[s].empty()) {
+      if (static_cast<int64_t>(bytes) != shard.bytes) {
+        return absl::DataLossError(
+            absl::StrCat(shard.path, ": ", bytes, " bytes, ", indexes[s], " says ", shard.bytes,
+                         ": the shard changed since it was packed (pack the data again)"));
+      }
+      continue;
+    }
+    shard.bytes = static_cast<int64_t>(bytes);
+    ASSIGN_OR_RETURN(const std::shared_ptr<const Table> table,
+                     ReadTable(shard, options.max_images_per_sample));
+    shard.samples = static_cast<int64_t>(table->samples.size());
+    if (words) {
+      for (const Sample& sample : table->samples)
+        CountWords(sample.messages.empty() ? sample.caption : ConversationWords(sample.messages),
+                   *words);
+    }
   }
-  return std::unique_ptr<ShardDataset>(
-      new ShardDataset(std::move(shards), std::move(samples), image_size, std::move(preprocessor)));
+  auto dataset = std::unique_ptr<ShardDataset>(new ShardDataset(
+      std::move(shards), image_size, std::move(preprocessor), options, std::move(words)));
+  if (dataset->size() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.shards: ", dataset->shards_.size(), " shards and no sample in them"));
+  }
+  return dataset;
+}
+
+ShardDataset::ShardDataset(std::vector<ShardInfo> shards, int64_t image_size,
+                           std::shared_ptr<const ImagePreprocessor> preprocessor, Options options,
+                           std::optional<WordCounts> words)
+    : shards_(std::move(shards)),
+      image_size_(image_size),
+      preprocessor_(std::move(preprocessor)),
+      options_(options),
+      words_(std::move(words)) {
+  begins_.assign(1, 0);
+  int64_t largest = 0;
+  for (const ShardInfo& shard : shards_) {
+    begins_.push_back(begins_.back() + shard.samples);
+    largest = std::max(largest, shard.samples);
+  }
+  // Two adjacent windows of the sampler's stream, with the shards cut at their ends.
+  cache_samples_ = 2 * std::max<int64_t>(1, options_.shuffle_buffer) + 3 * largest;
+}
+
+absl::StatusOr<std::shared_ptr<const ShardDataset::Table>> ShardDataset::ReadTable(
+    const ShardInfo& shard, int64_t max_images) {
+  const std::string& path = shard.path;
+  ASSIGN_OR_RETURN(std::vector<TarMember> members, ScanTar(path));
+  ASSIGN_OR_RETURN(std::vector<TarSample> grouped, GroupTarSamples(path, std::move(members)));
+  if (shard.samples >= 0 && static_cast<int64_t>(grouped.size()) != shard.samples) {
+    return absl::DataLossError(absl::StrCat(path, ": holds ", grouped.size(),
+                                            " samples, its index says ", shard.samples,
+                                            ": the shard changed since it was packed"));
+  }
+  auto table = std::make_shared<Table>();
+  table->samples.reserve(grouped.size());
+  for (TarSample& tar : grouped) {
+    Sample sample;
+    sample.key = tar.key;
+    const std::string where = absl::StrCat(path, ": ", tar.key);
+    const TarMember* text = nullptr;
+    std::vector<std::pair<int64_t, size_t>> numbered;  // (number, member), for the order
+    for (size_t m = 0; m < tar.members.size(); ++m) {
+      if (tar.fields[m] == "json") text = &tar.members[m];
+      if (IsImageField(tar.fields[m])) numbered.emplace_back(ImageNumber(tar.fields[m]), m);
+    }
+    if (text == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " (byte ", tar.members.front().header_offset,
+                       "): has no json member (its text: ", tar.key, ".json)"));
+    }
+    sample.offset = text->header_offset;
+    std::stable_sort(numbered.begin(), numbered.end());
+    for (const auto& [number, m] : numbered) sample.images.push_back(tar.members[m]);
+    const int64_t images = static_cast<int64_t>(sample.images.size());
+    const std::string source = absl::StrCat(where, " (byte ", sample.offset, ")");
+    if (images > max_images) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": has ", images,
+                       " images, more than data.max_images_per_sample = ", max_images));
+    }
+    ASSIGN_OR_RETURN(const std::string bytes, ReadTarMember(path, *text));
+    absl::StatusOr<json> parsed = ParseJsonStrict(bytes);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": ", parsed.status().message()));
+    }
+    if (parsed->is_object() && !parsed->contains("conversations") &&
+        !parsed->contains("messages")) {
+      const char* key = parsed->contains("caption") ? "caption" : "text";
+      if (!parsed->contains(key) || !(*parsed)[key].is_string() || images != 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(source,
+                         ": must hold \"conversations\" or \"messages\", or a \"caption\" (or "
+                         "\"text\") string with one image; it has ",
+                         images, images == 1 ? " image" : " images"));
+      }
+      sample.caption = (*parsed)[key].get<std::string>();
+    } else {
+      // The marks take the sample's image members: name them in place of any file names.
+      if (parsed->is_object()) {
+        parsed->erase("image");
+        parsed->erase("images");
+        parsed->erase("video");
+        json names = json::array();
+        for (const TarMember& image : sample.images) names.push_back(image.name);
+        if (images > 0) (*parsed)[parsed->contains("messages") ? "images" : "image"] = names;
+      }
+      ASSIGN_OR_RETURN(Conversation conversation,
+                       ParseConversation(parsed->dump(), source, /*base=*/""));
+      sample.messages = std::move(conversation.messages);
+    }
+    table->samples.push_back(std::move(sample));
+  }
+  return std::shared_ptr<const Table>(std::move(table));
+}
+
+std::pair<int, int64_t> ShardDataset::Locate(int64_t index) const {
+  const auto next = std::upper_bound(begins_.begin(), begins_.end(), index);
+  const int shard = static_cast<int>(next - begins_.begin()) - 1;
+  return {shard, index - begins_[shard]};
+}
+
+absl::StatusOr<ShardDataset::Found> ShardDataset::Find(int64_t index) const {
+  if (index < 0 || index >= size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("shards: index ", index, " outside [0, ", size(), ")"));
+  }
+  const auto [shard, local] = Locate(index);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = tables_.find(shard);
+  if (it != tables_.end()) {
+    recent_.remove(shard);
+  } else {
+    ASSIGN_OR_RETURN(std::shared_ptr<const Table> table,
+                     ReadTable(shards_[shard], options_.max_images_per_sample));
+    ++table_reads_;
+    cached_samples_ += static_cast<int64_t>(table->samples.size());
+    it = tables_.emplace(shard, std::move(table)).first;
+    // The least recently used go while over budget; the one just read stays.
+    while (cached_samples_ > cache_samples_ && !recent_.empty()) {
+      const int oldest = recent_.back();
+      recent_.pop_back();
+      cached_samples_ -= static_cast<int64_t>(tables_[oldest]->samples.size());
+      tables_.erase(oldest);
+    }
+  }
+  recent_.push_front(shard);
+  return Found{it->second, &it->second->samples[local], shard};
+}
+
+absl::Status ShardDataset::Check(int64_t index) const { return Find(index).status(); }
+
+std::vector<int64_t> ShardDataset::ShardSizes() const {
+  std::vector<int64_t> sizes;
+  for (const ShardInfo& shard : shards_) sizes.push_back(shard.samples);
+  return sizes;
+}
+
+absl::Status ShardDataset::VerifyShard(int64_t index) const {
+  if (index < 0 || index >= size()) return Find(index).status();
+  const ShardInfo& shard = shards_[Locate(index).first];
+  if (!shard.crc32) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const uint32_t crc, FileCrc32(shard.path));
+  if (crc == *shard.crc32) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      shard.path, ": its CRC-32 is ", FormatCrc32(crc), ", its index says ",
+      FormatCrc32(*shard.crc32),
+      ": the shard changed since it was packed, so the samples a resumed run reads are not the "
+      "ones it was trained on (restore the shard, or pack the data again and start a new run)"));
+}
+
+int64_t ShardDataset::cached_shards() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(tables_.size());
+}
+
+int64_t ShardDataset::table_reads() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return table_reads_;
+}
+
+WordCounts ShardDataset::VocabularyCounts() const {
+  if (words_) return *words_;
+  WordCounts counts;
+  for (const ShardInfo& shard : shards_) {
+    absl::StatusOr<std::shared_ptr<const Table>> table =
+        ReadTable(shard, options_.max_images_per_sample);
+    if (!table.ok()) continue;  // Check reports it when its samples are drawn
+    for (const Sample& sample : (*table)->samples)
+      CountWords(sample.messages.empty() ? sample.caption : ConversationWords(sample.messages),
+                 counts);
+  }
+  return counts;
+}
+
+std::vector<std::string> ShardDataset::VocabularyTexts() const {
+  std::vector<std::string> texts;
+  for (int64_t i = 0; i < size(); ++i) texts.push_back(Text(i));
+  return texts;
 }
 
 std::string ShardDataset::Describe(int64_t index) const {
-  const Sample& s = samples_[index];
-  return absl::StrCat(shards_[s.shard], ": ", s.key, " (byte ", s.offset, ")");
+  absl::StatusOr<Found> found = Find(index);
+  if (!found.ok()) {
+    if (index < 0 || index >= size()) return absl::StrCat("shards: index ", index);
+    const auto [shard, local] = Locate(index);
+    return absl::StrCat(shards_[shard].path, ": sample ", local);
+  }
+  return absl::StrCat(shards_[found->shard].path, ": ", found->sample->key, " (byte ",
+                      found->sample->offset, ")");
+}
+
+int64_t ShardDataset::ImageCount(int64_t index) const {
+  absl::StatusOr<Found> found = Find(index);
+  return found.ok() ? static_cast<int64_t>(found->sample->images.size()) : 0;
 }
 
 std::string ShardDataset::Text(int64_t index) const {
-  const Sample& s = samples_[index];
+  absl::StatusOr<Found> found = Find(index);
+  if (!found.ok()) return "";
+  const Sample& s = *found->sample;
   return s.messages.empty() ? s.caption : ConversationWords(s.messages);
 }
 
 std::vector<tokenizer::ChatMessage> ShardDataset::Messages(int64_t index) const {
-  const Sample& s = samples_[index];
+  absl::StatusOr<Found> found = Find(index);
+  if (!found.ok()) return {};
+  const Sample& s = *found->sample;
   return s.messages.empty() ? Dataset::Messages(index) : s.messages;
 }
 
@@ -199,11 +363,12 @@ absl::StatusOr<Example> ShardDataset::Get(int64_t index) const {
 
 absl::StatusOr<std::pair<std::string, std::string>> ShardDataset::ImageBytes(int64_t index,
                                                                              int64_t image) const {
+  ASSIGN_OR_RETURN(const Found found, Find(index));
   RETURN_IF_ERROR(CheckImageIndex(*this, index, image, "shards"));
-  const Sample& s = samples_[index];
-  const TarMember& member = s.images[image];
-  ASSIGN_OR_RETURN(std::string bytes, ReadTarMember(shards_[s.shard], member));
-  return std::make_pair(std::move(bytes), absl::StrCat(shards_[s.shard], ": ", member.name));
+  const TarMember& member = found.sample->images[image];
+  const std::string& path = shards_[found.shard].path;
+  ASSIGN_OR_RETURN(std::string bytes, ReadTarMember(path, member));
+  return std::make_pair(std::move(bytes), absl::StrCat(path, ": ", member.name));
 }
 
 absl::StatusOr<Image> ShardDataset::GetImage(int64_t index, int64_t image) const {
@@ -225,14 +390,17 @@ absl::StatusOr<std::vector<Image>> ShardDataset::GetTiles(int64_t index, int64_t
 }
 
 absl::StatusOr<Resolution> ShardDataset::ImageSize(int64_t index, int64_t image) const {
+  ASSIGN_OR_RETURN(const Found found, Find(index));
+  const int64_t local = Locate(index).second;
   {
-    std::lock_guard<std::mutex> lock(sizes_mutex_);
-    if (const auto it = sizes_.find({index, image}); it != sizes_.end()) return it->second;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (const auto it = found.table->sizes.find({local, image}); it != found.table->sizes.end())
+      return it->second;
   }
   ASSIGN_OR_RETURN(const auto read, ImageBytes(index, image));
   ASSIGN_OR_RETURN(const Resolution size, ImageSizeOf(read.first, read.second));
-  std::lock_guard<std::mutex> lock(sizes_mutex_);
-  sizes_.emplace(std::make_pair(index, image), size);
+  std::lock_guard<std::mutex> lock(mutex_);
+  found.table->sizes.emplace(std::make_pair(local, image), size);
   return size;
 }
 

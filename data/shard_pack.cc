@@ -1,14 +1,10 @@
 #include "data/shard_pack.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,7 +14,9 @@
 #include "common/strict_json.h"
 #include "data/conversation.h"
 #include "data/jsonl_dataset.h"
+#include "data/shard_index.h"
 #include "data/tar_shard.h"
+#include "data/text_codec.h"
 
 namespace tandem::data {
 namespace {
@@ -30,6 +28,7 @@ using nlohmann::json;
 struct PackSample {
   std::string text;  // KEY.json
   std::vector<std::string> images;
+  std::string words;  // its vocabulary text (data/dataset.h: Dataset::Text)
 };
 
 std::string Lower(std::string s) {
@@ -59,7 +58,8 @@ absl::StatusOr<std::vector<PackSample>> ReadSamples(const std::string& input,
   if (captions) {
     ASSIGN_OR_RETURN(auto dataset, JsonlDataset::Open(input, /*image_size=*/1));
     for (int64_t i = 0; i < dataset->size(); ++i) {
-      samples.push_back({json{{"caption", dataset->Text(i)}}.dump(), {dataset->ImagePath(i)}});
+      samples.push_back(
+          {json{{"caption", dataset->Text(i)}}.dump(), {dataset->ImagePath(i)}, dataset->Text(i)});
     }
     return samples;
   }
@@ -68,7 +68,8 @@ absl::StatusOr<std::vector<PackSample>> ReadSamples(const std::string& input,
   for (const Conversation& c : conversations) {
     json messages = json::array();
     for (const auto& m : c.messages) messages.push_back({{"role", m.role}, {"content", m.content}});
-    samples.push_back({json{{"messages", messages}}.dump(), c.images});
+    samples.push_back(
+        {json{{"messages", messages}}.dump(), c.images, ConversationWords(c.messages)});
   }
   return samples;
 }
@@ -78,18 +79,6 @@ struct OpenShard {
   TarWriter writer;
   PackedShard entry;
 };
-
-absl::StatusOr<uint32_t> FileCrc32(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read back"));
-  uLong crc = crc32(0L, Z_NULL, 0);
-  std::string buffer(1 << 16, '\0');
-  while (in) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<uInt>(in.gcount()));
-  }
-  return static_cast<uint32_t>(crc);
-}
 
 }  // namespace
 
@@ -178,18 +167,11 @@ absl::StatusOr<PackResult> PackShards(const std::string& input, const std::strin
   const int last = static_cast<int>(result.shards.size()) - 1;
   result.pattern =
       last == 0 ? first_shard : absl::StrFormat("%s-{%06d..%06d}.tar", options.prefix, 0, last);
-  json index = {{"format", "tandem-shards/1"},
-                {"pattern", result.pattern},
-                {"samples", result.samples},
-                {"images", result.images},
-                {"shards", json::array()}};
-  for (const PackedShard& s : result.shards) {
-    index["shards"].push_back({{"file", s.file},
-                               {"samples", s.samples},
-                               {"bytes", s.bytes},
-                               {"crc32", absl::StrFormat("%08x", s.crc32)}});
-  }
-  RETURN_IF_ERROR(WriteFileAtomically((out / "index.json").string(), index.dump(1) + "\n"));
+  ShardIndex index{result.pattern, result.samples, result.images, {}, WordCounts{}};
+  for (const PackedShard& s : result.shards)
+    index.shards.push_back({s.file, s.samples, s.bytes, s.crc32});
+  for (const PackSample& sample : samples) CountWords(sample.words, *index.word_counts);
+  RETURN_IF_ERROR(WriteFileAtomically((out / "index.json").string(), ShardIndexJson(index)));
   return result;
 }
 

@@ -6,10 +6,9 @@
 // Sample i becomes key "%09d" of i: KEY.json ({"messages": [...]} for a conversation, its video's
 // sampled frames as images; {"caption": "..."} for a caption) and KEY.0.png, KEY.1.jpg, ... its
 // image files byte for byte, in mark order. A shard takes samples until the next would take it
-// past `shard_bytes` (a sample larger than that is a shard alone). OUT_DIR/index.json:
-//   {"format": "tandem-shards/1", "pattern": "train-{000000..000003}.tar", "samples", "images",
-//    "shards": [{"file", "samples", "bytes", "crc32"}]}
-// where crc32 (zlib's, of the whole file, as 8 hex digits) lets a reader tell a changed shard.
+// past `shard_bytes` (a sample larger than that is a shard alone). OUT_DIR/index.json
+// (data/shard_index.h) lists the shards with their sample counts, sizes and CRC-32s, and the
+// word counts of the samples' texts.
 //
 // Nothing already saved is overwritten: an OUT_DIR that holds index.json or a shard of the prefix
 // is refused. Errors name the input file and its entry (its errors as the datasets report them), or

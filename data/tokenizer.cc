@@ -57,11 +57,17 @@ Tokenizer::Tokenizer(std::vector<std::string> words) : words_(std::move(words)) 
   for (size_t id = 0; id < words_.size(); ++id) ids_.emplace(words_[id], static_cast<int32_t>(id));
 }
 
+void CountWords(std::string_view text, WordCounts& counts) {
+  for (std::string& word : SplitWords(text)) ++counts[std::move(word)];
+}
+
 Tokenizer Tokenizer::Build(const std::vector<std::string>& texts, int64_t min_count) {
-  std::map<std::string, int64_t> counts;
-  for (const std::string& text : texts) {
-    for (std::string& word : SplitWords(text)) ++counts[std::move(word)];
-  }
+  WordCounts counts;
+  for (const std::string& text : texts) CountWords(text, counts);
+  return FromCounts(counts, min_count);
+}
+
+Tokenizer Tokenizer::FromCounts(const std::map<std::string, int64_t>& counts, int64_t min_count) {
   std::vector<std::pair<std::string, int64_t>> ranked;
   for (auto& [word, count] : counts) {
     if (count >= min_count) ranked.emplace_back(word, count);

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -37,6 +38,9 @@ class Tokenizer {
 
   // Counts the normalised words of `texts` and keeps those seen at least min_count times.
   static Tokenizer Build(const std::vector<std::string>& texts, int64_t min_count = 1);
+  // As Build, from the counts of its texts' words (CountWords), so that the texts need not be held
+  // together (a sharded data set's, counted shard by shard or when packed).
+  static Tokenizer FromCounts(const std::map<std::string, int64_t>& counts, int64_t min_count = 1);
 
   // Loads a file written by Save. Errors name the file: NotFound (or the read error) when it
   // cannot be read, InvalidArgument when it is not JSON, has another format or version, or its
@@ -73,5 +77,11 @@ class Tokenizer {
 
 // The normalised words of `text`, as described at the top of this file.
 std::vector<std::string> SplitWords(std::string_view text);
+
+// Normalised words and how often they occur: what Tokenizer::FromCounts reads.
+using WordCounts = std::map<std::string, int64_t>;
+
+// Adds one to the count of each normalised word of `text`.
+void CountWords(std::string_view text, WordCounts& counts);
 
 }  // namespace tandem::data

@@ -111,6 +111,16 @@ write("tar_shard", "shard.tar", tar([
 write("tar_shard", "pax.tar", tar([("k" * 120 + ".json", b'{"caption": "x"}'), ("k" * 120 + ".png", png)],
                                   tarfile.PAX_FORMAT))
 
+# Shard indexes, as `tandem data pack` writes them.
+write("shard_index", "index.json", json.dumps({
+    "format": "tandem-shards/1", "pattern": "train-{000000..000001}.tar", "samples": 5, "images": 4,
+    "shards": [{"file": "train-000000.tar", "samples": 3, "bytes": 10240, "crc32": "1a2b3c4d"},
+               {"file": "train-000001.tar", "samples": 2, "bytes": 6144, "crc32": "00000007"}],
+    "word_counts": {"a": 5, "circle": 2, "red": 3}}, indent=1))
+write("shard_index", "no_words.json", json.dumps({
+    "format": "tandem-shards/1", "pattern": "train-000000.tar", "samples": 1, "images": 1,
+    "shards": [{"file": "train-000000.tar", "samples": 1, "bytes": 3072, "crc32": "ffffffff"}]}))
+
 # HTTP requests.
 write("metrics_http", "get_metrics", "GET /metrics HTTP/1.1\r\nHost: coordinator:9090\r\nAccept: */*\r\n\r\n")
 write("metrics_http", "get_healthz_query", "GET /healthz?verbose=1 HTTP/1.0\r\n\r\n")

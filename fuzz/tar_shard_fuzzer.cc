@@ -14,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto bytes = tandem::data::ReadTarMember(path, member);
     if (bytes.ok() && static_cast<int64_t>(bytes->size()) != member.size) std::abort();
   }
-  auto dataset = tandem::data::ShardDataset::Open({path}, 8, nullptr, 4);
+  auto dataset = tandem::data::ShardDataset::Open({path}, 8, nullptr, {4});
   if (!dataset.ok()) return 0;
   if ((*dataset)->size() == 0) std::abort();
   for (int64_t i = 0; i < (*dataset)->size(); ++i) {

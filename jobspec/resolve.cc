@@ -116,6 +116,8 @@ data::DataConfig ResolveData(const tandem::v1::DataSpec& spec) {
       data.kind = data::DataConfig::Kind::kShards;
       data.shards.train_pattern = spec.shards().train();
       data.shards.eval_pattern = spec.shards().eval();
+      if (spec.shards().has_shuffle_buffer())
+        data.shards.shuffle_buffer = spec.shards().shuffle_buffer();
       break;
     case tandem::v1::DataSpec::kJsonl:
       data.kind = data::DataConfig::Kind::kJsonl;

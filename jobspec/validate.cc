@@ -103,6 +103,8 @@ absl::Status CheckData(const data::DataConfig& data) {
       break;
     case data::DataConfig::Kind::kShards:
       if (data.shards.train_pattern.empty()) return PathError("data.shards.train", "is required");
+      RETURN_IF_ERROR(
+          Between("data.shards.shuffle_buffer", data.shards.shuffle_buffer, 1, kMaxSamples));
       break;
   }
   if (data.max_text_tokens < 2) {

@@ -80,11 +80,20 @@ absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(const jobspec::JobCon
   }
   ASSIGN_OR_RETURN(data::Datasets datasets,
                    data::OpenDatasets(job.data, job.vision.model.image_size, preprocessor));
+  if (!resume_checkpoint.empty()) {
+    RETURN_IF_ERROR(data::CheckShardManifest(
+        (std::filesystem::path(resume_checkpoint) / kDataManifest).string(),
+        datasets.train->Shards()));
+  }
+  data::SampleOrder order{
+      datasets.train->ShardSizes(),
+      job.data.kind == data::DataConfig::Kind::kShards ? job.data.shards.shuffle_buffer : 0};
   std::shared_ptr<const data::TextCodec> text;
   if (!job.llm.pretrained.empty()) {
     ASSIGN_OR_RETURN(data::TextCodec codec, OpenPretrainedText(job));
     text = std::make_shared<const data::TextCodec>(std::move(codec));
-    return std::make_shared<const JobData>(JobData{std::move(datasets), std::move(text)});
+    return std::make_shared<const JobData>(
+        JobData{std::move(datasets), std::move(text), std::move(order)});
   }
   // From scratch: the vocabulary saved with the checkpoint resumed, else the training texts'.
   const auto saved = std::filesystem::path(resume_checkpoint) / "tokenizer.json";
@@ -93,7 +102,7 @@ absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(const jobspec::JobCon
   if (!resume_checkpoint.empty() && std::filesystem::exists(saved, ec)) {
     ASSIGN_OR_RETURN(words, data::Tokenizer::Load(saved.string()));
   } else {
-    words = data::Tokenizer::Build(datasets.train->VocabularyTexts());
+    words = data::Tokenizer::FromCounts(datasets.train->VocabularyCounts());
   }
   if (!jobspec::ConversationData(job.data)) {
     text = std::make_shared<const data::TextCodec>(data::TextCodec::Words(*std::move(words)));
@@ -101,7 +110,8 @@ absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(const jobspec::JobCon
     text = std::make_shared<const data::TextCodec>(
         data::TextCodec::WordsAtMarks(*std::move(words), vision.num_features(), AnyRes(vision)));
   }
-  return std::make_shared<const JobData>(JobData{std::move(datasets), std::move(text)});
+  return std::make_shared<const JobData>(
+      JobData{std::move(datasets), std::move(text), std::move(order)});
 }
 
 }  // namespace tandem::step

@@ -9,9 +9,11 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "data/batch.h"
@@ -53,7 +55,7 @@ Stage::Stage(Role role, const jobspec::JobConfig& job, std::shared_ptr<const Job
       placement_(std::move(placement)),
       transport_(std::move(transport)),
       progress_(progress),
-      sampler_(data_->train_samples(), job.schedule.seed) {
+      sampler_(data_->train_order, job.schedule.seed) {
   if (placement_.parallel_communicator) {
     counted_parallel_ =
         std::make_shared<engine::CountingCommunicator>(placement_.parallel_communicator);
@@ -145,6 +147,7 @@ absl::StatusOr<MicroBatchPlan> Stage::Plan(const data::Dataset& dataset,
   std::vector<std::vector<data::AnyResLayout>> layouts;
   for (size_t i = 0; i < indices.size(); ++i) {
     const int64_t index = indices[i];
+    RETURN_IF_ERROR(dataset.Check(index));
     SampleLoad load{dataset.ImageCount(index), row};
     // LLaVA-NeXT: each image's tiles and positions follow from its size on file.
     ASSIGN_OR_RETURN(const std::vector<data::Resolution> sizes,
@@ -268,6 +271,12 @@ absl::Status Stage::SaveCheckpoint(int64_t step, const std::string& directory) {
   if (ec)
     status = absl::UnavailableError(absl::StrCat("cannot create ", directory, ": ", ec.message()));
   if (status.ok()) status = SaveExtras(directory);
+  // The training shards, so that a resume can tell whether they changed.
+  const std::vector<data::ShardInfo> shards = data_->datasets.train->Shards();
+  if (status.ok() && role_ == Role::kLlm && placement_.rank == 0 && !shards.empty()) {
+    status = WriteFileAtomically((fs::path(directory) / kDataManifest).string(),
+                                 data::ShardManifestJson(shards));
+  }
   // Every rank takes part even after a local error, so the group's collectives stay matched.
   status.Update(engine_->SaveCheckpoint((fs::path(directory) / CheckpointGroupDirectory()).string(),
                                         client_state));
@@ -303,6 +312,19 @@ absl::StatusOr<ResumePoint> Stage::LoadGroup(const std::string& checkpoint) {
 absl::StatusOr<ResumePoint> Stage::Resume(const std::string& checkpoint) {
   ASSIGN_OR_RETURN(ResumePoint resume, LoadGroup(checkpoint));
   sampler_.Seek(resume.position);
+  // The shards the next step reads are checked byte for byte against their index (the checkpoint's
+  // data.json has matched the index when the data opened): a shard rewritten in place would give
+  // the same position other samples. Only those shards: reading every one would cost a pass over
+  // the data set.
+  const data::Dataset& train = *data_->datasets.train;
+  const std::vector<int64_t> next = sampler_.Next(MicroBatchSize() * job_.schedule.micro_batches);
+  sampler_.Seek(resume.position);
+  int64_t shard_end = -1;
+  for (int64_t index : std::set<int64_t>(next.begin(), next.end())) {
+    if (index < shard_end) continue;  // a shard verified already
+    RETURN_IF_ERROR(train.VerifyShard(index));
+    shard_end = data_->train_order.ShardEnd(index);
+  }
   step_ = resume.step;
   return resume;
 }

@@ -120,8 +120,9 @@ class Stage {
   // ranks return the scores of the samples they own; vision ranks return zeros.
   absl::StatusOr<EvalCounts> Evaluate(int64_t step);
   // Saves this rank's shard under <directory>/<group> with the step and the data position; LLM
-  // rank 0 also writes <directory>/tokenizer.json. Collective: every rank of the group calls it,
-  // and takes part even after a local error, so the group's collectives stay matched.
+  // rank 0 also writes <directory>/tokenizer.json and, for sharded data, <directory>/data.json.
+  // Collective: every rank of the group calls it, and takes part even after a local error, so the
+  // group's collectives stay matched.
   absl::Status SaveCheckpoint(int64_t step, const std::string& directory);
   // Writes the group's full weights as safetensors (rank 0 writes; every rank must call it).
   absl::Status Export(const std::string& path);
@@ -129,7 +130,7 @@ class Stage {
   // parallelism llm/tensor-<index>-of-<parallel> (one engine group per tensor index).
   std::string CheckpointGroupDirectory() const;
   // Loads the group's shards <checkpoint>/<group> (collective) and continues from their step and
-  // data position.
+  // data position, once the data shards the next step reads match their index's checksums.
   absl::StatusOr<ResumePoint> Resume(const std::string& checkpoint);
 
  protected:

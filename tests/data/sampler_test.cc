@@ -1,8 +1,10 @@
-// Tests for data/sampler.cc: permutations, determinism, epoch boundaries and Seek.
+// Tests for data/sampler.cc: permutations, determinism, epoch boundaries, Seek, and the windowed
+// order of sharded data.
 #include "data/sampler.h"
 
 #include <algorithm>
 #include <numeric>
+#include <set>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -75,6 +77,82 @@ TEST(Sampler, SeekNormalisesAnOffsetPastTheEnd) {
   sampler.Seek({1, 9});
   EXPECT_EQ(sampler.position(), (Sampler::Position{3, 1}));
   EXPECT_EQ(sampler.Next(1)[0], EpochPermutation(4, 2, 3)[1]);
+}
+
+// Shards of 10, 0, 7, 10 and 3 samples (indices 0-9, none, 10-16, 17-26, 27-29).
+SampleOrder Shards(int64_t window) { return SampleOrder{{10, 0, 7, 10, 3}, window}; }
+
+int ShardOf(int64_t index) {
+  const std::vector<int64_t> ends = {10, 10, 17, 27, 30};
+  return static_cast<int>(std::upper_bound(ends.begin(), ends.end(), index) - ends.begin());
+}
+
+TEST(SampleOrder, IsShuffledWholeWhenTheWindowHoldsEverything) {
+  EXPECT_EQ(Shards(0).size(), 30);
+  EXPECT_TRUE(Shards(0).whole());
+  EXPECT_TRUE(Shards(30).whole());
+  EXPECT_FALSE(Shards(29).whole());
+  // Whole, the shards do not matter: the order is the permutation of all samples.
+  Sampler sampler(Shards(30), 5);
+  EXPECT_EQ(sampler.Next(30), EpochPermutation(30, 5, 0));
+}
+
+TEST(Sampler, WindowedEpochsVisitEverySampleOnceInAnOrderOfTheirOwn) {
+  Sampler sampler(Shards(8), 3);
+  std::vector<int64_t> identity(30);
+  std::iota(identity.begin(), identity.end(), 0);
+  std::vector<std::vector<int64_t>> epochs;
+  for (int e = 0; e < 3; ++e) {
+    epochs.push_back(sampler.Next(30));
+    std::vector<int64_t> sorted = epochs.back();
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, identity) << "epoch " << e;
+  }
+  EXPECT_NE(epochs[0], epochs[1]);
+  EXPECT_NE(epochs[1], epochs[2]);
+  Sampler again(Shards(8), 3);
+  EXPECT_EQ(again.Next(30), epochs[0]);
+  Sampler other_seed(Shards(8), 4);
+  EXPECT_NE(other_seed.Next(30), epochs[0]);
+}
+
+TEST(Sampler, AWindowDrawsFromConsecutiveShardsOfTheEpochsStream) {
+  // Windows of 10 over shards of 10, 7, 10 and 3: each window covers 10 consecutive samples of the
+  // stream, so at most two shards, and the four windows together cover each shard whole.
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    Sampler sampler(Shards(10), seed);
+    std::vector<int> first_window_shard;
+    for (int w = 0; w < 3; ++w) {
+      std::set<int> shards;
+      for (int64_t index : sampler.Next(10)) shards.insert(ShardOf(index));
+      EXPECT_LE(shards.size(), 2u) << "seed " << seed << " window " << w;
+    }
+  }
+  // Mixed inside a window: the first half of a window of two whole shards interleaves them
+  // rather than reading one shard after the other.
+  Sampler sampler(SampleOrder{{10, 10, 10}, 20}, 1);
+  std::set<int64_t> shards;
+  for (int64_t index : sampler.Next(10)) shards.insert(index / 10);
+  EXPECT_EQ(shards.size(), 2u);
+}
+
+TEST(Sampler, WindowedOrderIsPinnedForSeedZero) {
+  // Guards the sharded data order against accidental change.
+  Sampler sampler(SampleOrder{{3, 3, 2}, 4}, 0);
+  // Shards 2 then 1 then 0 in the stream: a window of shard 2 and half of shard 1, then the rest.
+  EXPECT_THAT(sampler.Next(8), ElementsAre(6, 3, 7, 4, 0, 5, 2, 1));
+}
+
+TEST(Sampler, SeekInsideAWindowRestoresTheWindowedSequence) {
+  Sampler original(Shards(8), 11);
+  original.Next(37);  // epoch 1, inside its second window
+  const Sampler::Position saved = original.position();
+  EXPECT_EQ(saved, (Sampler::Position{1, 7}));
+  const std::vector<int64_t> continued = original.Next(40);
+  Sampler restored(Shards(8), 11);
+  restored.Next(3);
+  restored.Seek(saved);
+  EXPECT_EQ(restored.Next(40), continued);
 }
 
 }  // namespace

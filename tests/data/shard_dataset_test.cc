@@ -61,7 +61,7 @@ TEST(ShardDataset, SamplesAcrossShardsWithTheirImagesInMarkOrder) {
                           {"b.json", R"({"caption": "a red circle"})"},
                           {"b.png", Png(3)}});
   Write(dir / "s-1.tar", {{"c.json", kTextOnly}, {"c.txt", "ignored"}});
-  auto dataset = ShardDataset::Open({dir / "s-{0..1}.tar"}, 6, nullptr, 2);
+  auto dataset = ShardDataset::Open({dir / "s-{0..1}.tar"}, 6, nullptr, {2});
   ASSERT_TRUE(dataset.ok()) << dataset.status();
   const ShardDataset& d = **dataset;
   ASSERT_EQ(d.size(), 3);
@@ -94,7 +94,7 @@ TEST(ShardDataset, BadSamplesNameTheShardTheKeyAndTheByte) {
   const auto error = [&](const std::vector<std::pair<std::string, std::string>>& members,
                          int64_t max_images = 2) {
     Write(path, members);
-    return std::string(ShardDataset::Open({path}, 6, nullptr, max_images).status().message());
+    return std::string(ShardDataset::Open({path}, 6, nullptr, {max_images}).status().message());
   };
   EXPECT_EQ(error({{"a.png", Png(1)}}),
             path + ": a (byte 0): has no json member (its text: a.json)");

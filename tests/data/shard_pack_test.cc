@@ -7,10 +7,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
 #include "data/conversation_dataset.h"
 #include "data/image.h"
 #include "data/shard_dataset.h"
+#include "data/shard_index.h"
+#include "data/tokenizer.h"
 #include "tests/data/temp_dir.h"
 #include "tests/data/test_files.h"
 
@@ -64,10 +67,10 @@ TEST(PackShards, ConversationsReadBackFromTheirShards) {
   EXPECT_EQ(j["shards"][0]["bytes"], packed->shards[0].bytes);
   EXPECT_EQ(j["shards"][0]["crc32"].get<std::string>().size(), 8u);
 
-  auto shards = ShardDataset::Open({(dir / "out") + "/" + packed->pattern}, 5, nullptr, 2);
+  auto shards = ShardDataset::Open({(dir / "out") + "/" + packed->pattern}, 5, nullptr, {2});
   ASSERT_TRUE(shards.ok()) << shards.status();
   EXPECT_EQ((*shards)->size(), 3);
-  shards = ShardDataset::Open({dir / "out"}, 5, nullptr, 2);  // the directory: its index
+  shards = ShardDataset::Open({dir / "out"}, 5, nullptr, {2});  // the directory: its index
   ASSERT_TRUE(shards.ok()) << shards.status();
   auto files = ConversationDataset::Open(input, 5, nullptr, false, {2, 8});
   ASSERT_TRUE(files.ok()) << files.status();
@@ -103,6 +106,104 @@ TEST(PackShards, CaptionsBecomeCaptionSamples) {
                                    << "\n";
   EXPECT_THAT(std::string(PackShards(dir / "bad.jsonl", dir / "out2", {}).status().message()),
               HasSubstr("bad.jsonl:1: conversations must be a non-empty list"));
+}
+
+// Ten one-image caption samples packed one a shard (captions "caption 0" ... "caption 9").
+std::string PackTen(const testing::TempDir& dir) {
+  const std::string input = dir / "ten.jsonl";
+  std::ofstream out(input);
+  for (int i = 0; i < 10; ++i) {
+    WritePng(dir / ("i" + std::to_string(i) + ".png"), i);
+    out << R"({"image": "i)" << i << R"(.png", "text": "caption )" << i << (i % 2 ? " odd" : "")
+        << "\"}\n";
+  }
+  out.close();
+  PackOptions options;
+  options.shard_bytes = 1024;  // one sample a shard
+  absl::StatusOr<PackResult> packed = PackShards(input, dir / "ten", options);
+  EXPECT_TRUE(packed.ok()) << packed.status();
+  EXPECT_EQ(packed.ok() ? packed->shards.size() : 0u, 10u);
+  return dir / "ten";
+}
+
+// No rank holds the whole data set: a packed directory opens from its index without reading a
+// shard, reads a shard's table when a sample of it is asked for, and keeps a bounded few.
+TEST(PackShards, APackedDirectoryOpensFromItsIndexAndCachesABoundedFewTables) {
+  testing::TempDir dir;
+  const std::string packed = PackTen(dir);
+  ShardDataset::Options options;
+  options.shuffle_buffer = 1;  // budget: 2 windows of 1 + 3 shards of 1 = 5 samples
+  auto opened = ShardDataset::Open({packed}, 5, nullptr, options);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const ShardDataset& d = **opened;
+  EXPECT_EQ(d.size(), 10);
+  EXPECT_EQ(d.ShardSizes(), std::vector<int64_t>(10, 1));
+  EXPECT_EQ(d.table_reads(), 0);
+  EXPECT_EQ(d.cached_shards(), 0);
+  for (int64_t i = 0; i < 10; ++i) {
+    ASSERT_TRUE(d.Check(i).ok()) << d.Check(i);
+    EXPECT_EQ(d.Text(i).substr(0, 9), "caption " + std::to_string(i));
+  }
+  EXPECT_EQ(d.table_reads(), 10);
+  EXPECT_EQ(d.cached_shards(), 5);
+  ASSERT_TRUE(d.Check(9).ok());  // still cached
+  EXPECT_EQ(d.table_reads(), 10);
+  ASSERT_TRUE(d.Check(0).ok());  // evicted: read again
+  EXPECT_EQ(d.table_reads(), 11);
+  EXPECT_EQ(d.cached_shards(), 5);
+  // The index's word counts build the tokenizer the texts would, without reading a table.
+  auto fresh = ShardDataset::Open({packed}, 5);
+  ASSERT_TRUE(fresh.ok());
+  const Tokenizer from_index = Tokenizer::FromCounts((*fresh)->VocabularyCounts());
+  EXPECT_EQ((*fresh)->table_reads(), 0);
+  EXPECT_EQ(from_index, Tokenizer::Build(AllTexts(d)));
+  EXPECT_EQ(from_index.words()[4], "caption");
+  EXPECT_EQ(from_index.words()[5], "odd");
+  // Named by its shards' range instead, the counts come from reading every table once.
+  auto ranged = ShardDataset::Open({packed + "/train-{000000..000009}.tar"}, 5);
+  ASSERT_TRUE(ranged.ok()) << ranged.status();
+  EXPECT_EQ((*ranged)->VocabularyCounts(), (*fresh)->VocabularyCounts());
+}
+
+// A shard changed since it was packed is refused, naming it: by its size when the data set opens,
+// by its sample count when its table is read, by its checksum when a resume verifies it.
+TEST(PackShards, AShardChangedSincePackingIsRefused) {
+  testing::TempDir dir;
+  const std::string packed = PackTen(dir);
+  const std::string shard3 = packed + "/train-000003.tar";
+  absl::StatusOr<std::string> bytes = ReadFile(shard3);
+  ASSERT_TRUE(bytes.ok());
+  // Same size, one byte of its image changed: only the checksum tells.
+  std::string changed = *bytes;
+  changed[1536 + 20] ^= 0x01;  // inside its image (headers and text take 1536 bytes)
+  std::ofstream(shard3, std::ios::binary | std::ios::trunc) << changed;
+  auto opened = ShardDataset::Open({packed}, 5);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_TRUE((*opened)->VerifyShard(2).ok());
+  const absl::Status verify = (*opened)->VerifyShard(3);
+  EXPECT_EQ(verify.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(verify.message()), HasSubstr(shard3 + ": its CRC-32 is "));
+  EXPECT_THAT(std::string(verify.message()), HasSubstr("the shard changed since it was packed"));
+  // Another size: refused when the data set opens.
+  std::ofstream(shard3, std::ios::binary | std::ios::app) << std::string(512, '\0');
+  EXPECT_EQ(
+      std::string(ShardDataset::Open({packed}, 5).status().message()),
+      absl::StrCat(shard3, ": ", bytes->size() + 512, " bytes, ", packed, "/index.json says ",
+                   bytes->size(), ": the shard changed since it was packed (pack the data again)"));
+  // Same size, another sample count (the index edited to match the size): refused on reading.
+  std::ofstream(shard3, std::ios::binary | std::ios::trunc) << *bytes;
+  absl::StatusOr<std::string> index_text = ReadFile(packed + "/index.json");
+  ASSERT_TRUE(index_text.ok());
+  nlohmann::json index = nlohmann::json::parse(*index_text);
+  index["shards"][3]["samples"] = 2;
+  index["samples"] = 11;
+  std::ofstream(packed + "/index.json", std::ios::trunc) << index.dump();
+  opened = ShardDataset::Open({packed}, 5);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ((*opened)->size(), 11);
+  EXPECT_EQ(std::string((*opened)->Check(3).message()),
+            shard3 + ": holds 1 samples, its index says 2: the shard changed since it was packed");
+  EXPECT_EQ((*opened)->Describe(3), shard3 + ": sample 0");
 }
 
 }  // namespace

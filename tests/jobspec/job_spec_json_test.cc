@@ -105,6 +105,9 @@ const json& Fields() {
                           {"data": {"shapes": null, "shards": {"train": "/b-{0..1}.tar"}}}],
     "data.shards.eval": [{"data": {"shapes": null, "shards": {"train": "/a.tar"}}},
                          {"data": {"shapes": null, "shards": {"train": "/a.tar", "eval": "/e"}}}],
+    "data.shards.shuffle_buffer": [
+      {"data": {"shapes": null, "shards": {"train": "/a.tar", "shuffle_buffer": 100}}},
+      {"data": {"shapes": null, "shards": {"train": "/a.tar", "shuffle_buffer": 200}}}],
     "data.max_text_tokens": [{"data": {"max_text_tokens": 12}}, {"data": {"max_text_tokens": 10}}],
     "data.allow_images_outside": [{"data": {"allow_images_outside": false}},
                                   {"data": {"allow_images_outside": true}}],

@@ -201,6 +201,8 @@ TEST(ValidateJobConfig, CountsMustBePositive) {
   spec = BaseSpec();
   spec["data"] = {{"jsonl", json::object()}};
   EXPECT_EQ(Error(spec), "job.json: data.jsonl.train: is required");
+  spec["data"] = {{"shards", {{"train", "/a.tar"}, {"shuffle_buffer", 0}}}};
+  EXPECT_EQ(Error(spec), "job.json: data.shards.shuffle_buffer: must be >= 1, got 0");
   spec = BaseSpec();
   spec["failure"] = {{"max_restarts", -1}};
   EXPECT_EQ(Error(spec), "job.json: failure.max_restarts: must be >= 0, got -1");

@@ -121,6 +121,37 @@ class RestartTest : public ::testing::Test {
     });
   }
 
+  // `tandem run` of `spec` (job "killed"), held after its checkpoint of step 10, where its actor
+  // of `group` is killed with SIGKILL; `tandem run` must start the actor again and finish. Returns
+  // its output; its run directory is <dir>/killed.
+  std::string RunKilledAtStep10(const std::string& spec, const std::string& group) {
+    const std::string run_dir = cluster_.dir() + "/killed";
+    const std::string log = cluster_.dir() + "/run.log";
+    const auto read_log = [&] {
+      std::ifstream in(log);
+      return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    };
+    // Held after its checkpoint of step 10: once that is complete the job cannot go past step 10.
+    cluster_.Hold("killed", 2 * kCheckpointEvery);
+    const pid_t run = cluster_.Spawn(
+        {"run", cluster_.WriteFile("killed.json", spec), "--run-dir", run_dir, "--threads", "1",
+         "--output", "json", "--test-hold-dir", cluster_.hold_dir()},
+        log);
+    EXPECT_TRUE(WaitFor([&] {
+      return std::filesystem::exists(run_dir + "/checkpoints/step-000010/complete");
+    })) << read_log();
+    const pid_t actor = testing::ChildWithArgument(run, group);
+    EXPECT_GT(actor, 0);
+    if (actor > 0) kill(actor, SIGKILL);
+    // `tandem run` reports the death (which ends the held attempt) and starts the actor again.
+    EXPECT_TRUE(WaitFor([&] { return read_log().find("starting it again") != std::string::npos; }))
+        << read_log();
+    cluster_.Release("killed");
+    const int status = cluster_.Wait(run);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_log();
+    return read_log();
+  }
+
   ProcessCluster cluster_;
 };
 
@@ -252,33 +283,90 @@ TEST_F(RestartTest, TandemRunStartsAKilledActorAgainAndTellsWhyItDied) {
                    " --run-dir ", reference, " --threads 1 --output json"));
   ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
 
-  const std::string run_dir = cluster_.dir() + "/killed";
-  const std::string log = cluster_.dir() + "/run.log";
-  const auto read_log = [&] {
-    std::ifstream in(log);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  };
-  // Held after its checkpoint of step 10: once that is complete the job cannot go past step 10.
-  cluster_.Hold("killed", 2 * kCheckpointEvery);
-  const pid_t run = cluster_.Spawn(
-      {"run", cluster_.WriteFile("killed.json", Spec("killed", 1, 0)), "--run-dir", run_dir,
-       "--threads", "1", "--output", "json", "--test-hold-dir", cluster_.hold_dir()},
-      log);
-  ASSERT_TRUE(WaitFor([&] {
-    return std::filesystem::exists(run_dir + "/checkpoints/step-000010/complete");
-  })) << read_log();
-  const pid_t llm = testing::ChildWithArgument(run, "llm");
-  ASSERT_GT(llm, 0);
-  kill(llm, SIGKILL);
-  // `tandem run` reports the death (which ends the held attempt) and starts the actor again.
-  ASSERT_TRUE(WaitFor([&] { return read_log().find("starting it again") != std::string::npos; }))
-      << read_log();
-  cluster_.Release("killed");
-  const int status = cluster_.Wait(run);
-  const std::string output = read_log();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
+  const std::string output = RunKilledAtStep10(Spec("killed", 1, 0), "llm");
   EXPECT_THAT(output, HasSubstr("actor llm-0 killed by signal 9 (SIGKILL); starting it again"));
-  ExpectSameSteps(Steps(run_dir), Steps(reference));
+  ExpectSameSteps(Steps(cluster_.dir() + "/killed"), Steps(reference));
+}
+
+// Shards `tandem data pack` made of 60 captioned images (examples/jsonl's eight, their captions in
+// turn from `first_caption`) in shards of about three samples, shuffled in windows of 8: the 240
+// samples a run draws cross four epochs and many windows. Packs anew over an earlier call's
+// shards. Returns the job's "data" object.
+std::string PackedShards(ProcessCluster& cluster, int first_caption = 0) {
+  const std::filesystem::path dir = std::filesystem::path(cluster.dir()) / "pack";
+  const std::filesystem::path examples(TANDEM_EXAMPLES_DIR);
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy(
+      examples / "jsonl/images", dir / "images",
+      std::filesystem::copy_options::recursive | std::filesystem::copy_options::skip_existing);
+  std::ifstream captions(examples / "jsonl/train.jsonl");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(captions, line);) lines.push_back(line);
+  std::ofstream many(dir / "many.jsonl", std::ios::trunc);
+  for (int i = 0; i < 60; ++i) many << lines.at((first_caption + i) % lines.size()) << "\n";
+  many.close();
+  std::filesystem::remove_all(dir / "shards");
+  const Outcome packed =
+      testing::Tandem(absl::StrCat("data pack ", (dir / "many.jsonl").string(), " ",
+                                   (dir / "shards").string(), " --shard-size 8KiB"));
+  EXPECT_EQ(packed.exit_code, 0) << packed.output;
+  return absl::StrCat(R"({"shards": {"train": ")", (dir / "shards").string(),
+                      R"(", "shuffle_buffer": 8}, "max_text_tokens": 12})");
+}
+
+// Exact resume on streamed shards: `tandem run` whose vision actor (the one reading the shards) is
+// killed mid-epoch resumes with the uninterrupted run's losses, step for step; and a run resumed
+// from that run's checkpoint with two vision actors sees the same samples (its losses within
+// rounding: two ranks sum the gradients in another order). The data position is a pure function of
+// (seed, epoch, offset), so no sample of an epoch is repeated or skipped whatever the group sizes.
+TEST_F(RestartTest, ShardedRunKilledMidEpochResumesExactlyAndAtOtherVisionActors) {
+  const std::string data = PackedShards(cluster_);
+  const auto spec = [&](const std::string& name, int vision_actors, const std::string& extra) {
+    return testing::TinyJobSpec({name, kSteps, 1, 0, kCheckpointEvery, extra, data, vision_actors});
+  };
+  const std::string reference = cluster_.dir() + "/reference";
+  const Outcome uninterrupted = testing::Tandem(
+      absl::StrCat("run ", cluster_.WriteFile("reference.json", spec("reference", 1, "")),
+                   " --run-dir ", reference, " --threads 1 --output json"));
+  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
+  EXPECT_TRUE(std::filesystem::exists(reference + "/checkpoints/step-000010/data.json"));
+
+  const std::string output = RunKilledAtStep10(spec("killed", 1, ""), "vision");
+  EXPECT_THAT(output, HasSubstr("actor vision-0 killed by signal 9 (SIGKILL); starting it again"));
+  ExpectSameSteps(Steps(cluster_.dir() + "/killed"), Steps(reference));
+
+  const std::string wider = cluster_.dir() + "/wider";
+  const std::string from_step_10 =
+      absl::StrCat(R"(, "resume_from": ")", reference, "/checkpoints/step-000010\"");
+  const Outcome resumed = testing::Tandem(
+      absl::StrCat("run ", cluster_.WriteFile("wider.json", spec("wider", 2, from_step_10)),
+                   " --run-dir ", wider, " --threads 1 --output json"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  ExpectSameSteps(Steps(wider), Steps(reference), 11, 1e-4);
+}
+
+// A checkpoint remembers its training shards: resumed on shards packed anew (other samples in
+// them), the job is refused before it trains, naming the shard that changed.
+TEST_F(RestartTest, ResumeOnChangedShardsIsRefusedNamingTheShard) {
+  const std::string data = PackedShards(cluster_);
+  const std::string reference = cluster_.dir() + "/reference";
+  const Outcome first = testing::Tandem(
+      absl::StrCat("run --colocated ",
+                   cluster_.WriteFile("reference.json",
+                                      testing::TinyJobSpec({"reference", 5, 1, 0, 5, "", data})),
+                   " --run-dir ", reference, " --threads 1 --output json"));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_EQ(PackedShards(cluster_, 1), data);  // packed again, the samples in another order
+  const std::string from_step_5 =
+      absl::StrCat(R"(, "resume_from": ")", reference, "/checkpoints/step-000005\"");
+  const std::string continued = testing::TinyJobSpec({"continued", 10, 1, 0, 5, from_step_5, data});
+  const Outcome resumed = testing::Tandem(
+      absl::StrCat("run --colocated ", cluster_.WriteFile("continued.json", continued),
+                   " --run-dir ", cluster_.dir() + "/continued", " --threads 1"));
+  EXPECT_NE(resumed.exit_code, 0) << resumed.output;
+  EXPECT_THAT(resumed.output,
+              HasSubstr("/checkpoints/step-000005/data.json: shard 0 was train-000000.tar ("));
+  EXPECT_THAT(resumed.output, HasSubstr("the training shards changed since this checkpoint"));
 }
 
 TEST_F(RestartTest, ColocatedRunResumesFromACheckpointBitForBit) {
