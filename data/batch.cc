@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "data/worker_pool.h"
 
 namespace tandem::data {
 
@@ -128,23 +129,39 @@ absl::StatusOr<Batch> MakeBatch(const Dataset& dataset, const std::vector<int64_
   return batch;
 }
 
-absl::StatusOr<Batch> MakeImagesBatch(const Dataset& dataset, const std::vector<ImageRef>& refs) {
+absl::StatusOr<Batch> MakeImagesBatch(const Dataset& dataset, const std::vector<ImageRef>& refs,
+                                      WorkerPool* pool) {
+  // An image's tiles are read once for its consecutive refs: first[g] is group g's first ref.
+  std::vector<size_t> first;
+  for (size_t r = 0; r < refs.size(); ++r) {
+    if (r == 0 || refs[r].sample != refs[r - 1].sample || refs[r].image != refs[r - 1].image)
+      first.push_back(r);
+  }
+  const auto groups = static_cast<int64_t>(first.size());
+  std::vector<absl::StatusOr<std::vector<Image>>> tiles(groups);
+  const auto read = [&](int64_t g) {
+    tiles[g] = dataset.GetTiles(refs[first[g]].sample, refs[first[g]].image);
+  };
+  if (pool != nullptr) {
+    pool->ForEach(groups, read);
+  } else {
+    for (int64_t g = 0; g < groups; ++g) read(g);
+  }
   Batch batch;
   batch.size = static_cast<int64_t>(refs.size());
-  // An image's tiles are read once for its consecutive refs.
-  std::vector<Image> tiles;
-  const ImageRef* read = nullptr;
-  for (const ImageRef& ref : refs) {
-    if (read == nullptr || read->sample != ref.sample || read->image != ref.image) {
-      ASSIGN_OR_RETURN(tiles, dataset.GetTiles(ref.sample, ref.image));
-      read = &ref;
+  for (int64_t g = 0; g < groups; ++g) {
+    if (!tiles[g].ok()) return tiles[g].status();
+    const size_t end = g + 1 < groups ? first[g + 1] : refs.size();
+    for (size_t r = first[g]; r < end; ++r) {
+      const ImageRef& ref = refs[r];
+      if (ref.tile < 0 || ref.tile >= static_cast<int64_t>(tiles[g]->size())) {
+        return absl::OutOfRangeError(absl::StrCat(dataset.Describe(ref.sample), ": image ",
+                                                  ref.image, " has ", tiles[g]->size(),
+                                                  " tiles, not ", ref.tile + 1));
+      }
+      RETURN_IF_ERROR(AddImage(dataset, ref.sample, (*tiles[g])[ref.tile], &batch));
     }
-    if (ref.tile < 0 || ref.tile >= static_cast<int64_t>(tiles.size())) {
-      return absl::OutOfRangeError(absl::StrCat(dataset.Describe(ref.sample), ": image ", ref.image,
-                                                " has ", tiles.size(), " tiles, not ",
-                                                ref.tile + 1));
-    }
-    RETURN_IF_ERROR(AddImage(dataset, ref.sample, tiles[ref.tile], &batch));
+    tiles[g] = std::vector<Image>();  // its pixels are in the batch now
   }
   return batch;
 }

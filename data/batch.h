@@ -13,6 +13,8 @@
 
 namespace tandem::data {
 
+class WorkerPool;
+
 struct Batch {
   int64_t size = 0;             // samples
   int64_t image_size = 0;       // H = W
@@ -38,9 +40,12 @@ struct ImageRef {
   bool operator==(const ImageRef&) const = default;
 };
 // The tiles `refs` in order (size = refs.size(), which may be 0: image_size is then 0): what a
-// vision rank reads. An image's consecutive tiles are read once. The image errors of MakeBatch;
-// GetTiles'; OutOfRange for a tile the image does not have.
-absl::StatusOr<Batch> MakeImagesBatch(const Dataset& dataset, const std::vector<ImageRef>& refs);
+// vision rank reads. An image's consecutive tiles are read once; with a `pool`, the images are read
+// (decoded, resized, normalised) by its threads at once, the batch the same either way. The image
+// errors of MakeBatch; GetTiles'; OutOfRange for a tile the image does not have; with several
+// errors, the first ref's.
+absl::StatusOr<Batch> MakeImagesBatch(const Dataset& dataset, const std::vector<ImageRef>& refs,
+                                      WorkerPool* pool = nullptr);
 
 // What the LLM trains on for a micro-batch: each sample's Messages encoded by `codec`, right-padded
 // with its pad id to length = max_images * codec.max_image_positions() + max_text_tokens (fixed, so

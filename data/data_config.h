@@ -66,6 +66,8 @@ struct DataConfig {
   int64_t video_frames = 8;
   // Positions of a packed LLM row (step/batch_plan.h); 0: one sample a row.
   int64_t pack_tokens = 0;
+  // Threads a vision rank reads its images with (data/worker_pool.h).
+  int64_t workers = 1;
 
   bool operator==(const DataConfig&) const = default;
 };

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/paths.h"
 #include "common/status_macros.h"
 #include "data/conversation_dataset.h"
@@ -129,13 +130,24 @@ absl::StatusOr<Image> SizeSampleImage(Image image, const std::string& path, int6
 
 absl::StatusOr<Image> LoadSampleImage(const std::string& path, int64_t image_size,
                                       const ImagePreprocessor* preprocessor) {
-  ASSIGN_OR_RETURN(Image image, DecodeImageFile(path, MaxPixelsFor(image_size)));
-  return SizeSampleImage(std::move(image), path, image_size, preprocessor);
+  ASSIGN_OR_RETURN(const std::string bytes, ReadUserFile(path));
+  return LoadSampleImageBytes(bytes, path, image_size, preprocessor);
 }
 
 absl::StatusOr<Image> LoadSampleImageBytes(std::string_view bytes, const std::string& name,
                                            int64_t image_size,
                                            const ImagePreprocessor* preprocessor) {
+  // A JPEG for a preprocessor is resized as the bytes it decodes to, as Pillow resizes it: the
+  // same pixels as through floats, without converting the full-size image twice.
+  if (preprocessor != nullptr && IsJpeg(bytes)) {
+    ASSIGN_OR_RETURN(const Image8 decoded, DecodeJpeg8(bytes, name, MaxPixelsFor(image_size)));
+    absl::StatusOr<Image> processed = Preprocess8(*preprocessor, decoded);
+    if (!processed.ok()) {
+      return absl::Status(processed.status().code(),
+                          absl::StrCat(name, ": ", processed.status().message()));
+    }
+    return processed;
+  }
   ASSIGN_OR_RETURN(Image image, DecodeImage(bytes, name, MaxPixelsFor(image_size)));
   return SizeSampleImage(std::move(image), name, image_size, preprocessor);
 }

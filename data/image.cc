@@ -69,6 +69,26 @@ absl::StatusOr<Image> DecodeImage(std::string_view bytes, const std::string& nam
   return absl::InvalidArgumentError(absl::StrCat(name, ": not a PNG or JPEG file"));
 }
 
+bool IsJpeg(std::string_view bytes) { return bytes.substr(0, kJpegMagic.size()) == kJpegMagic; }
+
+absl::StatusOr<Image8> DecodeJpeg8(std::string_view bytes, const std::string& name,
+                                   uint64_t max_pixels) {
+  if (!IsJpeg(bytes)) return absl::InvalidArgumentError(absl::StrCat(name, ": not a JPEG file"));
+  return internal::DecodeJpeg8(bytes, name, std::min(max_pixels, kMaxImagePixels));
+}
+
+Image ToFloatImage(const Image8& image) {
+  Image out;
+  out.channels = image.channels;
+  out.height = image.height;
+  out.width = image.width;
+  out.pixels.resize(image.pixels.size());
+  const uint8_t* __restrict from = image.pixels.data();
+  float* __restrict to = out.pixels.data();
+  for (size_t i = 0; i < image.pixels.size(); ++i) to[i] = static_cast<float>(from[i]) / 255.0f;
+  return out;
+}
+
 absl::StatusOr<Image> DecodeImageFile(const std::string& path, uint64_t max_pixels) {
   ASSIGN_OR_RETURN(const std::string bytes, ReadUserFile(path));
   return DecodeImage(bytes, path, max_pixels);

@@ -33,6 +33,18 @@ struct Image {
   float at(int64_t c, int64_t y, int64_t x) const { return pixels[(c * height + y) * width + x]; }
 };
 
+// An image as 8-bit samples, planar as Image: what a JPEG decodes to, resized and cropped in that
+// form (data/pil_resize.h: ResizePil8) before it becomes floats, as Pillow works on bytes.
+struct Image8 {
+  int64_t channels = 3;
+  int64_t height = 0;
+  int64_t width = 0;
+  std::vector<uint8_t> pixels;  // [channels, height, width], row-major
+};
+
+// Each sample v / 255.
+Image ToFloatImage(const Image8& image);
+
 // An image's size in pixels.
 struct Resolution {
   int64_t height = 0;
@@ -65,6 +77,12 @@ absl::StatusOr<Image> DecodeImageFile(const std::string& path,
 // As DecodeImageFile, from bytes already in memory; `name` is used in error messages.
 absl::StatusOr<Image> DecodeImage(std::string_view bytes, const std::string& name,
                                   uint64_t max_pixels = kMaxImagePixels);
+
+// Whether `bytes` start as a JPEG does (DecodeImage would read them as one).
+bool IsJpeg(std::string_view bytes);
+// DecodeImage of a JPEG as 8-bit samples: ToFloatImage of it is DecodeImage's image. Its errors.
+absl::StatusOr<Image8> DecodeJpeg8(std::string_view bytes, const std::string& name,
+                                   uint64_t max_pixels = kMaxImagePixels);
 
 // The size a PNG or JPEG file declares (its IHDR chunk, its frame header), without decoding its
 // pixels: what LLaVA-NeXT's tiling needs to plan a batch. DecodeImageFile's errors for a file that

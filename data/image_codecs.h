@@ -18,6 +18,8 @@ absl::StatusOr<Image> DecodePng(std::string_view bytes, const std::string& name,
                                 uint64_t max_pixels);
 absl::StatusOr<Image> DecodeJpeg(std::string_view bytes, const std::string& name,
                                  uint64_t max_pixels);
+absl::StatusOr<Image8> DecodeJpeg8(std::string_view bytes, const std::string& name,
+                                   uint64_t max_pixels);
 
 // The height and width a JPEG's frame header declares.
 absl::StatusOr<Resolution> JpegSize(std::string_view bytes, const std::string& name);

@@ -47,18 +47,28 @@ absl::StatusOr<std::vector<double>> Triple(const std::string& path, const json& 
   return out;
 }
 
-Image Crop(const Image& image, int64_t top, int64_t left, int64_t height, int64_t width) {
-  Image out;
+// Rows [top, top + height) and columns [left, left + width) of each plane (Image or Image8).
+template <typename ImageType>
+ImageType Crop(const ImageType& image, int64_t top, int64_t left, int64_t height, int64_t width) {
+  ImageType out;
   out.channels = image.channels;
   out.height = height;
   out.width = width;
   out.pixels.resize(static_cast<size_t>(out.channels * height * width));
   for (int64_t c = 0; c < out.channels; ++c) {
     for (int64_t y = 0; y < height; ++y) {
-      for (int64_t x = 0; x < width; ++x) out.at(c, y, x) = image.at(c, y + top, x + left);
+      const auto row = image.pixels.begin() + ((c * image.height + y + top) * image.width + left);
+      std::copy(row, row + width, out.pixels.begin() + (c * height + y) * width);
     }
   }
   return out;
+}
+
+Image Resized(const Image& image, int64_t height, int64_t width, PilFilter filter) {
+  return ResizePil(image, height, width, filter);
+}
+Image8 Resized(const Image8& image, int64_t height, int64_t width, PilFilter filter) {
+  return ResizePil8(image, height, width, filter);
 }
 
 absl::StatusOr<ImagePreprocessor> ParsePreprocessorOrThrow(const std::string& path,
@@ -297,8 +307,15 @@ absl::StatusOr<ImagePreprocessor> ParsePreprocessorOrThrow(const std::string& pa
 
 }  // namespace
 
-absl::StatusOr<Image> Preprocess(const ImagePreprocessor& p, const Image& image) {
-  Image out = image;
+namespace {
+
+// Preprocess's geometry on floats or on 8-bit samples: the same steps, the same pixels.
+template <typename ImageType>
+absl::StatusOr<ImageType> Geometry(const ImagePreprocessor& p, const ImageType& image) {
+  // `current` is `image` until a step makes a new one, so the input is copied only when nothing
+  // changes it.
+  ImageType made;
+  const ImageType* current = &image;
   if (p.do_resize) {
     int64_t height = p.resize_height, width = p.resize_width;
     if (p.shortest_edge >
@@ -311,23 +328,39 @@ absl::StatusOr<Image> Preprocess(const ImagePreprocessor& p, const Image& image)
       height = wide ? p.shortest_edge : long_new;
       width = wide ? long_new : p.shortest_edge;
     }
-    if (height != image.height || width != image.width)
-      out = ResizePil(image, height, width, p.filter);
+    if (height != image.height || width != image.width) {
+      made = Resized(image, height, width, p.filter);
+      current = &made;
+    }
   }
   if (p.do_center_crop) {
-    if (p.crop_height > out.height || p.crop_width > out.width) {
+    if (p.crop_height > current->height || p.crop_width > current->width) {
       return absl::InvalidArgumentError(
           absl::StrCat("preprocessing: a crop of ", p.crop_height, "x", p.crop_width,
-                       " does not fit the resized ", out.height, "x", out.width));
+                       " does not fit the resized ", current->height, "x", current->width));
     }
-    out = Crop(out, (out.height - p.crop_height) / 2, (out.width - p.crop_width) / 2, p.crop_height,
-               p.crop_width);
+    if (p.crop_height != current->height || p.crop_width != current->width) {
+      made = Crop(*current, (current->height - p.crop_height) / 2,
+                  (current->width - p.crop_width) / 2, p.crop_height, p.crop_width);
+      current = &made;
+    }
   }
-  if (out.height != out.width) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("preprocessing: the image is ", out.height, "x", out.width, ", not square"));
+  if (current->height != current->width) {
+    return absl::InvalidArgumentError(absl::StrCat("preprocessing: the image is ", current->height,
+                                                   "x", current->width, ", not square"));
   }
-  return out;
+  return current == &image ? image : std::move(made);
+}
+
+}  // namespace
+
+absl::StatusOr<Image> Preprocess(const ImagePreprocessor& p, const Image& image) {
+  return Geometry(p, image);
+}
+
+absl::StatusOr<Image> Preprocess8(const ImagePreprocessor& p, const Image8& image) {
+  ASSIGN_OR_RETURN(const Image8 processed, Geometry(p, image));
+  return ToFloatImage(processed);
 }
 
 absl::StatusOr<std::vector<Image>> PreprocessTiles(const ImagePreprocessor& p, const Image& image) {

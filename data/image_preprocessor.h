@@ -80,6 +80,10 @@ absl::StatusOr<std::vector<Resolution>> ParseGridPinpoints(const nlohmann::json&
 
 // Resize then crop. InvalidArgument when the result is not square or the crop does not fit.
 absl::StatusOr<Image> Preprocess(const ImagePreprocessor& preprocessor, const Image& image);
+// Preprocess of an image as decoded to 8-bit samples (a JPEG: DecodeJpeg8), resized and cropped as
+// bytes and made floats at the end: Preprocess(ToFloatImage(image)) without the float round trip
+// of the full-size image.
+absl::StatusOr<Image> Preprocess8(const ImagePreprocessor& preprocessor, const Image8& image);
 // The image's tiles as the model receives them: with grid_pinpoints, AnyResTiles each preprocessed
 // (LlavaNextImageProcessorPil), else the one image Preprocess makes.
 absl::StatusOr<std::vector<Image>> PreprocessTiles(const ImagePreprocessor& preprocessor,

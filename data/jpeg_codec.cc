@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "data/image.h"
 #include "data/image_codecs.h"
 
@@ -149,8 +150,8 @@ struct JpegReader {
 
 }  // namespace
 
-absl::StatusOr<Image> DecodeJpeg(std::string_view bytes, const std::string& name,
-                                 uint64_t max_pixels) {
+absl::StatusOr<Image8> DecodeJpeg8(std::string_view bytes, const std::string& name,
+                                   uint64_t max_pixels) {
   JpegReader reader;
   std::vector<unsigned char> interleaved;
   const JpegOutcome outcome = reader.Read(bytes, max_pixels, &interleaved);
@@ -169,18 +170,33 @@ absl::StatusOr<Image> DecodeJpeg(std::string_view bytes, const std::string& name
       return TooLargeError(name, "JPEG", layout.width, layout.height, max_pixels);
   }
 
-  Image image;
+  // libjpeg's interleaved samples into planes; grey into all three.
+  Image8 image;
   image.height = layout.height;
   image.width = layout.width;
   const int64_t plane = image.height * image.width;
   image.pixels.resize(3 * plane);
-  for (int64_t i = 0; i < plane; ++i) {
-    const unsigned char* pixel = interleaved.data() + i * layout.components;
-    for (int c = 0; c < 3; ++c) {
-      image.pixels[c * plane + i] = pixel[layout.components == 3 ? c : 0] / 255.0f;
+  const unsigned char* __restrict from = interleaved.data();
+  uint8_t* __restrict to = image.pixels.data();
+  if (layout.components == 3) {
+    uint8_t* __restrict red = to;
+    uint8_t* __restrict green = to + plane;
+    uint8_t* __restrict blue = to + 2 * plane;
+    for (int64_t i = 0; i < plane; ++i) {
+      red[i] = from[3 * i];
+      green[i] = from[3 * i + 1];
+      blue[i] = from[3 * i + 2];
     }
+  } else {
+    for (int c = 0; c < 3; ++c) std::copy(from, from + plane, to + c * plane);
   }
   return image;
+}
+
+absl::StatusOr<Image> DecodeJpeg(std::string_view bytes, const std::string& name,
+                                 uint64_t max_pixels) {
+  ASSIGN_OR_RETURN(const Image8 image, DecodeJpeg8(bytes, name, max_pixels));
+  return ToFloatImage(image);
 }
 
 absl::StatusOr<Resolution> JpegSize(std::string_view bytes, const std::string& name) {

@@ -18,8 +18,14 @@ enum class PilFilter {
   kBicubic,   // PIL.Image.BICUBIC (3): Keys cubic with a = -0.5, support 2
 };
 
-// The image's values are read as 8-bit samples (round(v * 255)), resized, and returned as v / 255.
+// The image's values are read as 8-bit samples (ToImage8), resized, and returned as v / 255.
 // REQUIRES: height > 0, width > 0, image non-empty.
 Image ResizePil(const Image& image, int64_t height, int64_t width, PilFilter filter);
+// The same on 8-bit samples, as Pillow works: ResizePil(image) is ToFloatImage(ResizePil8(
+// ToImage8(image))).
+Image8 ResizePil8(const Image8& image, int64_t height, int64_t width, PilFilter filter);
+
+// Each value v in [0, 1] as the 8-bit sample round(v * 255), halves away from zero.
+Image8 ToImage8(const Image& image);
 
 }  // namespace tandem::data

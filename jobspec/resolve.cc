@@ -132,6 +132,7 @@ data::DataConfig ResolveData(const tandem::v1::DataSpec& spec) {
   if (spec.has_max_images_per_sample()) data.max_images_per_sample = spec.max_images_per_sample();
   if (spec.has_video_frames()) data.video_frames = spec.video_frames();
   if (spec.has_pack_tokens()) data.pack_tokens = spec.pack_tokens();
+  if (spec.has_workers()) data.workers = spec.workers();
   return data;
 }
 

@@ -120,6 +120,7 @@ absl::Status CheckData(const data::DataConfig& data) {
   RETURN_IF_ERROR(Between("data.video_frames", data.video_frames, 1, kMaxImagesPerSample));
   if (data.pack_tokens != 0)
     RETURN_IF_ERROR(Between("data.pack_tokens", data.pack_tokens, 2, kMaxTextTokens));
+  RETURN_IF_ERROR(Between("data.workers", data.workers, 1, 256));
   return absl::OkStatus();
 }
 

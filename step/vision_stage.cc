@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "data/batch.h"
+#include "data/worker_pool.h"
 #include "engine/engine.h"
 #include "hf/pretrained_weights.h"
 #include "models/vision_encoder.h"
@@ -58,6 +59,7 @@ class VisionStage : public Stage {
     model_->set_compute_dtype(engine().compute().activation_dtype);
     // This rank's images of every micro-batch, into pinned memory where they go to a GPU.
     const bool pinned = device().is_cuda();
+    workers_ = std::make_unique<data::WorkerPool>(static_cast<int>(job().data.workers));
     prefetcher_ = std::make_unique<ImagePrefetcher>(
         [this, pinned](const std::vector<int64_t>& indices) -> absl::StatusOr<PrefetchedBatch> {
           const data::Dataset& train = *data().datasets.train;
@@ -98,7 +100,7 @@ class VisionStage : public Stage {
     }
     const int64_t size = job().vision.model.image_size;
     if (refs.empty()) return at::zeros({0, 3, size, size});
-    ASSIGN_OR_RETURN(data::Batch batch, data::MakeImagesBatch(dataset, refs));
+    ASSIGN_OR_RETURN(data::Batch batch, data::MakeImagesBatch(dataset, refs, workers_.get()));
     return ImagesOf(batch, pinned);
   }
   // Sends `rows` of `embeddings` (rows of the exchange order; its first row is mine.begin) to every
@@ -117,6 +119,8 @@ class VisionStage : public Stage {
   // Evaluation embeddings still being sent, with the tensors the sends read from.
   std::deque<std::pair<at::Tensor, std::vector<std::unique_ptr<transport::SendHandle>>>>
       eval_sends_;
+  // data.workers threads reading a micro-batch's images (with the prefetcher's or the stage's).
+  std::unique_ptr<data::WorkerPool> workers_;
   // Last: destroyed first, so its thread stops before what its reads use.
   std::unique_ptr<ImagePrefetcher> prefetcher_;
 };

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "data/worker_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -112,7 +113,8 @@ class MultiImageDataset : public FakeDataset {
       : FakeDataset(std::move(captions)), images_(std::move(images)) {}
   int64_t ImageCount(int64_t index) const override { return images_[index]; }
   absl::StatusOr<Image> GetImage(int64_t index, int64_t k) const override {
-    if (k < 0 || k >= images_[index]) return absl::OutOfRangeError("no such image");
+    if (k < 0 || k >= images_[index])
+      return absl::OutOfRangeError(absl::StrCat("fake #", index, ": no image ", k));
     Image image;
     image.height = image.width = 2;
     image.pixels.assign(3 * 4, index / 10.0f + k / 100.0f);
@@ -137,6 +139,21 @@ TEST(MakeImagesBatch, ReadsTheImagesInTheOrderAsked) {
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->size, 0);
   EXPECT_EQ(MakeImagesBatch(dataset, {{1, 0}}).status().code(), absl::StatusCode::kOutOfRange);
+}
+
+// Read by a pool's threads, a batch is the same, and of several errors the first ref's is given.
+TEST(MakeImagesBatch, APoolReadsTheSameBatch) {
+  const MultiImageDataset dataset({"a", "b", "c", "d"}, {2, 1, 3, 2});
+  const std::vector<ImageRef> refs = {{2, 1}, {0, 0}, {2, 2}, {3, 1}, {1, 0}, {0, 1}, {3, 0}};
+  WorkerPool pool(3);
+  absl::StatusOr<Batch> alone = MakeImagesBatch(dataset, refs);
+  absl::StatusOr<Batch> pooled = MakeImagesBatch(dataset, refs, &pool);
+  ASSERT_TRUE(alone.ok() && pooled.ok());
+  EXPECT_EQ(pooled->images, alone->images);
+  EXPECT_EQ(pooled->size, 7);
+  const absl::Status first = MakeImagesBatch(dataset, {{0, 0}, {1, 5}, {2, 7}}, &pool).status();
+  EXPECT_EQ(first.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(first.message(), "fake #1: no image 5");
 }
 
 // The word tokenizer's caption layout puts one image ahead of each row: a sample with none or

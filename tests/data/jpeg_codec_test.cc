@@ -14,6 +14,8 @@
 
 #include "absl/status/status.h"
 #include "data/image.h"
+#include "data/image_preprocessor.h"
+#include "data/pil_resize.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/data/temp_dir.h"
@@ -184,6 +186,38 @@ TEST(JpegCodec, ThousandsOfScansAreRefused) {
   absl::StatusOr<Image> image = DecodeImage(jpeg, "scans.jpg");
   EXPECT_EQ(image.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(image.status().message(), HasSubstr("scans.jpg: corrupt JPEG: more than 500 scans"));
+}
+
+// The loader's 8-bit path (a JPEG decoded to bytes, resized and cropped as bytes) gives the float
+// path's pixels exactly: colour and grey, resizing either pass first, through a preprocessor.
+TEST(JpegCodec, TheEightBitPathGivesTheFloatPathsPixels) {
+  for (int components : {3, 1}) {
+    const std::string jpeg = EncodeJpeg(64, 48, components);
+    absl::StatusOr<Image> floats = DecodeImage(jpeg, "a.jpg");
+    absl::StatusOr<Image8> bytes = DecodeJpeg8(jpeg, "a.jpg");
+    ASSERT_TRUE(floats.ok() && bytes.ok());
+    EXPECT_EQ(ToFloatImage(*bytes).pixels, floats->pixels) << components << " components";
+    EXPECT_EQ(ToImage8(*floats).pixels, bytes->pixels);
+    // 48 -> 20 rows and 64 -> 30 columns (horizontal first); 48 -> 4 and 64 -> 60 (vertical
+    // first: the height shrinks by more than twice what the width does).
+    for (const auto& [height, width] : {std::pair{20, 30}, std::pair{4, 60}}) {
+      for (PilFilter filter : {PilFilter::kBicubic, PilFilter::kBilinear}) {
+        EXPECT_EQ(ToFloatImage(ResizePil8(*bytes, height, width, filter)).pixels,
+                  ResizePil(*floats, height, width, filter).pixels)
+            << height << " x " << width;
+      }
+    }
+    ImagePreprocessor clip;
+    clip.shortest_edge = 24;
+    clip.do_center_crop = true;
+    clip.crop_height = clip.crop_width = 24;
+    absl::StatusOr<Image> eight = Preprocess8(clip, *bytes);
+    absl::StatusOr<Image> reference = Preprocess(clip, *floats);
+    ASSERT_TRUE(eight.ok() && reference.ok());
+    EXPECT_EQ(eight->height, 24);
+    EXPECT_EQ(eight->pixels, reference->pixels);
+  }
+  EXPECT_EQ(DecodeJpeg8("\x89PNG", "b.png").status().message(), "b.png: not a JPEG file");
 }
 
 }  // namespace

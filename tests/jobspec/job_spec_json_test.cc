@@ -116,6 +116,7 @@ const json& Fields() {
     "data.video_frames": [{"data": {"video_frames": 8}}, {"data": {"video_frames": 4}}],
     "data.pack_tokens": [{"data": {"shapes": {"conversations": true}, "pack_tokens": 32}},
                          {"data": {"shapes": {"conversations": true}, "pack_tokens": 64}}],
+    "data.workers": [{"data": {"workers": 1}}, {"data": {"workers": 4}}],
     "vision.pool": [{"vision": {"pool": "a"}}, {"vision": {"pool": "b"}}],
     "vision.actors": [{"vision": {"actors": 1}}, {"vision": {"actors": 2}}],
     "vision.model.preset": [{"vision": {"model": {"preset": "vit-tiny"}}},

@@ -204,6 +204,9 @@ TEST(ValidateJobConfig, CountsMustBePositive) {
   spec["data"] = {{"shards", {{"train", "/a.tar"}, {"shuffle_buffer", 0}}}};
   EXPECT_EQ(Error(spec), "job.json: data.shards.shuffle_buffer: must be >= 1, got 0");
   spec = BaseSpec();
+  spec["data"]["workers"] = 0;
+  EXPECT_EQ(Error(spec), "job.json: data.workers: must be >= 1, got 0");
+  spec = BaseSpec();
   spec["failure"] = {{"max_restarts", -1}};
   EXPECT_EQ(Error(spec), "job.json: failure.max_restarts: must be >= 0, got -1");
 }
