@@ -96,7 +96,7 @@ Walk WalkEpoch(const std::string& dir, long window, int ranks, int batch) {
   auto dataset = ShardDataset::Open({dir}, 16, nullptr, options);
   if (!dataset.ok()) throw std::runtime_error(std::string(dataset.status().message()));
   const ShardDataset& d = **dataset;
-  tandem::data::Sampler sampler(tandem::data::SampleOrder{d.ShardSizes(), window}, 7);
+  tandem::data::Sampler sampler(tandem::data::SampleOrder{d.ShardSizes(), window, {}}, 7);
   Walk walk;
   size_t checksum = 0;
   for (long drawn = 0; drawn < d.size(); drawn += batch) {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "coordinator/job_runner.h"
+#include "data/mixture_dataset.h"
 #include "jobspec/job_spec.h"
 #include "proto/tandem/v1/coordinator.pb.h"
 #include "rundir/checkpoint_dir.h"
@@ -23,8 +24,11 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 double Seconds(SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-rundir::RunLoopOptions LoopOptions(const jobspec::ScheduleConfig& schedule) {
+rundir::RunLoopOptions LoopOptions(const jobspec::ScheduleConfig& schedule,
+                                   const data::DataConfig& data) {
   rundir::RunLoopOptions options;
+  options.sources = data::MixtureNames(data);
+  options.source_counts = data::MixtureCounter(data);
   options.steps = schedule.steps;
   options.global_batch = schedule.global_batch;
   options.eval_every = schedule.eval_every;
@@ -212,7 +216,7 @@ absl::StatusOr<std::unique_ptr<JobRunner::Attempt>> JobRunner::StartAttempt() {
   options.holder = absl::StrCat("coordinator job ", job_.id, " (", job_.name, ")");
   options.job_json = spec_->json;
   options.job_name = job.name;
-  options.loop = LoopOptions(job.schedule);
+  options.loop = LoopOptions(job.schedule, job.data);
   options.resume_from = job.resume_from;
   options.vision_actors = job.vision.actors;
   options.llm_actors = job.llm.actors;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tandem::data {
 
@@ -47,13 +48,18 @@ struct ShardsConfig {
   bool operator==(const ShardsConfig&) const = default;
 };
 
+struct MixtureSource;
+
 struct DataConfig {
-  enum class Kind { kShapes, kJsonl, kConversations, kShards };
+  enum class Kind { kShapes, kJsonl, kConversations, kShards, kMixture };
   Kind kind = Kind::kShapes;
   ShapesConfig shapes;
   JsonlConfig jsonl;
   ConversationsConfig conversations;
   ShardsConfig shards;
+  // kMixture: the sources, each of another kind (its kind and its kind's config); the other fields
+  // here apply to all of them.
+  std::vector<MixtureSource> mixture;
   // Text tokens of a sample with its special tokens, image tokens not counted; longer samples are
   // an error.
   int64_t max_text_tokens = 16;
@@ -69,7 +75,18 @@ struct DataConfig {
   // Threads a vision rank reads its images with (data/worker_pool.h).
   int64_t workers = 1;
 
-  bool operator==(const DataConfig&) const = default;
+  bool operator==(const DataConfig&) const;
 };
+
+// One source of a mixture (data/mixture_dataset.h).
+struct MixtureSource {
+  std::string name;
+  double weight = 1;  // relative to the other sources'
+  DataConfig data;    // its kind and that kind's config
+
+  bool operator==(const MixtureSource&) const = default;
+};
+
+inline bool DataConfig::operator==(const DataConfig&) const = default;
 
 }  // namespace tandem::data

@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "data/conversation_dataset.h"
 #include "data/jsonl_dataset.h"
+#include "data/mixture_dataset.h"
 #include "data/shapes.h"
 #include "data/shard_dataset.h"
 
@@ -188,6 +189,30 @@ absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_si
           "conversations", config.conversations.train_path, config.conversations.eval_path,
           image_size, preprocessor, config.allow_images_outside,
           ConversationLimits{config.max_images_per_sample, config.video_frames});
+    case DataConfig::Kind::kMixture: {
+      std::vector<MixtureDataset::Source> train, eval;
+      for (const MixtureSource& source : config.mixture) {
+        DataConfig own = config;  // the data fields that apply to every source
+        own.mixture.clear();
+        own.kind = source.data.kind;
+        own.shapes = source.data.shapes;
+        own.jsonl = source.data.jsonl;
+        own.conversations = source.data.conversations;
+        own.shards = source.data.shards;
+        absl::StatusOr<Datasets> opened = OpenDatasets(own, image_size, preprocessor);
+        if (!opened.ok()) {
+          return absl::Status(
+              opened.status().code(),
+              absl::StrCat("data.mixture source ", source.name, ": ", opened.status().message()));
+        }
+        train.push_back({source.name, std::move(opened->train)});
+        if (opened->eval) eval.push_back({source.name, std::move(opened->eval)});
+      }
+      Datasets datasets;
+      datasets.train = std::make_unique<MixtureDataset>(std::move(train));
+      if (!eval.empty()) datasets.eval = std::make_unique<MixtureDataset>(std::move(eval));
+      return datasets;
+    }
     case DataConfig::Kind::kShards: {
       Datasets datasets;
       const ShardDataset::Options options{config.max_images_per_sample,
@@ -202,6 +227,24 @@ absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_si
     }
   }
   return absl::InvalidArgumentError("unknown data kind");
+}
+
+SampleOrder TrainOrder(const DataConfig& config, const Dataset& train) {
+  if (config.kind == DataConfig::Kind::kMixture) {
+    const auto* mixture = dynamic_cast<const MixtureDataset*>(&train);
+    SampleOrder order;
+    for (size_t s = 0; mixture != nullptr && s < config.mixture.size(); ++s) {
+      DataConfig own = config;
+      own.kind = config.mixture[s].data.kind;
+      own.shards = config.mixture[s].data.shards;
+      order.mixture.push_back(
+          {config.mixture[s].weight, TrainOrder(own, *mixture->sources()[s].dataset)});
+    }
+    return order;
+  }
+  return SampleOrder{train.ShardSizes(),
+                     config.kind == DataConfig::Kind::kShards ? config.shards.shuffle_buffer : 0,
+                     {}};
 }
 
 }  // namespace tandem::data

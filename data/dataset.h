@@ -22,6 +22,7 @@
 #include "data/data_config.h"
 #include "data/image.h"
 #include "data/image_preprocessor.h"
+#include "data/sampler.h"
 #include "data/shard_manifest.h"
 #include "data/tokenizer.h"
 #include "tokenizer/chat_template.h"
@@ -123,11 +124,19 @@ struct Datasets {
 //   jsonl, conversations: train_path and, when set, eval_path (a relative path is the working
 //           directory's; a spec read from a file has made them absolute); eval is null without
 //           eval_path.
+//   shards: ShardDataset::Open of the train and eval patterns.
+//   mixture: a MixtureDataset of each source's train set (its kind's as above, with this config's
+//           other fields), and one of those sources' eval sets that exist (null for none).
 // InvalidArgument for a non-positive image_size or sample count, or an empty train_path; otherwise
-// the errors of JsonlDataset::Open or ConversationDataset::Open.
+// the errors of JsonlDataset::Open, ConversationDataset::Open or ShardDataset::Open, a mixture's
+// prefixed "data.mixture source NAME: ".
 absl::StatusOr<Datasets> OpenDatasets(
     const DataConfig& config, int64_t image_size,
     std::shared_ptr<const ImagePreprocessor> preprocessor = nullptr);
+
+// How `train`, opened from `config`, is shuffled (data/sampler.h): its shards windowed by
+// data.shards.shuffle_buffer, or shuffled whole, or a mixture of its sources' orders by weight.
+SampleOrder TrainOrder(const DataConfig& config, const Dataset& train);
 
 // Checks that a data file's images lie inside its folder, as the file system resolves them
 // (common/paths.h), the folder resolved once. An image outside is InvalidArgument "<where>: image

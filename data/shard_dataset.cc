@@ -109,7 +109,7 @@ absl::StatusOr<std::unique_ptr<ShardDataset>> ShardDataset::Open(
     }
     ASSIGN_OR_RETURN(std::vector<std::string> paths, ExpandShardPattern(named));
     for (std::string& path : paths) {
-      shards.push_back({std::move(path), /*samples=*/-1});
+      shards.push_back({std::move(path), /*samples=*/-1, /*bytes=*/0, std::nullopt});
       indexes.emplace_back();
     }
   }

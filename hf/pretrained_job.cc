@@ -106,8 +106,7 @@ absl::Status ResolvePretrainedModels(jobspec::JobConfig& job) {
   if (job.llm.pretrained.empty() && job.vision.pretrained.empty()) return absl::OkStatus();
   // The newline embedding belongs with LLaVA-NeXT's tiles: a LLaVA-NeXT LLM's own, or a new one.
   job.llm.model.image_newline = job.vision.model.any_res();
-  if (job.vision.model.any_res() && job.data.kind != data::DataConfig::Kind::kConversations &&
-      job.data.kind != data::DataConfig::Kind::kShards) {
+  if (job.vision.model.any_res() && !jobspec::ImagesAtTheirOwnSize(job.data)) {
     return Prefixed(kVision, absl::InvalidArgumentError(absl::StrCat(
                                  job.vision.pretrained,
                                  ": image_grid_pinpoints (LLaVA-NeXT's tiles) read the images of "

@@ -100,10 +100,29 @@ struct JobConfig {
 // Whether the job's samples are conversations (conversation files, or shapes.conversations), whose
 // images an LLM places at their "<image>" marks: a pretrained one always, one trained from scratch
 // too (data::TextCodec::WordsAtMarks); captions are a prefix of the latter's rows.
+// A mixture holds conversations when any of its sources does (its captions then read as
+// conversations of one answer).
 inline bool ConversationData(const data::DataConfig& data) {
+  if (data.kind == data::DataConfig::Kind::kMixture) {
+    for (const data::MixtureSource& source : data.mixture)
+      if (ConversationData(source.data)) return true;
+    return false;
+  }
   return data.kind == data::DataConfig::Kind::kConversations ||
          data.kind == data::DataConfig::Kind::kShards ||
          (data.kind == data::DataConfig::Kind::kShapes && data.shapes.conversations);
+}
+
+// Whether every image is read from a file at its own size (conversation files, shards), which
+// LLaVA-NeXT's tiles need; procedural shapes and jsonl captions are not.
+inline bool ImagesAtTheirOwnSize(const data::DataConfig& data) {
+  if (data.kind == data::DataConfig::Kind::kMixture) {
+    for (const data::MixtureSource& source : data.mixture)
+      if (!ImagesAtTheirOwnSize(source.data)) return false;
+    return !data.mixture.empty();
+  }
+  return data.kind == data::DataConfig::Kind::kConversations ||
+         data.kind == data::DataConfig::Kind::kShards;
 }
 
 // The most LLM positions one image takes: its features, or with LLaVA-NeXT's tiles the largest

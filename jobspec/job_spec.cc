@@ -61,6 +61,26 @@ void ForEachPath(tandem::v1::JobSpec& spec, Visit visit) {
     visit("data.shards.train", *shards.mutable_train());
     visit("data.shards.eval", *shards.mutable_eval());
   }
+  if (spec.has_data() && spec.data().has_mixture()) {
+    auto& sources = *spec.mutable_data()->mutable_mixture()->mutable_sources();
+    for (int i = 0; i < sources.size(); ++i) {
+      tandem::v1::MixtureSourceSpec& source = sources[i];
+      const std::string at = absl::StrCat("data.mixture.sources[", i, "].");
+      const auto files = [&](const char* kind, std::string& train, std::string& eval) {
+        visit(at + kind + ".train", train);
+        visit(at + kind + ".eval", eval);
+      };
+      if (source.has_jsonl())
+        files("jsonl", *source.mutable_jsonl()->mutable_train(),
+              *source.mutable_jsonl()->mutable_eval());
+      if (source.has_conversations())
+        files("conversations", *source.mutable_conversations()->mutable_train(),
+              *source.mutable_conversations()->mutable_eval());
+      if (source.has_shards())
+        files("shards", *source.mutable_shards()->mutable_train(),
+              *source.mutable_shards()->mutable_eval());
+    }
+  }
   if (spec.has_vision()) visit("vision.pretrained", *spec.mutable_vision()->mutable_pretrained());
   if (spec.has_llm()) visit("llm.pretrained", *spec.mutable_llm()->mutable_pretrained());
   visit("resume_from", *spec.mutable_resume_from());

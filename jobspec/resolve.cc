@@ -95,37 +95,46 @@ models::LlmConfig ResolveLlmModel(const tandem::v1::LlmModelSpec& spec) {
   return model;
 }
 
+// The data set a DataSpec or a MixtureSourceSpec names (their oneofs hold the same messages):
+// its kind and that kind's config.
+template <typename Spec>
+void ResolveSource(const Spec& spec, data::DataConfig& data) {
+  if (spec.has_shapes()) {
+    data.kind = data::DataConfig::Kind::kShapes;
+    if (spec.shapes().has_seed()) data.shapes.seed = spec.shapes().seed();
+    if (spec.shapes().has_train_samples())
+      data.shapes.train_samples = spec.shapes().train_samples();
+    if (spec.shapes().has_eval_samples()) data.shapes.eval_samples = spec.shapes().eval_samples();
+    data.shapes.conversations = spec.shapes().conversations();
+  } else if (spec.has_conversations()) {
+    data.kind = data::DataConfig::Kind::kConversations;
+    data.conversations.train_path = spec.conversations().train();
+    data.conversations.eval_path = spec.conversations().eval();
+  } else if (spec.has_shards()) {
+    data.kind = data::DataConfig::Kind::kShards;
+    data.shards.train_pattern = spec.shards().train();
+    data.shards.eval_pattern = spec.shards().eval();
+    if (spec.shards().has_shuffle_buffer())
+      data.shards.shuffle_buffer = spec.shards().shuffle_buffer();
+  } else if (spec.has_jsonl()) {
+    data.kind = data::DataConfig::Kind::kJsonl;
+    data.jsonl.train_path = spec.jsonl().train();
+    data.jsonl.eval_path = spec.jsonl().eval();
+  }
+}
+
 // REQUIRES: a source is set (ValidateJobSpec).
 data::DataConfig ResolveData(const tandem::v1::DataSpec& spec) {
   data::DataConfig data;
-  switch (spec.source_case()) {
-    case tandem::v1::DataSpec::kShapes:
-      data.kind = data::DataConfig::Kind::kShapes;
-      if (spec.shapes().has_seed()) data.shapes.seed = spec.shapes().seed();
-      if (spec.shapes().has_train_samples())
-        data.shapes.train_samples = spec.shapes().train_samples();
-      if (spec.shapes().has_eval_samples()) data.shapes.eval_samples = spec.shapes().eval_samples();
-      data.shapes.conversations = spec.shapes().conversations();
-      break;
-    case tandem::v1::DataSpec::kConversations:
-      data.kind = data::DataConfig::Kind::kConversations;
-      data.conversations.train_path = spec.conversations().train();
-      data.conversations.eval_path = spec.conversations().eval();
-      break;
-    case tandem::v1::DataSpec::kShards:
-      data.kind = data::DataConfig::Kind::kShards;
-      data.shards.train_pattern = spec.shards().train();
-      data.shards.eval_pattern = spec.shards().eval();
-      if (spec.shards().has_shuffle_buffer())
-        data.shards.shuffle_buffer = spec.shards().shuffle_buffer();
-      break;
-    case tandem::v1::DataSpec::kJsonl:
-      data.kind = data::DataConfig::Kind::kJsonl;
-      data.jsonl.train_path = spec.jsonl().train();
-      data.jsonl.eval_path = spec.jsonl().eval();
-      break;
-    case tandem::v1::DataSpec::SOURCE_NOT_SET:
-      break;
+  ResolveSource(spec, data);
+  if (spec.has_mixture()) {
+    data.kind = data::DataConfig::Kind::kMixture;
+    for (const tandem::v1::MixtureSourceSpec& source : spec.mixture().sources()) {
+      data::MixtureSource& mixed = data.mixture.emplace_back();
+      mixed.name = source.name();
+      mixed.weight = source.weight();
+      ResolveSource(source, mixed.data);
+    }
   }
   if (spec.has_max_text_tokens()) data.max_text_tokens = spec.max_text_tokens();
   if (spec.has_allow_images_outside()) data.allow_images_outside = spec.allow_images_outside();

@@ -2,7 +2,9 @@
 // message (what is given together with what), then ValidateJobConfig on the resolved values, in
 // the order of the spec (name, data, vision, llm, schedule, engines).
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -86,27 +88,60 @@ absl::Status CheckPoolName(std::string_view pool) {
 
 namespace {
 
-absl::Status CheckData(const data::DataConfig& data) {
+// One data set's own fields; `at` prefixes their key paths ("data", "data.mixture.sources[1]").
+absl::Status CheckSource(const data::DataConfig& data, const std::string& at) {
+  const auto key = [&](const char* rest) { return absl::StrCat(at, ".", rest); };
   switch (data.kind) {
     case data::DataConfig::Kind::kShapes:
       RETURN_IF_ERROR(
-          Between("data.shapes.train_samples", data.shapes.train_samples, 1, kMaxSamples));
+          Between(key("shapes.train_samples"), data.shapes.train_samples, 1, kMaxSamples));
       RETURN_IF_ERROR(
-          Between("data.shapes.eval_samples", data.shapes.eval_samples, 1, kMaxSamples));
+          Between(key("shapes.eval_samples"), data.shapes.eval_samples, 1, kMaxSamples));
       break;
     case data::DataConfig::Kind::kJsonl:
-      if (data.jsonl.train_path.empty()) return PathError("data.jsonl.train", "is required");
+      if (data.jsonl.train_path.empty()) return PathError(key("jsonl.train"), "is required");
       break;
     case data::DataConfig::Kind::kConversations:
       if (data.conversations.train_path.empty())
-        return PathError("data.conversations.train", "is required");
+        return PathError(key("conversations.train"), "is required");
       break;
     case data::DataConfig::Kind::kShards:
-      if (data.shards.train_pattern.empty()) return PathError("data.shards.train", "is required");
+      if (data.shards.train_pattern.empty()) return PathError(key("shards.train"), "is required");
       RETURN_IF_ERROR(
-          Between("data.shards.shuffle_buffer", data.shards.shuffle_buffer, 1, kMaxSamples));
+          Between(key("shards.shuffle_buffer"), data.shards.shuffle_buffer, 1, kMaxSamples));
+      break;
+    case data::DataConfig::Kind::kMixture:
       break;
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMixture(const std::vector<data::MixtureSource>& sources) {
+  if (sources.empty()) return PathError("data.mixture.sources", "needs at least one source");
+  std::set<std::string> names;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const data::MixtureSource& source = sources[i];
+    const std::string at = absl::StrCat("data.mixture.sources[", i, "]");
+    if (source.name.empty() || source.name.size() > 64 ||
+        !std::all_of(source.name.begin(), source.name.end(),
+                     [](unsigned char c) { return std::isalnum(c) || c == '-' || c == '_'; })) {
+      return PathError(at + ".name", "must be 1 to 64 letters, digits, '-' or '_', got ",
+                       Quoted(source.name));
+    }
+    if (!names.insert(source.name).second)
+      return PathError(at + ".name", Quoted(source.name), " names an earlier source too");
+    if (!std::isfinite(source.weight) || source.weight <= 0)
+      return PathError(at + ".weight", "must be > 0, got ", source.weight);
+    if (source.data.kind == data::DataConfig::Kind::kMixture)
+      return PathError(at, "needs shapes, jsonl, conversations or shards");
+    RETURN_IF_ERROR(CheckSource(source.data, at));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckData(const data::DataConfig& data) {
+  RETURN_IF_ERROR(CheckSource(data, "data"));
+  if (data.kind == data::DataConfig::Kind::kMixture) RETURN_IF_ERROR(CheckMixture(data.mixture));
   if (data.max_text_tokens < 2) {
     return PathError("data.max_text_tokens", "must be >= 2 (<bos> and <eos> count), got ",
                      data.max_text_tokens);
@@ -371,9 +406,7 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
   if (config.vision.pretrained.empty()) {
     RETURN_IF_ERROR(CheckVisionModel(config.vision.model, config.llm.model));
     RETURN_IF_ERROR(CheckGridPinpoints(config.vision.model));
-    if (config.vision.model.any_res() &&
-        config.data.kind != data::DataConfig::Kind::kConversations &&
-        config.data.kind != data::DataConfig::Kind::kShards) {
+    if (config.vision.model.any_res() && !ImagesAtTheirOwnSize(config.data)) {
       return PathError("vision.model.grid_pinpoints",
                        "reads each image at its own size: it needs conversation files "
                        "(data.conversations) or shards (data.shards)");
@@ -425,8 +458,15 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
 absl::Status ValidateJobSpec(const tandem::v1::JobSpec& spec) {
   if (spec.data().source_case() == tandem::v1::DataSpec::SOURCE_NOT_SET) {
     return PathError("data",
-                     "a data source is required: give \"shapes\", \"jsonl\", \"conversations\" or "
-                     "\"shards\"");
+                     "a data source is required: give \"shapes\", \"jsonl\", \"conversations\", "
+                     "\"shards\" or \"mixture\"");
+  }
+  for (int i = 0; i < spec.data().mixture().sources_size(); ++i) {
+    if (spec.data().mixture().sources(i).source_case() ==
+        tandem::v1::MixtureSourceSpec::SOURCE_NOT_SET) {
+      return PathError(absl::StrCat("data.mixture.sources[", i, "]"),
+                       "needs shapes, jsonl, conversations or shards");
+    }
   }
   const tandem::v1::VisionGroupSpec& vision = spec.vision();
   if (const std::string& preset = vision.model().preset();

@@ -62,6 +62,11 @@ std::string StepRecordJson(const StepRecord& r) {
   j["vision_planned_imbalance"] = Number(r.vision_planned_imbalance);
   j["llm_planned_imbalance"] = Number(r.llm_planned_imbalance);
   j["padding_waste"] = Number(r.padding_waste);
+  if (!r.samples_by_source.empty()) {
+    nlohmann::ordered_json sources = nlohmann::ordered_json::object();
+    for (const auto& [name, count] : r.samples_by_source) sources[name] = count;
+    j["samples_by_source"] = sources;
+  }
   return j.dump();
 }
 
@@ -206,6 +211,18 @@ absl::Status ReadMetrics(const std::string& path, std::vector<StepRecord>* steps
       r.vision_planned_imbalance = NumberOr(j, "vision_planned_imbalance", 0);
       r.llm_planned_imbalance = NumberOr(j, "llm_planned_imbalance", 0);
       r.padding_waste = NumberOr(j, "padding_waste", 0);
+      if (j.contains("samples_by_source")) {
+        // Read again keeping the keys' order, the sources' (nlohmann::json sorts them).
+        const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(
+            lines[i].begin(), lines[i].end(), nullptr, /*allow_exceptions=*/false);
+        const auto sources = ordered.find("samples_by_source");
+        if (sources != ordered.end() && sources->is_object()) {
+          for (const auto& [name, count] : sources->items()) {
+            if (count.is_number_integer())
+              r.samples_by_source.emplace_back(name, count.get<int64_t>());
+          }
+        }
+      }
       steps->push_back(r);
     } else {
       return absl::InvalidArgumentError(

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -38,6 +39,9 @@ struct StepRecord {
   double vision_planned_imbalance = 0;
   double llm_planned_imbalance = 0;
   double padding_waste = 0;  // share of the LLM's row positions that held no sample
+  // A mixture's samples from each source since the run began (data.mixture), in its order;
+  // empty for one data set.
+  std::vector<std::pair<std::string, int64_t>> samples_by_source;
 };
 
 struct EvalRecord {

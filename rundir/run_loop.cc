@@ -91,6 +91,11 @@ absl::StatusOr<StepRecord> RunLoop::RecordStep(int64_t step, const StepOutcome& 
                                                          static_cast<double>(outcome.llm_positions)
                                                    : 0.0;
   record.elapsed_s = elapsed_s;
+  if (options_.source_counts) {
+    const std::vector<int64_t> counts = options_.source_counts(step * options_.global_batch);
+    for (size_t s = 0; s < options_.sources.size() && s < counts.size(); ++s)
+      record.samples_by_source.emplace_back(options_.sources[s], counts[s]);
+  }
   train_seconds_ += step_seconds;
   summary_.steps = step;
   summary_.samples += options_.global_batch;

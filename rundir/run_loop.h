@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,10 @@ struct RunLoopOptions {
   // False: never evaluate (the job has no held-out set). The job runner passes true: its actors
   // know the data, and answer an evaluation without samples when there is none.
   bool has_eval_set = true;
+  // A mixture's sources (data.mixture), and each one's samples after n samples drawn in all: step
+  // records count them (StepRecord::samples_by_source). Empty and null for one data set.
+  std::vector<std::string> sources;
+  std::function<std::vector<int64_t>(int64_t drawn)> source_counts;
 };
 
 // What a step reports before the loop derives the rest of its record.

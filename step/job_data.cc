@@ -85,9 +85,7 @@ absl::StatusOr<std::shared_ptr<const JobData>> OpenJobData(const jobspec::JobCon
         (std::filesystem::path(resume_checkpoint) / kDataManifest).string(),
         datasets.train->Shards()));
   }
-  data::SampleOrder order{
-      datasets.train->ShardSizes(),
-      job.data.kind == data::DataConfig::Kind::kShards ? job.data.shards.shuffle_buffer : 0};
+  data::SampleOrder order = data::TrainOrder(job.data, *datasets.train);
   std::shared_ptr<const data::TextCodec> text;
   if (!job.llm.pretrained.empty()) {
     ASSIGN_OR_RETURN(data::TextCodec codec, OpenPretrainedText(job));

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "data/mixture_dataset.h"
 #include "engine/communicator.h"
 #include "engine/engine.h"
 #include "hf/pretrained_job.h"
@@ -127,8 +128,12 @@ absl::Status ColocatedRun::Setup() {
   run.holder = absl::StrCat("tandem run --colocated (", job_.name, ")");
   run.job_json = job_json_;
   run.job_name = job_.name;
-  run.loop = {schedule.steps, schedule.global_batch, schedule.eval_every,
-              schedule.checkpoint_every};
+  run.loop.steps = schedule.steps;
+  run.loop.global_batch = schedule.global_batch;
+  run.loop.eval_every = schedule.eval_every;
+  run.loop.checkpoint_every = schedule.checkpoint_every;
+  run.loop.sources = data::MixtureNames(job_.data);
+  run.loop.source_counts = data::MixtureCounter(job_.data);
   run.resume_from = job_.resume_from;
   ASSIGN_OR_RETURN(driver_, rundir::RunDriver::Open(run));
   if (options_.threads > 0) at::set_num_threads(options_.threads);

@@ -1,4 +1,5 @@
-// Tests for data/dataset.cc: OpenDatasets for both kinds, configuration errors, and AllTexts.
+// Tests for data/dataset.cc: OpenDatasets for each kind and mixtures, configuration errors, and
+// AllTexts.
 #include "data/dataset.h"
 
 #include <filesystem>
@@ -33,6 +34,36 @@ TEST(OpenDatasets, ShapesGiveTrainAndEvalOfTheConfiguredSizes) {
   absl::StatusOr<Example> example = datasets->train->Get(9);
   ASSERT_TRUE(example.ok()) << example.status();
   EXPECT_EQ(example->image.pixels, expected.Render(9).image.pixels);
+}
+
+// A mixture: its sources' samples one source after another, described by source, their eval
+// sets one after another, its order a weighted mixture of theirs, and a source's error named.
+TEST(OpenDatasets, AMixtureJoinsItsSourcesAndNamesThem) {
+  DataConfig config;
+  config.kind = DataConfig::Kind::kMixture;
+  MixtureSource a{"a", 3, DataConfig{}};
+  a.data.shapes = {1, 10, 4};
+  MixtureSource b{"b", 1, DataConfig{}};
+  b.data.shapes = {2, 6, 0};
+  config.mixture = {a, b};
+  absl::StatusOr<Datasets> datasets = OpenDatasets(config, 16);
+  ASSERT_TRUE(datasets.ok()) << datasets.status();
+  EXPECT_EQ(datasets->train->size(), 16);
+  EXPECT_EQ(datasets->train->Describe(12), "b: shapes train #2 (seed 2)");
+  EXPECT_EQ(datasets->train->Text(12), ShapesDataset(2, 16, Split::kTrain, 6).Text(2));
+  ASSERT_NE(datasets->eval, nullptr);
+  EXPECT_EQ(datasets->eval->size(), 4);  // b has none
+  EXPECT_EQ(datasets->train->ShardSizes(), (std::vector<int64_t>{10, 6}));
+  const SampleOrder order = TrainOrder(config, *datasets->train);
+  ASSERT_EQ(order.mixture.size(), 2u);
+  EXPECT_EQ(order.mixture[0].weight, 3);
+  EXPECT_EQ(order.mixture[1].order.shards, (std::vector<int64_t>{6}));
+  EXPECT_EQ(datasets->train->Check(16).code(), absl::StatusCode::kOutOfRange);
+  config.mixture[1].data.kind = DataConfig::Kind::kJsonl;
+  config.mixture[1].data.jsonl.train_path = "/nonexistent/train.jsonl";
+  const absl::Status missing = OpenDatasets(config, 16).status();
+  EXPECT_THAT(std::string(missing.message()),
+              HasSubstr("data.mixture source b: reading /nonexistent/train.jsonl"));
 }
 
 TEST(OpenDatasets, ShapesWithoutEvalSamplesHaveNoEvalSet) {

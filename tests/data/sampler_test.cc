@@ -3,6 +3,7 @@
 #include "data/sampler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <set>
 #include <vector>
@@ -80,7 +81,7 @@ TEST(Sampler, SeekNormalisesAnOffsetPastTheEnd) {
 }
 
 // Shards of 10, 0, 7, 10 and 3 samples (indices 0-9, none, 10-16, 17-26, 27-29).
-SampleOrder Shards(int64_t window) { return SampleOrder{{10, 0, 7, 10, 3}, window}; }
+SampleOrder Shards(int64_t window) { return SampleOrder{{10, 0, 7, 10, 3}, window, {}}; }
 
 int ShardOf(int64_t index) {
   const std::vector<int64_t> ends = {10, 10, 17, 27, 30};
@@ -130,7 +131,7 @@ TEST(Sampler, AWindowDrawsFromConsecutiveShardsOfTheEpochsStream) {
   }
   // Mixed inside a window: the first half of a window of two whole shards interleaves them
   // rather than reading one shard after the other.
-  Sampler sampler(SampleOrder{{10, 10, 10}, 20}, 1);
+  Sampler sampler(SampleOrder{{10, 10, 10}, 20, {}}, 1);
   std::set<int64_t> shards;
   for (int64_t index : sampler.Next(10)) shards.insert(index / 10);
   EXPECT_EQ(shards.size(), 2u);
@@ -138,7 +139,7 @@ TEST(Sampler, AWindowDrawsFromConsecutiveShardsOfTheEpochsStream) {
 
 TEST(Sampler, WindowedOrderIsPinnedForSeedZero) {
   // Guards the sharded data order against accidental change.
-  Sampler sampler(SampleOrder{{3, 3, 2}, 4}, 0);
+  Sampler sampler(SampleOrder{{3, 3, 2}, 4, {}}, 0);
   // Shards 2 then 1 then 0 in the stream: a window of shard 2 and half of shard 1, then the rest.
   EXPECT_THAT(sampler.Next(8), ElementsAre(6, 3, 7, 4, 0, 5, 2, 1));
 }
@@ -153,6 +154,54 @@ TEST(Sampler, SeekInsideAWindowRestoresTheWindowedSequence) {
   restored.Next(3);
   restored.Seek(saved);
   EXPECT_EQ(restored.Next(40), continued);
+}
+
+TEST(MixtureCounts, EachSourceStaysWithinOneSampleOfItsShare) {
+  const std::vector<double> weights = {3, 1, 0.5};
+  std::vector<int64_t> counts(3, 0);
+  for (int64_t n = 0; n < 2000; ++n) {
+    ++counts[NextMixtureSource(weights, counts, n)];
+    for (size_t s = 0; s < 3; ++s) {
+      const double share = weights[s] / 4.5 * static_cast<double>(n + 1);
+      ASSERT_LT(std::abs(static_cast<double>(counts[s]) - share), 1.0)
+          << "source " << s << " after " << n + 1;
+    }
+  }
+  EXPECT_EQ(MixtureCounts(weights, 2000), counts);
+  EXPECT_EQ(MixtureCounts(weights, 9), (std::vector<int64_t>{6, 2, 1}));
+}
+
+// Two sources of 5 and 3 samples (indices 0-4, 5-7) weighted 1:1: each draw alternates, each
+// source walks its own permutations (source 1, smaller, goes through more epochs), and a seek to
+// a saved position gives the same draws.
+TEST(Sampler, AMixtureDrawsEachSourceInProportionInItsOwnOrder) {
+  const SampleOrder order{{}, 0, {{1, SampleOrder{{5}, 0, {}}}, {1, SampleOrder{{3}, 0, {}}}}};
+  EXPECT_EQ(order.size(), 8);
+  EXPECT_EQ(order.ShardEnd(6), 8);
+  Sampler sampler(order, 4);
+  const std::vector<int64_t> drawn = sampler.Next(30);
+  EXPECT_EQ(sampler.position(), (Sampler::Position{0, 30}));
+  std::vector<int64_t> first, second;
+  for (size_t k = 0; k < drawn.size(); ++k) {
+    (k % 2 == 0 ? first : second).push_back(drawn[k]);
+    EXPECT_EQ(drawn[k] < 5, k % 2 == 0) << k;
+  }
+  // Each epoch of a source is a permutation of its samples.
+  for (int e = 0; e < 3; ++e) {
+    std::vector<int64_t> epoch(first.begin() + 5 * e, first.begin() + 5 * e + 5);
+    std::sort(epoch.begin(), epoch.end());
+    EXPECT_EQ(epoch, (std::vector<int64_t>{0, 1, 2, 3, 4})) << "epoch " << e;
+  }
+  for (int e = 0; e < 5; ++e) {
+    std::vector<int64_t> epoch(second.begin() + 3 * e, second.begin() + 3 * e + 3);
+    std::sort(epoch.begin(), epoch.end());
+    EXPECT_EQ(epoch, (std::vector<int64_t>{5, 6, 7})) << "epoch " << e;
+  }
+  Sampler resumed(order, 4);
+  resumed.Seek({0, 13});
+  EXPECT_EQ(resumed.Next(17), std::vector<int64_t>(drawn.begin() + 13, drawn.end()));
+  resumed.Seek({1, 5});  // an epoch counts as size() draws: draw 13 again
+  EXPECT_EQ(resumed.Next(1)[0], drawn[13]);
 }
 
 }  // namespace

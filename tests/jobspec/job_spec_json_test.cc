@@ -108,6 +108,45 @@ const json& Fields() {
     "data.shards.shuffle_buffer": [
       {"data": {"shapes": null, "shards": {"train": "/a.tar", "shuffle_buffer": 100}}},
       {"data": {"shapes": null, "shards": {"train": "/a.tar", "shuffle_buffer": 200}}}],
+    "data.mixture.sources.name": [
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "shapes": {}}]}}},
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "b", "weight": 1, "shapes": {}}]}}}],
+    "data.mixture.sources.weight": [
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "shapes": {}}]}}},
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 2, "shapes": {}}]}}}],
+    "data.mixture.sources.shapes.seed": [
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "shapes": {"seed": 1}}]}}},
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "shapes": {"seed": 2}}]}}}],
+    "data.mixture.sources.shapes.train_samples": [
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "shapes": {"train_samples": 100}}]}}},
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "shapes": {"train_samples": 200}}]}}}],
+    "data.mixture.sources.shapes.eval_samples": [
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "shapes": {"eval_samples": 10}}]}}},
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "shapes": {"eval_samples": 20}}]}}}],
+    "data.mixture.sources.shapes.conversations": [
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "shapes": {"conversations": false}}]}}},
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "shapes": {"conversations": true}}]}}}],
+    "data.mixture.sources.jsonl.train": [
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "jsonl": {"train": "/a.jsonl"}}]}}},
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "jsonl": {"train": "/b.jsonl"}}]}}}],
+    "data.mixture.sources.jsonl.eval": [
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "jsonl": {"train": "/a.jsonl"}}]}}},
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "jsonl": {"train": "/a.jsonl", "eval": "/e.jsonl"}}]}}}],
+    "data.mixture.sources.conversations.train": [
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "conversations": {"train": "/a.json"}}]}}},
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "conversations": {"train": "/b.json"}}]}}}],
+    "data.mixture.sources.conversations.eval": [
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "conversations": {"train": "/a.json"}}]}}},
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "conversations": {"train": "/a.json", "eval": "/e.json"}}]}}}],
+    "data.mixture.sources.shards.train": [
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "shards": {"train": "/a.tar"}}]}}},
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "shards": {"train": "/b.tar"}}]}}}],
+    "data.mixture.sources.shards.eval": [
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "shards": {"train": "/a.tar"}}]}}},
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "shards": {"train": "/a.tar", "eval": "/e"}}]}}}],
+    "data.mixture.sources.shards.shuffle_buffer": [
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "shards": {"train": "/a.tar", "shuffle_buffer": 100}}]}}},
+      {"data": {"shapes": null, "mixture": {"sources": [{"name": "a", "weight": 1, "shards": {"train": "/a.tar", "shuffle_buffer": 200}}]}}}],
     "data.max_text_tokens": [{"data": {"max_text_tokens": 12}}, {"data": {"max_text_tokens": 10}}],
     "data.allow_images_outside": [{"data": {"allow_images_outside": false}},
                                   {"data": {"allow_images_outside": true}}],

@@ -97,6 +97,22 @@ TEST(JobSpec, JsonlExampleLoadsWithPathsAbsolute) {
   EXPECT_FALSE(json::parse(config->llm.engine_json).contains("gradient_clipping"));
 }
 
+// The mixture example: procedural shapes and the jsonl photos 3:1, the photos' paths absolute.
+TEST(JobSpec, MixtureExampleLoadsItsSources) {
+  absl::StatusOr<JobConfig> config = ReadConfig(kExamples + "/mixture_vlm.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->data.kind, data::DataConfig::Kind::kMixture);
+  ASSERT_EQ(config->data.mixture.size(), 2u);
+  EXPECT_EQ(config->data.mixture[0].name, "shapes");
+  EXPECT_EQ(config->data.mixture[0].weight, 3);
+  EXPECT_EQ(config->data.mixture[0].data.kind, data::DataConfig::Kind::kShapes);
+  EXPECT_EQ(config->data.mixture[0].data.shapes.train_samples, 1024);
+  EXPECT_EQ(config->data.mixture[1].data.kind, data::DataConfig::Kind::kJsonl);
+  EXPECT_EQ(config->data.mixture[1].data.jsonl.train_path, InExamples("jsonl/train.jsonl"));
+  EXPECT_EQ(config->data.mixture[1].data.jsonl.eval_path, InExamples("jsonl/eval.jsonl"));
+  EXPECT_FALSE(ConversationData(config->data));  // captions both
+}
+
 // The shards example (examples/shards_vlm.sh packs its shards into runs/shards-data/): the
 // directories tandem data pack wrote, relative to the spec file, and an empty train is refused.
 TEST(JobSpec, ShardsExampleNamesPackedDirectories) {
@@ -222,10 +238,9 @@ TEST(JobSpec, ProtoFromTheWireResolves) {
   EXPECT_EQ(c->llm.engine_json, R"({"gradient_clipping":1})");
 
   spec.clear_data();
-  EXPECT_EQ(
-      ResolveJobSpec(spec, "wire").status().message(),
-      "wire: data: a data source is required: give \"shapes\", \"jsonl\", \"conversations\" or "
-      "\"shards\"");
+  EXPECT_EQ(ResolveJobSpec(spec, "wire").status().message(),
+            "wire: data: a data source is required: give \"shapes\", \"jsonl\", \"conversations\", "
+            "\"shards\" or \"mixture\"");
 }
 
 TEST(JobSpecErrors, UnknownFieldAtDepthNamesItsPath) {
@@ -298,18 +313,18 @@ TEST(JobSpecErrors, DataSourceMissingOrTwo) {
   spec.erase("data");
   EXPECT_EQ(
       Error(spec),
-      "job.json: data: a data source is required: give \"shapes\", \"jsonl\", \"conversations\" or "
-      "\"shards\"");
+      "job.json: data: a data source is required: give \"shapes\", \"jsonl\", \"conversations\", "
+      "\"shards\" or \"mixture\"");
   spec["data"] = {{"max_text_tokens", 8}};
   EXPECT_EQ(
       Error(spec),
-      "job.json: data: a data source is required: give \"shapes\", \"jsonl\", \"conversations\" or "
-      "\"shards\"");
+      "job.json: data: a data source is required: give \"shapes\", \"jsonl\", \"conversations\", "
+      "\"shards\" or \"mixture\"");
   spec = BaseSpec();
   spec["data"]["jsonl"] = {{"train", "a.jsonl"}};
   EXPECT_EQ(Error(spec),
             "job.json: data: at most one of \"shapes\", \"jsonl\", \"conversations\", "
-            "\"shards\" may be given, "
+            "\"shards\", \"mixture\" may be given, "
             "got \"jsonl\" and "
             "\"shapes\"");
 }

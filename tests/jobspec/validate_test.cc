@@ -203,6 +203,30 @@ TEST(ValidateJobConfig, CountsMustBePositive) {
   EXPECT_EQ(Error(spec), "job.json: data.jsonl.train: is required");
   spec["data"] = {{"shards", {{"train", "/a.tar"}, {"shuffle_buffer", 0}}}};
   EXPECT_EQ(Error(spec), "job.json: data.shards.shuffle_buffer: must be >= 1, got 0");
+  const json shapes = {{"shapes", {{"train_samples", 10}}}};
+  const auto source = [&](const std::string& name, double weight) {
+    json one = shapes;
+    one["name"] = name;
+    one["weight"] = weight;
+    return one;
+  };
+  spec["data"] = {{"mixture", {{"sources", json::array()}}}};
+  EXPECT_EQ(Error(spec), "job.json: data.mixture.sources: needs at least one source");
+  spec["data"]["mixture"]["sources"] = {source("a", 1), source("a b", 1)};
+  EXPECT_EQ(Error(spec),
+            "job.json: data.mixture.sources[1].name: must be 1 to 64 letters, digits, '-' or '_', "
+            "got \"a b\"");
+  spec["data"]["mixture"]["sources"] = {source("a", 1), source("a", 1)};
+  EXPECT_EQ(Error(spec),
+            "job.json: data.mixture.sources[1].name: \"a\" names an earlier source too");
+  spec["data"]["mixture"]["sources"] = {source("a", 1), source("b", 0)};
+  EXPECT_EQ(Error(spec), "job.json: data.mixture.sources[1].weight: must be > 0, got 0");
+  spec["data"]["mixture"]["sources"] = {source("a", 1), {{"name", "b"}, {"weight", 1}}};
+  EXPECT_EQ(Error(spec),
+            "job.json: data.mixture.sources[1]: needs shapes, jsonl, conversations or shards");
+  spec["data"]["mixture"]["sources"] = {source("a", 1),
+                                        {{"name", "b"}, {"weight", 1}, {"jsonl", json::object()}}};
+  EXPECT_EQ(Error(spec), "job.json: data.mixture.sources[1].jsonl.train: is required");
   spec = BaseSpec();
   spec["data"]["workers"] = 0;
   EXPECT_EQ(Error(spec), "job.json: data.workers: must be >= 1, got 0");

@@ -33,6 +33,24 @@ TEST(RunLogTest, StepRecordIsOneJsonLineWithDocumentedKeys) {
       R"("vision_planned_imbalance":1.25,"llm_planned_imbalance":1.0,"padding_waste":0.125})");
 }
 
+// A mixture's counts: an object in the sources' order, read back in that order.
+TEST(RunLogTest, SamplesBySourceKeepTheSourcesOrder) {
+  StepRecord r{4, 1.5, 0.1, 0.1, 1.0, 0, 0, 10, 1};
+  r.samples_by_source = {{"zebra", 24}, {"apple", 8}};
+  EXPECT_THAT(StepRecordJson(r), HasSubstr(R"("samples_by_source":{"zebra":24,"apple":8})"));
+  EXPECT_THAT(StepRecordJson(StepRecord{}), ::testing::Not(HasSubstr("samples_by_source")));
+  const std::string path = TempPath("metrics.jsonl");
+  {
+    auto log = MetricsLog::Open(path);
+    ASSERT_TRUE(log.ok() && log->Append(r).ok());
+  }
+  std::vector<StepRecord> steps;
+  std::vector<EvalRecord> evals;
+  ASSERT_TRUE(ReadMetrics(path, &steps, &evals).ok());
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_EQ(steps[0].samples_by_source, r.samples_by_source);
+}
+
 TEST(RunLogTest, NonFiniteLossIsWrittenAsNull) {
   StepRecord r{3, NAN, 0.1, 0.1, INFINITY, 0, 0, 1, 1};
   EXPECT_THAT(StepRecordJson(r), HasSubstr(R"("loss":null)"));

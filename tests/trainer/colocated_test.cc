@@ -114,6 +114,42 @@ TEST(ColocatedTest, WritesTheRunDirectory) {
   EXPECT_GT(summary->vision_parameters, 0);
 }
 
+// A mixture of two shapes sources 3:1: metrics.jsonl counts each source's samples at every step
+// (the 320 samples of ten steps split 240 and 80), and a run resumed from its checkpoint of step 5
+// continues every source where it was, with the same losses (fp32).
+TEST(ColocatedTest, AMixtureCountsItsSourcesAndResumesThemExactly) {
+  nlohmann::json job = TinyJob(10);
+  job["data"] = {
+      {"mixture",
+       {{"sources",
+         {{{"name", "big"}, {"weight", 3}, {"shapes", {{"seed", 7}, {"train_samples", 512}}}},
+          {{"name", "small"},
+           {"weight", 1},
+           {"shapes", {{"seed", 8}, {"train_samples", 24}, {"eval_samples", 8}}}}}}}},
+      {"max_text_tokens", 12}};
+  job["schedule"]["checkpoint_every"] = 5;
+  const std::string run_dir = TempDir() + "/run";
+  auto summary = RunColocated(Resolved(job), Quiet(run_dir));
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  const std::vector<rundir::StepRecord> steps = Steps(run_dir);
+  ASSERT_EQ(steps.size(), 10u);
+  using Counts = std::vector<std::pair<std::string, int64_t>>;
+  EXPECT_EQ(steps[0].samples_by_source, (Counts{{"big", 24}, {"small", 8}}));
+  EXPECT_EQ(steps[9].samples_by_source, (Counts{{"big", 240}, {"small", 80}}));
+  EXPECT_TRUE(summary->evaluated);  // on both sources' held-out samples
+
+  job["resume_from"] = run_dir + "/checkpoints/step-000005";
+  const std::string resumed_dir = TempDir() + "/resumed";
+  ASSERT_TRUE(RunColocated(Resolved(job), Quiet(resumed_dir)).ok());
+  const std::vector<rundir::StepRecord> resumed = Steps(resumed_dir);
+  ASSERT_EQ(resumed.size(), 5u);
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    EXPECT_EQ(resumed[i].step, steps[5 + i].step);
+    EXPECT_EQ(resumed[i].loss, steps[5 + i].loss) << "step " << resumed[i].step;
+    EXPECT_EQ(resumed[i].samples_by_source, steps[5 + i].samples_by_source);
+  }
+}
+
 // A four-step job run with --profile FIRST LAST into RUN_DIR.
 absl::StatusOr<rundir::RunSummary> RunProfiled(const std::string& run_dir, int first, int last) {
   RunOptions options = Quiet(run_dir);
