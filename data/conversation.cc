@@ -193,6 +193,11 @@ absl::StatusOr<Conversation> ParseConversation(std::string_view json_text,
   return Parser(*parsed, source, fs::path(base), video_frames).Parse();
 }
 
+absl::StatusOr<Conversation> ParseConversationJson(const json& entry, const std::string& source,
+                                                   const std::string& base, int64_t video_frames) {
+  return Parser(entry, source, fs::path(base), video_frames).Parse();
+}
+
 absl::StatusOr<std::vector<Conversation>> ReadConversations(const std::string& path,
                                                             int64_t video_frames) {
   ASSIGN_OR_RETURN(const std::string text, ReadUserFile(path));

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "nlohmann/json_fwd.hpp"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/hf_tokenizer.h"
 
@@ -59,6 +60,11 @@ absl::StatusOr<std::vector<Conversation>> ReadConversations(const std::string& p
 absl::StatusOr<Conversation> ParseConversation(std::string_view json_text,
                                                const std::string& source, const std::string& base,
                                                int64_t video_frames = 8);
+// As ParseConversation, of an entry already parsed (a shard's KEY.json).
+absl::StatusOr<Conversation> ParseConversationJson(const nlohmann::json& entry,
+                                                   const std::string& source,
+                                                   const std::string& base,
+                                                   int64_t video_frames = 8);
 
 struct EncodedConversation {
   static constexpr int64_t kIgnore = -100;  // as PyTorch's cross_entropy ignore_index default

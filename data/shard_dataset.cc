@@ -234,7 +234,7 @@ absl::StatusOr<std::shared_ptr<const ShardDataset::Table>> ShardDataset::ReadTab
         if (images > 0) (*parsed)[parsed->contains("messages") ? "images" : "image"] = names;
       }
       ASSIGN_OR_RETURN(Conversation conversation,
-                       ParseConversation(parsed->dump(), source, /*base=*/""));
+                       ParseConversationJson(*parsed, source, /*base=*/""));
       sample.messages = std::move(conversation.messages);
     }
     table->samples.push_back(std::move(sample));

@@ -88,8 +88,7 @@ absl::Status Stage::Build(std::shared_ptr<torch::nn::Module> model,
   RETURN_IF_ERROR(FreezeParameters(*model, vision ? job_.vision.freeze : job_.llm.freeze, group()));
   model->to(placement_.device);
   model_ = std::move(model);
-  counted_group_ = std::make_shared<engine::CountingCommunicator>(std::move(communicator));
-  communicator_ = counted_group_;
+  communicator_ = std::make_shared<engine::CountingCommunicator>(std::move(communicator));
   ASSIGN_OR_RETURN(engine_, engine::Engine::Create(model_, communicator_, config));
   if (!left_out_of_norm.empty()) engine_->LeaveOutOfGradNorm(left_out_of_norm);
   if (tensor_parallel()) {
@@ -351,7 +350,7 @@ absl::Status Stage::Await(const TransferTag& tag) {
 
 double Stage::WaitedSeconds() const {
   double waited = transfer_wait_s_;
-  if (counted_group_) waited += counted_group_->wait_seconds();
+  if (communicator_) waited += communicator_->wait_seconds();
   if (counted_parallel_) waited += counted_parallel_->wait_seconds();
   return waited;
 }

@@ -251,10 +251,9 @@ class Stage {
   StageProgress* progress_;  // may be null
   data::Sampler sampler_;
   std::shared_ptr<torch::nn::Module> model_;
-  std::shared_ptr<engine::Communicator> communicator_;
-  // communicator_ and placement_.parallel_communicator (null at parallel 1), counting the time
-  // their collectives keep this rank waiting.
-  std::shared_ptr<engine::CountingCommunicator> counted_group_;
+  // The group's communicator (the engine's) and placement_.parallel_communicator (null at
+  // parallel 1), each counting the time its collectives keep this rank waiting.
+  std::shared_ptr<engine::CountingCommunicator> communicator_;
   std::shared_ptr<engine::CountingCommunicator> counted_parallel_;
   double transfer_wait_s_ = 0;  // Await and WaitSends, since the stage was built
   std::unique_ptr<engine::Engine> engine_;
