@@ -254,16 +254,25 @@ absl::StatusOr<ShardDataset::Found> ShardDataset::Find(int64_t index) const {
         absl::StrCat("shards: index ", index, " outside [0, ", size(), ")"));
   }
   const auto [shard, local] = Locate(index);
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  // A table another thread is reading is waited for; the mutex is not held while one is read, so
+  // threads asking for cached shards go on meanwhile.
+  loaded_.wait(lock, [&, shard = shard] { return loading_.count(shard) == 0; });
   auto it = tables_.find(shard);
   if (it != tables_.end()) {
     recent_.remove(shard);
   } else {
-    ASSIGN_OR_RETURN(std::shared_ptr<const Table> table,
-                     ReadTable(shards_[shard], options_.max_images_per_sample));
+    loading_.insert(shard);
+    lock.unlock();
+    absl::StatusOr<std::shared_ptr<const Table>> read =
+        ReadTable(shards_[shard], options_.max_images_per_sample);
+    lock.lock();
+    loading_.erase(shard);
+    loaded_.notify_all();
+    if (!read.ok()) return read.status();
     ++table_reads_;
-    cached_samples_ += static_cast<int64_t>(table->samples.size());
-    it = tables_.emplace(shard, std::move(table)).first;
+    cached_samples_ += static_cast<int64_t>((*read)->samples.size());
+    it = tables_.emplace(shard, *std::move(read)).first;
     // The least recently used go while over budget; the one just read stays.
     while (cached_samples_ > cache_samples_ && !recent_.empty()) {
       const int oldest = recent_.back();

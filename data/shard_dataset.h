@@ -27,15 +27,18 @@
 // shard whose size or sample count is no longer the index's. They are reported by Check (and by
 // Open for shards without an index, whose scan reads every table once).
 //
-// Thread-safety: all methods may be called from several threads; the cache is behind a mutex.
+// Thread-safety: all methods may be called from several threads; the cache is behind a mutex,
+// which is not held while a table is read, so readers of cached shards do not wait for it.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -132,7 +135,9 @@ class ShardDataset final : public Dataset {
   std::optional<WordCounts> words_;
 
   mutable std::mutex mutex_;
-  mutable std::list<int> recent_;  // shards cached, most recently used first
+  mutable std::condition_variable loaded_;  // a table being read is in tables_ now, or failed
+  mutable std::set<int> loading_;           // shards whose tables a thread is reading
+  mutable std::list<int> recent_;           // shards cached, most recently used first
   mutable std::map<int, std::shared_ptr<const Table>> tables_;
   mutable int64_t cached_samples_ = 0;
   mutable int64_t table_reads_ = 0;

@@ -3,9 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
@@ -163,6 +166,36 @@ TEST(PackShards, APackedDirectoryOpensFromItsIndexAndCachesABoundedFewTables) {
   auto ranged = ShardDataset::Open({packed + "/train-{000000..000009}.tar"}, 5);
   ASSERT_TRUE(ranged.ok()) << ranged.status();
   EXPECT_EQ((*ranged)->VocabularyCounts(), (*fresh)->VocabularyCounts());
+}
+
+// Threads reading samples at once (a vision rank's decode workers) each get their sample whole,
+// while tables are read, shared and evicted under them.
+TEST(PackShards, ThreadsReadSamplesWhileTablesComeAndGo) {
+  testing::TempDir dir;
+  const std::string packed = PackTen(dir);
+  ShardDataset::Options options;
+  options.shuffle_buffer = 1;  // 5 samples' tables at most: constant eviction
+  auto opened = ShardDataset::Open({packed}, 5, nullptr, options);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const ShardDataset& d = **opened;
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < 40; ++k) {
+        const int64_t i = (k * 7 + t * 3) % 10;
+        absl::StatusOr<Image> image = d.GetImage(i, 0);
+        if (!d.Check(i).ok() || d.Text(i).substr(0, 9) != "caption " + std::to_string(i) ||
+            !image.ok() || image->height != 5) {
+          ++wrong;
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_LE(d.cached_shards(), 5);
+  EXPECT_GE(d.table_reads(), 10);
 }
 
 // A shard changed since it was packed is refused, naming it: by its size when the data set opens,
