@@ -102,6 +102,7 @@ struct JobRunner::Attempt : rundir::RunGroups {
     sample.vision_planned_imbalance = record.vision_planned_imbalance;
     sample.llm_planned_imbalance = record.llm_planned_imbalance;
     sample.padding_waste = record.padding_waste;
+    sample.samples_by_source = record.samples_by_source;
     runner.metrics_->RecordStep(sample);
     v1::JobUpdate update;
     v1::StepMetrics* m = update.mutable_step();

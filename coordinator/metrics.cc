@@ -147,6 +147,15 @@ std::string Metrics::Render(const std::map<JobState, int64_t>& jobs,
   per_job("tandem_job_padding_waste",
           "A running job's last step: the share of the LLM's row positions that held no sample.",
           [](const StepSample& s) { return Number(s.padding_waste); });
+  const char* sources = "tandem_job_source_samples";
+  Header(&out, sources, "gauge",
+         "A running job's samples from each source of its data.mixture since the run began.");
+  for (const auto& [id, sample] : running_) {
+    for (const auto& [source, count] : sample.samples_by_source) {
+      absl::StrAppend(&out, sources, "{", JobLabels(sample), ",source=\"", source, "\"} ", count,
+                      "\n");
+    }
+  }
   return out;
 }
 

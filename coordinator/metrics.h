@@ -21,6 +21,8 @@
 //                                                        mean (what the data left uneven)
 //   tandem_job_padding_waste{job,name}          gauge    share of its last step's LLM row
 //                                                        positions that held no sample
+//   tandem_job_source_samples{job,name,source}  gauge    a data.mixture's samples from each
+//                                                        source since the run began
 //
 // The tandem_job_* series exist while the job runs (RUNNING); counters count from the
 // coordinator's start. Thread-safe.
@@ -30,6 +32,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coordinator/job_store.h"
@@ -54,6 +57,7 @@ struct StepSample {
   double vision_planned_imbalance = 0;
   double llm_planned_imbalance = 0;
   double padding_waste = 0;
+  std::vector<std::pair<std::string, int64_t>> samples_by_source;  // a mixture's, in its order
 };
 
 class Metrics {

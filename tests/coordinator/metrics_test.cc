@@ -45,6 +45,7 @@ StepSample Step(int64_t step, double loss) {
   s.vision_planned_imbalance = 1.125;
   s.llm_planned_imbalance = 1.0625;
   s.padding_waste = 0.125;
+  s.samples_by_source = {{"shapes", 6 * step}, {"photos", 2 * step}};
   return s;
 }
 
@@ -89,6 +90,8 @@ TEST(MetricsTest, CountsJobsByStateActorsByPoolAndStepsOfRunningJobs) {
   EXPECT_THAT(text, HasSubstr("tandem_job_planned_imbalance{job=\"job-000002\",name="
                               "\"caption \\\"tiny\\\"\",group=\"llm\"} 1.0625\n"));
   EXPECT_THAT(text, HasSubstr("tandem_job_padding_waste" + labels + " 0.125\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_job_source_samples{job=\"job-000002\",name="
+                              "\"caption \\\"tiny\\\"\",source=\"photos\"} 4\n"));
 
   metrics.EndJob("job-000002");
   const std::string ended = metrics.Render({}, {}, now, std::chrono::seconds(10));
