@@ -48,17 +48,29 @@ struct ShardsConfig {
   bool operator==(const ShardsConfig&) const = default;
 };
 
-struct MixtureSource;
+enum class DataKind { kShapes, kJsonl, kConversations, kShards, kMixture };
+
+// One source of a mixture (data/mixture_dataset.h): its kind (not kMixture) and that kind's config.
+struct MixtureSource {
+  std::string name;
+  double weight = 1;  // relative to the other sources'
+  DataKind kind = DataKind::kShapes;
+  ShapesConfig shapes;
+  JsonlConfig jsonl;
+  ConversationsConfig conversations;
+  ShardsConfig shards;
+
+  bool operator==(const MixtureSource&) const = default;
+};
 
 struct DataConfig {
-  enum class Kind { kShapes, kJsonl, kConversations, kShards, kMixture };
+  using Kind = DataKind;
   Kind kind = Kind::kShapes;
   ShapesConfig shapes;
   JsonlConfig jsonl;
   ConversationsConfig conversations;
   ShardsConfig shards;
-  // kMixture: the sources, each of another kind (its kind and its kind's config); the other fields
-  // here apply to all of them.
+  // kMixture: the sources; the other fields here apply to all of them.
   std::vector<MixtureSource> mixture;
   // Text tokens of a sample with its special tokens, image tokens not counted; longer samples are
   // an error.
@@ -75,18 +87,20 @@ struct DataConfig {
   // Threads a vision rank reads its images with (data/worker_pool.h).
   int64_t workers = 1;
 
-  bool operator==(const DataConfig&) const;
+  bool operator==(const DataConfig&) const = default;
 };
 
-// One source of a mixture (data/mixture_dataset.h).
-struct MixtureSource {
-  std::string name;
-  double weight = 1;  // relative to the other sources'
-  DataConfig data;    // its kind and that kind's config
-
-  bool operator==(const MixtureSource&) const = default;
-};
-
-inline bool DataConfig::operator==(const DataConfig&) const = default;
+// A mixture's source as a data set of its own: `mixture`'s fields that apply to every source, with
+// the source's kind and config.
+inline DataConfig SourceConfig(const DataConfig& mixture, const MixtureSource& source) {
+  DataConfig own = mixture;
+  own.mixture.clear();
+  own.kind = source.kind;
+  own.shapes = source.shapes;
+  own.jsonl = source.jsonl;
+  own.conversations = source.conversations;
+  own.shards = source.shards;
+  return own;
+}
 
 }  // namespace tandem::data

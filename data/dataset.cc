@@ -192,14 +192,8 @@ absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_si
     case DataConfig::Kind::kMixture: {
       std::vector<MixtureDataset::Source> train, eval;
       for (const MixtureSource& source : config.mixture) {
-        DataConfig own = config;  // the data fields that apply to every source
-        own.mixture.clear();
-        own.kind = source.data.kind;
-        own.shapes = source.data.shapes;
-        own.jsonl = source.data.jsonl;
-        own.conversations = source.data.conversations;
-        own.shards = source.data.shards;
-        absl::StatusOr<Datasets> opened = OpenDatasets(own, image_size, preprocessor);
+        absl::StatusOr<Datasets> opened =
+            OpenDatasets(SourceConfig(config, source), image_size, preprocessor);
         if (!opened.ok()) {
           return absl::Status(
               opened.status().code(),
@@ -234,11 +228,9 @@ SampleOrder TrainOrder(const DataConfig& config, const Dataset& train) {
     const auto* mixture = dynamic_cast<const MixtureDataset*>(&train);
     SampleOrder order;
     for (size_t s = 0; mixture != nullptr && s < config.mixture.size(); ++s) {
-      DataConfig own = config;
-      own.kind = config.mixture[s].data.kind;
-      own.shards = config.mixture[s].data.shards;
       order.mixture.push_back(
-          {config.mixture[s].weight, TrainOrder(own, *mixture->sources()[s].dataset)});
+          {config.mixture[s].weight,
+           TrainOrder(SourceConfig(config, config.mixture[s]), *mixture->sources()[s].dataset)});
     }
     return order;
   }

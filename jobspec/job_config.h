@@ -105,7 +105,7 @@ struct JobConfig {
 inline bool ConversationData(const data::DataConfig& data) {
   if (data.kind == data::DataConfig::Kind::kMixture) {
     for (const data::MixtureSource& source : data.mixture)
-      if (ConversationData(source.data)) return true;
+      if (ConversationData(data::SourceConfig(data, source))) return true;
     return false;
   }
   return data.kind == data::DataConfig::Kind::kConversations ||
@@ -118,7 +118,7 @@ inline bool ConversationData(const data::DataConfig& data) {
 inline bool ImagesAtTheirOwnSize(const data::DataConfig& data) {
   if (data.kind == data::DataConfig::Kind::kMixture) {
     for (const data::MixtureSource& source : data.mixture)
-      if (!ImagesAtTheirOwnSize(source.data)) return false;
+      if (!ImagesAtTheirOwnSize(data::SourceConfig(data, source))) return false;
     return !data.mixture.empty();
   }
   return data.kind == data::DataConfig::Kind::kConversations ||

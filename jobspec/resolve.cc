@@ -133,7 +133,13 @@ data::DataConfig ResolveData(const tandem::v1::DataSpec& spec) {
       data::MixtureSource& mixed = data.mixture.emplace_back();
       mixed.name = source.name();
       mixed.weight = source.weight();
-      ResolveSource(source, mixed.data);
+      data::DataConfig own;
+      ResolveSource(source, own);
+      mixed.kind = own.kind;
+      mixed.shapes = own.shapes;
+      mixed.jsonl = own.jsonl;
+      mixed.conversations = own.conversations;
+      mixed.shards = own.shards;
     }
   }
   if (spec.has_max_text_tokens()) data.max_text_tokens = spec.max_text_tokens();

@@ -116,7 +116,8 @@ absl::Status CheckSource(const data::DataConfig& data, const std::string& at) {
   return absl::OkStatus();
 }
 
-absl::Status CheckMixture(const std::vector<data::MixtureSource>& sources) {
+absl::Status CheckMixture(const data::DataConfig& data) {
+  const std::vector<data::MixtureSource>& sources = data.mixture;
   if (sources.empty()) return PathError("data.mixture.sources", "needs at least one source");
   std::set<std::string> names;
   for (size_t i = 0; i < sources.size(); ++i) {
@@ -132,16 +133,16 @@ absl::Status CheckMixture(const std::vector<data::MixtureSource>& sources) {
       return PathError(at + ".name", Quoted(source.name), " names an earlier source too");
     if (!std::isfinite(source.weight) || source.weight <= 0)
       return PathError(at + ".weight", "must be > 0, got ", source.weight);
-    if (source.data.kind == data::DataConfig::Kind::kMixture)
+    if (source.kind == data::DataConfig::Kind::kMixture)
       return PathError(at, "needs shapes, jsonl, conversations or shards");
-    RETURN_IF_ERROR(CheckSource(source.data, at));
+    RETURN_IF_ERROR(CheckSource(data::SourceConfig(data, source), at));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckData(const data::DataConfig& data) {
   RETURN_IF_ERROR(CheckSource(data, "data"));
-  if (data.kind == data::DataConfig::Kind::kMixture) RETURN_IF_ERROR(CheckMixture(data.mixture));
+  if (data.kind == data::DataConfig::Kind::kMixture) RETURN_IF_ERROR(CheckMixture(data));
   if (data.max_text_tokens < 2) {
     return PathError("data.max_text_tokens", "must be >= 2 (<bos> and <eos> count), got ",
                      data.max_text_tokens);

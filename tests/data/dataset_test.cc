@@ -41,10 +41,12 @@ TEST(OpenDatasets, ShapesGiveTrainAndEvalOfTheConfiguredSizes) {
 TEST(OpenDatasets, AMixtureJoinsItsSourcesAndNamesThem) {
   DataConfig config;
   config.kind = DataConfig::Kind::kMixture;
-  MixtureSource a{"a", 3, DataConfig{}};
-  a.data.shapes = {1, 10, 4};
-  MixtureSource b{"b", 1, DataConfig{}};
-  b.data.shapes = {2, 6, 0};
+  MixtureSource a, b;
+  a.name = "a";
+  a.weight = 3;
+  a.shapes = {1, 10, 4};
+  b.name = "b";
+  b.shapes = {2, 6, 0};
   config.mixture = {a, b};
   absl::StatusOr<Datasets> datasets = OpenDatasets(config, 16);
   ASSERT_TRUE(datasets.ok()) << datasets.status();
@@ -59,8 +61,8 @@ TEST(OpenDatasets, AMixtureJoinsItsSourcesAndNamesThem) {
   EXPECT_EQ(order.mixture[0].weight, 3);
   EXPECT_EQ(order.mixture[1].order.shards, (std::vector<int64_t>{6}));
   EXPECT_EQ(datasets->train->Check(16).code(), absl::StatusCode::kOutOfRange);
-  config.mixture[1].data.kind = DataConfig::Kind::kJsonl;
-  config.mixture[1].data.jsonl.train_path = "/nonexistent/train.jsonl";
+  config.mixture[1].kind = DataConfig::Kind::kJsonl;
+  config.mixture[1].jsonl.train_path = "/nonexistent/train.jsonl";
   const absl::Status missing = OpenDatasets(config, 16).status();
   EXPECT_THAT(std::string(missing.message()),
               HasSubstr("data.mixture source b: reading /nonexistent/train.jsonl"));

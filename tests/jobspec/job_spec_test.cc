@@ -105,11 +105,11 @@ TEST(JobSpec, MixtureExampleLoadsItsSources) {
   ASSERT_EQ(config->data.mixture.size(), 2u);
   EXPECT_EQ(config->data.mixture[0].name, "shapes");
   EXPECT_EQ(config->data.mixture[0].weight, 3);
-  EXPECT_EQ(config->data.mixture[0].data.kind, data::DataConfig::Kind::kShapes);
-  EXPECT_EQ(config->data.mixture[0].data.shapes.train_samples, 1024);
-  EXPECT_EQ(config->data.mixture[1].data.kind, data::DataConfig::Kind::kJsonl);
-  EXPECT_EQ(config->data.mixture[1].data.jsonl.train_path, InExamples("jsonl/train.jsonl"));
-  EXPECT_EQ(config->data.mixture[1].data.jsonl.eval_path, InExamples("jsonl/eval.jsonl"));
+  EXPECT_EQ(config->data.mixture[0].kind, data::DataConfig::Kind::kShapes);
+  EXPECT_EQ(config->data.mixture[0].shapes.train_samples, 1024);
+  EXPECT_EQ(config->data.mixture[1].kind, data::DataConfig::Kind::kJsonl);
+  EXPECT_EQ(config->data.mixture[1].jsonl.train_path, InExamples("jsonl/train.jsonl"));
+  EXPECT_EQ(config->data.mixture[1].jsonl.eval_path, InExamples("jsonl/eval.jsonl"));
   EXPECT_FALSE(ConversationData(config->data));  // captions both
 }
 
