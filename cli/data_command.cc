@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "data/shard_inspect.h"
+#include "data/shard_manifest.h"
 #include "data/shard_pack.h"
 
 namespace tandem::cli {
@@ -45,7 +46,7 @@ int Pack(const PackRequest& request) {
       j["shards"].push_back({{"file", s.file},
                              {"samples", s.samples},
                              {"bytes", s.bytes},
-                             {"crc32", absl::StrFormat("%08x", s.crc32)}});
+                             {"crc32", data::FormatCrc32(s.crc32)}});
     }
     std::printf("%s\n", j.dump().c_str());
     return 0;

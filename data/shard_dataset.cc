@@ -138,9 +138,7 @@ absl::StatusOr<std::unique_ptr<ShardDataset>> ShardDataset::Open(
                      ReadTable(shard, options.max_images_per_sample));
     shard.samples = static_cast<int64_t>(table->samples.size());
     if (words) {
-      for (const Sample& sample : table->samples)
-        CountWords(sample.messages.empty() ? sample.caption : ConversationWords(sample.messages),
-                   *words);
+      for (const Sample& sample : table->samples) CountWords(WordsOf(sample), *words);
     }
   }
   auto dataset = std::unique_ptr<ShardDataset>(new ShardDataset(
@@ -168,6 +166,10 @@ ShardDataset::ShardDataset(std::vector<ShardInfo> shards, int64_t image_size,
   }
   // Two adjacent windows of the sampler's stream, with the shards cut at their ends.
   cache_samples_ = 2 * std::max<int64_t>(1, options_.shuffle_buffer) + 3 * largest;
+}
+
+std::string ShardDataset::WordsOf(const Sample& sample) {
+  return sample.messages.empty() ? sample.caption : ConversationWords(sample.messages);
 }
 
 absl::StatusOr<std::shared_ptr<const ShardDataset::Table>> ShardDataset::ReadTable(
@@ -323,17 +325,9 @@ WordCounts ShardDataset::VocabularyCounts() const {
     absl::StatusOr<std::shared_ptr<const Table>> table =
         ReadTable(shard, options_.max_images_per_sample);
     if (!table.ok()) continue;  // Check reports it when its samples are drawn
-    for (const Sample& sample : (*table)->samples)
-      CountWords(sample.messages.empty() ? sample.caption : ConversationWords(sample.messages),
-                 counts);
+    for (const Sample& sample : (*table)->samples) CountWords(WordsOf(sample), counts);
   }
   return counts;
-}
-
-std::vector<std::string> ShardDataset::VocabularyTexts() const {
-  std::vector<std::string> texts;
-  for (int64_t i = 0; i < size(); ++i) texts.push_back(Text(i));
-  return texts;
 }
 
 std::string ShardDataset::Describe(int64_t index) const {
@@ -356,7 +350,7 @@ std::string ShardDataset::Text(int64_t index) const {
   absl::StatusOr<Found> found = Find(index);
   if (!found.ok()) return "";
   const Sample& s = *found->sample;
-  return s.messages.empty() ? s.caption : ConversationWords(s.messages);
+  return WordsOf(s);
 }
 
 std::vector<tokenizer::ChatMessage> ShardDataset::Messages(int64_t index) const {

@@ -84,7 +84,6 @@ class ShardDataset final : public Dataset {
   std::vector<tokenizer::ChatMessage> Messages(int64_t index) const override;
   // The index's word counts when it has them; otherwise counted table by table (not cached).
   WordCounts VocabularyCounts() const override;
-  std::vector<std::string> VocabularyTexts() const override;
   // "shards/train-000003.tar: 000012 (byte 5120)"; "shards/train-000003.tar: sample 7" when the
   // shard's table cannot be read.
   std::string Describe(int64_t index) const override;
@@ -116,6 +115,8 @@ class ShardDataset final : public Dataset {
                std::shared_ptr<const ImagePreprocessor> preprocessor, Options options,
                std::optional<WordCounts> words);
 
+  // The sample's text as Text gives it: its caption, or its conversation's words.
+  static std::string WordsOf(const Sample& sample);
   // Reads and checks shard `shard`'s table.
   static absl::StatusOr<std::shared_ptr<const Table>> ReadTable(const ShardInfo& shard,
                                                                 int64_t max_images);
