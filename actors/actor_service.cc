@@ -222,6 +222,7 @@ grpc::Status ActorService::RunStep(grpc::ServerContext* context, const v1::RunSt
   response->set_padding(result->padding);
   response->set_bytes_sent(result->bytes_sent);
   response->set_planned(result->planned);
+  response->set_skipped_samples(result->skipped_samples);
   return grpc::Status::OK;
 }
 

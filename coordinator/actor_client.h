@@ -72,7 +72,8 @@ struct ActorStepReply {
   int64_t bytes_sent = 0;  // to the other group
   int64_t positions = 0;   // LLM replicas' first ranks: their rows' positions, padding included
   int64_t padding = 0;
-  double planned = 0;  // the work its replica was planned: tiles (vision), row cost (LLM)
+  double planned = 0;           // the work its replica was planned: tiles (vision), row cost (LLM)
+  int64_t skipped_samples = 0;  // left out as unreadable (data.on_bad_sample "skip")
 };
 
 struct ActorEvalReply {

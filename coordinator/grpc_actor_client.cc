@@ -80,6 +80,7 @@ class GrpcActorClient final : public ActorClient {
     reply.padding = response.padding();
     reply.bytes_sent = response.bytes_sent();
     reply.planned = response.planned();
+    reply.skipped_samples = response.skipped_samples();
     return reply;
   }
 

@@ -56,6 +56,7 @@ struct JobRunner::Attempt : rundir::RunGroups {
         if (static_cast<int>(planned.size()) <= rank) planned.resize(rank + 1, 0.0);
         compute[rank] = r.compute_s;
         planned[rank] = r.planned;
+        outcome.skipped_samples = std::max(outcome.skipped_samples, r.skipped_samples);
         if (runner.members_[i]->role == Role::kLlm) {
           sample.llm_to_vision_bytes += r.bytes_sent;
           outcome.llm_positions += r.positions;
@@ -103,6 +104,7 @@ struct JobRunner::Attempt : rundir::RunGroups {
     sample.llm_planned_imbalance = record.llm_planned_imbalance;
     sample.padding_waste = record.padding_waste;
     sample.samples_by_source = record.samples_by_source;
+    sample.skipped_samples = record.skipped_samples;
     runner.metrics_->RecordStep(sample);
     v1::JobUpdate update;
     v1::StepMetrics* m = update.mutable_step();

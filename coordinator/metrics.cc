@@ -46,7 +46,8 @@ void Metrics::RecordStep(const StepSample& sample) {
   std::lock_guard<std::mutex> lock(mu_);
   running_[sample.job_id] = sample;
   ++steps_total_;
-  samples_total_ += sample.samples;
+  samples_total_ += sample.samples - sample.skipped_samples;
+  skipped_samples_total_ += sample.skipped_samples;
   vision_to_llm_total_ += sample.vision_to_llm_bytes;
   llm_to_vision_total_ += sample.llm_to_vision_bytes;
 }
@@ -94,6 +95,9 @@ std::string Metrics::Render(const std::map<JobState, int64_t>& jobs,
   absl::StrAppend(&out, "tandem_steps_total ", steps_total_, "\n");
   Header(&out, "tandem_samples_total", "counter", "Samples trained, all jobs.");
   absl::StrAppend(&out, "tandem_samples_total ", samples_total_, "\n");
+  Header(&out, "tandem_skipped_samples_total", "counter",
+         "Samples left out as unreadable (data.on_bad_sample \"skip\"), all jobs.");
+  absl::StrAppend(&out, "tandem_skipped_samples_total ", skipped_samples_total_, "\n");
   Header(&out, "tandem_transfer_bytes_total", "counter",
          "Bytes sent between the groups: embeddings (vision_to_llm) and their gradients "
          "(llm_to_vision).");

@@ -6,6 +6,8 @@
 //   tandem_actors_busy{pool}                    gauge    of those, reserved for a job
 //   tandem_steps_total                          counter  training steps completed, all jobs
 //   tandem_samples_total                        counter  samples trained, all jobs
+//   tandem_skipped_samples_total                counter  samples left out as unreadable
+//                                                        (data.on_bad_sample "skip"), all jobs
 //   tandem_transfer_bytes_total{direction}      counter  bytes sent between the groups:
 //                                                        vision_to_llm (embeddings),
 //                                                        llm_to_vision (their gradients)
@@ -58,6 +60,7 @@ struct StepSample {
   double llm_planned_imbalance = 0;
   double padding_waste = 0;
   std::vector<std::pair<std::string, int64_t>> samples_by_source;  // a mixture's, in its order
+  int64_t skipped_samples = 0;  // of `samples`, left out as unreadable
 };
 
 class Metrics {
@@ -77,6 +80,7 @@ class Metrics {
   std::map<std::string, StepSample> running_;  // by job id
   int64_t steps_total_ = 0;
   int64_t samples_total_ = 0;
+  int64_t skipped_samples_total_ = 0;
   int64_t vision_to_llm_total_ = 0;
   int64_t llm_to_vision_total_ = 0;
 };

@@ -130,7 +130,7 @@ absl::StatusOr<Batch> MakeBatch(const Dataset& dataset, const std::vector<int64_
 }
 
 absl::StatusOr<Batch> MakeImagesBatch(const Dataset& dataset, const std::vector<ImageRef>& refs,
-                                      WorkerPool* pool) {
+                                      WorkerPool* pool, std::vector<absl::Status>* failures) {
   // An image's tiles are read once for its consecutive refs: first[g] is group g's first ref.
   std::vector<size_t> first;
   for (size_t r = 0; r < refs.size(); ++r) {
@@ -146,6 +146,17 @@ absl::StatusOr<Batch> MakeImagesBatch(const Dataset& dataset, const std::vector<
     pool->ForEach(groups, read);
   } else {
     for (int64_t g = 0; g < groups; ++g) read(g);
+  }
+  if (failures != nullptr) {
+    failures->assign(refs.size(), absl::OkStatus());
+    bool failed = false;
+    for (int64_t g = 0; g < groups; ++g) {
+      if (tiles[g].ok()) continue;
+      failed = true;
+      const size_t end = g + 1 < groups ? first[g + 1] : refs.size();
+      for (size_t r = first[g]; r < end; ++r) (*failures)[r] = tiles[g].status();
+    }
+    if (failed) return Batch{};
   }
   Batch batch;
   batch.size = static_cast<int64_t>(refs.size());

@@ -43,9 +43,12 @@ struct ImageRef {
 // vision rank reads. An image's consecutive tiles are read once; with a `pool`, the images are read
 // (decoded, resized, normalised) by its threads at once, the batch the same either way. The image
 // errors of MakeBatch; GetTiles'; OutOfRange for a tile the image does not have; with several
-// errors, the first ref's.
+// errors, the first ref's. With `failures`, an image that cannot be read does not fail the call:
+// its refs' entries of *failures (one for each ref, OK for the others) hold its error, and the
+// batch comes back empty when any image failed (the caller reads again without their samples).
 absl::StatusOr<Batch> MakeImagesBatch(const Dataset& dataset, const std::vector<ImageRef>& refs,
-                                      WorkerPool* pool = nullptr);
+                                      WorkerPool* pool = nullptr,
+                                      std::vector<absl::Status>* failures = nullptr);
 
 // What the LLM trains on for a micro-batch: each sample's Messages encoded by `codec`, right-padded
 // with its pad id to length = max_images * codec.max_image_positions() + max_text_tokens (fixed, so

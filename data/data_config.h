@@ -48,6 +48,12 @@ struct ShardsConfig {
   bool operator==(const ShardsConfig&) const = default;
 };
 
+// data.on_bad_sample.
+enum class BadSamplePolicy { kFail, kSkip };
+inline const char* BadSamplePolicyName(BadSamplePolicy policy) {
+  return policy == BadSamplePolicy::kSkip ? "skip" : "fail";
+}
+
 enum class DataKind { kShapes, kJsonl, kConversations, kShards, kMixture };
 
 // One source of a mixture (data/mixture_dataset.h): its kind (not kMixture) and that kind's config.
@@ -86,6 +92,9 @@ struct DataConfig {
   int64_t pack_tokens = 0;
   // Threads a vision rank reads its images with (data/worker_pool.h).
   int64_t workers = 1;
+  // A training sample that cannot be read: an error, or left out of its batch (step/stage.h:
+  // NOTE [Bad samples]).
+  BadSamplePolicy on_bad_sample = BadSamplePolicy::kFail;
 
   bool operator==(const DataConfig&) const = default;
 };

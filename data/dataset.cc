@@ -209,13 +209,16 @@ absl::StatusOr<Datasets> OpenDatasets(const DataConfig& config, int64_t image_si
     }
     case DataConfig::Kind::kShards: {
       Datasets datasets;
-      const ShardDataset::Options options{config.max_images_per_sample,
-                                          config.shards.shuffle_buffer};
+      // Held-out samples are never skipped (data.on_bad_sample applies to training).
+      const ShardDataset::Options eval{config.max_images_per_sample, config.shards.shuffle_buffer,
+                                       /*skip_bad_samples=*/false};
+      ShardDataset::Options train = eval;
+      train.skip_bad_samples = config.on_bad_sample == BadSamplePolicy::kSkip;
       ASSIGN_OR_RETURN(datasets.train, ShardDataset::Open({config.shards.train_pattern}, image_size,
-                                                          preprocessor, options));
+                                                          preprocessor, train));
       if (!config.shards.eval_pattern.empty()) {
         ASSIGN_OR_RETURN(datasets.eval, ShardDataset::Open({config.shards.eval_pattern}, image_size,
-                                                           preprocessor, options));
+                                                           preprocessor, eval));
       }
       return datasets;
     }

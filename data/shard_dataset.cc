@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/strict_json.h"
 #include "data/shard_index.h"
@@ -91,6 +92,7 @@ absl::StatusOr<std::unique_ptr<ShardDataset>> ShardDataset::Open(
   std::vector<ShardInfo> shards;
   std::vector<std::string> indexes;  // for each shard, the index that lists it ("": none)
   std::optional<WordCounts> words = WordCounts{};
+  std::set<int> faulted;  // skipping: shards missing or not as indexed
   for (const std::string& named : patterns) {
     std::error_code ec;
     if (std::filesystem::is_directory(named, ec)) {
@@ -120,22 +122,30 @@ absl::StatusOr<std::unique_ptr<ShardDataset>> ShardDataset::Open(
     ShardInfo& shard = shards[s];
     std::error_code ec;
     const auto bytes = std::filesystem::file_size(shard.path, ec);
+    absl::Status fault;
     if (ec) {
-      return absl::NotFoundError(absl::StrCat(shard.path, ": cannot be read (", ec.message(), ")",
-                                              indexes[s].empty() ? "" : ", listed in ",
-                                              indexes[s]));
+      fault =
+          absl::NotFoundError(absl::StrCat(shard.path, ": cannot be read (", ec.message(), ")",
+                                           indexes[s].empty() ? "" : ", listed in ", indexes[s]));
+    } else if (!indexes[s].empty() && static_cast<int64_t>(bytes) != shard.bytes) {
+      fault = absl::DataLossError(
+          absl::StrCat(shard.path, ": ", bytes, " bytes, ", indexes[s], " says ", shard.bytes,
+                       ": the shard changed since it was packed (pack the data again)"));
     }
-    if (!indexes[s].empty()) {
-      if (static_cast<int64_t>(bytes) != shard.bytes) {
-        return absl::DataLossError(
-            absl::StrCat(shard.path, ": ", bytes, " bytes, ", indexes[s], " says ", shard.bytes,
-                         ": the shard changed since it was packed (pack the data again)"));
+    // Skipping bad samples, a shard at fault is read for what it still holds: an indexed one's
+    // samples are the index's (those it lacks are bad), one without an index has none if missing.
+    if (!fault.ok()) {
+      if (!options.skip_bad_samples) return fault;
+      TANDEM_LOG(kWarning, "data") << fault.message() << "; its bad samples are skipped";
+      faulted.insert(static_cast<int>(s));
+      if (ec && indexes[s].empty()) {
+        shard.samples = 0;
+        continue;
       }
-      continue;
     }
+    if (!indexes[s].empty()) continue;
     shard.bytes = static_cast<int64_t>(bytes);
-    ASSIGN_OR_RETURN(const std::shared_ptr<const Table> table,
-                     ReadTable(shard, options.max_images_per_sample));
+    ASSIGN_OR_RETURN(const std::shared_ptr<const Table> table, ReadTable(shard, options));
     shard.samples = static_cast<int64_t>(table->samples.size());
     if (words) {
       for (const Sample& sample : table->samples) CountWords(WordsOf(sample), *words);
@@ -143,6 +153,7 @@ absl::StatusOr<std::unique_ptr<ShardDataset>> ShardDataset::Open(
   }
   auto dataset = std::unique_ptr<ShardDataset>(new ShardDataset(
       std::move(shards), image_size, std::move(preprocessor), options, std::move(words)));
+  dataset->faulted_ = std::move(faulted);
   if (dataset->size() == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.shards: ", dataset->shards_.size(), " shards and no sample in them"));
@@ -172,74 +183,113 @@ std::string ShardDataset::WordsOf(const Sample& sample) {
   return sample.messages.empty() ? sample.caption : ConversationWords(sample.messages);
 }
 
-absl::StatusOr<std::shared_ptr<const ShardDataset::Table>> ShardDataset::ReadTable(
-    const ShardInfo& shard, int64_t max_images) {
-  const std::string& path = shard.path;
-  ASSIGN_OR_RETURN(std::vector<TarMember> members, ScanTar(path));
-  ASSIGN_OR_RETURN(std::vector<TarSample> grouped, GroupTarSamples(path, std::move(members)));
-  if (shard.samples >= 0 && static_cast<int64_t>(grouped.size()) != shard.samples) {
-    return absl::DataLossError(absl::StrCat(path, ": holds ", grouped.size(),
-                                            " samples, its index says ", shard.samples,
-                                            ": the shard changed since it was packed"));
+absl::StatusOr<ShardDataset::Sample> ShardDataset::ReadSample(const std::string& path,
+                                                              const TarSample& tar,
+                                                              int64_t max_images) {
+  Sample sample;
+  sample.key = tar.key;
+  const std::string where = absl::StrCat(path, ": ", tar.key);
+  const TarMember* text = nullptr;
+  std::vector<std::pair<int64_t, size_t>> numbered;  // (number, member), for the order
+  for (size_t m = 0; m < tar.members.size(); ++m) {
+    if (tar.fields[m] == "json") text = &tar.members[m];
+    if (IsImageField(tar.fields[m])) numbered.emplace_back(ImageNumber(tar.fields[m]), m);
   }
+  if (text == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " (byte ", tar.members.front().header_offset,
+                     "): has no json member (its text: ", tar.key, ".json)"));
+  }
+  sample.offset = text->header_offset;
+  std::stable_sort(numbered.begin(), numbered.end());
+  for (const auto& [number, m] : numbered) sample.images.push_back(tar.members[m]);
+  const int64_t images = static_cast<int64_t>(sample.images.size());
+  const std::string source = absl::StrCat(where, " (byte ", sample.offset, ")");
+  if (images > max_images) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": has ", images, " images, more than data.max_images_per_sample = ", max_images));
+  }
+  ASSIGN_OR_RETURN(const std::string bytes, ReadTarMember(path, *text));
+  absl::StatusOr<json> parsed = ParseJsonStrict(bytes);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", parsed.status().message()));
+  }
+  if (parsed->is_object() && !parsed->contains("conversations") && !parsed->contains("messages")) {
+    const char* key = parsed->contains("caption") ? "caption" : "text";
+    if (!parsed->contains(key) || !(*parsed)[key].is_string() || images != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source,
+                       ": must hold \"conversations\" or \"messages\", or a \"caption\" (or "
+                       "\"text\") string with one image; it has ",
+                       images, images == 1 ? " image" : " images"));
+    }
+    sample.caption = (*parsed)[key].get<std::string>();
+    return sample;
+  }
+  // The marks take the sample's image members: name them in place of any file names.
+  if (parsed->is_object()) {
+    parsed->erase("image");
+    parsed->erase("images");
+    parsed->erase("video");
+    json names = json::array();
+    for (const TarMember& image : sample.images) names.push_back(image.name);
+    if (images > 0) (*parsed)[parsed->contains("messages") ? "images" : "image"] = names;
+  }
+  ASSIGN_OR_RETURN(Conversation conversation, ParseConversationJson(*parsed, source, /*base=*/""));
+  sample.messages = std::move(conversation.messages);
+  return sample;
+}
+
+absl::StatusOr<std::shared_ptr<const ShardDataset::Table>> ShardDataset::ReadTable(
+    const ShardInfo& shard, const Options& options) {
+  const std::string& path = shard.path;
+  const bool skip = options.skip_bad_samples;
   auto table = std::make_shared<Table>();
-  table->samples.reserve(grouped.size());
-  for (TarSample& tar : grouped) {
-    Sample sample;
-    sample.key = tar.key;
-    const std::string where = absl::StrCat(path, ": ", tar.key);
-    const TarMember* text = nullptr;
-    std::vector<std::pair<int64_t, size_t>> numbered;  // (number, member), for the order
-    for (size_t m = 0; m < tar.members.size(); ++m) {
-      if (tar.fields[m] == "json") text = &tar.members[m];
-      if (IsImageField(tar.fields[m])) numbered.emplace_back(ImageNumber(tar.fields[m]), m);
+  // Skipping, a shard that cannot be read at all is as many bad samples as its index lists (none
+  // when it has no index).
+  const auto all_bad =
+      [&](const absl::Status& error) -> absl::StatusOr<std::shared_ptr<const Table>> {
+    if (!skip) return error;
+    for (int64_t i = 0; i < std::max<int64_t>(0, shard.samples); ++i) {
+      Sample& bad = table->samples.emplace_back();
+      bad.error = error;
     }
-    if (text == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, " (byte ", tar.members.front().header_offset,
-                       "): has no json member (its text: ", tar.key, ".json)"));
-    }
-    sample.offset = text->header_offset;
-    std::stable_sort(numbered.begin(), numbered.end());
-    for (const auto& [number, m] : numbered) sample.images.push_back(tar.members[m]);
-    const int64_t images = static_cast<int64_t>(sample.images.size());
-    const std::string source = absl::StrCat(where, " (byte ", sample.offset, ")");
-    if (images > max_images) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": has ", images,
-                       " images, more than data.max_images_per_sample = ", max_images));
-    }
-    ASSIGN_OR_RETURN(const std::string bytes, ReadTarMember(path, *text));
-    absl::StatusOr<json> parsed = ParseJsonStrict(bytes);
-    if (!parsed.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": ", parsed.status().message()));
-    }
-    if (parsed->is_object() && !parsed->contains("conversations") &&
-        !parsed->contains("messages")) {
-      const char* key = parsed->contains("caption") ? "caption" : "text";
-      if (!parsed->contains(key) || !(*parsed)[key].is_string() || images != 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(source,
-                         ": must hold \"conversations\" or \"messages\", or a \"caption\" (or "
-                         "\"text\") string with one image; it has ",
-                         images, images == 1 ? " image" : " images"));
-      }
-      sample.caption = (*parsed)[key].get<std::string>();
+    return std::shared_ptr<const Table>(std::move(table));
+  };
+  absl::Status cut_short;
+  absl::StatusOr<std::vector<TarMember>> members = ScanTar(path, skip ? &cut_short : nullptr);
+  if (!members.ok()) return all_bad(members.status());
+  absl::StatusOr<std::vector<TarSample>> grouped = GroupTarSamples(path, *std::move(members));
+  if (!grouped.ok()) return all_bad(grouped.status());
+  const int64_t found = static_cast<int64_t>(grouped->size());
+  if (shard.samples >= 0 && (cut_short.ok() ? found != shard.samples : found > shard.samples)) {
+    return all_bad(absl::DataLossError(absl::StrCat(path, ": holds ", found,
+                                                    " samples, its index says ", shard.samples,
+                                                    ": the shard changed since it was packed")));
+  }
+  table->samples.reserve(grouped->size());
+  for (const TarSample& tar : *grouped) {
+    absl::StatusOr<Sample> sample = ReadSample(path, tar, options.max_images_per_sample);
+    if (!sample.ok() && !skip) return sample.status();
+    if (sample.ok()) {
+      table->samples.push_back(*std::move(sample));
     } else {
-      // The marks take the sample's image members: name them in place of any file names.
-      if (parsed->is_object()) {
-        parsed->erase("image");
-        parsed->erase("images");
-        parsed->erase("video");
-        json names = json::array();
-        for (const TarMember& image : sample.images) names.push_back(image.name);
-        if (images > 0) (*parsed)[parsed->contains("messages") ? "images" : "image"] = names;
-      }
-      ASSIGN_OR_RETURN(Conversation conversation,
-                       ParseConversationJson(*parsed, source, /*base=*/""));
-      sample.messages = std::move(conversation.messages);
+      Sample& bad = table->samples.emplace_back();
+      bad.key = tar.key;
+      bad.offset = tar.members.front().header_offset;
+      bad.error = sample.status();
     }
-    table->samples.push_back(std::move(sample));
+  }
+  // A truncated shard: the samples its index lists past the cut.
+  if (!cut_short.ok()) {
+    const absl::Status missing(
+        cut_short.code(), absl::StrCat(cut_short.message(), " (the samples after it are lost)"));
+    while (static_cast<int64_t>(table->samples.size()) < shard.samples) {
+      Sample& bad = table->samples.emplace_back();
+      bad.error = missing;
+    }
+    // The sample the cut falls in has lost its last members; one whose text went missing is
+    // bad already, one whose image did finds out when the image is read.
   }
   return std::shared_ptr<const Table>(std::move(table));
 }
@@ -266,8 +316,7 @@ absl::StatusOr<ShardDataset::Found> ShardDataset::Find(int64_t index) const {
   } else {
     loading_.insert(shard);
     lock.unlock();
-    absl::StatusOr<std::shared_ptr<const Table>> read =
-        ReadTable(shards_[shard], options_.max_images_per_sample);
+    absl::StatusOr<std::shared_ptr<const Table>> read = ReadTable(shards_[shard], options_);
     lock.lock();
     loading_.erase(shard);
     loaded_.notify_all();
@@ -287,7 +336,10 @@ absl::StatusOr<ShardDataset::Found> ShardDataset::Find(int64_t index) const {
   return Found{it->second, &it->second->samples[local], shard};
 }
 
-absl::Status ShardDataset::Check(int64_t index) const { return Find(index).status(); }
+absl::Status ShardDataset::Check(int64_t index) const {
+  ASSIGN_OR_RETURN(const Found found, Find(index));
+  return found.sample->error;
+}
 
 std::vector<int64_t> ShardDataset::ShardSizes() const {
   std::vector<int64_t> sizes;
@@ -297,8 +349,10 @@ std::vector<int64_t> ShardDataset::ShardSizes() const {
 
 absl::Status ShardDataset::VerifyShard(int64_t index) const {
   if (index < 0 || index >= size()) return Find(index).status();
-  const ShardInfo& shard = shards_[Locate(index).first];
-  if (!shard.crc32) return absl::OkStatus();
+  const int s = Locate(index).first;
+  const ShardInfo& shard = shards_[s];
+  // A shard whose samples are skipped as bad already is not the index's: nothing to verify.
+  if (!shard.crc32 || faulted_.count(s)) return absl::OkStatus();
   ASSIGN_OR_RETURN(const uint32_t crc, FileCrc32(shard.path));
   if (crc == *shard.crc32) return absl::OkStatus();
   return absl::DataLossError(absl::StrCat(
@@ -322,8 +376,7 @@ WordCounts ShardDataset::VocabularyCounts() const {
   if (words_) return *words_;
   WordCounts counts;
   for (const ShardInfo& shard : shards_) {
-    absl::StatusOr<std::shared_ptr<const Table>> table =
-        ReadTable(shard, options_.max_images_per_sample);
+    absl::StatusOr<std::shared_ptr<const Table>> table = ReadTable(shard, options_);
     if (!table.ok()) continue;  // Check reports it when its samples are drawn
     for (const Sample& sample : (*table)->samples) CountWords(WordsOf(sample), counts);
   }
@@ -336,6 +389,9 @@ std::string ShardDataset::Describe(int64_t index) const {
     if (index < 0 || index >= size()) return absl::StrCat("shards: index ", index);
     const auto [shard, local] = Locate(index);
     return absl::StrCat(shards_[shard].path, ": sample ", local);
+  }
+  if (found->sample->key.empty()) {
+    return absl::StrCat(shards_[found->shard].path, ": sample ", Locate(index).second);
   }
   return absl::StrCat(shards_[found->shard].path, ": ", found->sample->key, " (byte ",
                       found->sample->offset, ")");
@@ -367,11 +423,13 @@ absl::StatusOr<Example> ShardDataset::Get(int64_t index) const {
 absl::StatusOr<std::pair<std::string, std::string>> ShardDataset::ImageBytes(int64_t index,
                                                                              int64_t image) const {
   ASSIGN_OR_RETURN(const Found found, Find(index));
+  RETURN_IF_ERROR(found.sample->error);
   RETURN_IF_ERROR(CheckImageIndex(*this, index, image, "shards"));
   const TarMember& member = found.sample->images[image];
   const std::string& path = shards_[found.shard].path;
   ASSIGN_OR_RETURN(std::string bytes, ReadTarMember(path, member));
-  return std::make_pair(std::move(bytes), absl::StrCat(path, ": ", member.name));
+  return std::make_pair(std::move(bytes), absl::StrCat(path, ": ", member.name, " (byte ",
+                                                       member.header_offset, ")"));
 }
 
 absl::StatusOr<Image> ShardDataset::GetImage(int64_t index, int64_t image) const {

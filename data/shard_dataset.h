@@ -25,7 +25,8 @@
 // Errors name the shard, the key and the byte offset of the member: a sample without its text, a
 // JSON error, marks that differ from the images, more images than data.max_images_per_sample, a
 // shard whose size or sample count is no longer the index's. They are reported by Check (and by
-// Open for shards without an index, whose scan reads every table once).
+// Open for shards without an index, whose scan reads every table once); with
+// Options::skip_bad_samples, Check reports them for the bad samples alone.
 //
 // Thread-safety: all methods may be called from several threads; the cache is behind a mutex,
 // which is not held while a table is read, so readers of cached shards do not wait for it.
@@ -59,6 +60,11 @@ absl::StatusOr<std::vector<std::string>> ExpandShardPattern(const std::string& p
 struct ShardDatasetOptions {
   int64_t max_images_per_sample = 1;  // data.max_images_per_sample
   int64_t shuffle_buffer = 10000;     // data.shards.shuffle_buffer: sizes the cache
+  // data.on_bad_sample "skip": a sample that cannot be read is kept as a bad one, which Check
+  // reports, instead of failing its whole shard (a truncated tar keeps the samples before the cut,
+  // a missing or changed shard of an index is its listed count of bad samples, a missing shard
+  // without an index has none).
+  bool skip_bad_samples = false;
 };
 
 class ShardDataset final : public Dataset {
@@ -99,6 +105,7 @@ class ShardDataset final : public Dataset {
     std::vector<TarMember> images;  // in mark order
     std::string caption;            // a caption sample's text; empty for a conversation
     std::vector<tokenizer::ChatMessage> messages;  // a conversation's
+    absl::Status error;  // why it cannot be read (Options::skip_bad_samples); OK for a good one
   };
   struct Table {
     std::vector<Sample> samples;
@@ -119,7 +126,10 @@ class ShardDataset final : public Dataset {
   static std::string WordsOf(const Sample& sample);
   // Reads and checks shard `shard`'s table.
   static absl::StatusOr<std::shared_ptr<const Table>> ReadTable(const ShardInfo& shard,
-                                                                int64_t max_images);
+                                                                const Options& options);
+  // One sample of shard `path`: its text read and parsed, its images in mark order.
+  static absl::StatusOr<Sample> ReadSample(const std::string& path, const TarSample& tar,
+                                           int64_t max_images);
   // The shard holding `index` and its place in it. REQUIRES: 0 <= index < size().
   std::pair<int, int64_t> Locate(int64_t index) const;
   absl::StatusOr<Found> Find(int64_t index) const;
@@ -134,6 +144,7 @@ class ShardDataset final : public Dataset {
   Options options_;
   int64_t cache_samples_;  // the cache's budget
   std::optional<WordCounts> words_;
+  std::set<int> faulted_;  // Options::skip_bad_samples: shards missing or unlike their index
 
   mutable std::mutex mutex_;
   mutable std::condition_variable loaded_;  // a table being read is in tables_ now, or failed

@@ -151,12 +151,18 @@ class Reader {
 
 }  // namespace
 
-absl::StatusOr<std::vector<TarMember>> ScanTar(const std::string& path) {
+absl::StatusOr<std::vector<TarMember>> ScanTar(const std::string& path, absl::Status* cut_short) {
+  if (cut_short != nullptr) *cut_short = absl::OkStatus();
   Reader reader;
   RETURN_IF_ERROR(reader.Open(path, 0));
   std::vector<TarMember> members;
   for (;;) {
-    ASSIGN_OR_RETURN(struct archive_entry * entry, reader.Next());
+    absl::StatusOr<struct archive_entry*> next = reader.Next();
+    if (!next.ok() && cut_short != nullptr && !members.empty()) {
+      *cut_short = next.status();
+      break;
+    }
+    ASSIGN_OR_RETURN(struct archive_entry * entry, std::move(next));
     if (entry == nullptr) break;
     if (archive_entry_filetype(entry) != AE_IFREG) continue;
     const char* name = archive_entry_pathname(entry);

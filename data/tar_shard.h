@@ -33,8 +33,12 @@ struct TarMember {
   int64_t size = 0;           // bytes of data
 };
 
-// Every regular file of the tar at `path`, in order (directories and links are left out).
-absl::StatusOr<std::vector<TarMember>> ScanTar(const std::string& path);
+// Every regular file of the tar at `path`, in order (directories and links are left out). With
+// `cut_short`, a tar that turns out truncated or corrupt after its first member gives the members
+// before the fault, the fault's error in *cut_short (OK otherwise): the last of them may be cut
+// short, which ReadTarMember reports.
+absl::StatusOr<std::vector<TarMember>> ScanTar(const std::string& path,
+                                               absl::Status* cut_short = nullptr);
 
 // The data of `member` of the tar at `path`, as ScanTar found it. InvalidArgument for a member of
 // more than 256 MiB (no text or image of a sample is that large).

@@ -148,6 +148,7 @@ data::DataConfig ResolveData(const tandem::v1::DataSpec& spec) {
   if (spec.has_video_frames()) data.video_frames = spec.video_frames();
   if (spec.has_pack_tokens()) data.pack_tokens = spec.pack_tokens();
   if (spec.has_workers()) data.workers = spec.workers();
+  if (spec.on_bad_sample() == "skip") data.on_bad_sample = data::BadSamplePolicy::kSkip;
   return data;
 }
 

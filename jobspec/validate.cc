@@ -462,6 +462,12 @@ absl::Status ValidateJobSpec(const tandem::v1::JobSpec& spec) {
                      "a data source is required: give \"shapes\", \"jsonl\", \"conversations\", "
                      "\"shards\" or \"mixture\"");
   }
+  if (spec.data().has_on_bad_sample()) {
+    const std::string& policy = spec.data().on_bad_sample();
+    if (policy != "fail" && policy != "skip") {
+      return PathError("data.on_bad_sample", "must be \"fail\" or \"skip\", got ", Quoted(policy));
+    }
+  }
   for (int i = 0; i < spec.data().mixture().sources_size(); ++i) {
     if (spec.data().mixture().sources(i).source_case() ==
         tandem::v1::MixtureSourceSpec::SOURCE_NOT_SET) {

@@ -62,6 +62,7 @@ std::string StepRecordJson(const StepRecord& r) {
   j["vision_planned_imbalance"] = Number(r.vision_planned_imbalance);
   j["llm_planned_imbalance"] = Number(r.llm_planned_imbalance);
   j["padding_waste"] = Number(r.padding_waste);
+  j["skipped_samples"] = r.skipped_samples;
   if (!r.samples_by_source.empty()) {
     nlohmann::ordered_json sources = nlohmann::ordered_json::object();
     for (const auto& [name, count] : r.samples_by_source) sources[name] = count;
@@ -211,6 +212,7 @@ absl::Status ReadMetrics(const std::string& path, std::vector<StepRecord>* steps
       r.vision_planned_imbalance = NumberOr(j, "vision_planned_imbalance", 0);
       r.llm_planned_imbalance = NumberOr(j, "llm_planned_imbalance", 0);
       r.padding_waste = NumberOr(j, "padding_waste", 0);
+      r.skipped_samples = static_cast<int64_t>(NumberOr(j, "skipped_samples", 0));
       if (j.contains("samples_by_source")) {
         // Read again keeping the keys' order, the sources' (nlohmann::json sorts them).
         const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(

@@ -39,6 +39,8 @@ struct StepRecord {
   double vision_planned_imbalance = 0;
   double llm_planned_imbalance = 0;
   double padding_waste = 0;  // share of the LLM's row positions that held no sample
+  // Samples drawn for this step and left out as unreadable (data.on_bad_sample "skip").
+  int64_t skipped_samples = 0;
   // A mixture's samples from each source since the run began (data.mixture), in its order;
   // empty for one data set.
   std::vector<std::pair<std::string, int64_t>> samples_by_source;

@@ -81,6 +81,7 @@ absl::StatusOr<StepRecord> RunLoop::RecordStep(int64_t step, const StepOutcome& 
   record.llm_grad_norm = outcome.llm_grad_norm;
   record.grad_norm = WholeModelGradNorm(outcome.vision_grad_norm, outcome.llm_grad_norm);
   record.samples_per_s = options_.global_batch / std::max(step_seconds, 1e-9);
+  record.skipped_samples = outcome.skipped_samples;
   record.vision_compute_s = outcome.vision_compute_s;
   record.llm_compute_s = outcome.llm_compute_s;
   record.vision_imbalance = Imbalance(outcome.vision_compute_s);

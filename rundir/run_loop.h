@@ -67,8 +67,9 @@ struct StepOutcome {
   // Each rank's planned work in rank order: tiles (vision), its rows' cost (LLM).
   std::vector<double> vision_planned;
   std::vector<double> llm_planned;
-  int64_t llm_positions = 0;  // of the LLM's rows, padding included
-  int64_t llm_padding = 0;    // of them, positions holding no sample
+  int64_t llm_positions = 0;    // of the LLM's rows, padding included
+  int64_t llm_padding = 0;      // of them, positions holding no sample
+  int64_t skipped_samples = 0;  // left out as unreadable (data.on_bad_sample "skip")
 };
 
 // How uneven a group's ranks were: the slowest one's compute (or the busiest one's planned work)

@@ -40,6 +40,19 @@ namespace tandem::step {
 struct PrefetchedBatch {
   MicroBatchPlan plan;
   at::Tensor images;
+  // NOTE [Bad samples] in step/stage.h, reading under data.on_bad_sample "skip": the requested
+  // samples that cannot be read (their positions among the indices, each with its error and
+  // whether every rank finds it, from its table or its images' headers, or only the rank that
+  // reads its images), and the indices `plan` covers, the others. When an image failed, `plan`
+  // and `images` are not to be used: the batch is read again without the samples.
+  struct Bad {
+    int64_t position = 0;
+    absl::Status error;
+    bool everywhere = false;
+  };
+  std::vector<Bad> bad;
+  std::vector<int64_t> planned;
+  bool images_failed = false;
 };
 
 class ImagePrefetcher {

@@ -23,6 +23,9 @@ struct StepResult {
   // The work this rank's replica was planned (MicroBatchPlan::vision_images' tiles or llm_costs),
   // summed over the step's micro-batches.
   double planned = 0;
+  // Samples of the step left out as unreadable (NOTE [Bad samples] in step/stage.h): the same on
+  // every rank.
+  int64_t skipped_samples = 0;
 };
 
 // Caption scores of the held-out samples a rank owns; the LLM ranks' counts add up to the group's.

@@ -205,7 +205,15 @@ absl::StatusOr<StepResult> Stage::RunStep(int64_t step) {
   const auto start = Clock::now();
   absl::StatusOr<StepResult> result;
   try {
-    result = Train(step, batches);
+    result = [&]() -> absl::StatusOr<StepResult> {
+      int64_t skipped = 0;
+      if (skip_bad_samples()) {
+        ASSIGN_OR_RETURN(skipped, LeaveOutBadSamples(step, batches));
+      }
+      ASSIGN_OR_RETURN(StepResult trained, Train(step, batches));
+      trained.skipped_samples = skipped;
+      return trained;
+    }();
   } catch (const std::exception& e) {
     result = TorchError(absl::StrCat(group(), " rank ", placement_.rank, " step ", step), e);
   }
@@ -225,6 +233,77 @@ absl::StatusOr<StepResult> Stage::RunStep(int64_t step) {
       tensor_parallel() ? std::sqrt(tensor_parallel_squares_) : engine_->last_grad_norm();
   result->lr = engine_->last_lr();
   return result;
+}
+
+absl::StatusOr<int64_t> Stage::LeaveOutBadSamples(int64_t step,
+                                                  std::vector<std::vector<int64_t>>& batches) {
+  SetPhase("data");
+  ASSIGN_OR_RETURN(std::vector<float> flags, FindBadSamples(step, batches));
+  ASSIGN_OR_RETURN(flags, ShareBadSamples(step, std::move(flags)));
+  LogBadSamples(step, batches, flags);
+  int64_t dropped = 0;
+  size_t position = 0;
+  bool emptied = false;
+  for (std::vector<int64_t>& batch : batches) {
+    std::vector<int64_t> kept;
+    for (const int64_t index : batch) {
+      if (flags[position++] > 0) {
+        ++dropped;
+      } else {
+        kept.push_back(index);
+      }
+    }
+    emptied |= kept.empty();
+    batch = std::move(kept);
+  }
+  if (!emptied) return dropped;
+  // A micro-batch of no sample: the step's samples, in order, spread evenly again.
+  std::vector<int64_t> all;
+  for (const std::vector<int64_t>& batch : batches)
+    all.insert(all.end(), batch.begin(), batch.end());
+  const auto count = static_cast<int64_t>(batches.size());
+  if (static_cast<int64_t>(all.size()) < count) {
+    return absl::DataLossError(
+        absl::StrCat("step ", step, ": ", all.size(), " of its ", all.size() + dropped,
+                     " samples can be read, fewer than schedule.micro_batches = ", count,
+                     " (data.on_bad_sample \"skip\" left out the others; the log names them)"));
+  }
+  auto next = all.begin();
+  for (int64_t k = 0; k < count; ++k) {
+    const auto size = static_cast<int64_t>(all.size()) / count +
+                      (k < static_cast<int64_t>(all.size()) % count ? 1 : 0);
+    batches[k].assign(next, next + size);
+    next += size;
+  }
+  return dropped;
+}
+
+absl::StatusOr<std::vector<float>> Stage::ShareBadSamples(int64_t step, std::vector<float> flags) {
+  const int rank = placement_.rank, size = placement_.group_size,
+            peers = placement_.peer_group_size;
+  const auto samples = static_cast<int64_t>(flags.size());
+  const SampleRange whole{0, samples};
+  at::Tensor host = at::from_blob(flags.data(), {samples}, at::kFloat).clone();
+  if (role_ == Role::kLlm) {
+    const TransferTag incoming = Tag(TransferKind::kBadSamples, step, 0, whole, rank % peers);
+    RETURN_IF_ERROR(Expect(incoming, host));
+    RETURN_IF_ERROR(Await(incoming));
+  } else {
+    if (size > 1) {
+      at::Tensor summed = host.to(placement_.device);
+      RETURN_IF_ERROR(communicator_->AllReduceSum(summed)->Wait(placement_.timeout));
+      host = summed.cpu();
+    }
+    std::vector<std::unique_ptr<transport::SendHandle>> sends;
+    for (int peer = rank; peer < peers; peer += size) {
+      ASSIGN_OR_RETURN(auto send, Send(peer, Tag(TransferKind::kBadSamples, step, 0, whole, rank),
+                                       host, nullptr));
+      sends.push_back(std::move(send));
+    }
+    RETURN_IF_ERROR(WaitSends(sends));
+  }
+  const float* summed = host.data_ptr<float>();
+  return std::vector<float>(summed, summed + samples);
 }
 
 absl::StatusOr<EvalCounts> Stage::Evaluate(int64_t step) {

@@ -88,13 +88,25 @@ struct Placement {
   std::string run_dir;  // LLM rank 0 writes tokenizer.json there at setup; "" writes nothing
 };
 
-// What a stage is doing, for an actor's heartbeat: its phase (setup, forward, backward, transfer,
-// optimizer, evaluate, checkpoint, idle) and the sequence number of its group's last collective.
+// What a stage is doing, for an actor's heartbeat: its phase (setup, data, forward, backward,
+// transfer, optimizer, evaluate, checkpoint, idle) and the sequence number of its group's last
+// collective.
 struct StageProgress {
   std::atomic<const char*> phase{"idle"};
   std::atomic<int64_t> last_collective{0};
 };
 
+// NOTE [Bad samples]
+// Under data.on_bad_sample "skip", a training sample that cannot be read is left out of its
+// micro-batch on every rank alike, before any rank plans the step. The vision ranks find them:
+// each checks every sample of the step (its shard's table, its images' headers: the same verdict
+// on every rank) and reads the images of its replica's block, an image that fails marking its
+// sample. The vision group sums its flags (a collective), and each vision rank sends the sum to
+// the LLM ranks it answers for, as with the gradient norms (CombineGradSquares). Every rank then
+// drops the flagged samples; a micro-batch left with none takes its share of the step's samples
+// spread evenly again. The data position does not move (the samples were drawn), so a resumed run
+// leaves out the same samples, and the step's loss divides by the target tokens of the samples
+// kept, as a run without them would.
 class Stage {
  public:
   virtual ~Stage();
@@ -148,6 +160,17 @@ class Stage {
   // The group's part of one step: `batches` are the sample indices of every micro-batch.
   virtual absl::StatusOr<StepResult> Train(int64_t step,
                                            const std::vector<std::vector<int64_t>>& batches) = 0;
+  // NOTE [Bad samples]: this rank's flags for the samples of `batches` in order (non-zero: it
+  // cannot be read). The vision stage reads them; others have none to give.
+  virtual absl::StatusOr<std::vector<float>> FindBadSamples(
+      int64_t step, const std::vector<std::vector<int64_t>>& batches) {
+    size_t samples = 0;
+    for (const auto& batch : batches) samples += batch.size();
+    return std::vector<float>(samples, 0.0f);
+  }
+  // NOTE [Bad samples]: the flags every rank agreed on (non-zero: left out), for the log.
+  virtual void LogBadSamples(int64_t step, const std::vector<std::vector<int64_t>>& batches,
+                             const std::vector<float>& flags) {}
   // The group's part of evaluation batch `batch_index` (held-out samples `indices`).
   virtual absl::StatusOr<EvalCounts> EvaluateBatch(int64_t step, int64_t batch_index,
                                                    const std::vector<int64_t>& indices) = 0;
@@ -234,8 +257,16 @@ class Stage {
   int64_t patches() const { return job_.vision.model.num_features(); }  // embeddings per image
   int64_t width() const { return job_.llm.model.hidden; }
   data::Sampler& sampler() { return sampler_; }
+  bool skip_bad_samples() const { return job_.data.on_bad_sample == data::BadSamplePolicy::kSkip; }
 
  private:
+  // NOTE [Bad samples]: drops the samples any vision rank flagged from `batches` (collective over
+  // both groups) and returns how many were dropped.
+  absl::StatusOr<int64_t> LeaveOutBadSamples(int64_t step,
+                                             std::vector<std::vector<int64_t>>& batches);
+  // The vision group's flags summed, on every rank of both groups.
+  absl::StatusOr<std::vector<float>> ShareBadSamples(int64_t step, std::vector<float> flags);
+
   // The engine's GradNormCombiner under schedule.gradient_clipping: exchanges the groups' squared
   // gradient norms for the step running (step_ + 1) and returns their sum.
   absl::StatusOr<double> CombineGradSquares(double group_squares);

@@ -13,11 +13,14 @@
 #include <torch/torch.h>
 
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "data/batch.h"
 #include "data/worker_pool.h"
@@ -63,9 +66,11 @@ class VisionStage : public Stage {
     prefetcher_ = std::make_unique<ImagePrefetcher>(
         [this, pinned](const std::vector<int64_t>& indices) -> absl::StatusOr<PrefetchedBatch> {
           const data::Dataset& train = *data().datasets.train;
+          if (skip_bad_samples()) return ReadSkipping(train, indices, pinned);
           PrefetchedBatch read;
           ASSIGN_OR_RETURN(read.plan, Plan(train, indices, /*training=*/true));
           ASSIGN_OR_RETURN(read.images, ReadImages(train, indices, read.plan, pinned));
+          read.planned = indices;
           return read;
         },
         kPipelineDepth);
@@ -78,6 +83,14 @@ class VisionStage : public Stage {
   absl::StatusOr<EvalCounts> EvaluateBatch(int64_t step, int64_t batch_index,
                                            const std::vector<int64_t>& indices) override;
   absl::Status FinishEvaluation() override;
+  // NOTE [Bad samples] in stage.h: reads the step's micro-batches (prefetched, as a rule), keeping
+  // those read whole for Train, and logs each bad sample once.
+  absl::StatusOr<std::vector<float>> FindBadSamples(
+      int64_t step, const std::vector<std::vector<int64_t>>& batches) override;
+  // Vision rank 0 logs each bad sample once, with the error that made it bad: its own, or read
+  // again when another replica read its images.
+  void LogBadSamples(int64_t step, const std::vector<std::vector<int64_t>>& batches,
+                     const std::vector<float>& flags) override;
 
  private:
   struct InFlight {
@@ -103,6 +116,11 @@ class VisionStage : public Stage {
     ASSIGN_OR_RETURN(data::Batch batch, data::MakeImagesBatch(dataset, refs, workers_.get()));
     return ImagesOf(batch, pinned);
   }
+  // A training micro-batch read under data.on_bad_sample "skip": the samples that fail their
+  // check left out of its plan, those whose images fail flagged (PrefetchedBatch::bad).
+  absl::StatusOr<PrefetchedBatch> ReadSkipping(const data::Dataset& train,
+                                               const std::vector<int64_t>& indices,
+                                               bool pinned) const;
   // Sends `rows` of `embeddings` (rows of the exchange order; its first row is mine.begin) to every
   // rank of LLM replica `replica`, or to its first rank under embeddings_broadcast() (NOTE
   // [Parallel sets]).
@@ -121,6 +139,10 @@ class VisionStage : public Stage {
       eval_sends_;
   // data.workers threads reading a micro-batch's images (with the prefetcher's or the stage's).
   std::unique_ptr<data::WorkerPool> workers_;
+  // The step's micro-batches FindBadSamples read whole, by the indices they cover, for Train.
+  std::map<std::vector<int64_t>, PrefetchedBatch> taken_;
+  std::map<int64_t, absl::Status> found_;  // the bad samples this rank found in the step
+  std::set<int64_t> logged_;               // bad samples logged already (rank 0)
   // Last: destroyed first, so its thread stops before what its reads use.
   std::unique_ptr<ImagePrefetcher> prefetcher_;
 };
@@ -129,12 +151,27 @@ absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
                                               const std::vector<std::vector<int64_t>>& batches) {
   StepResult result;
   const int64_t last = static_cast<int64_t>(batches.size()) - 1;
-  for (const auto& batch : batches) prefetcher_->Request(batch);
+  std::map<std::vector<int64_t>, PrefetchedBatch> taken = std::move(taken_);
+  taken_.clear();
+  for (const auto& batch : batches) {
+    if (!taken.count(batch)) prefetcher_->Request(batch);
+  }
   std::deque<InFlight> in_flight;
   for (int64_t k = 0; k <= last; ++k) {
     SetPhase("forward");
     // Planned where its images were read.
-    ASSIGN_OR_RETURN(const PrefetchedBatch read, prefetcher_->Take(batches[k]));
+    PrefetchedBatch read;
+    if (auto it = taken.find(batches[k]); it != taken.end()) {
+      read = std::move(it->second);
+      taken.erase(it);
+    } else {
+      ASSIGN_OR_RETURN(read, prefetcher_->Take(batches[k]));
+      if (!read.bad.empty()) {
+        return absl::DataLossError(absl::StrCat(
+            "micro-batch ", k, ": ", read.bad.front().error.message(),
+            " (it was read whole when the step began: the data changed under the run)"));
+      }
+    }
     const MicroBatchPlan& plan = read.plan;
     const at::Tensor& images = read.images;
     const SampleRange mine = MyImages(plan);
@@ -187,6 +224,94 @@ absl::Status VisionStage::SendToReplica(
     sends->push_back(std::move(send));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<PrefetchedBatch> VisionStage::ReadSkipping(const data::Dataset& train,
+                                                          const std::vector<int64_t>& indices,
+                                                          bool pinned) const {
+  PrefetchedBatch read;
+  // Every rank finds the same: the sample's table and its images' headers (which LLaVA-NeXT's
+  // tiles are planned from).
+  std::vector<int64_t> positions;  // of read.planned among `indices`
+  for (size_t i = 0; i < indices.size(); ++i) {
+    absl::Status status = train.Check(indices[i]);
+    if (status.ok()) status = data::SampleImageSizes(train, indices[i], *data().text).status();
+    if (!status.ok()) {
+      read.bad.push_back({static_cast<int64_t>(i), std::move(status), /*everywhere=*/true});
+      continue;
+    }
+    read.planned.push_back(indices[i]);
+    positions.push_back(static_cast<int64_t>(i));
+  }
+  if (read.planned.empty()) return read;
+  ASSIGN_OR_RETURN(read.plan, Plan(train, read.planned, /*training=*/true));
+  // This rank's images: one that fails flags its sample, found by this replica alone.
+  const SampleRange mine = MyImages(read.plan);
+  std::vector<data::ImageRef> refs;
+  for (int64_t i = mine.begin; i < mine.end; ++i) {
+    const PlannedImage& unit = read.plan.images[i];
+    refs.push_back({read.planned[unit.sample], unit.image, unit.tile});
+  }
+  const int64_t size = job().vision.model.image_size;
+  if (refs.empty()) {
+    read.images = at::zeros({0, 3, size, size});
+    return read;
+  }
+  std::vector<absl::Status> failures;
+  ASSIGN_OR_RETURN(data::Batch batch,
+                   data::MakeImagesBatch(train, refs, workers_.get(), &failures));
+  std::set<int64_t> flagged;
+  for (int64_t i = mine.begin; i < mine.end; ++i) {
+    const absl::Status& failure = failures[i - mine.begin];
+    const int64_t sample = read.plan.images[i].sample;
+    if (failure.ok() || !flagged.insert(sample).second) continue;
+    read.bad.push_back({positions[sample], failure, /*everywhere=*/false});
+  }
+  read.images_failed = !flagged.empty();
+  if (!read.images_failed) read.images = ImagesOf(batch, pinned);
+  return read;
+}
+
+absl::StatusOr<std::vector<float>> VisionStage::FindBadSamples(
+    int64_t step, const std::vector<std::vector<int64_t>>& batches) {
+  taken_.clear();
+  found_.clear();
+  for (const auto& batch : batches) prefetcher_->Request(batch);
+  std::vector<float> flags;
+  for (const auto& batch : batches) {
+    ASSIGN_OR_RETURN(PrefetchedBatch read, prefetcher_->Take(batch));
+    const size_t offset = flags.size();
+    flags.resize(offset + batch.size(), 0.0f);
+    for (const PrefetchedBatch::Bad& bad : read.bad) {
+      flags[offset + bad.position] = 1.0f;
+      found_.emplace(batch[bad.position], bad.error);
+    }
+    if (!read.images_failed) taken_.emplace(read.planned, std::move(read));
+  }
+  return flags;
+}
+
+void VisionStage::LogBadSamples(int64_t step, const std::vector<std::vector<int64_t>>& batches,
+                                const std::vector<float>& flags) {
+  if (placement().rank != 0) return;
+  const data::Dataset& train = *data().datasets.train;
+  size_t position = 0;
+  for (const auto& batch : batches) {
+    for (const int64_t index : batch) {
+      if (flags[position++] <= 0 || !logged_.insert(index).second) continue;
+      absl::Status error;
+      if (const auto it = found_.find(index); it != found_.end()) {
+        error = it->second;
+      } else {
+        error = train.Check(index);
+        for (int64_t image = 0; error.ok() && image < train.ImageCount(index); ++image)
+          error = train.GetTiles(index, image).status();
+      }
+      TANDEM_LOG(kWarning, "data")
+          << "step " << step << ": skipping a bad sample (data.on_bad_sample \"skip\"): "
+          << (error.ok() ? train.Describe(index) : error.message());
+    }
+  }
 }
 
 void VisionStage::PrefetchNextStep() {

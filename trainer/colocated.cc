@@ -233,6 +233,7 @@ absl::Status ColocatedRun::RunSteps(int64_t first, int64_t last, const StepDone&
       } else {
         outcome.vision_compute_s = {result.compute_s};
         outcome.vision_planned = {result.planned};
+        outcome.skipped_samples = result.skipped_samples;
       }
       return absl::OkStatus();
     }));

@@ -14,6 +14,8 @@ const char* TransferKindName(TransferKind kind) {
       return "eval embeddings";
     case TransferKind::kGradSquares:
       return "grad squares";
+    case TransferKind::kBadSamples:
+      return "bad samples";
   }
   return "unknown transfer";
 }

@@ -24,7 +24,8 @@ enum class TransferKind : int {
   kEmbeddings = 1,
   kGradients = 2,
   kEvalEmbeddings = 3,
-  kGradSquares = 4
+  kGradSquares = 4,
+  kBadSamples = 5
 };
 
 const char* TransferKindName(TransferKind kind);

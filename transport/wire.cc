@@ -23,6 +23,7 @@ absl::StatusOr<TransferTag> FromProto(const tandem::v1::TransferTag& tag) {
     case tandem::v1::TRANSFER_KIND_GRADIENTS:
     case tandem::v1::TRANSFER_KIND_EVAL_EMBEDDINGS:
     case tandem::v1::TRANSFER_KIND_GRAD_SQUARES:
+    case tandem::v1::TRANSFER_KIND_BAD_SAMPLES:
       break;
     default:
       return absl::InvalidArgumentError(absl::StrCat("unknown transfer kind ", tag.kind()));

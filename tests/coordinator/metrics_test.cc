@@ -46,6 +46,7 @@ StepSample Step(int64_t step, double loss) {
   s.llm_planned_imbalance = 1.0625;
   s.padding_waste = 0.125;
   s.samples_by_source = {{"shapes", 6 * step}, {"photos", 2 * step}};
+  s.skipped_samples = step - 1;  // none at step 1, one at step 2
   return s;
 }
 
@@ -70,7 +71,9 @@ TEST(MetricsTest, CountsJobsByStateActorsByPoolAndStepsOfRunningJobs) {
   EXPECT_THAT(text, HasSubstr("tandem_actors_alive{pool=\"vision\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("tandem_actors_busy{pool=\"llm\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("# TYPE tandem_steps_total counter\ntandem_steps_total 2\n"));
-  EXPECT_THAT(text, HasSubstr("tandem_samples_total 16\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_samples_total 15\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE tandem_skipped_samples_total counter\n"
+                              "tandem_skipped_samples_total 1\n"));
   EXPECT_THAT(text, HasSubstr("tandem_transfer_bytes_total{direction=\"vision_to_llm\"} 8192\n"));
   EXPECT_THAT(text, HasSubstr("tandem_transfer_bytes_total{direction=\"llm_to_vision\"} 8192\n"));
   const std::string labels = "{job=\"job-000002\",name=\"caption \\\"tiny\\\"\"}";

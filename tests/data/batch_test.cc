@@ -156,6 +156,27 @@ TEST(MakeImagesBatch, APoolReadsTheSameBatch) {
   EXPECT_EQ(first.message(), "fake #1: no image 5");
 }
 
+// Asked for the failures (data.on_bad_sample "skip"), a batch reports each ref's image error and
+// comes back empty; a batch of good images comes back whole.
+TEST(MakeImagesBatch, FailuresAreReportedForEachRefOfABadImage) {
+  const MultiImageDataset dataset({"a", "b", "c"}, {2, 1, 3});
+  WorkerPool pool(2);
+  std::vector<absl::Status> failures;
+  absl::StatusOr<Batch> bad =
+      MakeImagesBatch(dataset, {{0, 0}, {1, 4}, {2, 1}, {2, 9}}, &pool, &failures);
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  EXPECT_EQ(bad->size, 0);
+  ASSERT_EQ(failures.size(), 4u);
+  EXPECT_TRUE(failures[0].ok());
+  EXPECT_EQ(failures[1].message(), "fake #1: no image 4");
+  EXPECT_TRUE(failures[2].ok());
+  EXPECT_EQ(failures[3].message(), "fake #2: no image 9");
+  absl::StatusOr<Batch> good = MakeImagesBatch(dataset, {{0, 1}, {2, 0}}, &pool, &failures);
+  ASSERT_TRUE(good.ok());
+  EXPECT_EQ(good->size, 2);
+  EXPECT_THAT(failures, ::testing::Each(absl::OkStatus()));
+}
+
 // The word tokenizer's caption layout puts one image ahead of each row: a sample with none or
 // several is refused, naming it; any layout refuses more than max_images.
 TEST(MakeTokenBatch, TheWordsLayoutReadsExactlyOneImageASample) {

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,68 @@ TEST(ShardDataset, BadSamplesNameTheShardTheKeyAndTheByte) {
       HasSubstr("a (byte 0): must hold \"conversations\" or \"messages\", or a \"caption\""));
   EXPECT_EQ(ShardDataset::Open({dir / "none-{0..1}.tar"}, 6).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// data.on_bad_sample "skip": a bad sample is one the dataset reports by Check, naming it, while the
+// rest of its shard reads as before.
+TEST(ShardDataset, SkippingKeepsTheGoodSamplesOfAShardAndReportsEachBadOne) {
+  testing::TempDir dir;
+  const std::string path = dir / "mixed.tar";
+  Write(path, {{"a.json", R"({"caption": "a red circle"})"},
+               {"a.png", Png(1)},
+               {"b.png", Png(2)},  // no text
+               {"c.json", "{"},
+               {"c.png", Png(3)},
+               {"d.json", R"({"caption": "a blue square"})"},
+               {"d.png", "not an image"}});
+  EXPECT_EQ(std::string(ShardDataset::Open({path}, 6).status().message()),
+            path + ": b (byte 2048): has no json member (its text: b.json)");
+  ShardDataset::Options skip;
+  skip.skip_bad_samples = true;
+  auto opened = ShardDataset::Open({path}, 6, nullptr, skip);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const ShardDataset& d = **opened;
+  ASSERT_EQ(d.size(), 4);
+  EXPECT_TRUE(d.Check(0).ok());
+  EXPECT_EQ(d.Text(0), "a red circle");
+  EXPECT_EQ(std::string(d.Check(1).message()),
+            path + ": b (byte 2048): has no json member (its text: b.json)");
+  EXPECT_THAT(std::string(d.Check(2).message()), HasSubstr(path + ": c (byte 3072): "));
+  EXPECT_EQ(d.ImageCount(1), 0);
+  EXPECT_EQ(d.Text(2), "");
+  // An image is bad when it is read: the error names the shard, the member and its byte.
+  EXPECT_TRUE(d.Check(3).ok());
+  EXPECT_THAT(std::string(d.GetImage(3, 0).status().message()),
+              HasSubstr(path + ": d.png (byte 6144): not a PNG or JPEG file"));
+  EXPECT_TRUE(d.GetImage(0, 0).ok());
+  // The word counts are the good samples' texts.
+  EXPECT_EQ(d.VocabularyCounts().count("red"), 1u);
+}
+
+TEST(ShardDataset, SkippingReadsATruncatedShardUpToItsCut) {
+  testing::TempDir dir;
+  const std::string path = dir / "cut.tar";
+  Write(path, {{"a.json", R"({"caption": "one"})"},
+               {"a.png", Png(1)},
+               {"b.json", R"({"caption": "two"})"},
+               {"b.png", Png(2)},
+               {"c.json", R"({"caption": "three"})"},
+               {"c.png", Png(3)}});
+  // Cut inside b.png's data: a and b's text stay whole.
+  std::filesystem::resize_file(path, 3584 + 50);
+  EXPECT_EQ(ShardDataset::Open({path}, 6).status().code(), absl::StatusCode::kDataLoss);
+  ShardDataset::Options skip;
+  skip.skip_bad_samples = true;
+  auto opened = ShardDataset::Open({path}, 6, nullptr, skip);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const ShardDataset& d = **opened;
+  ASSERT_EQ(d.size(), 2);
+  EXPECT_TRUE(d.GetImage(0, 0).ok());
+  EXPECT_TRUE(d.Check(1).ok());
+  EXPECT_EQ(d.Text(1), "two");
+  const absl::Status cut = d.GetImage(1, 0).status();
+  EXPECT_EQ(cut.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(cut.message()), HasSubstr(path + ": cannot read member b.png"));
 }
 
 }  // namespace

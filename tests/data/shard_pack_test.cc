@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -237,6 +238,33 @@ TEST(PackShards, AShardChangedSincePackingIsRefused) {
   EXPECT_EQ(std::string((*opened)->Check(3).message()),
             shard3 + ": holds 1 samples, its index says 2: the shard changed since it was packed");
   EXPECT_EQ((*opened)->Describe(3), shard3 + ": sample 0");
+}
+
+// data.on_bad_sample "skip": a packed directory whose shard is missing or cut short opens, its
+// samples there bad (named by Check), the others as packed.
+TEST(PackShards, SkippingOpensADirectoryWithAMissingAndATruncatedShard) {
+  testing::TempDir dir;
+  const std::string packed = PackTen(dir);
+  const std::string shard3 = packed + "/train-000003.tar";
+  const std::string shard5 = packed + "/train-000005.tar";
+  std::filesystem::remove(shard3);
+  std::filesystem::resize_file(shard5, 520);  // inside its text
+  EXPECT_EQ(ShardDataset::Open({packed}, 5).status().code(), absl::StatusCode::kNotFound);
+  ShardDataset::Options skip;
+  skip.skip_bad_samples = true;
+  auto opened = ShardDataset::Open({packed}, 5, nullptr, skip);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const ShardDataset& d = **opened;
+  EXPECT_EQ(d.size(), 10);
+  for (int64_t i : {0, 1, 2, 4, 6, 7, 8, 9}) EXPECT_TRUE(d.Check(i).ok()) << i;
+  EXPECT_EQ(d.Check(3).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(d.Check(3).message()), HasSubstr(shard3 + ": cannot open"));
+  EXPECT_EQ(d.Check(5).code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(d.Check(5).message()), HasSubstr(shard5));
+  EXPECT_TRUE(d.GetImage(4, 0).ok());
+  // Their samples are skipped already: a resume does not refuse them.
+  EXPECT_TRUE(d.VerifyShard(3).ok());
+  EXPECT_TRUE(d.VerifyShard(5).ok());
 }
 
 }  // namespace

@@ -156,6 +156,8 @@ const json& Fields() {
     "data.pack_tokens": [{"data": {"shapes": {"conversations": true}, "pack_tokens": 32}},
                          {"data": {"shapes": {"conversations": true}, "pack_tokens": 64}}],
     "data.workers": [{"data": {"workers": 1}}, {"data": {"workers": 4}}],
+    "data.on_bad_sample": [{"data": {"on_bad_sample": "fail"}},
+                           {"data": {"on_bad_sample": "skip"}}],
     "vision.pool": [{"vision": {"pool": "a"}}, {"vision": {"pool": "b"}}],
     "vision.actors": [{"vision": {"actors": 1}}, {"vision": {"actors": 2}}],
     "vision.model.preset": [{"vision": {"model": {"preset": "vit-tiny"}}},

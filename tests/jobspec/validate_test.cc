@@ -231,6 +231,10 @@ TEST(ValidateJobConfig, CountsMustBePositive) {
   spec["data"]["workers"] = 0;
   EXPECT_EQ(Error(spec), "job.json: data.workers: must be >= 1, got 0");
   spec = BaseSpec();
+  spec["data"]["on_bad_sample"] = "ignore";
+  EXPECT_EQ(Error(spec),
+            "job.json: data.on_bad_sample: must be \"fail\" or \"skip\", got \"ignore\"");
+  spec = BaseSpec();
   spec["failure"] = {{"max_restarts", -1}};
   EXPECT_EQ(Error(spec), "job.json: failure.max_restarts: must be >= 0, got -1");
 }

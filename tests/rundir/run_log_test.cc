@@ -23,14 +23,15 @@ std::string TempPath(const std::string& name) {
 }
 
 TEST(RunLogTest, StepRecordIsOneJsonLineWithDocumentedKeys) {
-  StepRecord r{12,   1.5,        0.003, 0.002, 0.75, 0.25, 0.5, 950.5,
-               4.25, {1.5, 0.5}, {2.0}, 1.5,   1.0,  1.25, 1.0, 0.125};
+  StepRecord r{12,         1.5,   0.003, 0.002, 0.75, 0.25, 0.5,   950.5, 4.25,
+               {1.5, 0.5}, {2.0}, 1.5,   1.0,   1.25, 1.0,  0.125, 2};
   EXPECT_EQ(
       StepRecordJson(r),
       R"({"step":12,"loss":1.5,"lr":0.003,"vision_lr":0.002,"grad_norm":0.75,"vision_grad_norm":0.25,)"
       R"("llm_grad_norm":0.5,"samples_per_s":950.5,"elapsed_s":4.25,"vision_compute_s":[1.5,0.5],)"
       R"("llm_compute_s":[2.0],"vision_imbalance":1.5,"llm_imbalance":1.0,)"
-      R"("vision_planned_imbalance":1.25,"llm_planned_imbalance":1.0,"padding_waste":0.125})");
+      R"("vision_planned_imbalance":1.25,"llm_planned_imbalance":1.0,"padding_waste":0.125,)"
+      R"("skipped_samples":2})");
 }
 
 // A mixture's counts: an object in the sources' order, read back in that order.
@@ -71,7 +72,7 @@ TEST(RunLogTest, AppendedRecordsReadBack) {
     ASSERT_TRUE(
         log
             ->Append(StepRecord{
-                2, 1.0, 0.1, 0.1, 1.0, 0, 0, 10, 1.0, {3, 1}, {2, 2}, 1.5, 1, 1.2, 1.1, 0.25})
+                2, 1.0, 0.1, 0.1, 1.0, 0, 0, 10, 1.0, {3, 1}, {2, 2}, 1.5, 1, 1.2, 1.1, 0.25, 3})
             .ok());
     ASSERT_TRUE(log->Append(EvalRecord{2, 0.25, 0.5}).ok());
     EXPECT_EQ(log->steps().size(), 2u);
@@ -89,6 +90,8 @@ TEST(RunLogTest, AppendedRecordsReadBack) {
   EXPECT_DOUBLE_EQ(steps[1].vision_planned_imbalance, 1.2);
   EXPECT_DOUBLE_EQ(steps[1].llm_planned_imbalance, 1.1);
   EXPECT_DOUBLE_EQ(steps[1].padding_waste, 0.25);
+  EXPECT_EQ(steps[1].skipped_samples, 3);
+  EXPECT_EQ(steps[0].skipped_samples, 0);
   EXPECT_TRUE(steps[0].vision_compute_s.empty());
   ASSERT_EQ(evals.size(), 1u);
   EXPECT_DOUBLE_EQ(evals[0].token_accuracy, 0.5);
@@ -148,7 +151,8 @@ TEST(RunLogTest, AResumeTruncatesATornTailAndAppendsAfterTheKeptRecords) {
       first,
       R"({"step":1,"loss":3.0,"lr":0.0,"vision_lr":0.0,"grad_norm":null,"vision_grad_norm":null,"llm_grad_norm":null,"samples_per_s":0.0,"elapsed_s":0.0,)"
       R"("vision_compute_s":[],"llm_compute_s":[],"vision_imbalance":0.0,"llm_imbalance":0.0,)"
-      R"("vision_planned_imbalance":0.0,"llm_planned_imbalance":0.0,"padding_waste":0.0})");
+      R"("vision_planned_imbalance":0.0,"llm_planned_imbalance":0.0,"padding_waste":0.0,)"
+      R"("skipped_samples":0})");
   EXPECT_THAT(third, HasSubstr(R"({"step":3,"loss":1.0,)"));
   EXPECT_FALSE(std::getline(in, fourth));
 }

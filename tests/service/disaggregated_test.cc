@@ -168,5 +168,51 @@ TEST(DisaggregatedRun, BadSpecFailsWithItsPathBeforeStarting) {
   fs::remove_all(dir);
 }
 
+// data.on_bad_sample "skip" through the service: shards packed by `tandem data pack` from
+// examples/jsonl (two samples a shard), one shard deleted and one cut inside an image. `tandem run`
+// with 2 vision and 2 LLM actors, where only the vision actor reading the cut image finds it bad,
+// leaves out the same three samples every step as the colocated run does, with its losses.
+TEST(DisaggregatedRun, BadSamplesAreLeftOutAsTheColocatedRunLeavesThemOut) {
+  const std::string dir = TempDir();
+  const fs::path examples = fs::path(TANDEM_EXAMPLES_DIR);
+  const Outcome packed =
+      testing::Tandem(absl::StrCat("data pack ", (examples / "jsonl/train.jsonl").string(), " ",
+                                   dir, "/shards --shard-size 6KiB"));
+  ASSERT_EQ(packed.exit_code, 0) << packed.output;
+  ASSERT_TRUE(fs::exists(dir + "/shards/train-000003.tar")) << packed.output;
+  fs::remove(dir + "/shards/train-000001.tar");
+  // The second sample's image data starts at byte 3584 of its shard.
+  fs::resize_file(dir + "/shards/train-000002.tar", 3584 + 40);
+  const auto spec = [&](int actors) {
+    const std::string engine = testing::Fp32Engine(1);
+    const std::string path = absl::StrCat(dir, "/job-", actors, ".json");
+    std::ofstream(path) << absl::StrCat(
+        R"({"name": "skip", "data": {"shards": {"train": ")", dir,
+        R"(/shards"}, "max_text_tokens": 32, "on_bad_sample": "skip"},
+  "vision": {"actors": )",
+        actors, R"(, "model": {"preset": "vit-tiny"}, "engine": )", engine, R"(},
+  "llm": {"actors": )",
+        actors, R"(, "model": {"preset": "llm-tiny"}, "engine": )", engine, R"(},
+  "schedule": {"global_batch": 8, "micro_batches": 2, "steps": 4, "seed": 11}})");
+    return path;
+  };
+  const Outcome colocated =
+      RunTandem(absl::StrCat(spec(1), " --colocated --threads 1 --run-dir ", dir, "/colocated"));
+  ASSERT_EQ(colocated.exit_code, 0) << colocated.output;
+  EXPECT_THAT(colocated.output, HasSubstr("train-000002.tar: cannot read member 000000005.0.png"));
+  const Outcome run = RunTandem(absl::StrCat(spec(2), " --threads 1 --run-dir ", dir, "/run"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  ExpectLossesMatch(Losses(dir + "/run"), Losses(dir + "/colocated"));
+  for (const std::string& name : {"colocated", "run"}) {
+    std::vector<rundir::StepRecord> steps;
+    std::vector<rundir::EvalRecord> evals;
+    ASSERT_TRUE(
+        rundir::ReadMetrics(absl::StrCat(dir, "/", name, "/metrics.jsonl"), &steps, &evals).ok());
+    ASSERT_EQ(steps.size(), 4u) << name;
+    for (const rundir::StepRecord& step : steps) EXPECT_EQ(step.skipped_samples, 3) << name;
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -19,9 +19,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "data/image.h"
 #include "data/shapes.h"
+#include "data/tar_shard.h"
 #include "engine/counting_communicator.h"
 #include "engine/engine.h"
 #include "engine/fake_communicator.h"
@@ -79,6 +82,9 @@ struct Outcome {
   int64_t llm_padding = 0;
   // Per step, each rank's planned work (StepResult::planned): tiles, and rows' cost.
   std::vector<std::vector<double>> vision_planned, llm_planned;
+  // Per step, samples left out as bad (StepResult::skipped_samples): vision rank 0's and LLM rank
+  // 0's.
+  std::vector<int64_t> vision_skipped, llm_skipped;
   int64_t tensor_broadcast_bytes = 0;  // handed to broadcasts of the LLM replicas, all ranks
   EvalCounts eval;                     // after the last step, summed over the LLM ranks
   std::map<std::string, at::Tensor> vision_weights;  // vision rank 0's after the last step
@@ -141,6 +147,8 @@ Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_st
   outcome.llm_weights.resize(nl);
   outcome.vision_planned.assign(job.schedule.steps, std::vector<double>(nv, 0.0));
   outcome.llm_planned.assign(job.schedule.steps, std::vector<double>(nl, 0.0));
+  outcome.vision_skipped.assign(job.schedule.steps, -1);
+  outcome.llm_skipped.assign(job.schedule.steps, -1);
   std::mutex mu;
   auto rank_main = [&](bool vision, int rank) {
     Placement placement = PlacementOf("stages#1", vision, rank, nv, sv, nl, tl);
@@ -185,11 +193,13 @@ Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_st
         outcome.llm_positions += result->positions;
         outcome.llm_padding += result->padding;
         outcome.llm_planned[step - 1][rank] = result->planned;
+        if (rank == 0) outcome.llm_skipped[step - 1] = result->skipped_samples;
       }
       if (status.ok() && vision) {
         std::lock_guard<std::mutex> lock(mu);
         outcome.vision_bytes_sent += result->bytes_sent;
         outcome.vision_planned[step - 1][rank] = result->planned;
+        if (rank == 0) outcome.vision_skipped[step - 1] = result->skipped_samples;
       }
       if (status.ok() && step == save_step) status = (*stage)->SaveCheckpoint(step, checkpoint);
     }
@@ -985,6 +995,128 @@ TEST(StagesOwnModelsTest, MixedAnyResConversationsTrainAsOneRankEach) {
 // A job resuming from a checkpoint keeps the word tokenizer saved there: the shapes conversations
 // count their words differently from the captions, so a vocabulary built again would number them
 // differently from the weights.
+// One sample of a shard of shapes captions: shapes train sample `shape`'s image and caption, good,
+// or bad: its image not an image, or without its text.
+struct ShardSample {
+  int shape = 0;
+  enum Kind { kGood, kCorruptImage, kNoText } kind = kGood;
+};
+
+// A tar shard of `samples` (keys "000000", "000001", ...) in `dir`; returns its path.
+std::string WriteShapesShard(const std::filesystem::path& dir, const std::string& name,
+                             const std::vector<ShardSample>& samples) {
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / name).string();
+  const data::ShapesDataset shapes(3, 32, data::Split::kTrain, 64);
+  absl::StatusOr<data::TarWriter> tar = data::TarWriter::Create(path);
+  EXPECT_TRUE(tar.ok()) << tar.status();
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const std::string key = absl::StrFormat("%06d", i);
+    absl::StatusOr<data::Example> example = shapes.Get(samples[i].shape);
+    absl::StatusOr<std::string> png = data::EncodePng(example->image);
+    EXPECT_TRUE(png.ok()) << png.status();
+    if (samples[i].kind != ShardSample::kNoText) {
+      EXPECT_TRUE(tar->Add(key + ".json", nlohmann::json{{"caption", example->text}}.dump()).ok());
+    }
+    EXPECT_TRUE(
+        tar->Add(key + ".png", samples[i].kind == ShardSample::kCorruptImage ? "not a png" : *png)
+            .ok());
+  }
+  EXPECT_TRUE(tar->Close().ok());
+  return path;
+}
+
+// A tiny captioning job on shards: fp32 engines at ZeRO 1, `global_batch` samples a step in two
+// micro-batches, bad samples skipped or not.
+jobspec::JobConfig ShardJob(const std::string& shards, int64_t global_batch,
+                            const std::string& on_bad_sample) {
+  const std::string engine =
+      R"({"zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 0.002}}})";
+  const std::string spec =
+      absl::StrCat(R"({"name": "skip", "data": {"shards": {"train": ")", shards,
+                   R"("}, "max_text_tokens": 12, "on_bad_sample": ")", on_bad_sample, R"("},
+  "vision": {"model": {"preset": "vit-tiny"}, "engine": )",
+                   engine, R"(},
+  "llm": {"model": {"preset": "llm-tiny"}, "engine": )",
+                   engine, R"(},
+  "schedule": {"global_batch": )",
+                   global_batch, R"(, "micro_batches": 2, "steps": )", kSteps, R"(, "seed": 11}})");
+  absl::StatusOr<jobspec::JobConfig> job = jobspec::ParseJobSpecJson(spec, "skip.json");
+  EXPECT_TRUE(job.ok()) << job.status();
+  return *job;
+}
+
+// NOTE [Bad samples] in step/stage.h: a step whose bad samples are left out trains as a step of
+// its good samples alone, one rank each or 2x2 (where the vision ranks that read the corrupt
+// images tell the others), and every rank counts them.
+TEST(StagesBadSamplesTest, SkippedSamplesTrainAsTheGoodSamplesAloneAtAnyLayout) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / absl::StrCat("bad_", ::getpid());
+  using S = ShardSample;
+  // The bad samples' captions repeat the good ones', so both data sets build the same vocabulary.
+  const std::string with_bad = WriteShapesShard(
+      dir, "with_bad.tar",
+      {{0, S::kGood}, {0, S::kCorruptImage}, {1, S::kGood}, {1, S::kCorruptImage}});
+  const std::string good = WriteShapesShard(dir, "good.tar", {{0, S::kGood}, {1, S::kGood}});
+  const Outcome reference = RunStages(ShardJob(good, 2, "fail"), 1, 1);
+  ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+  EXPECT_THAT(reference.vision_skipped, ::testing::Each(0));
+  const jobspec::JobConfig job = ShardJob(with_bad, 4, "skip");
+  for (const auto& [nv, nl] : std::vector<std::pair<int, int>>{{1, 1}, {2, 2}}) {
+    SCOPED_TRACE(absl::StrCat(nv, "x", nl));
+    const Outcome run = RunStages(job, nv, nl);
+    ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+    ExpectLossesMatch(run.losses, reference.losses);
+    EXPECT_THAT(run.vision_skipped, ::testing::Each(2));
+    EXPECT_THAT(run.llm_skipped, ::testing::Each(2));
+  }
+  // Failing on them instead: the error names the shard, the image's member and its byte.
+  const Outcome failed = RunStages(ShardJob(with_bad, 4, "fail"), 1, 1);
+  ASSERT_FALSE(failed.errors.empty());
+  bool named = false;
+  for (const absl::Status& error : failed.errors) {
+    named |= absl::StrContains(error.message(), with_bad + ": 00000") &&
+             absl::StrContains(error.message(), ".png (byte ") &&
+             absl::StrContains(error.message(), "not a PNG or JPEG file");
+  }
+  EXPECT_TRUE(named) << failed.errors.front();
+  std::filesystem::remove_all(dir);
+}
+
+// Bad tables (no text) and bad images over two epochs: every layout leaves out the same samples,
+// each time it draws them.
+TEST(StagesBadSamplesTest, EveryLayoutLeavesOutTheSameSamplesEachEpoch) {
+  const auto dir =
+      std::filesystem::path(::testing::TempDir()) / absl::StrCat("bad_epochs_", ::getpid());
+  using S = ShardSample;
+  const std::string shard = WriteShapesShard(
+      dir, "mixed.tar", {{0}, {1}, {2, S::kNoText}, {3}, {4, S::kCorruptImage}, {5}, {6}, {7}});
+  const jobspec::JobConfig job = ShardJob(shard, 4, "skip");  // 4 steps: 2 epochs of 8
+  const Outcome reference = RunStages(job, 1, 1);
+  ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+  EXPECT_EQ(std::accumulate(reference.vision_skipped.begin(), reference.vision_skipped.end(), 0),
+            4);
+  const Outcome run = RunStages(job, 2, 2);
+  ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+  ExpectLossesMatch(run.losses, reference.losses);
+  EXPECT_EQ(run.vision_skipped, reference.vision_skipped);
+  EXPECT_EQ(run.llm_skipped, reference.vision_skipped);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StagesBadSamplesTest, AStepWithFewerGoodSamplesThanMicroBatchesIsNamed) {
+  const auto dir =
+      std::filesystem::path(::testing::TempDir()) / absl::StrCat("bad_most_", ::getpid());
+  using S = ShardSample;
+  const std::string shard = WriteShapesShard(
+      dir, "most_bad.tar", {{0}, {0, S::kCorruptImage}, {0, S::kCorruptImage}, {0, S::kNoText}});
+  const Outcome run = RunStages(ShardJob(shard, 4, "skip"), 1, 1);
+  ASSERT_FALSE(run.errors.empty());
+  EXPECT_THAT(std::string(run.errors.front().message()),
+              HasSubstr("step 1: 1 of its 4 samples can be read, fewer than "
+                        "schedule.micro_batches = 2"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(JobDataTest, AResumedJobKeepsTheCheckpointsVocabulary) {
   jobspec::JobConfig job = TinyJob(0);
   job.data.shapes.conversations = true;

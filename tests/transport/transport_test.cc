@@ -24,6 +24,7 @@ TEST(TransferKindName, NamesEveryKind) {
   EXPECT_STREQ(TransferKindName(TransferKind::kGradients), "gradients");
   EXPECT_STREQ(TransferKindName(TransferKind::kEvalEmbeddings), "eval embeddings");
   EXPECT_STREQ(TransferKindName(TransferKind::kGradSquares), "grad squares");
+  EXPECT_STREQ(TransferKindName(TransferKind::kBadSamples), "bad samples");
 }
 
 }  // namespace
