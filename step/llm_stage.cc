@@ -5,7 +5,8 @@
 //   micro-batch k: await its slices into one leaf (under llm.parallel.embeddings "broadcast", the
 //   replica's first rank awaits them and broadcasts the leaf) -> loss = cross-entropy sum over the
 //   labelled tokens (the caption, or the answers: data/text_codec.h) / labelled tokens of the whole
-//   global batch
+//   global batch (each replica counts its own samples' and the group sums the counts; packed,
+//   every rank encodes the whole batch, whose lengths the rows are planned from)
 //   -> loss.backward() -> send leaf.grad() slices back to the vision ranks -> engine step
 //
 // The loss and the engines' sum reduction make the group sums equal one process's gradients.
@@ -136,8 +137,9 @@ class LlmStage : public Stage {
   };
   absl::StatusOr<Incoming> ExpectEmbeddings(TransferKind kind, int64_t step, int64_t micro_batch,
                                             const MicroBatchPlan& plan, const at::Tensor& host);
-  // What this replica trains on of a micro-batch, on the device: its samples a row each, or packed
-  // into rows of at most data.pack_tokens positions (models::Packing), as long as the longest.
+  // What this replica trains on of a micro-batch, on the device: its samples a row each (`text`
+  // holds them alone, in order), or packed into rows of at most data.pack_tokens positions
+  // (models::Packing), as long as the longest (`text` holds the whole micro-batch).
   struct RowBatch {
     at::Tensor tokens, labels;
     std::optional<models::Packing> packing;
@@ -173,19 +175,37 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
                                            const std::vector<std::vector<int64_t>>& batches) {
   StepResult result;
   const data::Dataset& train = *data().datasets.train;
-  // Tokens of the whole global batch (text only): the loss divides by all its target tokens.
+  const data::TextCodec& codec = *data().text;
+  const int64_t max_text = job().data.max_text_tokens,
+                max_images = job().data.max_images_per_sample;
+  const bool packed = job().data.pack_tokens > 0;
+  // The loss divides by the target tokens of the whole global batch.
   std::vector<RowBatch> rows;
   int64_t global_targets = 0;
   std::vector<MicroBatchPlan> plans;
   std::vector<at::Tensor> hosts;  // where each micro-batch's embeddings land
   std::vector<Incoming> incoming(batches.size());
   for (size_t k = 0; k < batches.size(); ++k) {
-    ASSIGN_OR_RETURN(data::TokenBatch text, data::MakeTokenBatch(train, batches[k], *data().text,
-                                                                 job().data.max_text_tokens,
-                                                                 job().data.max_images_per_sample));
-    // Planned from the text just encoded, not encoded again.
-    ASSIGN_OR_RETURN(plans.emplace_back(),
-                     Plan(train, batches[k], /*training=*/true, &text.lengths));
+    data::TokenBatch text;
+    if (packed) {
+      // Rows are packed by every sample's length: the whole micro-batch is encoded, and planned
+      // from the text just encoded, not encoded again.
+      ASSIGN_OR_RETURN(text, data::MakeTokenBatch(train, batches[k], codec, max_text, max_images));
+      ASSIGN_OR_RETURN(plans.emplace_back(),
+                       Plan(train, batches[k], /*training=*/true, &text.lengths));
+    } else {
+      // A row a sample, of one length: the plan needs no text, and the replica encodes only the
+      // samples it trains on, in its rows' order.
+      ASSIGN_OR_RETURN(plans.emplace_back(), Plan(train, batches[k], /*training=*/true));
+      std::vector<int64_t> own;
+      for (const int64_t sample : plans[k].llm_samples[replica()])
+        own.push_back(batches[k][sample]);
+      if (own.empty()) {
+        text.length = max_images * codec.max_image_positions() + max_text;
+      } else {
+        ASSIGN_OR_RETURN(text, data::MakeTokenBatch(train, own, codec, max_text, max_images));
+      }
+    }
     global_targets += text.targets;
     result.planned += plans[k].llm_costs[replica()];
     ASSIGN_OR_RETURN(rows.emplace_back(), RowsOf(plans[k], text));
@@ -193,6 +213,11 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
     hosts.push_back(EmbeddingBuffer(images.size()));
     ASSIGN_OR_RETURN(incoming[k], ExpectEmbeddings(TransferKind::kEmbeddings, step,
                                                    static_cast<int64_t>(k), plans[k], hosts[k]));
+  }
+  // Unpacked, each replica counted its own samples' targets: the group's sum is the batch's (each
+  // engine group holds one rank of every replica).
+  if (!packed) {
+    ASSIGN_OR_RETURN(global_targets, SumOverGroup(global_targets));
   }
   // Only the replica's first rank sends gradients back and reports the loss: its peers compute the
   // same (NOTE [Parallel sets]).
@@ -256,13 +281,13 @@ absl::StatusOr<LlmStage::RowBatch> LlmStage::RowsOf(const MicroBatchPlan& plan,
   const std::vector<int64_t>& samples = plan.llm_samples[replica()];
   RowBatch rows;
   if (job().data.pack_tokens <= 0) {
-    const TokenTensors all = TokensOf(text);
-    const at::Tensor mine = at::tensor(at::ArrayRef<int64_t>(samples), at::kLong);
-    rows.tokens = all.tokens.index_select(0, mine).to(device());
-    rows.labels = all.labels.index_select(0, mine).to(device());
-    rows.positions = static_cast<int64_t>(samples.size()) * text.length;
+    // `text` holds the replica's samples alone, a row each.
+    const TokenTensors mine = TokensOf(text);
+    rows.tokens = mine.tokens.to(device());
+    rows.labels = mine.labels.to(device());
+    rows.positions = text.size * text.length;
     rows.padding = rows.positions;
-    for (const int64_t sample : samples) rows.padding -= text.lengths[sample];
+    for (const int64_t length : text.lengths) rows.padding -= length;
     return rows;
   }
   std::vector<std::vector<int64_t>> packed_rows;

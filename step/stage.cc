@@ -278,6 +278,26 @@ absl::StatusOr<int64_t> Stage::LeaveOutBadSamples(int64_t step,
   return dropped;
 }
 
+absl::StatusOr<int64_t> Stage::SumOverGroup(int64_t value) {
+  if (communicator_->world_size() == 1) return value;
+  // Communicators reduce fp32 (and bf16): the count crosses in 12-bit digits, whose sums stay exact
+  // (below 2^24) for up to 4096 ranks.
+  constexpr int kDigits = 4, kBits = 12;
+  if (value < 0 || value >= (int64_t{1} << (kDigits * kBits))) {
+    return absl::OutOfRangeError(absl::StrCat("a count of ", value, " to sum over the group"));
+  }
+  at::Tensor digits = at::empty({kDigits}, at::kFloat);
+  for (int d = 0; d < kDigits; ++d)
+    digits[d] = static_cast<float>((value >> (d * kBits)) & ((1 << kBits) - 1));
+  at::Tensor sum = digits.to(placement_.device);
+  RETURN_IF_ERROR(communicator_->AllReduceSum(sum)->Wait(placement_.timeout));
+  sum = sum.cpu();
+  int64_t total = 0;
+  for (int d = 0; d < kDigits; ++d)
+    total += static_cast<int64_t>(std::llround(sum[d].item<double>())) << (d * kBits);
+  return total;
+}
+
 absl::StatusOr<std::vector<float>> Stage::ShareBadSamples(int64_t step, std::vector<float> flags) {
   const int rank = placement_.rank, size = placement_.group_size,
             peers = placement_.peer_group_size;

@@ -257,6 +257,9 @@ class Stage {
   int64_t patches() const { return job_.vision.model.num_features(); }  // embeddings per image
   int64_t width() const { return job_.llm.model.hidden; }
   data::Sampler& sampler() { return sampler_; }
+  // `value` (0 <= value < 2^48) summed over the group's engine communicator (collective; `value`
+  // itself at one rank).
+  absl::StatusOr<int64_t> SumOverGroup(int64_t value);
   bool skip_bad_samples() const { return job_.data.on_bad_sample == data::BadSamplePolicy::kSkip; }
 
  private:

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -133,11 +134,12 @@ Placement PlacementOf(const std::string& transfer_key, bool vision, int rank, in
 // tl are the sequence- and tensor-parallel degrees. At `fail_step` (0: never) vision rank 0 fails
 // before its step, to see a failure end every rank promptly.
 // `save_step` (0: none) saves a checkpoint of both groups into `checkpoint` after that step;
-// `resume` starts from a checkpoint.
+// `resume` starts from a checkpoint. `shared` is the job's data when given (else opened).
 Outcome RunStages(const jobspec::JobConfig& job, int nv, int nl, int64_t fail_step = 0, int sv = 1,
                   int tl = 1, int64_t save_step = 0, const std::string& checkpoint = "",
-                  const std::string& resume = "") {
-  absl::StatusOr<std::shared_ptr<const JobData>> data = OpenJobData(job);
+                  const std::string& resume = "", std::shared_ptr<const JobData> shared = nullptr) {
+  absl::StatusOr<std::shared_ptr<const JobData>> data =
+      shared != nullptr ? std::move(shared) : OpenJobData(job);
   EXPECT_TRUE(data.ok()) << data.status();
   Groups groups(nv, sv, nl, tl);
   transport::InProcessFabric fabric("stages#1", nv, nl, kTimeout);
@@ -995,6 +997,49 @@ TEST(StagesOwnModelsTest, MixedAnyResConversationsTrainAsOneRankEach) {
 // A job resuming from a checkpoint keeps the word tokenizer saved there: the shapes conversations
 // count their words differently from the captions, so a vocabulary built again would number them
 // differently from the weights.
+// A data set's samples with each call for a sample's text counted: what encodes it.
+class CountingDataset final : public data::Dataset {
+ public:
+  explicit CountingDataset(const data::Dataset& inner) : inner_(inner) {}
+  int64_t size() const override { return inner_.size(); }
+  absl::StatusOr<data::Example> Get(int64_t index) const override { return inner_.Get(index); }
+  std::string Text(int64_t index) const override { return inner_.Text(index); }
+  std::vector<tokenizer::ChatMessage> Messages(int64_t index) const override {
+    ++encoded_;
+    return inner_.Messages(index);
+  }
+  std::string Describe(int64_t index) const override { return inner_.Describe(index); }
+  int64_t encoded() const { return encoded_; }
+
+ private:
+  const data::Dataset& inner_;
+  mutable std::atomic<int64_t> encoded_{0};
+};
+
+// A row a sample, each sample's text is encoded once, by the LLM replica that trains on it (the
+// replicas sum their target counts), not by every LLM rank: 2x2 ranks encode the step's samples
+// once, as one rank does, and take its steps.
+TEST(StagesTextTest, EachSampleIsEncodedOnceByTheReplicaThatTrainsOnIt) {
+  const jobspec::JobConfig job = TinyJob(1);
+  absl::StatusOr<std::shared_ptr<const JobData>> opened = OpenJobData(job);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const Outcome reference = RunStages(job, 1, 1);
+  ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+  for (const int nl : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("2x", nl));
+    auto counted = std::make_shared<JobData>();
+    auto counting = std::make_unique<CountingDataset>(*(*opened)->datasets.train);
+    const CountingDataset& counter = *counting;
+    counted->datasets.train = std::move(counting);
+    counted->text = (*opened)->text;
+    counted->train_order = (*opened)->train_order;
+    const Outcome run = RunStages(job, 2, nl, 0, 1, 1, 0, "", "", counted);
+    ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+    ExpectLossesMatch(run.losses, reference.losses);
+    EXPECT_EQ(counter.encoded(), kSteps * job.schedule.global_batch);
+  }
+}
+
 // One sample of a shard of shapes captions: shapes train sample `shape`'s image and caption, good,
 // or bad: its image not an image, or without its text.
 struct ShardSample {
