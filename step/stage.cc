@@ -413,14 +413,16 @@ absl::StatusOr<ResumePoint> Stage::Resume(const std::string& checkpoint) {
   // The shards the next step reads are checked byte for byte against their index (the checkpoint's
   // data.json has matched the index when the data opened): a shard rewritten in place would give
   // the same position other samples. Only those shards: reading every one would cost a pass over
-  // the data set.
+  // the data set. The vision ranks, which read the shards' images, share them out (the k-th shard
+  // to rank k mod group size), so each shard is read once; a rank's refusal fails the resume.
   const data::Dataset& train = *data_->datasets.train;
   const std::vector<int64_t> next = sampler_.Next(MicroBatchSize() * job_.schedule.micro_batches);
   sampler_.Seek(resume.position);
-  int64_t shard_end = -1;
+  int64_t shard_end = -1, shard = 0;
   for (int64_t index : std::set<int64_t>(next.begin(), next.end())) {
-    if (index < shard_end) continue;  // a shard verified already
-    RETURN_IF_ERROR(train.VerifyShard(index));
+    if (index < shard_end) continue;  // a shard met already
+    if (role_ == Role::kVision && shard++ % placement_.group_size == placement_.rank)
+      RETURN_IF_ERROR(train.VerifyShard(index));
     shard_end = data_->train_order.ShardEnd(index);
   }
   step_ = resume.step;

@@ -142,7 +142,8 @@ class Stage {
   // parallelism llm/tensor-<index>-of-<parallel> (one engine group per tensor index).
   std::string CheckpointGroupDirectory() const;
   // Loads the group's shards <checkpoint>/<group> (collective) and continues from their step and
-  // data position, once the data shards the next step reads match their index's checksums.
+  // data position, once the data shards the next step reads match their index's checksums (the
+  // vision ranks check them, each a share).
   absl::StatusOr<ResumePoint> Resume(const std::string& checkpoint);
 
  protected:
