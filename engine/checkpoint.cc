@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <mutex>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -163,45 +164,102 @@ std::vector<Piece> Overlap(const std::vector<DomainSegment>& source,
 
 }  // namespace
 
-absl::Status Engine::SaveCheckpoint(const std::string& directory,
-                                    const std::map<std::string, std::string>& client_state) {
-  if (reducer_->in_backward())
-    return absl::FailedPreconditionError("checkpoint: called during backward");
-  if (absl::Status error = reducer_->error(); !error.ok()) return error;
-  if (micro_steps_ % config_.gradient_accumulation_steps != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint: ", directory, ": save at an accumulation boundary (micro step ",
-                     micro_steps_.load(), " is inside a step of ",
-                     config_.gradient_accumulation_steps, " micro-batches)"));
-  }
+int64_t CheckpointSnapshot::bytes() const {
+  int64_t total = 0;
+  for (const auto& [name, tensor] : tensors) total += tensor.numel() * tensor.element_size();
+  for (const auto& [name, tensor] : frozen) total += tensor.numel() * tensor.element_size();
+  return total;
+}
+
+absl::Status WriteCheckpointSnapshot(const CheckpointSnapshot& snapshot,
+                                     const std::string& directory) {
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
   if (ec) {
     return absl::InternalError(
         absl::StrCat("checkpoint: cannot create ", directory, ": ", ec.message()));
   }
+  RETURN_IF_ERROR(
+      WriteSafetensors(directory + "/" + snapshot.shard, snapshot.tensors, snapshot.metadata));
+  if (snapshot.frozen.empty()) return absl::OkStatus();
+  return WriteSafetensors(directory + "/" + kCheckpointFrozenFile, snapshot.frozen,
+                          snapshot.frozen_metadata);
+}
 
-  NamedTensors tensors;
+absl::Status Engine::SaveCheckpoint(const std::string& directory,
+                                    const std::map<std::string, std::string>& client_state) {
+  absl::StatusOr<CheckpointSnapshot> snapshot = TakeSnapshot(client_state, /*copy=*/false, {});
+  if (!snapshot.ok()) {
+    return absl::Status(snapshot.status().code(),
+                        absl::StrCat(snapshot.status().message(), " (saving ", directory, ")"));
+  }
+  RETURN_IF_ERROR(WriteCheckpointSnapshot(*snapshot, directory));
+  return CompleteCheckpoint(*snapshot, directory);
+}
+
+absl::StatusOr<CheckpointSnapshot> Engine::SnapshotCheckpoint(
+    const std::map<std::string, std::string>& client_state, CheckpointSnapshot reuse) {
+  return TakeSnapshot(client_state, /*copy=*/true, std::move(reuse));
+}
+
+absl::StatusOr<CheckpointSnapshot> Engine::TakeSnapshot(
+    const std::map<std::string, std::string>& client_state, bool copy, CheckpointSnapshot reuse) {
+  if (reducer_->in_backward())
+    return absl::FailedPreconditionError("checkpoint: called during backward");
+  if (absl::Status error = reducer_->error(); !error.ok()) return error;
+  if (micro_steps_ % config_.gradient_accumulation_steps != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint: save at an accumulation boundary (micro step ", micro_steps_.load(),
+        " is inside a step of ", config_.gradient_accumulation_steps, " micro-batches)"));
+  }
+  CheckpointSnapshot snapshot;
+  snapshot.shard = CheckpointShardName(rank(), world_size());
+  // Copies of their own (a CPU engine's buffers would otherwise be written as they change), into
+  // the reused snapshot's tensors where they fit.
+  const auto target = [&](const std::string& name, at::IntArrayRef sizes, at::ScalarType dtype,
+                          bool from_device) {
+    for (auto& [reused_name, tensor] : reuse.tensors) {
+      if (reused_name == name && tensor.defined() && tensor.sizes() == sizes &&
+          tensor.scalar_type() == dtype)
+        return std::exchange(tensor, at::Tensor());
+    }
+    return at::empty(sizes, at::TensorOptions().dtype(dtype).pinned_memory(from_device));
+  };
+  const auto host = [&](const std::string& name, const at::Tensor& t) {
+    if (!copy) return t.cpu();
+    return target(name, t.sizes(), t.scalar_type(), t.is_cuda()).copy_(t);
+  };
+  NamedTensors& tensors = snapshot.tensors;
   try {
     std::vector<at::Tensor> weights;
     for (size_t u = 0; u < layout_.units().size(); ++u) weights.push_back(UnitWeights(u));
     // A wholly frozen model has no units (its weights are in frozen.safetensors).
-    tensors.emplace_back("weights", weights.empty()
-                                        ? at::empty({0}, at::TensorOptions().dtype(param_dtype_))
-                                        : at::cat(weights).cpu());
-    if (master_.defined()) tensors.emplace_back("master", master_.cpu());
-    tensors.emplace_back("exp_avg", exp_avg_.cpu());
-    tensors.emplace_back("exp_avg_sq", exp_avg_sq_.cpu());
-    if (compensation_.defined()) tensors.emplace_back("compensation", compensation_.cpu());
+    at::Tensor whole;
+    if (weights.empty()) {
+      whole = at::empty({0}, at::TensorOptions().dtype(param_dtype_));
+    } else if (weights.front().is_cpu() && copy) {
+      int64_t elements = 0;
+      for (const at::Tensor& w : weights) elements += w.numel();
+      whole = target("weights", {elements}, weights.front().scalar_type(), false);
+      at::cat_out(whole, weights, 0);
+    } else {
+      whole = host("weights", at::cat(weights));
+    }
+    tensors.emplace_back("weights", whole);
+    if (master_.defined()) tensors.emplace_back("master", host("master", master_));
+    tensors.emplace_back("exp_avg", host("exp_avg", exp_avg_));
+    tensors.emplace_back("exp_avg_sq", host("exp_avg_sq", exp_avg_sq_));
+    if (compensation_.defined())
+      tensors.emplace_back("compensation", host("compensation", compensation_));
     auto generator = at::detail::getDefaultCPUGenerator();
     {
       std::lock_guard<std::mutex> lock(generator.mutex());
       tensors.emplace_back("rng_state", generator.get_state());
     }
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("checkpoint: ", directory, ": ", e.what()));
+    return absl::InternalError(absl::StrCat("checkpoint: ", e.what()));
   }
-  std::map<std::string, std::string> metadata = {
+  snapshot.metadata = {
       {"global_steps", std::to_string(global_steps_)},
       {"micro_steps", std::to_string(micro_steps_.load())},
       {"skipped_steps", std::to_string(skipped_steps_)},
@@ -214,16 +272,22 @@ absl::Status Engine::SaveCheckpoint(const std::string& directory,
       {"domain_elements", std::to_string(domain_elements_)},
       {"parameters", absl::StrJoin(ParameterManifest(layout_, param_dtype_), "\n")},
   };
-  for (const auto& [key, value] : client_state) metadata[kClientPrefix + key] = value;
-  const std::string shard = directory + "/" + CheckpointShardName(rank(), world_size());
-  RETURN_IF_ERROR(WriteSafetensors(shard, tensors, metadata));
-  RETURN_IF_ERROR(SaveFrozen(directory));
+  for (const auto& [key, value] : client_state) snapshot.metadata[kClientPrefix + key] = value;
+  RETURN_IF_ERROR(SnapshotFrozen(snapshot));
+  if (rank() == 0) {
+    snapshot.marker =
+        absl::StrCat("{\"global_steps\": ", global_steps_, ", \"world_size\": ", world_size(),
+                     ", \"zero_stage\": ", config_.zero.stage, "}\n");
+  }
+  return snapshot;
+}
+
+absl::Status Engine::CompleteCheckpoint(const CheckpointSnapshot& snapshot,
+                                        const std::string& directory) {
   RETURN_IF_ERROR(Wait(communicator_->Barrier()));
   if (rank() == 0) {
-    RETURN_IF_ERROR(WriteFileAtomically(
-        directory + "/" + kCheckpointCompleteMarker,
-        absl::StrCat("{\"global_steps\": ", global_steps_, ", \"world_size\": ", world_size(),
-                     ", \"zero_stage\": ", config_.zero.stage, "}\n")));
+    RETURN_IF_ERROR(
+        WriteFileAtomically(directory + "/" + kCheckpointCompleteMarker, snapshot.marker));
   }
   return Wait(communicator_->Barrier());
 }

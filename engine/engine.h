@@ -88,6 +88,25 @@ namespace tandem::engine {
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
+// A rank's checkpoint as Engine::SaveCheckpoint writes it, copied to host memory: tensors of its
+// own, not views of the engine's buffers, so training may go on while it is written (an
+// asynchronous save stalls the step only to take it).
+struct CheckpointSnapshot {
+  std::string shard;  // the shard's file name, rank_<r>_of_<w>.safetensors
+  NamedTensors tensors;
+  std::map<std::string, std::string> metadata;
+  // Rank 0, with frozen parameters: frozen.safetensors, whole.
+  NamedTensors frozen;
+  std::map<std::string, std::string> frozen_metadata;
+  std::string marker;  // rank 0: the "complete" marker's text
+  int64_t bytes() const;
+};
+
+// Writes a snapshot's files into `directory` (created if missing), each atomically; not the
+// marker. No collective: callable from any thread.
+absl::Status WriteCheckpointSnapshot(const CheckpointSnapshot& snapshot,
+                                     const std::string& directory);
+
 // NOTE [Buckets]
 // Gradients are reduced one unit at a time (NOTE [Units] in layout.h) while backward runs. A unit
 // holds at most ReductionUnitElements: reduce_bucket_size, and no more than 1/kUnitsPerModel of the
@@ -205,6 +224,16 @@ class Engine : public BlockHost {
   // same (FailedPrecondition naming the first parameter that differs otherwise).
   absl::Status SaveCheckpoint(const std::string& directory,
                               const std::map<std::string, std::string>& client_state = {});
+  // SaveCheckpoint in three parts, for a save written in the background: the state copied to host
+  // memory (collective: frozen parameters are gathered; SaveCheckpoint's preconditions), written
+  // by WriteCheckpointSnapshot on any thread, then, once every rank has written its snapshot,
+  // CompleteCheckpoint: rank 0 writes the marker (collective: two barriers). A snapshot copies into
+  // `reuse`'s tensors where their names, shapes and dtypes match (the previous save's, written
+  // already): memory touched before copies several times faster than fresh pages. From a GPU it
+  // copies into page-locked memory.
+  absl::StatusOr<CheckpointSnapshot> SnapshotCheckpoint(
+      const std::map<std::string, std::string>& client_state = {}, CheckpointSnapshot reuse = {});
+  absl::Status CompleteCheckpoint(const CheckpointSnapshot& snapshot, const std::string& directory);
   absl::StatusOr<std::map<std::string, std::string>> LoadCheckpoint(const std::string& directory);
 
   // BlockHost.
@@ -269,8 +298,13 @@ class Engine : public BlockHost {
   absl::Status InitializeFrozen(const std::map<const void*, int>& block_of);
   absl::Status GatherFrozenBlock(int block_id);
   void ReleaseFrozenBlock(int block_id);
-  // Rank 0 writes <directory>/frozen.safetensors (collective at stage 3).
-  absl::Status SaveFrozen(const std::string& directory);
+  // SnapshotCheckpoint; with `copy` false the snapshot's tensors may be the engine's own buffers
+  // (SaveCheckpoint writes them before training goes on).
+  absl::StatusOr<CheckpointSnapshot> TakeSnapshot(
+      const std::map<std::string, std::string>& client_state, bool copy, CheckpointSnapshot reuse);
+  // The frozen parameters whole, as rank 0 writes them to frozen.safetensors (with its metadata);
+  // nothing on other ranks (collective at stage 3).
+  absl::Status SnapshotFrozen(CheckpointSnapshot& snapshot);
   // Reads and checks <directory>/frozen.safetensors without changing the engine; RestoreFrozen
   // then takes the values.
   absl::StatusOr<NamedTensors> ReadFrozen(const std::string& directory) const;

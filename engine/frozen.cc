@@ -156,17 +156,19 @@ absl::StatusOr<NamedTensors> Engine::GatherFrozenParameters() {
   }
 }
 
-absl::Status Engine::SaveFrozen(const std::string& directory) {
+absl::Status Engine::SnapshotFrozen(CheckpointSnapshot& snapshot) {
   if (frozen_.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(NamedTensors named, GatherFrozenParameters());
   if (rank() != 0) return absl::OkStatus();
   std::vector<std::string> manifest;
   for (auto& [name, value] : named) {
     manifest.push_back(absl::StrCat(name, " ", ShapeText(value.sizes().vec())));
-    value = value.to(param_dtype_);
+    value = value.to(param_dtype_);  // gathered into a tensor of its own
   }
-  return WriteSafetensors(directory + "/" + kCheckpointFrozenFile, named,
-                          {{"format", "pt"}, {"frozen_parameters", absl::StrJoin(manifest, "\n")}});
+  snapshot.frozen = std::move(named);
+  snapshot.frozen_metadata = {{"format", "pt"},
+                              {"frozen_parameters", absl::StrJoin(manifest, "\n")}};
+  return absl::OkStatus();
 }
 
 absl::StatusOr<NamedTensors> Engine::ReadFrozen(const std::string& directory) const {

@@ -116,6 +116,33 @@ Shard ReadShard(const std::string& path) {
   return shard;
 }
 
+// A rank of a group started from other weights and generator state (all must be restored) that
+// loads `checkpoint`, saved after 2 steps at data position 4, and trains micro steps 4 to 10: its
+// losses, and its parameters after them in `final_params` when given.
+std::vector<float> ResumeAndTrain(const std::string& checkpoint, int stage, bool bf16, int rank,
+                                  std::shared_ptr<Communicator> comm,
+                                  std::vector<at::Tensor>* final_params = nullptr) {
+  torch::manual_seed(999);
+  auto model = std::make_shared<TinyNet>();
+  auto engine = Engine::Create(model, comm, MakeConfig(stage, bf16 ? kBf16Stochastic : kFp32));
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return {};
+  auto client_state = (*engine)->LoadCheckpoint(checkpoint);
+  EXPECT_TRUE(client_state.ok()) << client_state.status();
+  if (!client_state.ok()) return {};
+  EXPECT_EQ(client_state->at("data_position"), "4");
+  EXPECT_EQ((*engine)->global_steps(), 2);
+  std::vector<float> losses = Train(**engine, *model, rank, 4, 10);
+  if (final_params != nullptr) {
+    auto params = (*engine)->GatherParameters();
+    EXPECT_TRUE(params.ok());
+    if (params.ok()) {
+      for (auto& [name, t] : *params) final_params->push_back(t);
+    }
+  }
+  return losses;
+}
+
 class CheckpointTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(CheckpointTest, ResumeEqualsUninterruptedRunBitForBit) {
@@ -143,19 +170,8 @@ TEST_P(CheckpointTest, ResumeEqualsUninterruptedRunBitForBit) {
   ASSERT_TRUE(std::filesystem::exists(dir / "step2/complete"));
 
   testing::RunGroup(kWorld, [&](int rank, std::vector<std::shared_ptr<Communicator>>& comms) {
-    torch::manual_seed(999);  // different initial weights and generator state: all must be restored
-    auto model = std::make_shared<TinyNet>();
-    auto engine =
-        Engine::Create(model, comms[0], MakeConfig(stage, bf16 ? kBf16Stochastic : kFp32));
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    auto client_state = (*engine)->LoadCheckpoint(dir / "step2");
-    ASSERT_TRUE(client_state.ok()) << client_state.status();
-    EXPECT_EQ(client_state->at("data_position"), "4");
-    EXPECT_EQ((*engine)->global_steps(), 2);
-    resumed[rank] = Train(**engine, *model, rank, 4, 10);
-    auto params = (*engine)->GatherParameters();
-    ASSERT_TRUE(params.ok());
-    for (auto& [name, t] : *params) final_resumed[rank].push_back(t);
+    resumed[rank] =
+        ResumeAndTrain(dir / "step2", stage, bf16, rank, comms[0], &final_resumed[rank]);
   });
 
   for (int r = 0; r < kWorld; ++r) {
@@ -165,6 +181,40 @@ TEST_P(CheckpointTest, ResumeEqualsUninterruptedRunBitForBit) {
       EXPECT_TRUE(torch::equal(final_resumed[r][i], final_uninterrupted[r][i])) << "param " << i;
     }
   }
+}
+
+// An asynchronous save's parts: the snapshot is the state it was taken at, though it is written
+// after six more micro steps changed every buffer, and a group resumed from it trains as the
+// uninterrupted one did.
+TEST_P(CheckpointTest, ASnapshotWrittenAfterTrainingWentOnHoldsTheStateItWasTakenAt) {
+  const auto [stage, bf16] = GetParam();
+  constexpr int kWorld = 2;
+  testing::TempDir dir;
+  torch::manual_seed(21);
+  auto initial = std::make_shared<TinyNet>();
+  std::vector<float> uninterrupted[kWorld], resumed[kWorld];
+  testing::RunGroup(kWorld, [&](int rank, std::vector<std::shared_ptr<Communicator>>& comms) {
+    auto model = std::make_shared<TinyNet>();
+    testing::CopyParameters(*initial, *model);
+    auto engine =
+        Engine::Create(model, comms[0], MakeConfig(stage, bf16 ? kBf16Stochastic : kFp32));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    Train(**engine, *model, rank, 0, 4);
+    absl::StatusOr<CheckpointSnapshot> snapshot =
+        (*engine)->SnapshotCheckpoint({{"data_position", "4"}});
+    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+    EXPECT_EQ(snapshot->marker.empty(), rank != 0);
+    EXPECT_GT(snapshot->bytes(), 0);
+    uninterrupted[rank] = Train(**engine, *model, rank, 4, 10);
+    ASSERT_TRUE(WriteCheckpointSnapshot(*snapshot, dir / "step2").ok());
+    EXPECT_FALSE(std::filesystem::exists(dir / "step2/complete"));  // until every rank wrote
+    ASSERT_TRUE((*engine)->CompleteCheckpoint(*snapshot, dir / "step2").ok());
+  });
+  ASSERT_TRUE(std::filesystem::exists(dir / "step2/complete"));
+  testing::RunGroup(kWorld, [&](int rank, std::vector<std::shared_ptr<Communicator>>& comms) {
+    resumed[rank] = ResumeAndTrain(dir / "step2", stage, bf16, rank, comms[0]);
+  });
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(resumed[r], uninterrupted[r]) << "rank " << r;
 }
 
 std::string CaseName(const ::testing::TestParamInfo<std::tuple<int, bool>>& info) {
