@@ -259,6 +259,18 @@ grpc::Status ActorService::SaveCheckpoint(grpc::ServerContext* context,
   return rpc::ToGrpc(status);
 }
 
+grpc::Status ActorService::FinishCheckpoint(grpc::ServerContext* context,
+                                            const v1::FinishCheckpointRequest* request,
+                                            v1::FinishCheckpointResponse*) {
+  TANDEM_AUTHORIZE(context);
+  std::lock_guard<std::mutex> lock(command_mu_);
+  if (absl::Status status = CheckJob(request->job_id()); !status.ok()) return rpc::ToGrpc(status);
+  absl::Status status;
+  commands_.Run([&] { status = worker_->FinishCheckpoint(request->step(), request->directory()); },
+                absl::StrCat("FinishCheckpoint ", request->step()));
+  return rpc::ToGrpc(status);
+}
+
 grpc::Status ActorService::Export(grpc::ServerContext* context, const v1::ExportRequest* request,
                                   v1::ExportResponse*) {
   TANDEM_AUTHORIZE(context);

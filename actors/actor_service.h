@@ -41,6 +41,9 @@ class ActorService final : public v1::Actor::Service {
   grpc::Status SaveCheckpoint(grpc::ServerContext* context,
                               const v1::SaveCheckpointRequest* request,
                               v1::SaveCheckpointResponse* response) override;
+  grpc::Status FinishCheckpoint(grpc::ServerContext* context,
+                                const v1::FinishCheckpointRequest* request,
+                                v1::FinishCheckpointResponse* response) override;
   grpc::Status Export(grpc::ServerContext* context, const v1::ExportRequest* request,
                       v1::ExportResponse* response) override;
   grpc::Status Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,

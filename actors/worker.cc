@@ -40,6 +40,7 @@ class StageWorker : public Worker {
   absl::StatusOr<StepResult> RunStep(int64_t step) override;
   absl::StatusOr<EvalCounts> Evaluate(int64_t step) override;
   absl::Status SaveCheckpoint(int64_t step, const std::string& directory) override;
+  absl::Status FinishCheckpoint(int64_t step, const std::string& directory) override;
   absl::Status Export(const std::string& path) override;
   void Release() override;
   WorkerStatus status() const override;
@@ -191,6 +192,11 @@ absl::Status StageWorker::SaveCheckpoint(int64_t step, const std::string& direct
         absl::StrCat("checkpoint of step ", step, " requested at step ", step_.load()));
   }
   return stage_->SaveCheckpoint(step, directory);
+}
+
+absl::Status StageWorker::FinishCheckpoint(int64_t step, const std::string& directory) {
+  if (!assignment_) return absl::FailedPreconditionError("actor has no job");
+  return stage_->FinishCheckpoint(step, directory);
 }
 
 absl::Status StageWorker::Export(const std::string& path) {

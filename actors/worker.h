@@ -102,6 +102,8 @@ class Worker {
   // Saves this rank's shard under <directory>/<role>, with the data position; LLM rank 0 also
   // writes <directory>/tokenizer.json.
   virtual absl::Status SaveCheckpoint(int64_t step, const std::string& directory) = 0;
+  // Completes an asynchronous save of `step` (checkpoint.async: step/stage.h).
+  virtual absl::Status FinishCheckpoint(int64_t step, const std::string& directory) = 0;
   // Writes the group's full weights as safetensors (rank 0 writes; every rank must be called).
   virtual absl::Status Export(const std::string& path) = 0;
   // Frees the job's model, engine and communicator.

@@ -97,6 +97,9 @@ class ActorClient {
   // Saves the actor's shard of step `step` under `directory`.
   virtual absl::Status SaveCheckpoint(const std::string& job_id, int64_t step,
                                       const std::string& directory) = 0;
+  // Completes an asynchronous save (the job's checkpoint.async): the shard written, the marker.
+  virtual absl::Status FinishCheckpoint(const std::string& job_id, int64_t step,
+                                        const std::string& directory) = 0;
   // Writes the actor's group's full weights to `path` (every rank must be called).
   virtual absl::Status Export(const std::string& job_id, const std::string& path) = 0;
   // Frees the job on the actor; interrupts a command that waits on transfers. `reason` is logged.

@@ -108,6 +108,18 @@ class GrpcActorClient final : public ActorClient {
     }));
   }
 
+  absl::Status FinishCheckpoint(const std::string& job_id, int64_t step,
+                                const std::string& directory) override {
+    v1::FinishCheckpointRequest request;
+    request.set_job_id(job_id);
+    request.set_step(step);
+    request.set_directory(directory);
+    v1::FinishCheckpointResponse response;
+    return rpc::FromGrpc(Command([&](grpc::ClientContext* context) {
+      return stub_->FinishCheckpoint(context, request, &response);
+    }));
+  }
+
   absl::Status Export(const std::string& job_id, const std::string& path) override {
     v1::ExportRequest request;
     request.set_job_id(job_id);

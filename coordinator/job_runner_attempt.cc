@@ -149,6 +149,13 @@ struct JobRunner::Attempt : rundir::RunGroups {
     });
   }
 
+  absl::Status FinishCheckpoint(int64_t step, const std::string& directory) override {
+    return runner.ForAll("checkpoint", [&](size_t i, Member& m) {
+      return Described(m.client->FinishCheckpoint(runner.job_.id, step, directory),
+                       absl::StrCat("checkpoint of step ", step));
+    });
+  }
+
   void OnCheckpoint(const std::string& directory) override {
     runner.Event(absl::StrCat("checkpoint ", directory));
   }
@@ -223,6 +230,7 @@ absl::StatusOr<std::unique_ptr<JobRunner::Attempt>> JobRunner::StartAttempt() {
   options.resume_from = job.resume_from;
   options.vision_actors = job.vision.actors;
   options.llm_actors = job.llm.actors;
+  options.async_checkpoints = job.async_checkpoints;
   ASSIGN_OR_RETURN(attempt->driver, rundir::RunDriver::Open(options));
   rundir::RunDriver& driver = *attempt->driver;
   if (driver.leftovers() > 0) {

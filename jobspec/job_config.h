@@ -91,8 +91,9 @@ struct JobConfig {
   VisionGroupConfig vision;
   LlmGroupConfig llm;
   ScheduleConfig schedule;
-  int64_t max_restarts = 3;  // failure.max_restarts
-  std::string resume_from;   // a checkpoint directory; "" = from scratch
+  int64_t max_restarts = 3;        // failure.max_restarts
+  std::string resume_from;         // a checkpoint directory; "" = from scratch
+  bool async_checkpoints = false;  // checkpoint.async: written while the next step trains
 
   bool operator==(const JobConfig&) const = default;
 };

@@ -65,9 +65,12 @@ absl::StatusOr<RunSummary> RunDriver::Run(RunGroups& groups, Clock::time_point s
   if (resume_) loop_.RecordCheckpoint(resume_->directory);
   const Clock::time_point train_start = Clock::now();
   const int64_t steps = loop_.options().steps;
+  // An asynchronous checkpoint being written: its step. The step after it is a segment of its own,
+  // after which the checkpoint is finished and counts.
+  std::optional<int64_t> writing;
   for (int64_t done = loop_.first_step() - 1; done < steps;) {
     const int64_t first = done + 1;
-    const int64_t planned = loop_.SegmentEnd(first);
+    const int64_t planned = writing ? first : loop_.SegmentEnd(first);
     ASSIGN_OR_RETURN(int64_t last, groups.BeforeSegment(first, planned));
     last = std::clamp(last, first, planned);
     Clock::time_point last_answer = Clock::now();  // evaluations and checkpoints are not step time
@@ -85,8 +88,20 @@ absl::StatusOr<RunSummary> RunDriver::Run(RunGroups& groups, Clock::time_point s
           return absl::OkStatus();
         }));
     done = last;
+    if (writing) {
+      RETURN_IF_ERROR(FinishCheckpoint(groups, *writing));
+      writing.reset();
+    }
     if (loop_.ShouldEvaluate(last)) RETURN_IF_ERROR(Evaluate(groups, last));
-    if (loop_.ShouldCheckpoint(last)) RETURN_IF_ERROR(Checkpoint(groups, last));
+    if (loop_.ShouldCheckpoint(last)) {
+      RETURN_IF_ERROR(groups.SaveCheckpoint(last, CheckpointDirectory(last)));
+      // The last one is finished at once: no step is left to write it beside.
+      if (options_.async_checkpoints && last < steps) {
+        writing = last;
+      } else {
+        RETURN_IF_ERROR(FinishCheckpoint(groups, last));
+      }
+    }
     if (loop_.ShouldWritePlot(last)) RETURN_IF_ERROR(WritePlot());
   }
   RETURN_IF_ERROR(groups.Export(RunPath("vision.safetensors"), RunPath("llm.safetensors")));
@@ -111,9 +126,13 @@ absl::Status RunDriver::Evaluate(RunGroups& groups, int64_t step) {
   return absl::OkStatus();
 }
 
-absl::Status RunDriver::Checkpoint(RunGroups& groups, int64_t step) {
-  const std::string dir = RunPath("checkpoints/" + CheckpointName(step));
-  RETURN_IF_ERROR(groups.SaveCheckpoint(step, dir));
+std::string RunDriver::CheckpointDirectory(int64_t step) const {
+  return RunPath("checkpoints/" + CheckpointName(step));
+}
+
+absl::Status RunDriver::FinishCheckpoint(RunGroups& groups, int64_t step) {
+  const std::string dir = CheckpointDirectory(step);
+  if (options_.async_checkpoints) RETURN_IF_ERROR(groups.FinishCheckpoint(step, dir));
   // The records up to this step are on disk before the checkpoint counts, so a resume from it after
   // a power loss finds them. It counts once every rank of both groups saved its shard: the marker
   // goes last.

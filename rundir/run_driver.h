@@ -14,7 +14,8 @@
 //   ASSIGN_OR_RETURN(rundir::RunSummary summary, driver->Run(groups, started));
 //     segments of steps (RunLoop::SegmentEnd, cut short where the groups' BeforeSegment says), each
 //     step's record in metrics.jsonl, loss.svg, the evaluations, the checkpoints (both groups save,
-//     metrics.jsonl is synced, then the complete marker), the final weights and summary.json.
+//     metrics.jsonl is synced, then the complete marker; an asynchronous one is finished after the
+//     step that follows it, which is a segment of its own), the final weights and summary.json.
 //
 // Thread-safety: none; one run's thread owns it. RunGroups' methods are called on that thread.
 #pragma once
@@ -47,8 +48,13 @@ class RunGroups {
   virtual absl::Status RunSteps(int64_t first, int64_t last, const StepDone& done) = 0;
   // The held-out caption counts of both groups after `step`; samples 0: the job has none.
   virtual absl::StatusOr<EvalCounts> Evaluate(int64_t step) = 0;
-  // Each group's ranks save their shards of `step` into `directory`.
+  // Each group's ranks save their shards of `step` into `directory`; with asynchronous checkpoints
+  // (RunDriverOptions::async_checkpoints) they return once their state is copied, and
+  // FinishCheckpoint completes the save once the shards are written.
   virtual absl::Status SaveCheckpoint(int64_t step, const std::string& directory) = 0;
+  virtual absl::Status FinishCheckpoint(int64_t step, const std::string& directory) {
+    return absl::OkStatus();
+  }
   // Each group writes its final weights: the vision group into `vision_path`, the LLM group into
   // `llm_path`.
   virtual absl::Status Export(const std::string& vision_path, const std::string& llm_path) = 0;
@@ -74,6 +80,8 @@ struct RunDriverOptions {
   std::string resume_from;    // the spec's checkpoint to start from; "" for none
   int64_t vision_actors = 1;  // the group sizes the checkpoints' markers record
   int64_t llm_actors = 1;
+  // checkpoint.async: a checkpoint is written while the next step trains, and counts after it.
+  bool async_checkpoints = false;
 };
 
 class RunDriver {
@@ -105,7 +113,10 @@ class RunDriver {
             bool resume_is_own, MetricsLog metrics, int leftovers);
   absl::Status WritePlot();
   absl::Status Evaluate(RunGroups& groups, int64_t step);
-  absl::Status Checkpoint(RunGroups& groups, int64_t step);
+  std::string CheckpointDirectory(int64_t step) const;
+  // After both groups saved `step` (and, asynchronously, wrote it: RunGroups::FinishCheckpoint):
+  // metrics.jsonl synced, then the checkpoint's complete marker.
+  absl::Status FinishCheckpoint(RunGroups& groups, int64_t step);
 
   const RunDriverOptions options_;
   const RunDirLock lock_;  // held while the run writes its directory

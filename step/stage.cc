@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -63,7 +64,20 @@ Stage::Stage(Role role, const jobspec::JobConfig& job, std::shared_ptr<const Job
   }
 }
 
-Stage::~Stage() = default;
+// An asynchronous save: its snapshot, written into `directory` by `writer`, which sets `written`.
+struct Stage::PendingSave {
+  int64_t step = 0;
+  std::string directory;  // the checkpoint's, as SaveCheckpoint was given it
+  std::string group_directory;
+  engine::CheckpointSnapshot snapshot;
+  absl::Status status;  // the local part's, before the write
+  absl::Status written;
+  std::thread writer;
+};
+
+Stage::~Stage() {
+  if (pending_save_ && pending_save_->writer.joinable()) pending_save_->writer.join();
+}
 
 absl::Status Stage::Build(std::shared_ptr<torch::nn::Module> model,
                           std::shared_ptr<engine::Communicator> communicator,
@@ -360,6 +374,9 @@ absl::StatusOr<EvalCounts> Stage::Evaluate(int64_t step) {
 }
 
 absl::Status Stage::SaveCheckpoint(int64_t step, const std::string& directory) {
+  if (pending_save_) {
+    RETURN_IF_ERROR(FinishCheckpoint(pending_save_->step, pending_save_->directory));
+  }
   SetPhase("checkpoint");
   const std::map<std::string, std::string> client_state =
       CheckpointClientState(step, sampler_.position());
@@ -376,8 +393,54 @@ absl::Status Stage::SaveCheckpoint(int64_t step, const std::string& directory) {
                                  data::ShardManifestJson(shards));
   }
   // Every rank takes part even after a local error, so the group's collectives stay matched.
-  status.Update(engine_->SaveCheckpoint((fs::path(directory) / CheckpointGroupDirectory()).string(),
-                                        client_state));
+  const std::string group_directory = (fs::path(directory) / CheckpointGroupDirectory()).string();
+  if (!job_.async_checkpoints) {
+    status.Update(engine_->SaveCheckpoint(group_directory, client_state));
+    SetPhase("idle");
+    return status;
+  }
+  engine::CheckpointSnapshot reuse;
+  if (reusable_snapshot_) reuse = std::move(*reusable_snapshot_);
+  absl::StatusOr<engine::CheckpointSnapshot> snapshot =
+      engine_->SnapshotCheckpoint(client_state, std::move(reuse));
+  SetPhase("idle");
+  if (!snapshot.ok()) return snapshot.status();
+  auto pending = std::make_unique<PendingSave>();
+  pending->step = step;
+  pending->directory = directory;
+  pending->group_directory = group_directory;
+  pending->snapshot = *std::move(snapshot);
+  pending->status = status;
+  if (status.ok()) {
+    PendingSave* save = pending.get();
+    save->writer = std::thread([save] {
+      save->written = engine::WriteCheckpointSnapshot(save->snapshot, save->group_directory);
+    });
+  }
+  pending_save_ = std::move(pending);
+  return status;
+}
+
+absl::Status Stage::FinishCheckpoint(int64_t step, const std::string& directory) {
+  if (!pending_save_) {
+    if (!job_.async_checkpoints) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat("no checkpoint of step ", step, " is being written (into ", directory, ")"));
+  }
+  PendingSave& save = *pending_save_;
+  if (save.step != step || save.directory != directory) {
+    return absl::FailedPreconditionError(absl::StrCat("finishing the checkpoint of step ", step,
+                                                      " into ", directory, ", but step ", save.step,
+                                                      "'s is being written into ", save.directory));
+  }
+  SetPhase("checkpoint");
+  if (save.writer.joinable()) save.writer.join();
+  absl::Status status = save.status;
+  status.Update(save.written);
+  // Every rank takes part even after a local error, so the group's collectives stay matched.
+  status.Update(engine_->CompleteCheckpoint(save.snapshot, save.group_directory));
+  reusable_snapshot_ = std::make_unique<engine::CheckpointSnapshot>(std::move(save.snapshot));
+  pending_save_.reset();
   SetPhase("idle");
   return status;
 }

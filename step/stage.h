@@ -54,6 +54,7 @@ namespace tandem::engine {
 class Communicator;
 class CountingCommunicator;
 class Engine;
+struct CheckpointSnapshot;
 }  // namespace tandem::engine
 
 namespace tandem::step {
@@ -134,8 +135,14 @@ class Stage {
   // Saves this rank's shard under <directory>/<group> with the step and the data position; LLM
   // rank 0 also writes <directory>/tokenizer.json and, for sharded data, <directory>/data.json.
   // Collective: every rank of the group calls it, and takes part even after a local error, so the
-  // group's collectives stay matched.
+  // group's collectives stay matched. Under checkpoint.async it returns once the rank's state is
+  // copied to host memory and writes the shard on a thread of its own; FinishCheckpoint completes
+  // the save (a save still under way is finished first).
   absl::Status SaveCheckpoint(int64_t step, const std::string& directory);
+  // The second half of an asynchronous save of `step` into `directory`: waits for the shard's
+  // write, then the group's marker (collective, as SaveCheckpoint). FailedPrecondition when no
+  // such save is under way; OK for a save that was not asynchronous.
+  absl::Status FinishCheckpoint(int64_t step, const std::string& directory);
   // Writes the group's full weights as safetensors (rank 0 writes; every rank must call it).
   absl::Status Export(const std::string& path);
   // The directory of <checkpoint> this rank's group saves its shards in: <group>, or with tensor
@@ -295,6 +302,11 @@ class Stage {
   at::ScalarType embedding_dtype_ = at::kFloat;
   int64_t step_ = 0;
   double tensor_parallel_squares_ = 0.0;  // the last step's, with tensor parallelism
+  // An asynchronous save being written (stage.cc), and the snapshot of the last one, whose memory
+  // the next copies into.
+  struct PendingSave;
+  std::unique_ptr<PendingSave> pending_save_;
+  std::unique_ptr<engine::CheckpointSnapshot> reusable_snapshot_;
 };
 
 // InternalError "<what>: <message>", without LibTorch's backtrace for a c10::Error.

@@ -68,6 +68,7 @@ class ColocatedRun : public rundir::RunGroups {
   absl::Status RunSteps(int64_t first, int64_t last, const StepDone& done) override;
   absl::StatusOr<rundir::EvalCounts> Evaluate(int64_t step) override;
   absl::Status SaveCheckpoint(int64_t step, const std::string& directory) override;
+  absl::Status FinishCheckpoint(int64_t step, const std::string& directory) override;
   absl::Status Export(const std::string& vision_path, const std::string& llm_path) override;
   absl::Status OnStep(const rundir::StepRecord& record) override;
   void OnEvaluating(int64_t step) override;
@@ -135,6 +136,7 @@ absl::Status ColocatedRun::Setup() {
   run.loop.sources = data::MixtureNames(job_.data);
   run.loop.source_counts = data::MixtureCounter(job_.data);
   run.resume_from = job_.resume_from;
+  run.async_checkpoints = job_.async_checkpoints;
   ASSIGN_OR_RETURN(driver_, rundir::RunDriver::Open(run));
   if (options_.threads > 0) at::set_num_threads(options_.threads);
 
@@ -289,6 +291,11 @@ absl::StatusOr<rundir::EvalCounts> ColocatedRun::Evaluate(int64_t step) {
 absl::Status ColocatedRun::SaveCheckpoint(int64_t step, const std::string& directory) {
   RETURN_IF_ERROR(vision_->SaveCheckpoint(step, directory));
   return llm_->SaveCheckpoint(step, directory);
+}
+
+absl::Status ColocatedRun::FinishCheckpoint(int64_t step, const std::string& directory) {
+  RETURN_IF_ERROR(vision_->FinishCheckpoint(step, directory));
+  return llm_->FinishCheckpoint(step, directory);
 }
 
 absl::Status ColocatedRun::Export(const std::string& vision_path, const std::string& llm_path) {

@@ -72,12 +72,18 @@ class ScriptedWorker final : public Worker {
     written_.push_back(directory);
     return absl::OkStatus();
   }
+  absl::Status FinishCheckpoint(int64_t step, const std::string& directory) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    written_.push_back(absl::StrCat("finish ", step, " ", directory));
+    return absl::OkStatus();
+  }
   absl::Status Export(const std::string& path) override {
     std::lock_guard<std::mutex> lock(mu_);
     written_.push_back(path);
     return absl::OkStatus();
   }
-  // The directories and files SaveCheckpoint and Export were asked to write, in order.
+  // The directories and files SaveCheckpoint and Export were asked to write, in order (and
+  // "finish STEP DIRECTORY" for FinishCheckpoint).
   std::vector<std::string> written() const {
     std::lock_guard<std::mutex> lock(mu_);
     return written_;
@@ -300,8 +306,20 @@ TEST_F(ActorServiceTest, ItWritesOnlyInsideTheJobsRunDirectory) {
                 ": an actor writes nowhere else");
   EXPECT_EQ(export_to(run_dir + "/../tandem.db").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(save("/etc").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(worker_.written(), (std::vector<std::string>{run_dir + "/checkpoints/step-000004",
-                                                         run_dir + "/llm.safetensors"}));
+  // The second half of an asynchronous save reaches the worker with its step and directory.
+  v1::FinishCheckpointRequest finish;
+  finish.set_job_id(kJob);
+  finish.set_step(4);
+  finish.set_directory(run_dir + "/checkpoints/step-000004");
+  v1::FinishCheckpointResponse finished;
+  EXPECT_TRUE(stub_->FinishCheckpoint(Context(10000).get(), finish, &finished).ok());
+  finish.set_job_id("another-job");
+  EXPECT_EQ(stub_->FinishCheckpoint(Context(10000).get(), finish, &finished).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(
+      worker_.written(),
+      (std::vector<std::string>{run_dir + "/checkpoints/step-000004", run_dir + "/llm.safetensors",
+                                "finish 4 " + run_dir + "/checkpoints/step-000004"}));
 }
 
 // A command timeout of 300 ms and no grace: a step that never returns makes the actor stuck.

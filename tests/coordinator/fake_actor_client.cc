@@ -47,6 +47,11 @@ class FakeActors::Client final : public ActorClient {
                               const std::string& directory) override {
     return actors_->SaveCheckpoint(address_, step, directory);
   }
+  absl::Status FinishCheckpoint(const std::string& job_id, int64_t step,
+                                const std::string& directory) override {
+    std::lock_guard<std::mutex> lock(actors_->mu_);
+    return actors_->Enter({address_, "FinishCheckpoint", step, directory});
+  }
   absl::Status Export(const std::string& job_id, const std::string& path) override {
     return actors_->Export(address_, path);
   }

@@ -7,7 +7,7 @@
 //   RunStep:   DefaultStepReply(role, rank, step); steps run in order per actor: step s waits until
 //              the actor has done s-1 (the runner sends the next step while one runs);
 //   Evaluate:  no samples (no held-out set) unless SetEvalReply says otherwise;
-//   SaveCheckpoint creates the directory; Export and Release succeed.
+//   SaveCheckpoint creates the directory; FinishCheckpoint, Export and Release succeed.
 // After a failed step, the actor's later steps answer ABORTED; a Release ends the steps waiting
 // there with CANCELLED (as an actor interrupted by Release does); AssignJob starts afresh.
 //

@@ -58,6 +58,11 @@ class ScriptedGroups : public RunGroups {
     EXPECT_FALSE(fs::exists(fs::path(directory) / "complete"));
     return absl::OkStatus();
   }
+  absl::Status FinishCheckpoint(int64_t step, const std::string& directory) override {
+    calls.push_back(absl::StrCat("finish ", step, " ", fs::path(directory).filename().string()));
+    EXPECT_FALSE(fs::exists(fs::path(directory) / "complete"));
+    return absl::OkStatus();
+  }
   absl::Status Export(const std::string& vision_path, const std::string& llm_path) override {
     calls.push_back(absl::StrCat("export ", fs::path(vision_path).filename().string(), " ",
                                  fs::path(llm_path).filename().string()));
@@ -133,6 +138,30 @@ TEST(RunDriver, RunsSegmentsBetweenEvaluationsAndCheckpointsThenExportsAndSummar
   ASSERT_TRUE(ReadMetrics((dir / "metrics.jsonl").string(), &steps, &evals).ok());
   EXPECT_EQ(steps.size(), 4u);
   EXPECT_EQ(evals.size(), 2u);
+  fs::remove_all(dir);
+}
+
+// checkpoint.async: a checkpoint is written while the next step trains (a segment of its own),
+// then finished and marked complete; the run's last one is finished at once.
+TEST(RunDriver, AnAsynchronousCheckpointIsFinishedAfterTheStepThatFollowsIt) {
+  const fs::path dir = TempDir("run_driver_async");
+  RunDriverOptions options = Options(dir, 7);
+  options.async_checkpoints = true;
+  absl::StatusOr<std::unique_ptr<RunDriver>> driver = RunDriver::Open(options);
+  ASSERT_TRUE(driver.ok()) << driver.status();
+  ScriptedGroups groups;
+  absl::StatusOr<RunSummary> summary = (*driver)->Run(groups, RunDriver::Clock::now());
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_THAT(
+      groups.calls,
+      ElementsAre("steps 1-2", "evaluate 2", "eval record 2", "steps 3-3", "save 3 step-000003",
+                  "steps 4-4", "finish 3 step-000003", "checkpoint step-000003", "evaluate 4",
+                  "eval record 4", "steps 5-6", "evaluate 6", "eval record 6", "save 6 step-000006",
+                  "steps 7-7", "finish 6 step-000006", "checkpoint step-000006", "evaluate 7",
+                  "eval record 7", "save 7 step-000007", "finish 7 step-000007",
+                  "checkpoint step-000007", "export vision.safetensors llm.safetensors"));
+  EXPECT_TRUE(fs::exists(dir / "checkpoints/step-000003/complete"));
+  EXPECT_EQ(summary->last_checkpoint, (dir / "checkpoints/step-000007").string());
   fs::remove_all(dir);
 }
 

@@ -139,10 +139,14 @@ TEST_F(DisaggregatedTest, WholeModelClippingEqualsColocated) {
   }
 }
 
+// With asynchronous checkpoints (checkpoint.async): each actor writes its shard while the next step
+// trains, and the checkpoint is complete once FinishCheckpoint has run on every actor.
 TEST(DisaggregatedRun, WritesTheColocatedRunDirectory) {
   const std::string dir = TempDir();
   const std::string spec = dir + "/job.json";
-  std::ofstream(spec) << JobSpec(2, 1, 1);
+  std::ofstream(spec) << absl::StrReplaceAll(
+      JobSpec(2, 1, 1, R"(, "checkpoint_every": 10)"),
+      {{R"("name": "equivalence",)", R"("name": "equivalence", "checkpoint": {"async": true},)"}});
   const std::string run_dir = dir + "/run";
   const Outcome run =
       RunTandem(absl::StrCat(spec, " --threads 1 --output json --run-dir ", run_dir));
@@ -150,7 +154,9 @@ TEST(DisaggregatedRun, WritesTheColocatedRunDirectory) {
   EXPECT_THAT(run.output, HasSubstr("\"steps\":20"));
   for (const char* name :
        {"job.json", "tokenizer.json", "metrics.jsonl", "loss.svg", "summary.json",
-        "vision.safetensors", "llm.safetensors", "checkpoints/step-000020/vision",
+        "vision.safetensors", "llm.safetensors", "checkpoints/step-000010/complete",
+        "checkpoints/step-000010/vision/rank_1_of_2.safetensors",
+        "checkpoints/step-000010/llm/complete", "checkpoints/step-000020/vision",
         "checkpoints/step-000020/llm", "checkpoints/step-000020/tokenizer.json"}) {
     EXPECT_TRUE(fs::exists(fs::path(run_dir) / name)) << name;
   }

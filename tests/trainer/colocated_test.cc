@@ -150,6 +150,35 @@ TEST(ColocatedTest, AMixtureCountsItsSourcesAndResumesThemExactly) {
   }
 }
 
+// checkpoint.async: each checkpoint is written while the next step trains, counts once finished,
+// and resumes bit for bit; the run's losses are the synchronous run's.
+TEST(ColocatedTest, AsynchronousCheckpointsResumeBitForBit) {
+  nlohmann::json job = TinyJob(10);
+  job["schedule"]["checkpoint_every"] = 4;
+  const std::string sync_dir = TempDir() + "/sync";
+  ASSERT_TRUE(RunColocated(Resolved(job), Quiet(sync_dir)).ok());
+  job["checkpoint"] = {{"async", true}};
+  const std::string run_dir = TempDir() + "/async";
+  auto summary = RunColocated(Resolved(job), Quiet(run_dir));
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  const std::vector<rundir::StepRecord> steps = Steps(run_dir), sync = Steps(sync_dir);
+  ASSERT_EQ(steps.size(), 10u);
+  for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i].loss, sync[i].loss) << i;
+  for (const char* step : {"step-000004", "step-000008", "step-000010"}) {
+    const std::filesystem::path checkpoint = std::filesystem::path(run_dir) / "checkpoints" / step;
+    EXPECT_TRUE(std::filesystem::exists(checkpoint / "complete")) << step;
+    EXPECT_TRUE(std::filesystem::exists(checkpoint / "vision/complete")) << step;
+    EXPECT_TRUE(std::filesystem::exists(checkpoint / "llm/complete")) << step;
+  }
+  job["resume_from"] = run_dir + "/checkpoints/step-000004";
+  const std::string resumed_dir = TempDir() + "/resumed";
+  ASSERT_TRUE(RunColocated(Resolved(job), Quiet(resumed_dir)).ok());
+  const std::vector<rundir::StepRecord> resumed = Steps(resumed_dir);
+  ASSERT_EQ(resumed.size(), 6u);
+  for (size_t i = 0; i < resumed.size(); ++i)
+    EXPECT_EQ(resumed[i].loss, steps[4 + i].loss) << "step " << resumed[i].step;
+}
+
 // A four-step job run with --profile FIRST LAST into RUN_DIR.
 absl::StatusOr<rundir::RunSummary> RunProfiled(const std::string& run_dir, int first, int last) {
   RunOptions options = Quiet(run_dir);
