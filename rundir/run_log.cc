@@ -28,13 +28,14 @@ nlohmann::json Number(double value) {
   return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
 }
 
-double NumberOr(const nlohmann::json& object, const char* key, double fallback) {
+// Records are read keeping their keys' order (a mixture's samples_by_source is in its sources').
+double NumberOr(const nlohmann::ordered_json& object, const char* key, double fallback) {
   auto it = object.find(key);
   return it != object.end() && it->is_number() ? it->get<double>() : fallback;
 }
 
 // The numbers of a list under `key`; empty when absent (records written before it existed).
-std::vector<double> NumbersOr(const nlohmann::json& object, const char* key) {
+std::vector<double> NumbersOr(const nlohmann::ordered_json& object, const char* key) {
   std::vector<double> out;
   auto it = object.find(key);
   if (it == object.end() || !it->is_array()) return out;
@@ -178,8 +179,8 @@ absl::Status ReadMetrics(const std::string& path, std::vector<StepRecord>* steps
   for (size_t i = 0; i < last; ++i) {
     const size_t line_number = i + 1;
     if (lines[i].empty()) continue;
-    nlohmann::json j = nlohmann::json::parse(lines[i].begin(), lines[i].end(), nullptr,
-                                             /*allow_exceptions=*/false);
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(lines[i].begin(), lines[i].end(),
+                                                             nullptr, /*allow_exceptions=*/false);
     const bool record =
         j.is_object() && ((j.contains("eval") && j["eval"].is_object()) || j.contains("step"));
     if (!record && i + 1 == last) {
@@ -213,16 +214,11 @@ absl::Status ReadMetrics(const std::string& path, std::vector<StepRecord>* steps
       r.llm_planned_imbalance = NumberOr(j, "llm_planned_imbalance", 0);
       r.padding_waste = NumberOr(j, "padding_waste", 0);
       r.skipped_samples = static_cast<int64_t>(NumberOr(j, "skipped_samples", 0));
-      if (j.contains("samples_by_source")) {
-        // Read again keeping the keys' order, the sources' (nlohmann::json sorts them).
-        const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(
-            lines[i].begin(), lines[i].end(), nullptr, /*allow_exceptions=*/false);
-        const auto sources = ordered.find("samples_by_source");
-        if (sources != ordered.end() && sources->is_object()) {
-          for (const auto& [name, count] : sources->items()) {
-            if (count.is_number_integer())
-              r.samples_by_source.emplace_back(name, count.get<int64_t>());
-          }
+      if (const auto sources = j.find("samples_by_source");
+          sources != j.end() && sources->is_object()) {
+        for (const auto& [name, count] : sources->items()) {
+          if (count.is_number_integer())
+            r.samples_by_source.emplace_back(name, count.get<int64_t>());
         }
       }
       steps->push_back(r);
