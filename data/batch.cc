@@ -177,6 +177,10 @@ absl::StatusOr<Batch> MakeImagesBatch(const Dataset& dataset, const std::vector<
   return batch;
 }
 
+int64_t TokenRowLength(const TextCodec& codec, int64_t max_text_tokens, int64_t max_images) {
+  return max_images * codec.max_image_positions() + max_text_tokens;
+}
+
 absl::StatusOr<TokenBatch> MakeTokenBatch(const Dataset& dataset,
                                           const std::vector<int64_t>& indices,
                                           const TextCodec& codec, int64_t max_text_tokens,
@@ -184,7 +188,7 @@ absl::StatusOr<TokenBatch> MakeTokenBatch(const Dataset& dataset,
   RETURN_IF_ERROR(CheckBatchArguments(indices, max_text_tokens));
   TokenBatch batch;
   batch.size = static_cast<int64_t>(indices.size());
-  batch.length = max_images * codec.max_image_positions() + max_text_tokens;
+  batch.length = TokenRowLength(codec, max_text_tokens, max_images);
   batch.tokens.assign(batch.size * batch.length, codec.pad_id());
   batch.labels.assign(batch.size * batch.length, EncodedConversation::kIgnore);
   for (int64_t row = 0; row < batch.size; ++row) {

@@ -62,6 +62,8 @@ struct TokenBatch {
   std::vector<int64_t> lengths;  // [size]: each sample's positions before its padding
   int64_t targets = 0;           // labels that are targets (not kIgnore, position 0 excluded)
 };
+// The positions of a TokenBatch's rows: max_images images' most positions and max_text_tokens.
+int64_t TokenRowLength(const TextCodec& codec, int64_t max_text_tokens, int64_t max_images);
 // InvalidArgument for no indices or max_text_tokens < 2; InvalidArgument naming the sample
 // (Dataset::Describe) and both counts when it needs more than max_text_tokens text tokens or holds
 // more than max_images images, and, in the codec's Words layout (an image prefix), when it does not

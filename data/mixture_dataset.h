@@ -1,8 +1,9 @@
 // Several data sets as one (data.mixture): the sources' samples one source after another, sample i
-// of source s being index begin(s) + i. Which source each draw takes is the sampler's business
-// (data/sampler.h: SampleOrder::mixture, MixtureCounts); this class only maps indices, so every
-// Dataset call goes to the source that holds the sample, and errors and descriptions are that
-// source's, prefixed with its name ("captions: train.jsonl:12 (images/cat.png)").
+// of source s following all the samples of the sources before it. Which source each draw takes is
+// the sampler's business (data/sampler.h: SampleOrder::mixture, MixtureCounts); this class only
+// maps indices, so every Dataset call goes to the source that holds the sample, and errors and
+// descriptions are that source's, prefixed with its name ("captions: train.jsonl:12
+// (images/cat.png)").
 //
 // Thread-safety: as its sources'.
 #pragma once
@@ -36,8 +37,6 @@ class MixtureDataset final : public Dataset {
   explicit MixtureDataset(std::vector<Source> sources);
 
   const std::vector<Source>& sources() const { return sources_; }
-  // The first index of source `s`'s samples; begin(sources().size()) is size().
-  int64_t begin(size_t s) const { return begins_[s]; }
 
   int64_t size() const override { return begins_.back(); }
   absl::Status Check(int64_t index) const override;

@@ -20,6 +20,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -52,7 +53,9 @@ struct PrefetchedBatch {
   };
   std::vector<Bad> bad;
   std::vector<int64_t> planned;
-  bool images_failed = false;
+  bool images_failed() const {
+    return std::any_of(bad.begin(), bad.end(), [](const Bad& b) { return !b.everywhere; });
+  }
 };
 
 class ImagePrefetcher {

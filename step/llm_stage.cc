@@ -201,7 +201,7 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
       for (const int64_t sample : plans[k].llm_samples[replica()])
         own.push_back(batches[k][sample]);
       if (own.empty()) {
-        text.length = max_images * codec.max_image_positions() + max_text;
+        text.length = data::TokenRowLength(codec, max_text, max_images);
       } else {
         ASSIGN_OR_RETURN(text, data::MakeTokenBatch(train, own, codec, max_text, max_images));
       }

@@ -267,8 +267,7 @@ absl::StatusOr<PrefetchedBatch> VisionStage::ReadSkipping(const data::Dataset& t
     if (failure.ok() || !flagged.insert(sample).second) continue;
     read.bad.push_back({positions[sample], failure, /*everywhere=*/false});
   }
-  read.images_failed = !flagged.empty();
-  if (!read.images_failed) read.images = ImagesOf(batch, pinned);
+  if (flagged.empty()) read.images = ImagesOf(batch, pinned);
   return read;
 }
 
@@ -286,7 +285,7 @@ absl::StatusOr<std::vector<float>> VisionStage::FindBadSamples(
       flags[offset + bad.position] = 1.0f;
       found_.emplace(batch[bad.position], bad.error);
     }
-    if (!read.images_failed) taken_.emplace(read.planned, std::move(read));
+    if (!read.images_failed()) taken_.emplace(read.planned, std::move(read));
   }
   return flags;
 }

@@ -3,11 +3,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "data/image.h"
+#include "data/sampler.h"
 #include "tests/data/temp_dir.h"
 #include "tests/data/test_files.h"
 
@@ -172,6 +174,27 @@ TEST(ShardDataset, SkippingReadsATruncatedShardUpToItsCut) {
   const absl::Status cut = d.GetImage(1, 0).status();
   EXPECT_EQ(cut.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(cut.message()), HasSubstr(path + ": cannot read member b.png"));
+}
+
+// A shard named by a pattern that is missing holds no sample when skipping (it has no index to
+// count them): the others train, and the sampler walks them past the empty shard.
+TEST(ShardDataset, SkippingAMissingShardWithoutAnIndexLeavesTheOthers) {
+  testing::TempDir dir;
+  Write(dir / "s-0.tar", {{"a.json", R"({"caption": "one"})"}, {"a.png", Png(1)}});
+  Write(dir / "s-2.tar", {{"b.json", R"({"caption": "two"})"}, {"b.png", Png(2)}});
+  EXPECT_EQ(ShardDataset::Open({dir / "s-{0..2}.tar"}, 6).status().code(),
+            absl::StatusCode::kNotFound);
+  ShardDataset::Options skip;
+  skip.skip_bad_samples = true;
+  auto opened = ShardDataset::Open({dir / "s-{0..2}.tar"}, 6, nullptr, skip);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const ShardDataset& d = **opened;
+  EXPECT_THAT(d.ShardSizes(), ElementsAre(1, 0, 1));
+  EXPECT_EQ(d.Text(1), "two");
+  Sampler sampler(SampleOrder{d.ShardSizes(), 1, {}}, 3);
+  std::vector<int64_t> epoch = sampler.Next(2);
+  std::sort(epoch.begin(), epoch.end());
+  EXPECT_THAT(epoch, ElementsAre(0, 1));
 }
 
 }  // namespace
