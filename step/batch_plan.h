@@ -63,6 +63,9 @@ struct MicroBatchPlan {
   std::vector<SampleRange> vision_images;  // per vision replica: its block of `images`
   // With LLaVA-NeXT's tiles, per sample: its images' layouts (Stage::Plan fills it); else empty.
   std::vector<std::vector<data::AnyResLayout>> layouts;
+  // Packed (training under data.pack_tokens), per sample: its text tokens, which its positions
+  // were planned from (Stage::Plan fills it); else empty.
+  std::vector<int64_t> text_tokens;
 };
 
 struct PlanOptions {

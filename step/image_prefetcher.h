@@ -1,21 +1,25 @@
-// Reads micro-batches' images on a thread of its own, ahead of the step that needs them, as a
-// PyTorch DataLoader's worker does, so that rendering and decoding overlap the device's work.
+// Plans micro-batches and reads their images on a thread of its own, ahead of the step that needs
+// them, as a PyTorch DataLoader's worker does, so that planning (with sequence packing, counting
+// each sample's text tokens), rendering and decoding overlap the device's work.
 //
-//   ImagePrefetcher prefetcher(read, /*depth=*/2);
+//   ImagePrefetcher prefetcher(plan, read, /*depth=*/2);
 //   for (batch of the step) prefetcher.Request(batch);   // also the next step's, once known
 //   ...
-//   ASSIGN_OR_RETURN(PrefetchedBatch read, prefetcher.Take(batch));  // its plan and images
+//   ASSIGN_OR_RETURN(MicroBatchPlan plan, prefetcher.PlanOf(batch));  // its plan alone, early
+//   ASSIGN_OR_RETURN(PrefetchedBatch read, prefetcher.Take(batch));   // its plan and images
 //
-// Requests are read in the order they were made, at most `depth` of them finished and not yet
-// taken (the memory held ahead: depth micro-batches of images). Take returns the requested batch's
-// images once read, or reads a batch nobody requested on the caller's thread; requests made before
-// the one taken are dropped (a step that failed, or a sampler that moved: a resume). Reading is a
-// pure function of the indices (data::Dataset is immutable), so a batch is the same whichever
-// thread reads it, and a read's error is returned by the Take of that batch.
+// Requests are planned in the order they were made, every one as soon as the thread is free (a
+// plan is small), and read in that order, at most `depth` of them finished and not yet taken (the
+// memory held ahead: depth micro-batches of images). PlanOf waits for a batch's plan alone; Take
+// returns the requested batch's images once read, or plans and reads a batch nobody requested on
+// the caller's thread; requests made before the one taken are dropped (a step that failed, or a
+// sampler that moved: a resume). Planning and reading are pure functions of the indices
+// (data::Dataset is immutable), so a batch is the same whichever thread reads it, and an error is
+// returned by the PlanOf or Take of its batch.
 //
-// Thread-safety: Request and Take from one thread (the stage's); `read` runs on the prefetcher's
-// thread and, for batches nobody requested, on the caller's. The destructor waits for a read in
-// progress.
+// Thread-safety: Request, PlanOf and Take from one thread (the stage's); `plan` and `read` run on
+// the prefetcher's thread and, for batches nobody requested, on the caller's. The destructor waits
+// for the work in progress.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -60,40 +64,55 @@ struct PrefetchedBatch {
 
 class ImagePrefetcher {
  public:
-  using ReadFn =
+  // A micro-batch's plan (and, reading under "skip", the samples its table or headers leave out),
+  // with no images yet.
+  using PlanFn =
       std::function<absl::StatusOr<PrefetchedBatch>(const std::vector<int64_t>& indices)>;
+  // Reads the images of the micro-batch `read` planned (a PlanFn's result) into it.
+  using ReadFn =
+      std::function<absl::Status(const std::vector<int64_t>& indices, PrefetchedBatch& read)>;
 
   // REQUIRES: depth >= 1.
-  ImagePrefetcher(ReadFn read, size_t depth);
+  ImagePrefetcher(PlanFn plan, ReadFn read, size_t depth);
   ~ImagePrefetcher();
   ImagePrefetcher(const ImagePrefetcher&) = delete;
   ImagePrefetcher& operator=(const ImagePrefetcher&) = delete;
 
   // Queues a read of `indices`, unless it is queued already.
   void Request(const std::vector<int64_t>& indices);
+  // The plan of `indices` (requested now if it was not), once the thread made it.
+  absl::StatusOr<MicroBatchPlan> PlanOf(const std::vector<int64_t>& indices);
   // The images of `indices`: a queued read's result (waiting for it), or a read on this thread.
   absl::StatusOr<PrefetchedBatch> Take(const std::vector<int64_t>& indices);
 
-  // Reads this prefetcher's thread has done (for tests).
+  // Plans and reads this prefetcher's thread has done (for tests).
+  int64_t plans() const;
   int64_t reads() const;
 
  private:
   struct Entry {
     std::vector<int64_t> indices;
-    bool started = false;
+    bool planning = false;
+    bool planned = false;  // `result` holds the plan, or an error (then done too)
+    bool reading = false;
     bool done = false;
     absl::StatusOr<PrefetchedBatch> result;
   };
 
   void Run();
-  absl::StatusOr<PrefetchedBatch> Read(const std::vector<int64_t>& indices) const;
+  // Requests `indices`; REQUIRES: mutex_ held.
+  std::shared_ptr<Entry> RequestLocked(const std::vector<int64_t>& indices);
+  absl::StatusOr<PrefetchedBatch> Plan(const std::vector<int64_t>& indices) const;
+  absl::Status Read(const std::vector<int64_t>& indices, PrefetchedBatch& read) const;
 
+  const PlanFn plan_;
   const ReadFn read_;
   const size_t depth_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::shared_ptr<Entry>> queue_;  // guarded by mutex_, in request order
   bool stop_ = false;                         // guarded by mutex_
+  int64_t plans_ = 0;                         // guarded by mutex_
   int64_t reads_ = 0;                         // guarded by mutex_
   std::thread thread_;                        // last: starts once the rest is ready
 };

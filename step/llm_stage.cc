@@ -1,13 +1,14 @@
 // The LLM group's half of the step (stage.h).
 //
-//   plan each micro-batch (step/batch_plan.h: this replica's samples, a row each or packed, and
-//   its block of the images) -> expect every embedding slice of the step up front -> for each
-//   micro-batch k: await its slices into one leaf (under llm.parallel.embeddings "broadcast", the
-//   replica's first rank awaits them and broadcasts the leaf) -> loss = cross-entropy sum over the
-//   labelled tokens (the caption, or the answers: data/text_codec.h) / labelled tokens of the whole
-//   global batch (each replica counts its own samples' and the group sums the counts; packed,
-//   every rank encodes the whole batch, whose lengths the rows are planned from)
-//   -> loss.backward() -> send leaf.grad() slices back to the vision ranks -> engine step
+//   plan each micro-batch (step/batch_plan.h: this replica's samples, a row each or packed from
+//   the vision ranks' token counts, NOTE [Packed text] in stage.h, and its block of the images)
+//   -> encode this replica's samples -> expect every embedding slice of the step up front -> for
+//   each micro-batch k: await its slices into one leaf (under llm.parallel.embeddings
+//   "broadcast", the replica's first rank awaits them and broadcasts the leaf) -> loss =
+//   cross-entropy sum over the labelled tokens (the caption, or the answers: data/text_codec.h) /
+//   labelled tokens of the whole global batch (each replica counts its own samples' and the group
+//   sums the counts) -> loss.backward() -> send leaf.grad() slices back to the vision ranks ->
+//   engine step
 //
 // The loss and the engines' sum reduction make the group sums equal one process's gradients.
 #include <torch/torch.h>
@@ -137,9 +138,9 @@ class LlmStage : public Stage {
   };
   absl::StatusOr<Incoming> ExpectEmbeddings(TransferKind kind, int64_t step, int64_t micro_batch,
                                             const MicroBatchPlan& plan, const at::Tensor& host);
-  // What this replica trains on of a micro-batch, on the device: its samples a row each (`text`
-  // holds them alone, in order), or packed into rows of at most data.pack_tokens positions
-  // (models::Packing), as long as the longest (`text` holds the whole micro-batch).
+  // What this replica trains on of a micro-batch, on the device (`text` holds the replica's
+  // samples alone, in the plan's order): a row each, or packed into rows of at most
+  // data.pack_tokens positions (models::Packing), as long as the longest.
   struct RowBatch {
     at::Tensor tokens, labels;
     std::optional<models::Packing> packing;
@@ -179,31 +180,49 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
   const int64_t max_text = job().data.max_text_tokens,
                 max_images = job().data.max_images_per_sample;
   const bool packed = job().data.pack_tokens > 0;
+  // NOTE [Packed text]: packed, the rows are planned from the vision ranks' token counts.
+  std::vector<int64_t> text_tokens;
+  if (packed) {
+    int64_t samples = 0;
+    for (const auto& batch : batches) samples += static_cast<int64_t>(batch.size());
+    ASSIGN_OR_RETURN(const at::Tensor counts,
+                     ReceiveFromVision(TransferKind::kTextTokens, step, samples));
+    const float* count = counts.data_ptr<float>();
+    for (int64_t i = 0; i < samples; ++i) text_tokens.push_back(std::llround(count[i]));
+  }
   // The loss divides by the target tokens of the whole global batch.
   std::vector<RowBatch> rows;
   int64_t global_targets = 0;
   std::vector<MicroBatchPlan> plans;
   std::vector<at::Tensor> hosts;  // where each micro-batch's embeddings land
   std::vector<Incoming> incoming(batches.size());
+  size_t offset = 0;  // of micro-batch k's samples in text_tokens
   for (size_t k = 0; k < batches.size(); ++k) {
-    data::TokenBatch text;
     if (packed) {
-      // Rows are packed by every sample's length: the whole micro-batch is encoded, and planned
-      // from the text just encoded, not encoded again.
-      ASSIGN_OR_RETURN(text, data::MakeTokenBatch(train, batches[k], codec, max_text, max_images));
-      ASSIGN_OR_RETURN(plans.emplace_back(),
-                       Plan(train, batches[k], /*training=*/true, &text.lengths));
+      const std::vector<int64_t> counts(text_tokens.begin() + offset,
+                                        text_tokens.begin() + offset + batches[k].size());
+      offset += batches[k].size();
+      ASSIGN_OR_RETURN(plans.emplace_back(), Plan(train, batches[k], /*training=*/true, &counts));
     } else {
-      // A row a sample, of one length: the plan needs no text, and the replica encodes only the
-      // samples it trains on, in its rows' order.
+      // A row a sample, of one length: the plan needs no text.
       ASSIGN_OR_RETURN(plans.emplace_back(), Plan(train, batches[k], /*training=*/true));
-      std::vector<int64_t> own;
-      for (const int64_t sample : plans[k].llm_samples[replica()])
-        own.push_back(batches[k][sample]);
-      if (own.empty()) {
-        text.length = data::TokenRowLength(codec, max_text, max_images);
-      } else {
-        ASSIGN_OR_RETURN(text, data::MakeTokenBatch(train, own, codec, max_text, max_images));
+    }
+    // The replica encodes only the samples it trains on, in its rows' order.
+    data::TokenBatch text;
+    std::vector<int64_t> own;
+    for (const int64_t sample : plans[k].llm_samples[replica()]) own.push_back(batches[k][sample]);
+    if (own.empty()) {
+      text.length = data::TokenRowLength(codec, max_text, max_images);
+    } else {
+      ASSIGN_OR_RETURN(text, data::MakeTokenBatch(train, own, codec, max_text, max_images));
+    }
+    for (size_t i = 0; packed && i < own.size(); ++i) {
+      const int64_t planned = plans[k].text_tokens[plans[k].llm_samples[replica()][i]];
+      if (text.lengths[i] != planned) {
+        return absl::InternalError(
+            absl::StrCat(train.Describe(own[i]), ": ", text.lengths[i],
+                         " text tokens here, planned with the vision ranks' count of ", planned,
+                         " (do both groups run the same tokenizer and chat template?)"));
       }
     }
     global_targets += text.targets;
@@ -214,11 +233,9 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
     ASSIGN_OR_RETURN(incoming[k], ExpectEmbeddings(TransferKind::kEmbeddings, step,
                                                    static_cast<int64_t>(k), plans[k], hosts[k]));
   }
-  // Unpacked, each replica counted its own samples' targets: the group's sum is the batch's (each
-  // engine group holds one rank of every replica).
-  if (!packed) {
-    ASSIGN_OR_RETURN(global_targets, SumOverGroup(global_targets));
-  }
+  // Each replica counted its own samples' targets: the group's sum is the batch's (each engine
+  // group holds one rank of every replica).
+  ASSIGN_OR_RETURN(global_targets, SumOverGroup(global_targets));
   // Only the replica's first rank sends gradients back and reports the loss: its peers compute the
   // same (NOTE [Parallel sets]).
   const bool speaks = parallel_index() == 0;
@@ -278,10 +295,8 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
 
 absl::StatusOr<LlmStage::RowBatch> LlmStage::RowsOf(const MicroBatchPlan& plan,
                                                     data::TokenBatch& text) const {
-  const std::vector<int64_t>& samples = plan.llm_samples[replica()];
   RowBatch rows;
   if (job().data.pack_tokens <= 0) {
-    // `text` holds the replica's samples alone, a row each.
     const TokenTensors mine = TokensOf(text);
     rows.tokens = mine.tokens.to(device());
     rows.labels = mine.labels.to(device());
@@ -290,12 +305,16 @@ absl::StatusOr<LlmStage::RowBatch> LlmStage::RowsOf(const MicroBatchPlan& plan,
     for (const int64_t length : text.lengths) rows.padding -= length;
     return rows;
   }
+  // Row i holds the replica's samples [ends[i-1], ends[i]), the rows of `text` alike.
   std::vector<std::vector<int64_t>> packed_rows;
   int64_t begin = 0, longest = 1;
   for (const int64_t end : plan.llm_row_ends[replica()]) {
-    packed_rows.emplace_back(samples.begin() + begin, samples.begin() + end);
+    std::vector<int64_t>& row = packed_rows.emplace_back();
     int64_t used = 0;
-    for (const int64_t sample : packed_rows.back()) used += text.lengths[sample];
+    for (int64_t i = begin; i < end; ++i) {
+      row.push_back(i);
+      used += text.lengths[i];
+    }
     longest = std::max(longest, used);
     begin = end;
   }

@@ -158,6 +158,7 @@ absl::StatusOr<MicroBatchPlan> Stage::Plan(const data::Dataset& dataset,
   std::vector<SampleLoad> loads;
   loads.reserve(indices.size());
   std::vector<std::vector<data::AnyResLayout>> layouts;
+  std::vector<int64_t> text_tokens;
   for (size_t i = 0; i < indices.size(); ++i) {
     const int64_t index = indices[i];
     RETURN_IF_ERROR(dataset.Check(index));
@@ -182,6 +183,7 @@ absl::StatusOr<MicroBatchPlan> Stage::Plan(const data::Dataset& dataset,
                          text.Encode(dataset.Messages(index), dataset.Describe(index), sizes));
         ids = static_cast<int64_t>(conversation.ids.size());
       }
+      text_tokens.push_back(ids);
       load.positions = ids + load.images * prefix;
       if (load.positions > pack) {
         return absl::InvalidArgumentError(
@@ -192,6 +194,7 @@ absl::StatusOr<MicroBatchPlan> Stage::Plan(const data::Dataset& dataset,
     loads.push_back(load);
   }
   MicroBatchPlan plan = PlanMicroBatch(loads, options);
+  plan.text_tokens = std::move(text_tokens);
   if (any_res.enabled()) {
     // The plan numbers a sample's tiles 0, 1, ...: which image and which of its tiles each is.
     for (PlannedImage& unit : plan.images) {
@@ -313,31 +316,43 @@ absl::StatusOr<int64_t> Stage::SumOverGroup(int64_t value) {
 }
 
 absl::StatusOr<std::vector<float>> Stage::ShareBadSamples(int64_t step, std::vector<float> flags) {
-  const int rank = placement_.rank, size = placement_.group_size,
-            peers = placement_.peer_group_size;
   const auto samples = static_cast<int64_t>(flags.size());
-  const SampleRange whole{0, samples};
   at::Tensor host = at::from_blob(flags.data(), {samples}, at::kFloat).clone();
   if (role_ == Role::kLlm) {
-    const TransferTag incoming = Tag(TransferKind::kBadSamples, step, 0, whole, rank % peers);
-    RETURN_IF_ERROR(Expect(incoming, host));
-    RETURN_IF_ERROR(Await(incoming));
+    ASSIGN_OR_RETURN(host, ReceiveFromVision(TransferKind::kBadSamples, step, samples));
   } else {
-    if (size > 1) {
+    if (placement_.group_size > 1) {
       at::Tensor summed = host.to(placement_.device);
       RETURN_IF_ERROR(communicator_->AllReduceSum(summed)->Wait(placement_.timeout));
       host = summed.cpu();
     }
     std::vector<std::unique_ptr<transport::SendHandle>> sends;
-    for (int peer = rank; peer < peers; peer += size) {
-      ASSIGN_OR_RETURN(auto send, Send(peer, Tag(TransferKind::kBadSamples, step, 0, whole, rank),
-                                       host, nullptr));
-      sends.push_back(std::move(send));
-    }
+    RETURN_IF_ERROR(SendToLlmRanks(TransferKind::kBadSamples, step, host, &sends));
     RETURN_IF_ERROR(WaitSends(sends));
   }
   const float* summed = host.data_ptr<float>();
   return std::vector<float>(summed, summed + samples);
+}
+
+absl::Status Stage::SendToLlmRanks(TransferKind kind, int64_t step, const at::Tensor& values,
+                                   std::vector<std::unique_ptr<transport::SendHandle>>* sends) {
+  const int rank = placement_.rank;
+  const SampleRange whole{0, values.numel()};
+  for (int peer = rank; peer < placement_.peer_group_size; peer += placement_.group_size) {
+    ASSIGN_OR_RETURN(auto send, Send(peer, Tag(kind, step, 0, whole, rank), values, nullptr));
+    sends->push_back(std::move(send));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<at::Tensor> Stage::ReceiveFromVision(TransferKind kind, int64_t step,
+                                                    int64_t count) {
+  at::Tensor host = HostBuffer({count}, at::kFloat);
+  const TransferTag incoming =
+      Tag(kind, step, 0, SampleRange{0, count}, placement_.rank % placement_.peer_group_size);
+  RETURN_IF_ERROR(Expect(incoming, host));
+  RETURN_IF_ERROR(Await(incoming));
+  return host;
 }
 
 absl::StatusOr<EvalCounts> Stage::Evaluate(int64_t step) {

@@ -108,6 +108,17 @@ struct StageProgress {
 // spread evenly again. The data position does not move (the samples were drawn), so a resumed run
 // leaves out the same samples, and the step's loss divides by the target tokens of the samples
 // kept, as a run without them would.
+//
+// NOTE [Packed text]
+// Under data.pack_tokens the plan (which LLM replica packs which samples into which rows) needs
+// every sample's text token count. The vision ranks count them where the samples are read: their
+// ImagePrefetcher plans each micro-batch ahead of the step, on its thread. When the step begins,
+// each vision rank sends the step's counts to the LLM ranks it answers for (one transfer a step,
+// TRANSFER_KIND_TEXT_TOKENS); the LLM ranks plan from them and each replica encodes only its own
+// samples, checking that each has the count it was planned with. The loss's denominator, the
+// target tokens of the whole global batch, is the group's sum of the replicas' counts, as
+// unpacked. A sample's text is thus encoded once a step by each vision rank, off the critical
+// path, and once by the LLM replica that trains on it.
 class Stage {
  public:
   virtual ~Stage();
@@ -212,9 +223,9 @@ class Stage {
   // Who works on what of micro-batch `indices` of `dataset` (step/batch_plan.h), the same on every
   // rank of both groups. `training`: balanced under schedule.balance and packed under
   // data.pack_tokens; otherwise (evaluation) contiguous blocks of unpacked samples. Encodes the
-  // samples' text only to balance over several LLM replicas or to pack, unless `encoded` gives
-  // each sample's token count (data::TokenBatch::lengths: an LLM rank has encoded them already);
-  // its errors name the sample (one longer than data.pack_tokens among them).
+  // samples' text only to pack, unless `encoded` gives each sample's token count (NOTE [Packed
+  // text]: an LLM rank has them from the vision ranks); its errors name the sample (one longer
+  // than data.pack_tokens among them).
   absl::StatusOr<MicroBatchPlan> Plan(const data::Dataset& dataset,
                                       const std::vector<int64_t>& indices, bool training,
                                       const std::vector<int64_t>* encoded = nullptr) const;
@@ -242,6 +253,14 @@ class Stage {
   // waiting (WaitedSeconds), not as compute.
   absl::Status Await(const transport::TransferTag& tag);
   absl::Status WaitSends(std::vector<std::unique_ptr<transport::SendHandle>>& sends);
+  // One value a sample of step `step` (fp32), from the vision ranks to the LLM ranks: LLM rank p
+  // hears from vision rank p mod V (the vision group's size), as with the gradient norms. A vision
+  // rank sends `values` to its LLM ranks (they read it until the sends are waited for); an LLM
+  // rank receives `count` values.
+  absl::Status SendToLlmRanks(transport::TransferKind kind, int64_t step, const at::Tensor& values,
+                              std::vector<std::unique_ptr<transport::SendHandle>>* sends);
+  absl::StatusOr<at::Tensor> ReceiveFromVision(transport::TransferKind kind, int64_t step,
+                                               int64_t count);
   // Seconds this rank has waited since it was built: for transfers, and in its collectives.
   double WaitedSeconds() const;
   // Whether every rank of the group must take part in each generation step (ZeRO-3 gathers

@@ -64,14 +64,19 @@ class VisionStage : public Stage {
     const bool pinned = device().is_cuda();
     workers_ = std::make_unique<data::WorkerPool>(static_cast<int>(job().data.workers));
     prefetcher_ = std::make_unique<ImagePrefetcher>(
-        [this, pinned](const std::vector<int64_t>& indices) -> absl::StatusOr<PrefetchedBatch> {
+        [this](const std::vector<int64_t>& indices) -> absl::StatusOr<PrefetchedBatch> {
           const data::Dataset& train = *data().datasets.train;
-          if (skip_bad_samples()) return ReadSkipping(train, indices, pinned);
+          if (skip_bad_samples()) return PlanSkipping(train, indices);
           PrefetchedBatch read;
           ASSIGN_OR_RETURN(read.plan, Plan(train, indices, /*training=*/true));
-          ASSIGN_OR_RETURN(read.images, ReadImages(train, indices, read.plan, pinned));
           read.planned = indices;
           return read;
+        },
+        [this, pinned](const std::vector<int64_t>& indices, PrefetchedBatch& read) -> absl::Status {
+          const data::Dataset& train = *data().datasets.train;
+          if (skip_bad_samples()) return ReadSkipping(train, indices, read, pinned);
+          ASSIGN_OR_RETURN(read.images, ReadImages(train, indices, read.plan, pinned));
+          return absl::OkStatus();
         },
         kPipelineDepth);
     return absl::OkStatus();
@@ -116,11 +121,12 @@ class VisionStage : public Stage {
     ASSIGN_OR_RETURN(data::Batch batch, data::MakeImagesBatch(dataset, refs, workers_.get()));
     return ImagesOf(batch, pinned);
   }
-  // A training micro-batch read under data.on_bad_sample "skip": the samples that fail their
-  // check left out of its plan, those whose images fail flagged (PrefetchedBatch::bad).
-  absl::StatusOr<PrefetchedBatch> ReadSkipping(const data::Dataset& train,
-                                               const std::vector<int64_t>& indices,
-                                               bool pinned) const;
+  // A training micro-batch under data.on_bad_sample "skip": planned with the samples that fail
+  // their check left out (PrefetchedBatch::bad), then read, the samples whose images fail flagged.
+  absl::StatusOr<PrefetchedBatch> PlanSkipping(const data::Dataset& train,
+                                               const std::vector<int64_t>& indices) const;
+  absl::Status ReadSkipping(const data::Dataset& train, const std::vector<int64_t>& indices,
+                            PrefetchedBatch& read, bool pinned) const;
   // Sends `rows` of `embeddings` (rows of the exchange order; its first row is mine.begin) to every
   // rank of LLM replica `replica`, or to its first rank under embeddings_broadcast() (NOTE
   // [Parallel sets]).
@@ -155,6 +161,28 @@ absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
   taken_.clear();
   for (const auto& batch : batches) {
     if (!taken.count(batch)) prefetcher_->Request(batch);
+  }
+  // NOTE [Packed text]: the LLM ranks plan from the token counts this rank's plans hold.
+  at::Tensor text_tokens;
+  std::vector<std::unique_ptr<transport::SendHandle>> text_sends;
+  if (job().data.pack_tokens > 0) {
+    std::vector<float> counts;
+    for (size_t k = 0; k < batches.size(); ++k) {
+      MicroBatchPlan plan;
+      if (auto it = taken.find(batches[k]); it != taken.end()) {
+        plan = it->second.plan;
+      } else {
+        ASSIGN_OR_RETURN(plan, prefetcher_->PlanOf(batches[k]));
+      }
+      if (plan.text_tokens.size() != batches[k].size()) {
+        return absl::DataLossError(absl::StrCat(
+            "micro-batch ", k, ": planned ", plan.text_tokens.size(), " of its ", batches[k].size(),
+            " samples (it was read whole when the step began: the data changed under the run)"));
+      }
+      counts.insert(counts.end(), plan.text_tokens.begin(), plan.text_tokens.end());
+    }
+    text_tokens = torch::tensor(counts, at::kFloat);
+    RETURN_IF_ERROR(SendToLlmRanks(TransferKind::kTextTokens, step, text_tokens, &text_sends));
   }
   std::deque<InFlight> in_flight;
   for (int64_t k = 0; k <= last; ++k) {
@@ -209,6 +237,8 @@ absl::StatusOr<StepResult> VisionStage::Train(int64_t step,
       in_flight.pop_front();
     }
   }
+  SetPhase("transfer");
+  RETURN_IF_ERROR(WaitSends(text_sends));
   return result;
 }
 
@@ -226,13 +256,11 @@ absl::Status VisionStage::SendToReplica(
   return absl::OkStatus();
 }
 
-absl::StatusOr<PrefetchedBatch> VisionStage::ReadSkipping(const data::Dataset& train,
-                                                          const std::vector<int64_t>& indices,
-                                                          bool pinned) const {
+absl::StatusOr<PrefetchedBatch> VisionStage::PlanSkipping(
+    const data::Dataset& train, const std::vector<int64_t>& indices) const {
   PrefetchedBatch read;
   // Every rank finds the same: the sample's table and its images' headers (which LLaVA-NeXT's
   // tiles are planned from).
-  std::vector<int64_t> positions;  // of read.planned among `indices`
   for (size_t i = 0; i < indices.size(); ++i) {
     absl::Status status = train.Check(indices[i]);
     if (status.ok()) status = data::SampleImageSizes(train, indices[i], *data().text).status();
@@ -241,10 +269,26 @@ absl::StatusOr<PrefetchedBatch> VisionStage::ReadSkipping(const data::Dataset& t
       continue;
     }
     read.planned.push_back(indices[i]);
-    positions.push_back(static_cast<int64_t>(i));
   }
-  if (read.planned.empty()) return read;
-  ASSIGN_OR_RETURN(read.plan, Plan(train, read.planned, /*training=*/true));
+  if (!read.planned.empty()) {
+    ASSIGN_OR_RETURN(read.plan, Plan(train, read.planned, /*training=*/true));
+  }
+  return read;
+}
+
+absl::Status VisionStage::ReadSkipping(const data::Dataset& train,
+                                       const std::vector<int64_t>& indices, PrefetchedBatch& read,
+                                       bool pinned) const {
+  const int64_t size = job().vision.model.image_size;
+  read.images = at::zeros({0, 3, size, size});
+  if (read.planned.empty()) return absl::OkStatus();
+  // The positions among `indices` of the planned samples: those the plan did not leave out.
+  std::vector<int64_t> positions;
+  std::set<int64_t> left_out;
+  for (const PrefetchedBatch::Bad& bad : read.bad) left_out.insert(bad.position);
+  for (int64_t i = 0; i < static_cast<int64_t>(indices.size()); ++i) {
+    if (!left_out.count(i)) positions.push_back(i);
+  }
   // This rank's images: one that fails flags its sample, found by this replica alone.
   const SampleRange mine = MyImages(read.plan);
   std::vector<data::ImageRef> refs;
@@ -252,11 +296,7 @@ absl::StatusOr<PrefetchedBatch> VisionStage::ReadSkipping(const data::Dataset& t
     const PlannedImage& unit = read.plan.images[i];
     refs.push_back({read.planned[unit.sample], unit.image, unit.tile});
   }
-  const int64_t size = job().vision.model.image_size;
-  if (refs.empty()) {
-    read.images = at::zeros({0, 3, size, size});
-    return read;
-  }
+  if (refs.empty()) return absl::OkStatus();
   std::vector<absl::Status> failures;
   ASSIGN_OR_RETURN(data::Batch batch,
                    data::MakeImagesBatch(train, refs, workers_.get(), &failures));
@@ -268,7 +308,7 @@ absl::StatusOr<PrefetchedBatch> VisionStage::ReadSkipping(const data::Dataset& t
     read.bad.push_back({positions[sample], failure, /*everywhere=*/false});
   }
   if (flagged.empty()) read.images = ImagesOf(batch, pinned);
-  return read;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<float>> VisionStage::FindBadSamples(

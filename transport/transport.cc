@@ -16,6 +16,8 @@ const char* TransferKindName(TransferKind kind) {
       return "grad squares";
     case TransferKind::kBadSamples:
       return "bad samples";
+    case TransferKind::kTextTokens:
+      return "text tokens";
   }
   return "unknown transfer";
 }

@@ -25,7 +25,8 @@ enum class TransferKind : int {
   kGradients = 2,
   kEvalEmbeddings = 3,
   kGradSquares = 4,
-  kBadSamples = 5
+  kBadSamples = 5,
+  kTextTokens = 6
 };
 
 const char* TransferKindName(TransferKind kind);

@@ -24,6 +24,7 @@ absl::StatusOr<TransferTag> FromProto(const tandem::v1::TransferTag& tag) {
     case tandem::v1::TRANSFER_KIND_EVAL_EMBEDDINGS:
     case tandem::v1::TRANSFER_KIND_GRAD_SQUARES:
     case tandem::v1::TRANSFER_KIND_BAD_SAMPLES:
+    case tandem::v1::TRANSFER_KIND_TEXT_TOKENS:
       break;
     default:
       return absl::InvalidArgumentError(absl::StrCat("unknown transfer kind ", tag.kind()));

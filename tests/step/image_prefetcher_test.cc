@@ -1,6 +1,6 @@
-// step/image_prefetcher.h: requested batches are read on the prefetcher's thread, in order, and
-// handed out by Take; anything else is read on the caller's thread; errors reach the Take of their
-// batch.
+// step/image_prefetcher.h: requested batches are planned, all of them, and read, within the depth,
+// on the prefetcher's thread, in order, and handed out by PlanOf and Take; anything else is read on
+// the caller's thread; errors reach the PlanOf and Take of their batch.
 #include "step/image_prefetcher.h"
 
 #include <gtest/gtest.h>
@@ -16,13 +16,25 @@
 namespace tandem::step {
 namespace {
 
-// Reads a batch as one value per index, noting which thread read it; index 7 fails.
+// Plans a batch (its text tokens: the indices) and reads it as one value per index, noting which
+// thread read it; index 7's image fails, index 13 cannot be planned.
 struct Reader {
   std::mutex mutex;
   std::vector<std::pair<int64_t, std::thread::id>> reads;  // first index, thread
 
-  ImagePrefetcher::ReadFn Fn() {
-    return [this](const std::vector<int64_t>& indices) -> absl::StatusOr<PrefetchedBatch> {
+  ImagePrefetcher::PlanFn Plan() {
+    return [](const std::vector<int64_t>& indices) -> absl::StatusOr<PrefetchedBatch> {
+      for (int64_t i : indices) {
+        if (i == 13) return absl::InvalidArgumentError("sample 13 has no text");
+      }
+      PrefetchedBatch read;
+      read.plan.text_tokens = indices;
+      read.planned = indices;
+      return read;
+    };
+  }
+  ImagePrefetcher::ReadFn Read() {
+    return [this](const std::vector<int64_t>& indices, PrefetchedBatch& read) -> absl::Status {
       {
         std::lock_guard<std::mutex> lock(mutex);
         reads.emplace_back(indices.at(0), std::this_thread::get_id());
@@ -30,7 +42,8 @@ struct Reader {
       for (int64_t i : indices) {
         if (i == 7) return absl::NotFoundError("sample 7 is missing");
       }
-      return PrefetchedBatch{{}, torch::tensor(indices, at::kLong).to(at::kFloat)};
+      read.images = torch::tensor(indices, at::kLong).to(at::kFloat);
+      return absl::OkStatus();
     };
   }
   // The threads that read the batch starting with `first`, in order.
@@ -51,7 +64,7 @@ std::vector<float> Values(const PrefetchedBatch& read) {
 
 TEST(ImagePrefetcher, ReadsRequestedBatchesOnItsThreadInRequestOrder) {
   Reader reader;
-  ImagePrefetcher prefetcher(reader.Fn(), 2);
+  ImagePrefetcher prefetcher(reader.Plan(), reader.Read(), 2);
   prefetcher.Request({1, 2});
   prefetcher.Request({3, 4});
   prefetcher.Request({1, 2});  // queued already
@@ -68,7 +81,7 @@ TEST(ImagePrefetcher, ReadsRequestedBatchesOnItsThreadInRequestOrder) {
 
 TEST(ImagePrefetcher, ReadsAnUnrequestedBatchOnTheCallersThread) {
   Reader reader;
-  ImagePrefetcher prefetcher(reader.Fn(), 2);
+  ImagePrefetcher prefetcher(reader.Plan(), reader.Read(), 2);
   auto images = prefetcher.Take({5, 6});
   ASSERT_TRUE(images.ok());
   EXPECT_EQ(Values(*images), (std::vector<float>{5, 6}));
@@ -78,7 +91,7 @@ TEST(ImagePrefetcher, ReadsAnUnrequestedBatchOnTheCallersThread) {
 
 TEST(ImagePrefetcher, TakingALaterBatchDropsTheRequestsBeforeIt) {
   Reader reader;
-  ImagePrefetcher prefetcher(reader.Fn(), 1);
+  ImagePrefetcher prefetcher(reader.Plan(), reader.Read(), 1);
   prefetcher.Request({1});
   prefetcher.Request({2});
   prefetcher.Request({3});
@@ -98,7 +111,7 @@ TEST(ImagePrefetcher, TakingALaterBatchDropsTheRequestsBeforeIt) {
 
 TEST(ImagePrefetcher, AReadsErrorIsReturnedByTheTakeOfItsBatch) {
   Reader reader;
-  ImagePrefetcher prefetcher(reader.Fn(), 2);
+  ImagePrefetcher prefetcher(reader.Plan(), reader.Read(), 2);
   prefetcher.Request({6, 7});
   prefetcher.Request({8, 9});
   auto failed = prefetcher.Take({6, 7});
@@ -107,6 +120,56 @@ TEST(ImagePrefetcher, AReadsErrorIsReturnedByTheTakeOfItsBatch) {
   auto next = prefetcher.Take({8, 9});
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(Values(*next), (std::vector<float>{8, 9}));
+}
+
+TEST(ImagePrefetcher, PlansEveryRequestAheadOfTheReadsItHoldsBack) {
+  Reader reader;
+  ImagePrefetcher prefetcher(reader.Plan(), reader.Read(), 1);
+  prefetcher.Request({1, 2});
+  prefetcher.Request({3, 4});
+  prefetcher.Request({5, 6});
+  // The third batch's plan comes while at most one batch of images is held, none taken.
+  auto plan = prefetcher.PlanOf({5, 6});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->text_tokens, (std::vector<int64_t>{5, 6}));
+  EXPECT_EQ(prefetcher.plans(), 3);
+  EXPECT_LE(prefetcher.reads(), 1);
+  for (const std::vector<int64_t>& batch : {std::vector<int64_t>{1, 2}, {3, 4}, {5, 6}}) {
+    auto read = prefetcher.Take(batch);
+    ASSERT_TRUE(read.ok());
+    EXPECT_EQ(read->plan.text_tokens, batch);
+    EXPECT_EQ(Values(*read), std::vector<float>(batch.begin(), batch.end()));
+  }
+  EXPECT_EQ(prefetcher.plans(), 3);
+  EXPECT_EQ(prefetcher.reads(), 3);
+  EXPECT_NE(reader.threads(5).at(0), std::this_thread::get_id());
+}
+
+TEST(ImagePrefetcher, PlanOfAnUnrequestedBatchRequestsIt) {
+  Reader reader;
+  ImagePrefetcher prefetcher(reader.Plan(), reader.Read(), 2);
+  auto plan = prefetcher.PlanOf({8, 9});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->text_tokens, (std::vector<int64_t>{8, 9}));
+  auto read = prefetcher.Take({8, 9});
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(Values(*read), (std::vector<float>{8, 9}));
+  ASSERT_EQ(reader.threads(8).size(), 1u);
+  EXPECT_NE(reader.threads(8)[0], std::this_thread::get_id());
+}
+
+TEST(ImagePrefetcher, APlansErrorIsReturnedByPlanOfAndTakeAndNothingIsRead) {
+  Reader reader;
+  ImagePrefetcher prefetcher(reader.Plan(), reader.Read(), 2);
+  prefetcher.Request({12, 13});
+  auto plan = prefetcher.PlanOf({12, 13});
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(plan.status().message(), "sample 13 has no text");
+  auto read = prefetcher.Take({12, 13});
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(reader.threads(12).empty());
+  // Unrequested, on the caller's thread alike.
+  EXPECT_EQ(prefetcher.Take({13}).status().message(), "sample 13 has no text");
 }
 
 }  // namespace

@@ -1002,7 +1002,18 @@ class CountingDataset final : public data::Dataset {
  public:
   explicit CountingDataset(const data::Dataset& inner) : inner_(inner) {}
   int64_t size() const override { return inner_.size(); }
+  absl::Status Check(int64_t index) const override { return inner_.Check(index); }
   absl::StatusOr<data::Example> Get(int64_t index) const override { return inner_.Get(index); }
+  int64_t ImageCount(int64_t index) const override { return inner_.ImageCount(index); }
+  absl::StatusOr<data::Image> GetImage(int64_t index, int64_t image) const override {
+    return inner_.GetImage(index, image);
+  }
+  absl::StatusOr<std::vector<data::Image>> GetTiles(int64_t index, int64_t image) const override {
+    return inner_.GetTiles(index, image);
+  }
+  absl::StatusOr<data::Resolution> ImageSize(int64_t index, int64_t image) const override {
+    return inner_.ImageSize(index, image);
+  }
   std::string Text(int64_t index) const override { return inner_.Text(index); }
   std::vector<tokenizer::ChatMessage> Messages(int64_t index) const override {
     ++encoded_;
@@ -1016,6 +1027,19 @@ class CountingDataset final : public data::Dataset {
   mutable std::atomic<int64_t> encoded_{0};
 };
 
+// RunStages over `data` with its training set's texts counted: the outcome and the count.
+std::pair<Outcome, int64_t> CountedRun(const jobspec::JobConfig& job, const JobData& data, int nv,
+                                       int nl) {
+  auto counted = std::make_shared<JobData>();
+  auto counting = std::make_unique<CountingDataset>(*data.datasets.train);
+  const CountingDataset& counter = *counting;
+  counted->datasets.train = std::move(counting);
+  counted->text = data.text;
+  counted->train_order = data.train_order;
+  Outcome run = RunStages(job, nv, nl, 0, 1, 1, 0, "", "", counted);
+  return {std::move(run), counter.encoded()};
+}
+
 // A row a sample, each sample's text is encoded once, by the LLM replica that trains on it (the
 // replicas sum their target counts), not by every LLM rank: 2x2 ranks encode the step's samples
 // once, as one rank does, and take its steps.
@@ -1027,17 +1051,34 @@ TEST(StagesTextTest, EachSampleIsEncodedOnceByTheReplicaThatTrainsOnIt) {
   ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
   for (const int nl : {1, 2}) {
     SCOPED_TRACE(absl::StrCat("2x", nl));
-    auto counted = std::make_shared<JobData>();
-    auto counting = std::make_unique<CountingDataset>(*(*opened)->datasets.train);
-    const CountingDataset& counter = *counting;
-    counted->datasets.train = std::move(counting);
-    counted->text = (*opened)->text;
-    counted->train_order = (*opened)->train_order;
-    const Outcome run = RunStages(job, 2, nl, 0, 1, 1, 0, "", "", counted);
+    const auto [run, encoded] = CountedRun(job, **opened, 2, nl);
     ASSERT_TRUE(run.errors.empty()) << run.errors.front();
     ExpectLossesMatch(run.losses, reference.losses);
-    EXPECT_EQ(counter.encoded(), kSteps * job.schedule.global_batch);
+    EXPECT_EQ(encoded, kSteps * job.schedule.global_batch);
   }
+}
+
+// Packed (NOTE [Packed text] in step/stage.h): each vision rank counts the step's samples' tokens
+// ahead of the step and sends the counts; the LLM replica that trains on a sample encodes it, no
+// other LLM rank: V + 1 encodings a sample, whatever the LLM ranks, and one rank's steps.
+TEST(StagesTextTest, PackedEachSampleIsCountedByTheVisionRanksAndEncodedByItsReplica) {
+  const auto dir =
+      std::filesystem::path(::testing::TempDir()) / absl::StrCat("packed_text_", ::getpid());
+  const std::string train = WriteMixedConversations(dir, {0, 1, 2, 1, 0, 2, 1}, 24);
+  jobspec::JobConfig job = MixedLlavaJob(1, train);
+  job.data.pack_tokens = 128;
+  absl::StatusOr<std::shared_ptr<const JobData>> opened = OpenJobData(job);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const Outcome reference = RunStages(job, 1, 1);
+  ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+  for (const auto& [nv, nl] : {std::pair{1, 2}, std::pair{2, 2}, std::pair{1, 1}}) {
+    SCOPED_TRACE(absl::StrCat(nv, "x", nl));
+    const auto [run, encoded] = CountedRun(job, **opened, nv, nl);
+    ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+    ExpectLossesMatch(run.losses, reference.losses);
+    EXPECT_EQ(encoded, job.schedule.steps * job.schedule.global_batch * (nv + 1));
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // One sample of a shard of shapes captions: shapes train sample `shape`'s image and caption, good,

@@ -25,6 +25,7 @@ TEST(TransferKindName, NamesEveryKind) {
   EXPECT_STREQ(TransferKindName(TransferKind::kEvalEmbeddings), "eval embeddings");
   EXPECT_STREQ(TransferKindName(TransferKind::kGradSquares), "grad squares");
   EXPECT_STREQ(TransferKindName(TransferKind::kBadSamples), "bad samples");
+  EXPECT_STREQ(TransferKindName(TransferKind::kTextTokens), "text tokens");
 }
 
 }  // namespace
