@@ -127,10 +127,55 @@ absl::Status CheckTensor(const ShardHeader& shard, const std::string& name, at::
   return absl::OkStatus();
 }
 
-// Reads one tensor of a shard (checked by CheckTensor) as a flat CPU tensor.
-absl::StatusOr<at::Tensor> ReadShardTensor(const ShardHeader& shard, const std::string& name) {
-  ASSIGN_OR_RETURN(at::Tensor tensor, ReadSafetensor(shard, name));
+}  // namespace
+
+// A saved rank's shard: its header (tensor names, dtypes and shapes, and the metadata; `path` names
+// it in messages) and, for a snapshot in memory, the tensors themselves.
+struct CheckpointShard {
+  ShardHeader header;
+  const NamedTensors* memory = nullptr;
+};
+
+// Where Engine::Load reads a saved group's state: a checkpoint directory, or snapshots in memory.
+struct CheckpointSource {
+  std::string name;  // in messages: "checkpoint: <name>: ..."
+  int saved_world = 0;
+  std::function<absl::StatusOr<CheckpointShard>(int saved_rank)> shard;
+  // The frozen parameters to restore (none: they keep their values).
+  std::function<absl::StatusOr<NamedTensors>()> frozen;
+};
+
+namespace {
+
+// Reads one tensor of a shard (checked by CheckTensor) as a flat CPU tensor; from memory, a view
+// of the snapshot's own, which the restore only reads.
+absl::StatusOr<at::Tensor> ReadShardTensor(const CheckpointShard& shard, const std::string& name) {
+  if (shard.memory != nullptr) {
+    for (const auto& [saved, tensor] : *shard.memory) {
+      if (saved == name) return tensor.reshape({-1});
+    }
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint: ", shard.header.path, ": no tensor '", name, "'"));
+  }
+  ASSIGN_OR_RETURN(at::Tensor tensor, ReadSafetensor(shard.header, name));
   return tensor.view({-1});
+}
+
+// A snapshot as a shard: its header made from its tensors.
+CheckpointShard MemoryShard(const CheckpointSnapshot& snapshot, const std::string& where) {
+  CheckpointShard shard;
+  shard.header.path = absl::StrCat(where, ", ", snapshot.shard);
+  shard.header.metadata = snapshot.metadata;
+  for (const auto& [name, tensor] : snapshot.tensors) {
+    SafetensorsEntry entry;
+    entry.name = name;
+    entry.dtype = tensor.scalar_type();
+    entry.shape = tensor.sizes().vec();
+    entry.end = static_cast<uint64_t>(tensor.numel() * tensor.element_size());
+    shard.header.tensors.push_back(std::move(entry));
+  }
+  shard.memory = &snapshot.tensors;
+  return shard;
 }
 
 // One copy from a saved domain tensor into this rank's new domain.
@@ -300,55 +345,95 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
                                                       " is incomplete or missing (no '",
                                                       kCheckpointCompleteMarker, "' marker)"));
   }
-  ASSIGN_OR_RETURN(const int saved_world, SavedWorldSize(marker));
-  auto read_header = [&](int saved_rank) -> absl::StatusOr<ShardHeader> {
+  CheckpointSource source;
+  source.name = directory;
+  ASSIGN_OR_RETURN(source.saved_world, SavedWorldSize(marker));
+  const int saved_world = source.saved_world;
+  source.shard = [&](int saved_rank) -> absl::StatusOr<CheckpointShard> {
     const std::string path = directory + "/" + CheckpointShardName(saved_rank, saved_world);
     if (!std::filesystem::exists(path)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "checkpoint: ", path, " is missing (the checkpoint was written by a group of ",
           saved_world, " ranks and needs the shard of each)"));
     }
-    return ReadSafetensorsHeader(path);
+    ASSIGN_OR_RETURN(ShardHeader header, ReadSafetensorsHeader(path));
+    return CheckpointShard{std::move(header)};
   };
-  auto same = [](const ShardHeader& shard, const std::string& key, const std::string& want) {
-    const std::string* value = CheckpointMeta(shard, key);
+  source.frozen = [&] { return ReadFrozen(directory); };
+  return Load(source);
+}
+
+absl::StatusOr<std::map<std::string, std::string>> Engine::RestoreSnapshots(
+    const std::vector<const CheckpointSnapshot*>& snapshots) {
+  CheckpointSource source;
+  source.name = "the snapshot in memory";
+  source.saved_world = static_cast<int>(snapshots.size());
+  source.shard = [&](int saved_rank) -> absl::StatusOr<CheckpointShard> {
+    const CheckpointSnapshot* snapshot = snapshots.at(saved_rank);
+    if (snapshot == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint: the snapshot in memory of rank ", saved_rank, " of ",
+                       snapshots.size(), " is not here, and this rank needs it"));
+    }
+    return MemoryShard(*snapshot, source.name);
+  };
+  source.frozen = [&]() -> absl::StatusOr<NamedTensors> {
+    // Rank 0's snapshot holds them whole; elsewhere they keep their values (they never change).
+    const CheckpointSnapshot* first = snapshots.empty() ? nullptr : snapshots[0];
+    if (first == nullptr || first->frozen.empty()) return NamedTensors{};
+    RETURN_IF_ERROR(CheckFrozen(first->frozen, source.name));
+    return first->frozen;
+  };
+  return Load(source);
+}
+
+absl::StatusOr<std::map<std::string, std::string>> Engine::Load(const CheckpointSource& source) {
+  const int saved_world = source.saved_world;
+  if (saved_world < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: ", source.name, ": saved by a group of ", saved_world, " ranks"));
+  }
+  auto read_header = [&](int saved_rank) { return source.shard(saved_rank); };
+  auto same = [](const CheckpointShard& shard, const std::string& key, const std::string& want) {
+    const std::string* value = CheckpointMeta(shard.header, key);
     return value != nullptr && *value == want;
   };
-  auto expect = [&](const ShardHeader& shard, const std::string& key,
+  auto expect = [&](const CheckpointShard& shard, const std::string& key,
                     const std::string& want) -> absl::Status {
     if (same(shard, key, want)) return absl::OkStatus();
-    const std::string* value = CheckpointMeta(shard, key);
+    const std::string* value = CheckpointMeta(shard.header, key);
     return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint: ", shard.path, ": ", key, " is ", value ? *value : "absent",
-                     ", this engine has ", want,
+        absl::StrCat("checkpoint: ", shard.header.path, ": ", key, " is ",
+                     value ? *value : "absent", ", this engine has ", want,
                      " (a checkpoint loads only into the same model and precision)"));
   };
 
   // This rank's own shard when the group has the saved size, else rank 0's. When the layout is the
   // saved one, nothing else is read.
   const int first_rank = saved_world == world_size() ? rank() : 0;
-  ASSIGN_OR_RETURN(ShardHeader first, read_header(first_rank));
+  ASSIGN_OR_RETURN(CheckpointShard first, read_header(first_rank));
   RETURN_IF_ERROR(expect(first, "precision", PrecisionName(config_)));
   // Checkpoints written before the manifest existed are matched by their size alone.
-  if (const std::string* saved = CheckpointMeta(first, "parameters")) {
-    RETURN_IF_ERROR(
-        CheckParameterManifest(first.path, *saved, ParameterManifest(layout_, param_dtype_)));
+  if (const std::string* saved = CheckpointMeta(first.header, "parameters")) {
+    RETURN_IF_ERROR(CheckParameterManifest(first.header.path, *saved,
+                                           ParameterManifest(layout_, param_dtype_)));
   }
   RETURN_IF_ERROR(expect(first, "num_parameters", std::to_string(layout_.num_elements())));
-  ASSIGN_OR_RETURN(const NamedTensors frozen, ReadFrozen(directory));
+  ASSIGN_OR_RETURN(const NamedTensors frozen, source.frozen());
   if (!same(first, "world_size", std::to_string(saved_world))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint: ", first.path, ": world_size disagrees with ", marker));
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", first.header.path,
+                                                   ": world_size disagrees with the marker of ",
+                                                   source.name));
   }
   const std::string unit_elements = UnitElements(layout_);
-  const bool has_units = CheckpointMeta(first, "unit_elements") != nullptr;
+  const bool has_units = CheckpointMeta(first.header, "unit_elements") != nullptr;
   const bool same_layout = saved_world == world_size() &&
                            same(first, "zero_stage", std::to_string(config_.zero.stage)) &&
                            same(first, "domain_elements", std::to_string(domain_elements_)) &&
                            (!has_units || same(first, "unit_elements", unit_elements));
   if (!same_layout && !has_units) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint: ", first.path,
+        "checkpoint: ", first.header.path,
         " has no unit_elements, so it loads only into a group of its own world size, ZeRO stage "
         "and units"));
   }
@@ -357,16 +442,16 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
   // parsed before the engine changes.
   Metadata metadata;
   int64_t global_steps = 0, micro_steps = 0, skipped_steps = 0;
-  auto take_metadata = [&](const ShardHeader& shard) -> absl::Status {
-    metadata = shard.metadata;
+  auto take_metadata = [&](const CheckpointShard& shard) -> absl::Status {
+    metadata = shard.header.metadata;
     auto number = [&](const std::string& key, int64_t* out) {
-      const std::string* value = CheckpointMeta(shard, key);
+      const std::string* value = CheckpointMeta(shard.header, key);
       return value != nullptr && absl::SimpleAtoi(*value, out);
     };
     if (!number("global_steps", &global_steps) || !number("micro_steps", &micro_steps) ||
         !number("skipped_steps", &skipped_steps)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint: ", shard.path, ": bad step counts"));
+          absl::StrCat("checkpoint: ", shard.header.path, ": bad step counts"));
     }
     // Saved at an accumulation boundary: with another number of micro-batches per step, the count
     // moves to the same boundary of this engine's steps.
@@ -408,36 +493,36 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
     if (same_layout) {
       RETURN_IF_ERROR(take_metadata(first));
       for (const Buffer& buffer : buffers) {
-        RETURN_IF_ERROR(CheckTensor(first, buffer.name, buffer.type, domain_elements_));
+        RETURN_IF_ERROR(CheckTensor(first.header, buffer.name, buffer.type, domain_elements_));
       }
       for (const Buffer& buffer : buffers) {
         ASSIGN_OR_RETURN(at::Tensor saved, ReadShardTensor(first, buffer.name));
         restore(buffer, saved);
       }
-      if (first.Find("rng_state") != nullptr) {
+      if (first.header.Find("rng_state") != nullptr) {
         ASSIGN_OR_RETURN(at::Tensor state, ReadShardTensor(first, "rng_state"));
         restore_rng(state);
       }
     } else {
       // Re-partitioning (NOTE [Re-partitioning on load]). Everything that can be checked without
       // the data comes first, so that a refused checkpoint leaves the engine as it was.
-      std::vector<ShardHeader> shards;
+      std::vector<CheckpointShard> shards;
       for (int r = 0; r < saved_world; ++r) {
         if (r == first_rank) {
           shards.push_back(first);
           continue;
         }
-        ASSIGN_OR_RETURN(ShardHeader shard, read_header(r));
+        ASSIGN_OR_RETURN(CheckpointShard shard, read_header(r));
         shards.push_back(std::move(shard));
       }
-      const ShardHeader& reference = shards[0];
+      const ShardHeader& reference = shards[0].header;
       for (int r = 1; r < saved_world; ++r) {
         for (const char* key : kGroupKeys) {
           const std::string* want = CheckpointMeta(reference, key);
-          const std::string* value = CheckpointMeta(shards[r], key);
+          const std::string* value = CheckpointMeta(shards[r].header, key);
           if ((want == nullptr) != (value == nullptr) || (want != nullptr && *want != *value)) {
             return absl::FailedPreconditionError(absl::StrCat(
-                "checkpoint: ", shards[r].path, ": ", key, " is ", value ? *value : "absent",
+                "checkpoint: ", shards[r].header.path, ": ", key, " is ", value ? *value : "absent",
                 ", but ", reference.path, " has ", want ? *want : "absent"));
           }
         }
@@ -452,7 +537,7 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
         return absl::InvalidArgumentError(
             absl::StrCat("checkpoint: ", reference.path, ": bad zero_stage or domain_elements"));
       }
-      RETURN_IF_ERROR(take_metadata(reference));
+      RETURN_IF_ERROR(take_metadata(shards[0]));
       ASSIGN_OR_RETURN(const std::vector<int64_t> saved_units,
                        ParseUnitElements(reference, layout_.num_elements()));
       int64_t domain = 0;
@@ -479,19 +564,19 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
       }
       if (covered != target_elements) {
         return absl::InternalError(
-            absl::StrCat("checkpoint: ", directory, ": the saved domains cover ", covered,
+            absl::StrCat("checkpoint: ", source.name, ": the saved domains cover ", covered,
                          " of this rank's ", target_elements, " parameter elements"));
       }
       for (int r = 0; r < saved_world; ++r) {
         if (pieces[r].empty()) continue;
         for (const Buffer& buffer : buffers) {
-          RETURN_IF_ERROR(CheckTensor(shards[r], buffer.name, buffer.type, saved_domain));
+          RETURN_IF_ERROR(CheckTensor(shards[r].header, buffer.name, buffer.type, saved_domain));
         }
       }
-      const ShardHeader& rng_shard = shards[rank() < saved_world ? rank() : 0];
-      const SafetensorsEntry* rng = rng_shard.Find("rng_state");
+      const CheckpointShard& rng_shard = shards[rank() < saved_world ? rank() : 0];
+      const SafetensorsEntry* rng = rng_shard.header.Find("rng_state");
       if (rng != nullptr)
-        RETURN_IF_ERROR(CheckTensor(rng_shard, "rng_state", at::kByte, rng->numel()));
+        RETURN_IF_ERROR(CheckTensor(rng_shard.header, "rng_state", at::kByte, rng->numel()));
 
       // The data, one tensor name at a time.
       for (const Buffer& buffer : buffers) {
@@ -514,7 +599,7 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(
     grads_.zero_();
     RestoreFrozen(frozen);
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("checkpoint: ", directory, ": ", e.what()));
+    return absl::InternalError(absl::StrCat("checkpoint: ", source.name, ": ", e.what()));
   }
 
   global_steps_ = global_steps;

@@ -102,6 +102,9 @@ struct CheckpointSnapshot {
   int64_t bytes() const;
 };
 
+// Where Engine::LoadCheckpoint and RestoreSnapshots read a saved group's state (checkpoint.cc).
+struct CheckpointSource;
+
 // Writes a snapshot's files into `directory` (created if missing), each atomically; not the
 // marker. No collective: callable from any thread.
 absl::Status WriteCheckpointSnapshot(const CheckpointSnapshot& snapshot,
@@ -235,6 +238,16 @@ class Engine : public BlockHost {
       const std::map<std::string, std::string>& client_state = {}, CheckpointSnapshot reuse = {});
   absl::Status CompleteCheckpoint(const CheckpointSnapshot& snapshot, const std::string& directory);
   absl::StatusOr<std::map<std::string, std::string>> LoadCheckpoint(const std::string& directory);
+  // Restores the state of SnapshotCheckpoint's snapshots, one per rank of the group that took them
+  // (in rank order), as LoadCheckpoint restores a checkpoint's files: nothing is read from disk.
+  // Into a group of the snapshots' world size and layout each rank reads only its own (the others
+  // may be null); into another, each reads the parts of the saved domains its own covers
+  // (NOTE [Re-partitioning on load]), which must be there. Frozen parameters come from rank 0's
+  // snapshot where it is given, and keep their values elsewhere (training never changes them).
+  // The snapshots are only read: one may be restored again. Collective; errors as LoadCheckpoint's,
+  // a missing snapshot named by its rank.
+  absl::StatusOr<std::map<std::string, std::string>> RestoreSnapshots(
+      const std::vector<const CheckpointSnapshot*>& snapshots);
 
   // BlockHost.
   bool gathers_parameters() const override { return config_.zero.stage == 3; }
@@ -308,6 +321,11 @@ class Engine : public BlockHost {
   // Reads and checks <directory>/frozen.safetensors without changing the engine; RestoreFrozen
   // then takes the values.
   absl::StatusOr<NamedTensors> ReadFrozen(const std::string& directory) const;
+  // FailedPrecondition naming `where` unless `values` are this engine's frozen parameters, by name
+  // and shape, in order.
+  absl::Status CheckFrozen(const NamedTensors& values, const std::string& where) const;
+  // LoadCheckpoint's and RestoreSnapshots' restore, from either source.
+  absl::StatusOr<std::map<std::string, std::string>> Load(const CheckpointSource& source);
   void RestoreFrozen(const NamedTensors& values);
   int64_t FrozenBytes() const;
   bool IsShardedFrozen(int index) const;  // a stage-3 block's frozen parameter

@@ -171,6 +171,24 @@ absl::Status Engine::SnapshotFrozen(CheckpointSnapshot& snapshot) {
   return absl::OkStatus();
 }
 
+absl::Status Engine::CheckFrozen(const NamedTensors& values, const std::string& where) const {
+  if (values.size() != frozen_.size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint: ", where, " holds ", values.size(),
+                     " frozen parameters, this engine has ", frozen_.size()));
+  }
+  for (size_t i = 0; i < frozen_.size(); ++i) {
+    if (values[i].first != frozen_names_[i] ||
+        values[i].second.sizes().vec() != frozen_shapes_[i]) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint: ", where, ": frozen parameter ", i, " is ", values[i].first,
+                       " ", ShapeText(values[i].second.sizes().vec()), ", this engine has ",
+                       frozen_names_[i], " ", ShapeText(frozen_shapes_[i])));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<NamedTensors> Engine::ReadFrozen(const std::string& directory) const {
   if (frozen_.empty()) return NamedTensors{};
   const std::string path = directory + "/" + kCheckpointFrozenFile;

@@ -11,6 +11,7 @@
 #include <map>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
 #include "engine/engine.h"
 #include "engine/safetensors.h"
@@ -143,6 +144,24 @@ std::vector<float> ResumeAndTrain(const std::string& checkpoint, int stage, bool
   return losses;
 }
 
+// A rank of a group whose model starts as `initial`: its engine after micro steps 0 to 4 (2
+// steps), and in `snapshot` the state it took there at data position 4; null after a failure.
+std::unique_ptr<Engine> TrainAndSnapshot(TinyNet& initial, std::shared_ptr<TinyNet> model,
+                                         std::shared_ptr<Communicator> comm, int stage, bool bf16,
+                                         int rank, CheckpointSnapshot* snapshot) {
+  testing::CopyParameters(initial, *model);
+  auto engine = Engine::Create(model, comm, MakeConfig(stage, bf16 ? kBf16Stochastic : kFp32));
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return nullptr;
+  Train(**engine, *model, rank, 0, 4);
+  absl::StatusOr<CheckpointSnapshot> taken =
+      (*engine)->SnapshotCheckpoint({{"data_position", "4"}});
+  EXPECT_TRUE(taken.ok()) << taken.status();
+  if (!taken.ok()) return nullptr;
+  *snapshot = *std::move(taken);
+  return *std::move(engine);
+}
+
 class CheckpointTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(CheckpointTest, ResumeEqualsUninterruptedRunBitForBit) {
@@ -195,26 +214,76 @@ TEST_P(CheckpointTest, ASnapshotWrittenAfterTrainingWentOnHoldsTheStateItWasTake
   std::vector<float> uninterrupted[kWorld], resumed[kWorld];
   testing::RunGroup(kWorld, [&](int rank, std::vector<std::shared_ptr<Communicator>>& comms) {
     auto model = std::make_shared<TinyNet>();
-    testing::CopyParameters(*initial, *model);
-    auto engine =
-        Engine::Create(model, comms[0], MakeConfig(stage, bf16 ? kBf16Stochastic : kFp32));
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    Train(**engine, *model, rank, 0, 4);
-    absl::StatusOr<CheckpointSnapshot> snapshot =
-        (*engine)->SnapshotCheckpoint({{"data_position", "4"}});
-    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
-    EXPECT_EQ(snapshot->marker.empty(), rank != 0);
-    EXPECT_GT(snapshot->bytes(), 0);
-    uninterrupted[rank] = Train(**engine, *model, rank, 4, 10);
-    ASSERT_TRUE(WriteCheckpointSnapshot(*snapshot, dir / "step2").ok());
+    CheckpointSnapshot snapshot;
+    std::unique_ptr<Engine> engine =
+        TrainAndSnapshot(*initial, model, comms[0], stage, bf16, rank, &snapshot);
+    ASSERT_NE(engine, nullptr);
+    EXPECT_EQ(snapshot.marker.empty(), rank != 0);
+    EXPECT_GT(snapshot.bytes(), 0);
+    uninterrupted[rank] = Train(*engine, *model, rank, 4, 10);
+    ASSERT_TRUE(WriteCheckpointSnapshot(snapshot, dir / "step2").ok());
     EXPECT_FALSE(std::filesystem::exists(dir / "step2/complete"));  // until every rank wrote
-    ASSERT_TRUE((*engine)->CompleteCheckpoint(*snapshot, dir / "step2").ok());
+    ASSERT_TRUE(engine->CompleteCheckpoint(snapshot, dir / "step2").ok());
   });
   ASSERT_TRUE(std::filesystem::exists(dir / "step2/complete"));
   testing::RunGroup(kWorld, [&](int rank, std::vector<std::shared_ptr<Communicator>>& comms) {
     resumed[rank] = ResumeAndTrain(dir / "step2", stage, bf16, rank, comms[0]);
   });
   for (int r = 0; r < kWorld; ++r) EXPECT_EQ(resumed[r], uninterrupted[r]) << "rank " << r;
+}
+
+// A snapshot kept in memory: the group rolls back to it in place (each rank its own), or a group
+// of new engines restores it, and both train on as the uninterrupted group did, bit for bit. The
+// snapshots are only read: both restores use the same ones.
+TEST_P(CheckpointTest, ASnapshotRestoredFromMemoryEqualsUninterruptedRunBitForBit) {
+  const auto [stage, bf16] = GetParam();
+  constexpr int kWorld = 2;
+  torch::manual_seed(21);
+  auto initial = std::make_shared<TinyNet>();
+  std::vector<float> uninterrupted[kWorld], rolled_back[kWorld], restored[kWorld];
+  std::vector<at::Tensor> final_uninterrupted[kWorld], final_restored[kWorld];
+  CheckpointSnapshot snapshots[kWorld];
+  const auto parameters = [](Engine& engine, std::vector<at::Tensor>* out) {
+    auto params = engine.GatherParameters();
+    ASSERT_TRUE(params.ok());
+    for (auto& [name, t] : *params) out->push_back(t.clone());
+  };
+  testing::RunGroup(kWorld, [&](int rank, std::vector<std::shared_ptr<Communicator>>& comms) {
+    auto model = std::make_shared<TinyNet>();
+    std::unique_ptr<Engine> engine =
+        TrainAndSnapshot(*initial, model, comms[0], stage, bf16, rank, &snapshots[rank]);
+    ASSERT_NE(engine, nullptr);
+    uninterrupted[rank] = Train(*engine, *model, rank, 4, 10);
+    parameters(*engine, &final_uninterrupted[rank]);
+    // In place: this rank's own snapshot alone.
+    std::vector<const CheckpointSnapshot*> own(kWorld, nullptr);
+    own[rank] = &snapshots[rank];
+    auto client_state = engine->RestoreSnapshots(own);
+    ASSERT_TRUE(client_state.ok()) << client_state.status();
+    EXPECT_EQ(client_state->at("data_position"), "4");
+    EXPECT_EQ(engine->global_steps(), 2);
+    rolled_back[rank] = Train(*engine, *model, rank, 4, 10);
+  });
+  testing::RunGroup(kWorld, [&](int rank, std::vector<std::shared_ptr<Communicator>>& comms) {
+    torch::manual_seed(999);  // other weights: all must be restored
+    auto model = std::make_shared<TinyNet>();
+    auto engine =
+        Engine::Create(model, comms[0], MakeConfig(stage, bf16 ? kBf16Stochastic : kFp32));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<const CheckpointSnapshot*> own(kWorld, nullptr);
+    own[rank] = &snapshots[rank];
+    ASSERT_TRUE((*engine)->RestoreSnapshots(own).ok());
+    restored[rank] = Train(**engine, *model, rank, 4, 10);
+    parameters(**engine, &final_restored[rank]);
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(rolled_back[r], uninterrupted[r]) << "rank " << r;
+    EXPECT_EQ(restored[r], uninterrupted[r]) << "rank " << r;
+    ASSERT_EQ(final_restored[r].size(), final_uninterrupted[r].size());
+    for (size_t i = 0; i < final_restored[r].size(); ++i) {
+      EXPECT_TRUE(torch::equal(final_restored[r][i], final_uninterrupted[r][i])) << "param " << i;
+    }
+  }
 }
 
 std::string CaseName(const ::testing::TestParamInfo<std::tuple<int, bool>>& info) {
@@ -357,6 +426,69 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RepartitionTest,
                                            Reshape{2, 3, 3, 0, kBf16Kahan, "Bf16Kahan"},
                                            Reshape{3, 1, 2, 3, kBf16Fp32Master, "Bf16Fp32Master"}),
                          ReshapeName);
+
+// A group that shrank (2 ranks at ZeRO 2 to 1 at ZeRO 1, or 3) restores the 2 ranks' snapshots in
+// memory into its own partition: exactly the state a load of the same save's files gives, written
+// back out bit for bit. Without one of the snapshots it needs, the error names the missing rank and
+// nothing changes.
+TEST(CheckpointSnapshots, AShrunkGroupRePartitionsTheSnapshotsInMemory) {
+  testing::TempDir dir;
+  torch::manual_seed(21);
+  auto initial = std::make_shared<TinyNet>();
+  CheckpointSnapshot snapshots[2];
+  testing::RunGroup(2, [&](int rank, std::vector<std::shared_ptr<Communicator>>& comms) {
+    auto model = std::make_shared<TinyNet>();
+    testing::CopyParameters(*initial, *model);
+    auto engine = Engine::Create(model, comms[0], MakeConfig(2, kBf16Kahan));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    TrainGlobal(**engine, *model, rank, 2, 0, 6);
+    ASSERT_TRUE((*engine)->SaveCheckpoint(dir / "files", {{"data_position", "6"}}).ok());
+    absl::StatusOr<CheckpointSnapshot> snapshot =
+        (*engine)->SnapshotCheckpoint({{"data_position", "6"}});
+    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+    snapshots[rank] = *std::move(snapshot);
+  });
+  for (const int stage : {1, 3}) {
+    SCOPED_TRACE(absl::StrCat("ZeRO ", stage));
+    const std::string from_files = absl::StrCat("from_files_", stage),
+                      from_memory = absl::StrCat("from_memory_", stage);
+    testing::RunGroup(1, [&](int rank, std::vector<std::shared_ptr<Communicator>>& comms) {
+      torch::manual_seed(999);
+      auto model = std::make_shared<TinyNet>();
+      auto engine = Engine::Create(model, comms[0], MakeConfig(stage, kBf16Kahan));
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      absl::StatusOr<std::map<std::string, std::string>> refused =
+          (*engine)->RestoreSnapshots({&snapshots[0], nullptr});
+      EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+      EXPECT_EQ(refused.status().message(),
+                "checkpoint: the snapshot in memory of rank 1 of 2 is not here, and this rank "
+                "needs it");
+      EXPECT_EQ((*engine)->global_steps(), 0);
+      auto client_state = (*engine)->RestoreSnapshots({&snapshots[0], &snapshots[1]});
+      ASSERT_TRUE(client_state.ok()) << client_state.status();
+      EXPECT_EQ(client_state->at("data_position"), "6");
+      EXPECT_EQ((*engine)->global_steps(), 3);
+      ASSERT_TRUE((*engine)->SaveCheckpoint(dir / from_memory, *client_state).ok());
+    });
+    testing::RunGroup(1, [&](int rank, std::vector<std::shared_ptr<Communicator>>& comms) {
+      auto model = std::make_shared<TinyNet>();
+      auto engine = Engine::Create(model, comms[0], MakeConfig(stage, kBf16Kahan));
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      auto client_state = (*engine)->LoadCheckpoint(dir / "files");
+      ASSERT_TRUE(client_state.ok()) << client_state.status();
+      ASSERT_TRUE((*engine)->SaveCheckpoint(dir / from_files, *client_state).ok());
+    });
+    const Shard memory = ReadShard(dir / (from_memory + "/rank_0_of_1.safetensors"));
+    const Shard files = ReadShard(dir / (from_files + "/rank_0_of_1.safetensors"));
+    EXPECT_EQ(memory.metadata, files.metadata);
+    ASSERT_EQ(memory.tensors.size(), files.tensors.size());
+    for (const auto& [name, value] : files.tensors) {
+      if (name == "rng_state") continue;  // one generator for all ranks of a test process
+      ASSERT_EQ(memory.tensors.count(name), 1u) << name;
+      EXPECT_TRUE(torch::equal(memory.tensors.at(name), value)) << name;
+    }
+  }
+}
 
 TEST(CheckpointMetadata, ShardRecordsItsUnits) {
   testing::TempDir dir;
