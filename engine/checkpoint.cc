@@ -48,6 +48,7 @@
 #include "engine/checkpoint_format.h"
 #include "engine/engine.h"
 #include "engine/safetensors.h"
+#include "nlohmann/json.hpp"
 
 namespace tandem::engine {
 namespace {
@@ -229,6 +230,73 @@ absl::Status WriteCheckpointSnapshot(const CheckpointSnapshot& snapshot,
   if (snapshot.frozen.empty()) return absl::OkStatus();
   return WriteSafetensors(directory + "/" + kCheckpointFrozenFile, snapshot.frozen,
                           snapshot.frozen_metadata);
+}
+
+namespace {
+
+// How EncodeCheckpointSnapshot keeps what is not the shard's own tensors and metadata.
+constexpr char kFrozenPrefix[] = "frozen/";  // no tensor of a shard has a '/'
+constexpr char kSnapshotShardKey[] = "tandem.snapshot.shard";
+constexpr char kSnapshotMarkerKey[] = "tandem.snapshot.marker";
+constexpr char kSnapshotFrozenKey[] = "tandem.snapshot.frozen_metadata";
+
+}  // namespace
+
+absl::StatusOr<std::string> EncodeCheckpointSnapshot(const CheckpointSnapshot& snapshot) {
+  NamedTensors tensors = snapshot.tensors;
+  for (const auto& [name, tensor] : snapshot.frozen)
+    tensors.emplace_back(kFrozenPrefix + name, tensor);
+  std::map<std::string, std::string> metadata = snapshot.metadata;
+  metadata[kSnapshotShardKey] = snapshot.shard;
+  if (!snapshot.marker.empty()) metadata[kSnapshotMarkerKey] = snapshot.marker;
+  if (!snapshot.frozen_metadata.empty()) {
+    metadata[kSnapshotFrozenKey] = nlohmann::json(snapshot.frozen_metadata).dump();
+  }
+  return EncodeSafetensors(snapshot.shard, tensors, metadata);
+}
+
+absl::StatusOr<CheckpointSnapshot> DecodeCheckpointSnapshot(std::string_view bytes,
+                                                            const std::string& what) {
+  ASSIGN_OR_RETURN(DecodedSafetensors decoded, DecodeSafetensors(what, bytes));
+  CheckpointSnapshot snapshot;
+  const auto take = [&](const char* key) {
+    std::string value;
+    if (auto it = decoded.metadata.find(key); it != decoded.metadata.end()) {
+      value = std::move(it->second);
+      decoded.metadata.erase(it);
+    }
+    return value;
+  };
+  snapshot.shard = take(kSnapshotShardKey);
+  if (snapshot.shard.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: ", what, " is not a checkpoint snapshot (no shard name)"));
+  }
+  snapshot.marker = take(kSnapshotMarkerKey);
+  if (const std::string frozen = take(kSnapshotFrozenKey); !frozen.empty()) {
+    const nlohmann::json parsed =
+        nlohmann::json::parse(frozen, nullptr, /*allow_exceptions=*/false);
+    if (!parsed.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: ", what, ": ", kSnapshotFrozenKey, " is not a JSON object"));
+    }
+    for (const auto& [key, value] : parsed.items()) {
+      if (!value.is_string()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint: ", what, ": ", kSnapshotFrozenKey, " holds a non-string"));
+      }
+      snapshot.frozen_metadata[key] = value.get<std::string>();
+    }
+  }
+  snapshot.metadata = std::move(decoded.metadata);
+  for (auto& [name, tensor] : decoded.tensors) {
+    if (name.rfind(kFrozenPrefix, 0) == 0) {
+      snapshot.frozen.emplace_back(name.substr(sizeof(kFrozenPrefix) - 1), std::move(tensor));
+    } else {
+      snapshot.tensors.emplace_back(std::move(name), std::move(tensor));
+    }
+  }
+  return snapshot;
 }
 
 absl::Status Engine::SaveCheckpoint(const std::string& directory,

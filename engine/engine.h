@@ -65,6 +65,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -101,6 +102,13 @@ struct CheckpointSnapshot {
   std::string marker;  // rank 0: the "complete" marker's text
   int64_t bytes() const;
 };
+
+// A snapshot as one buffer (a safetensors file's bytes, each tensor's CRC-32 included), to keep or
+// send whole, and back; DecodeCheckpointSnapshot's errors name `what` (a corrupted copy is
+// DataLoss naming the tensor).
+absl::StatusOr<std::string> EncodeCheckpointSnapshot(const CheckpointSnapshot& snapshot);
+absl::StatusOr<CheckpointSnapshot> DecodeCheckpointSnapshot(std::string_view bytes,
+                                                            const std::string& what);
 
 // Where Engine::LoadCheckpoint and RestoreSnapshots read a saved group's state (checkpoint.cc).
 struct CheckpointSource;

@@ -32,6 +32,7 @@
 #include "absl/strings/string_view.h"
 #include "common/atomic_file.h"
 #include "common/safetensors_format.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::engine {
@@ -94,6 +95,13 @@ SafetensorsHeader ToHeader(const std::string& path, SafetensorsLayout layout) {
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                               const std::map<std::string, std::string>& metadata) {
+  ASSIGN_OR_RETURN(const std::string file, EncodeSafetensors(path, tensors, metadata));
+  return WriteFileAtomically(path, file);
+}
+
+absl::StatusOr<std::string> EncodeSafetensors(
+    const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+    const std::map<std::string, std::string>& metadata) {
   OrderedJson entries = OrderedJson::object();
   nlohmann::json checksums = nlohmann::json::object();  // name -> 8 hex digits
 
@@ -163,7 +171,7 @@ absl::Status WriteSafetensors(const std::string& path,
     if (bytes > 0) std::memcpy(data, tensor.data_ptr(), bytes);
     data += bytes;
   }
-  return WriteFileAtomically(path, file);
+  return file;
 }
 
 namespace {}  // namespace
@@ -186,7 +194,12 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
   // A regular file only (a checkpoint or a run's weights a user may name), of any real size.
   absl::StatusOr<std::string> file = ReadUserFile(path, int64_t{1} << 40);
   if (!file.ok()) return file.status();
-  const std::string& bytes = *file;
+  ASSIGN_OR_RETURN(DecodedSafetensors decoded, DecodeSafetensors(path, *file));
+  return std::move(decoded.tensors);
+}
+
+absl::StatusOr<DecodedSafetensors> DecodeSafetensors(const std::string& path,
+                                                     std::string_view bytes) {
   absl::StatusOr<uint64_t> header_size = SafetensorsHeaderSize(path, bytes.data(), bytes.size());
   if (!header_size.ok()) return header_size.status();
   const uint64_t data_start = sizeof(uint64_t) + *header_size;
@@ -196,7 +209,10 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
   if (!layout.ok()) return layout.status();
   SafetensorsHeader header = ToHeader(path, *std::move(layout));
 
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  DecodedSafetensors decoded;
+  decoded.metadata = std::move(header.metadata);
+  decoded.metadata.erase(std::string(kSafetensorsChecksumKey));
+  std::vector<std::pair<std::string, at::Tensor>>& tensors = decoded.tensors;
   tensors.reserve(header.tensors.size());
   try {
     for (SafetensorsEntry& entry : header.tensors) {
@@ -214,7 +230,7 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("safetensors: ", path, ": ", e.what()));
   }
-  return tensors;
+  return decoded;
 }
 
 absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const std::string& path) {

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -24,6 +25,19 @@ namespace tandem::engine {
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                               const std::map<std::string, std::string>& metadata = {});
+
+// WriteSafetensors' file as bytes in memory; `path` only names it in errors.
+absl::StatusOr<std::string> EncodeSafetensors(
+    const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+    const std::map<std::string, std::string>& metadata = {});
+// A file's bytes (EncodeSafetensors', or read from disk) decoded, with ReadSafetensors' checks and
+// errors (`path` names it); the metadata without "tandem.crc32".
+struct DecodedSafetensors {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  std::map<std::string, std::string> metadata;
+};
+absl::StatusOr<DecodedSafetensors> DecodeSafetensors(const std::string& path,
+                                                     std::string_view bytes);
 
 // Reads a safetensors file into CPU tensors, in file order. Malformed files are InvalidArgument
 // naming the file and what is wrong (header length, over 100 MB of header, JSON, offsets out of

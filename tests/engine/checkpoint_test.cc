@@ -1,6 +1,7 @@
 // Checkpoint then resume equals an uninterrupted run, bit for bit on CPU; a checkpoint loads into a
 // group of another world size and ZeRO stage with every rank's state re-partitioned exactly;
 // interrupted or mismatched checkpoints are refused with a clear error.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -233,8 +234,8 @@ TEST_P(CheckpointTest, ASnapshotWrittenAfterTrainingWentOnHoldsTheStateItWasTake
 }
 
 // A snapshot kept in memory: the group rolls back to it in place (each rank its own), or a group
-// of new engines restores it, and both train on as the uninterrupted group did, bit for bit. The
-// snapshots are only read: both restores use the same ones.
+// of new engines restores it from a copy encoded into one buffer, and both train on as the
+// uninterrupted group did, bit for bit. The snapshots are only read: both restores use them.
 TEST_P(CheckpointTest, ASnapshotRestoredFromMemoryEqualsUninterruptedRunBitForBit) {
   const auto [stage, bf16] = GetParam();
   constexpr int kWorld = 2;
@@ -270,8 +271,16 @@ TEST_P(CheckpointTest, ASnapshotRestoredFromMemoryEqualsUninterruptedRunBitForBi
     auto engine =
         Engine::Create(model, comms[0], MakeConfig(stage, bf16 ? kBf16Stochastic : kFp32));
     ASSERT_TRUE(engine.ok()) << engine.status();
+    // As a buddy would keep it: one buffer, decoded again.
+    absl::StatusOr<std::string> bytes = EncodeCheckpointSnapshot(snapshots[rank]);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    absl::StatusOr<CheckpointSnapshot> copy = DecodeCheckpointSnapshot(*bytes, "a copy");
+    ASSERT_TRUE(copy.ok()) << copy.status();
+    EXPECT_EQ(copy->shard, snapshots[rank].shard);
+    EXPECT_EQ(copy->marker, snapshots[rank].marker);
+    EXPECT_EQ(copy->metadata, snapshots[rank].metadata);
     std::vector<const CheckpointSnapshot*> own(kWorld, nullptr);
-    own[rank] = &snapshots[rank];
+    own[rank] = &*copy;
     ASSERT_TRUE((*engine)->RestoreSnapshots(own).ok());
     restored[rank] = Train(**engine, *model, rank, 4, 10);
     parameters(**engine, &final_restored[rank]);
@@ -488,6 +497,44 @@ TEST(CheckpointSnapshots, AShrunkGroupRePartitionsTheSnapshotsInMemory) {
       EXPECT_TRUE(torch::equal(memory.tensors.at(name), value)) << name;
     }
   }
+}
+
+// A snapshot's buffer keeps the frozen parameters and the marker apart from the shard's own; a
+// byte changed in it is DataLoss naming the tensor, and a buffer of another kind is refused.
+TEST(CheckpointSnapshots, AnEncodedSnapshotDecodesWholeAndACorruptedOneIsRefused) {
+  CheckpointSnapshot snapshot;
+  snapshot.shard = "rank_0_of_2.safetensors";
+  snapshot.tensors = {{"weights", at::arange(6, at::kFloat)},
+                      {"rng_state", at::ones({4}, at::kByte)}};
+  snapshot.metadata = {{"global_steps", "3"}, {"tandem.client.step", "3"}};
+  snapshot.frozen = {{"tower.weight", at::full({2, 2}, 0.5)}};
+  snapshot.frozen_metadata = {{"format", "pt"}};
+  snapshot.marker = "{\"global_steps\": 3}\n";
+  absl::StatusOr<std::string> bytes = EncodeCheckpointSnapshot(snapshot);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  absl::StatusOr<CheckpointSnapshot> copy = DecodeCheckpointSnapshot(*bytes, "a copy");
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_EQ(copy->shard, snapshot.shard);
+  EXPECT_EQ(copy->marker, snapshot.marker);
+  EXPECT_EQ(copy->metadata, snapshot.metadata);
+  EXPECT_EQ(copy->frozen_metadata, snapshot.frozen_metadata);
+  ASSERT_EQ(copy->tensors.size(), 2u);
+  EXPECT_EQ(copy->tensors[0].first, "weights");
+  EXPECT_TRUE(torch::equal(copy->tensors[0].second, snapshot.tensors[0].second));
+  ASSERT_EQ(copy->frozen.size(), 1u);
+  EXPECT_EQ(copy->frozen[0].first, "tower.weight");
+  EXPECT_TRUE(torch::equal(copy->frozen[0].second, snapshot.frozen[0].second));
+
+  std::string corrupted = *bytes;
+  corrupted[corrupted.size() - 20] ^= 0x40;  // inside the last tensors' data
+  absl::StatusOr<CheckpointSnapshot> refused = DecodeCheckpointSnapshot(corrupted, "a copy");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("a copy"));
+
+  absl::StatusOr<std::string> plain = EncodeSafetensors("plain", {{"w", at::ones({2})}});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(DecodeCheckpointSnapshot(*plain, "a file").status().message(),
+            "checkpoint: a file is not a checkpoint snapshot (no shard name)");
 }
 
 TEST(CheckpointMetadata, ShardRecordsItsUnits) {
