@@ -12,7 +12,7 @@
 namespace tandem {
 
 // Element types a tensor crosses in; the values match tandem.v1.DType.
-enum class DType : int { kFloat32 = 1, kBFloat16 = 2, kFloat16 = 3, kFloat64 = 4 };
+enum class DType : int { kFloat32 = 1, kBFloat16 = 2, kFloat16 = 3, kFloat64 = 4, kUInt8 = 5 };
 
 inline size_t DTypeSize(DType dtype) {
   switch (dtype) {
@@ -23,6 +23,8 @@ inline size_t DTypeSize(DType dtype) {
       return 2;
     case DType::kFloat64:
       return 8;
+    case DType::kUInt8:
+      return 1;
   }
   return 0;
 }
@@ -37,6 +39,8 @@ inline const char* DTypeName(DType dtype) {
       return "float16";
     case DType::kFloat64:
       return "float64";
+    case DType::kUInt8:
+      return "uint8";
   }
   return "unknown";
 }

@@ -92,6 +92,7 @@ struct JobConfig {
   LlmGroupConfig llm;
   ScheduleConfig schedule;
   int64_t max_restarts = 3;        // failure.max_restarts
+  int64_t snapshot_every = 0;      // failure.snapshot_every: steps between snapshots in memory
   std::string resume_from;         // a checkpoint directory; "" = from scratch
   bool async_checkpoints = false;  // checkpoint.async: written while the next step trains
 

@@ -202,6 +202,7 @@ JobConfig Resolve(const tandem::v1::JobSpec& spec) {
   config.llm.model.image_newline = config.vision.model.any_res();
   config.schedule = ResolveSchedule(spec.schedule());
   if (spec.failure().has_max_restarts()) config.max_restarts = spec.failure().max_restarts();
+  config.snapshot_every = spec.failure().snapshot_every();
   config.async_checkpoints = spec.checkpoint().async();
   config.resume_from = spec.resume_from();
   return config;

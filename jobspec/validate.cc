@@ -449,6 +449,7 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
                      "encoder: nothing would train");
   }
   RETURN_IF_ERROR(Between("failure.max_restarts", config.max_restarts, 0, kMaxRestarts));
+  RETURN_IF_ERROR(AtLeast("failure.snapshot_every", config.snapshot_every, 0));
   RETURN_IF_ERROR(CheckEngine("vision", config.vision.engine_json, config.vision.replicas(),
                               ReplicasName("vision", config.vision.sequence_parallel, "sequence"),
                               config.schedule));

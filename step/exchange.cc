@@ -18,11 +18,14 @@ absl::StatusOr<TensorBytes> BytesOf(const at::Tensor& tensor) {
     case at::kDouble:
       bytes.dtype = DType::kFloat64;
       break;
+    case at::kByte:
+      bytes.dtype = DType::kUInt8;
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("a ", c10::toString(tensor.scalar_type()),
                        " tensor cannot cross between the groups "
-                       "(transfers carry bfloat16, float32, float64)"));
+                       "(transfers carry bfloat16, float32, float64, uint8)"));
   }
   bytes.shape.assign(tensor.sizes().begin(), tensor.sizes().end());
   bytes.data = static_cast<std::byte*>(tensor.data_ptr());

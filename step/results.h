@@ -26,6 +26,8 @@ struct StepResult {
   // Samples of the step left out as unreadable (NOTE [Bad samples] in step/stage.h): the same on
   // every rank.
   int64_t skipped_samples = 0;
+  // The bytes of snapshots this rank holds in memory (NOTE [Snapshots in memory]).
+  int64_t snapshot_bytes = 0;
 };
 
 // Caption scores of the held-out samples a rank owns; the LLM ranks' counts add up to the group's.

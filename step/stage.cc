@@ -229,6 +229,13 @@ absl::StatusOr<StepResult> Stage::RunStep(int64_t step) {
       }
       ASSIGN_OR_RETURN(StepResult trained, Train(step, batches));
       trained.skipped_samples = skipped;
+      // NOTE [Snapshots in memory]: the last snapshot's copies had this step to arrive.
+      RETURN_IF_ERROR(FinishSnapshotExchange(/*harvest=*/false));
+      const int64_t every = job_.snapshot_every;
+      if (every > 0 && step % every == 0 && step < job_.schedule.steps) {
+        RETURN_IF_ERROR(TakeMemorySnapshot(step));
+      }
+      trained.snapshot_bytes = held_.bytes();
       return trained;
     }();
   } catch (const std::exception& e) {
@@ -487,6 +494,11 @@ absl::StatusOr<ResumePoint> Stage::LoadGroup(const std::string& checkpoint) {
 
 absl::StatusOr<ResumePoint> Stage::Resume(const std::string& checkpoint) {
   ASSIGN_OR_RETURN(ResumePoint resume, LoadGroup(checkpoint));
+  RETURN_IF_ERROR(SeekData(resume));
+  return resume;
+}
+
+absl::Status Stage::SeekData(const ResumePoint& resume) {
   sampler_.Seek(resume.position);
   // The shards the next step reads are checked byte for byte against their index (the checkpoint's
   // data.json has matched the index when the data opened): a shard rewritten in place would give
@@ -504,7 +516,7 @@ absl::StatusOr<ResumePoint> Stage::Resume(const std::string& checkpoint) {
     shard_end = data_->train_order.ShardEnd(index);
   }
   step_ = resume.step;
-  return resume;
+  return absl::OkStatus();
 }
 
 absl::Status Stage::Expect(const TransferTag& tag, const at::Tensor& destination) {

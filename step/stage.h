@@ -41,6 +41,7 @@
 #include "jobspec/job_config.h"
 #include "step/batch_plan.h"
 #include "step/exchange.h"
+#include "step/held_snapshots.h"
 #include "step/job_data.h"
 #include "step/results.h"
 #include "step/step_common.h"
@@ -109,6 +110,22 @@ struct StageProgress {
 // leaves out the same samples, and the step's loss divides by the target tokens of the samples
 // kept, as a run without them would.
 //
+// NOTE [Snapshots in memory]
+// Under failure.snapshot_every N, at the end of every N-th step (not the last), each rank copies
+// its state (Engine::SnapshotCheckpoint: its ZeRO shard of weights and optimizer states, the
+// compensation, the step counts, the RNG, and the data position in the client state) into one
+// host buffer (engine::EncodeCheckpointSnapshot) and keeps it: its last two. Its buddy is a rank
+// of the other group, as a machine apart: vision rank v's is LLM rank v mod L, LLM rank l's vision
+// rank l mod V. It sends the buffer to the buddy on the data plane, its size first
+// (TRANSFER_KIND_SNAPSHOT, micro-batch 0) and then its bytes (micro-batch 1), and awaits the sizes
+// of the copies it is the buddy for, then expects their bytes; they arrive while the next step
+// trains, at whose end the rank waits for them and for its own sends. A copy replaces the
+// previous one of its rank only once whole. So at any moment every rank's state after the last
+// snapshot step or the one before is in two memories, and a group that lost one rank restores
+// the others from their own and the lost one from its buddy's copy (RestoreSnapshot), as from a
+// checkpoint (Engine::RestoreSnapshots), with nothing read from disk. A step's cost is the host
+// copy; the memory a rank holds is twice its state and its buddies' copies (held_snapshot_bytes).
+//
 // NOTE [Packed text]
 // Under data.pack_tokens the plan (which LLM replica packs which samples into which rows) needs
 // every sample's text token count. The vision ranks count them where the samples are read: their
@@ -163,6 +180,14 @@ class Stage {
   // data position, once the data shards the next step reads match their index's checksums (the
   // vision ranks check them, each a share).
   absl::StatusOr<ResumePoint> Resume(const std::string& checkpoint);
+  // NOTE [Snapshots in memory]: continues from a snapshot of this rank's state (its own, kept, or
+  // the copy its buddy held), as Resume from a checkpoint (collective over the group; every rank
+  // restores the same step). Errors name `what`.
+  absl::StatusOr<ResumePoint> RestoreSnapshot(std::string_view bytes, const std::string& what);
+  // What this rank holds of its snapshots (the copies still arriving kept if they arrived whole),
+  // moved out: the stage holds none after.
+  HeldSnapshots TakeHeldSnapshots();
+  int64_t held_snapshot_bytes() const { return held_.bytes(); }
 
  protected:
   Stage(Role role, const jobspec::JobConfig& job, std::shared_ptr<const JobData> data,
@@ -297,6 +322,20 @@ class Stage {
   // The vision group's flags summed, on every rank of both groups.
   absl::StatusOr<std::vector<float>> ShareBadSamples(int64_t step, std::vector<float> flags);
 
+  // Moves the data to `resume`'s position once the shards the next step reads match their index
+  // (Resume), and the stage to its step.
+  absl::Status SeekData(const ResumePoint& resume);
+  // NOTE [Snapshots in memory]: after step `step`, keeps this rank's state and starts sending it
+  // to its buddy, after finishing the exchange before (collective over the group, and paired with
+  // the buddies' calls).
+  absl::Status TakeMemorySnapshot(int64_t step);
+  // Waits for the last exchange's copies and sends; with `harvest`, only keeps the copies that
+  // arrived whole already (the job is ending: a peer may be gone).
+  absl::Status FinishSnapshotExchange(bool harvest);
+  // The ranks of the other group this rank is the buddy of (rank r of it sends to r mod this
+  // group's size).
+  std::vector<int> SnapshotSources() const;
+
   // The engine's GradNormCombiner under schedule.gradient_clipping: exchanges the groups' squared
   // gradient norms for the step running (step_ + 1) and returns their sum.
   absl::StatusOr<double> CombineGradSquares(double group_squares);
@@ -326,6 +365,21 @@ class Stage {
   struct PendingSave;
   std::unique_ptr<PendingSave> pending_save_;
   std::unique_ptr<engine::CheckpointSnapshot> reusable_snapshot_;
+  // NOTE [Snapshots in memory] (snapshots.cc): what this rank holds, and the exchange of the last
+  // snapshot while its copies are on their way.
+  HeldSnapshots held_;
+  struct SnapshotExchange {
+    int64_t step = 0;
+    at::Tensor size;  // this rank's snapshot's size, which its send reads
+    std::vector<std::unique_ptr<transport::SendHandle>> sends;
+    struct Incoming {
+      int source = 0;  // its rank in the other group
+      transport::TransferTag tag;
+      std::string bytes;
+    };
+    std::vector<Incoming> incoming;
+  };
+  std::unique_ptr<SnapshotExchange> exchange_;
 };
 
 // InternalError "<what>: <message>", without LibTorch's backtrace for a c10::Error.

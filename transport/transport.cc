@@ -18,6 +18,8 @@ const char* TransferKindName(TransferKind kind) {
       return "bad samples";
     case TransferKind::kTextTokens:
       return "text tokens";
+    case TransferKind::kSnapshot:
+      return "snapshot";
   }
   return "unknown transfer";
 }

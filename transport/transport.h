@@ -26,7 +26,8 @@ enum class TransferKind : int {
   kEvalEmbeddings = 3,
   kGradSquares = 4,
   kBadSamples = 5,
-  kTextTokens = 6
+  kTextTokens = 6,
+  kSnapshot = 7
 };
 
 const char* TransferKindName(TransferKind kind);

@@ -25,6 +25,7 @@ absl::StatusOr<TransferTag> FromProto(const tandem::v1::TransferTag& tag) {
     case tandem::v1::TRANSFER_KIND_GRAD_SQUARES:
     case tandem::v1::TRANSFER_KIND_BAD_SAMPLES:
     case tandem::v1::TRANSFER_KIND_TEXT_TOKENS:
+    case tandem::v1::TRANSFER_KIND_SNAPSHOT:
       break;
     default:
       return absl::InvalidArgumentError(absl::StrCat("unknown transfer kind ", tag.kind()));
@@ -46,6 +47,7 @@ absl::StatusOr<DType> FromProto(tandem::v1::DType dtype) {
     case tandem::v1::DTYPE_BFLOAT16:
     case tandem::v1::DTYPE_FLOAT16:
     case tandem::v1::DTYPE_FLOAT64:
+    case tandem::v1::DTYPE_UINT8:
       return static_cast<DType>(dtype);
     default:
       return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", dtype));

@@ -232,6 +232,8 @@ const json& Fields() {
                                    {"schedule": {"gradient_clipping": 1.0}}],
     "schedule.balance": [{"schedule": {"balance": true}}, {"schedule": {"balance": false}}],
     "failure.max_restarts": [{"failure": {"max_restarts": 3}}, {"failure": {"max_restarts": 0}}],
+    "failure.snapshot_every": [{"failure": {"snapshot_every": 0}},
+                               {"failure": {"snapshot_every": 2}}],
     "checkpoint.async": [{"checkpoint": {"async": false}}, {"checkpoint": {"async": true}}],
     "resume_from": [{"resume_from": "/runs/a/checkpoints/step-000001"}, {"resume_from": ""}],
     "pretrained": [{"vision": {"model": null}, "llm": {"model": null}, "pretrained": "/llava/a"},

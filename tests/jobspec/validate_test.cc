@@ -237,6 +237,8 @@ TEST(ValidateJobConfig, CountsMustBePositive) {
   spec = BaseSpec();
   spec["failure"] = {{"max_restarts", -1}};
   EXPECT_EQ(Error(spec), "job.json: failure.max_restarts: must be >= 0, got -1");
+  spec["failure"] = {{"snapshot_every", -2}};
+  EXPECT_EQ(Error(spec), "job.json: failure.snapshot_every: must be >= 0, got -2");
 }
 
 TEST(ValidateJobConfig, GlobalBatchNotDivisibleByMicroBatches) {

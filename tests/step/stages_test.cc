@@ -994,6 +994,106 @@ TEST(StagesOwnModelsTest, MixedAnyResConversationsTrainAsOneRankEach) {
   std::filesystem::remove_all(dir);
 }
 
+// NOTE [Snapshots in memory]: each rank of nv x nl runs steps [first, last] of `job` in attempt
+// `attempt`, after restoring `restore` (its rank's snapshot bytes, by role and rank; none: from
+// scratch), and hands back what it holds of its snapshots. Adds the LLM ranks' losses to `losses`.
+struct Attempt {
+  std::map<std::pair<bool, int>, HeldSnapshots> held;  // by (vision, rank)
+  std::vector<absl::Status> errors;
+};
+Attempt RunAttempt(const jobspec::JobConfig& job, int nv, int nl, int attempt, int64_t first,
+                   int64_t last, const std::map<std::pair<bool, int>, std::string>& restore,
+                   std::vector<double>& losses) {
+  absl::StatusOr<std::shared_ptr<const JobData>> data = OpenJobData(job);
+  EXPECT_TRUE(data.ok()) << data.status();
+  Groups groups(nv, 1, nl, 1);
+  const std::string key = absl::StrCat("snapshots#", attempt);
+  transport::InProcessFabric fabric(key, nv, nl, kTimeout);
+  Attempt out;
+  std::mutex mu;
+  auto rank_main = [&](bool vision, int rank) {
+    auto create = vision ? CreateVisionStage : CreateLlmStage;
+    absl::StatusOr<std::unique_ptr<Stage>> stage =
+        create(job, *data, PlacementOf(key, vision, rank, nv, 1, nl, 1),
+               vision ? groups.vision.rank(rank) : groups.data[0]->rank(rank),
+               fabric.Endpoint(vision ? 0 : 1, rank), nullptr);
+    absl::Status status = stage.status();
+    if (status.ok() && !restore.empty()) {
+      absl::StatusOr<ResumePoint> point =
+          (*stage)->RestoreSnapshot(restore.at({vision, rank}), "a snapshot");
+      status = point.status();
+      if (status.ok()) EXPECT_EQ(point->step, first - 1);
+    }
+    for (int64_t step = first; status.ok() && step <= last; ++step) {
+      absl::StatusOr<StepResult> result = (*stage)->RunStep(step);
+      status = result.status();
+      if (status.ok() && !vision) {
+        std::lock_guard<std::mutex> lock(mu);
+        losses[step - 1] += result->loss;
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (!status.ok()) {
+      out.errors.push_back(status);
+      fabric.Abort();
+      return;
+    }
+    out.held[{vision, rank}] = (*stage)->TakeHeldSnapshots();
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < nv; ++r) threads.emplace_back(rank_main, true, r);
+  for (int r = 0; r < nl; ++r) threads.emplace_back(rank_main, false, r);
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+// A restart after a lost rank resumes from memory: with a snapshot every 2 steps, 2 vision and 3
+// LLM ranks run 5 steps and one rank is lost (every stage is built again, as a restarted job's
+// are); the others restore their own state of step 4 and the lost one the copy its buddy holds;
+// steps 5 and 6 then take exactly the losses of the run that never stopped, whichever rank was
+// lost. Each rank kept its last two snapshots (steps 2 and 4) and one copy a rank it is the buddy
+// of (vision rank 0 holds LLM ranks 0 and 2's).
+TEST(StagesSnapshotTest, ALostRankRestoresFromItsBuddysCopyAndTheRunGoesOnExactly) {
+  for (const int stage : {1, 3}) {
+    SCOPED_TRACE(absl::StrCat("ZeRO ", stage));
+    jobspec::JobConfig job = TinyJob(stage);
+    job.schedule.steps = 6;
+    const Outcome reference = RunStages(job, 2, 3);
+    ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+    job.snapshot_every = 2;
+    std::vector<double> losses(6, 0.0);
+    Attempt first = RunAttempt(job, 2, 3, 1, 1, 5, {}, losses);
+    ASSERT_TRUE(first.errors.empty()) << first.errors.front();
+    for (int s = 0; s < 5; ++s) EXPECT_EQ(losses[s], reference.losses[s]) << "step " << s + 1;
+    const HeldSnapshots& vision0 = first.held.at({true, 0});
+    EXPECT_EQ(vision0.own.size(), 2u);
+    EXPECT_EQ(vision0.own.begin()->first, 2);
+    ASSERT_EQ(vision0.copies.size(), 2u);
+    EXPECT_EQ(vision0.copies.at(0).first, 4);
+    EXPECT_EQ(vision0.copies.at(2).first, 4);
+    EXPECT_EQ(first.held.at({false, 1}).copies.at(1).first, 4);  // vision rank 1's
+    EXPECT_EQ(vision0.bytes(),
+              static_cast<int64_t>(vision0.own.at(2).size() + vision0.own.at(4).size() +
+                                   vision0.copies.at(0).second.size() +
+                                   vision0.copies.at(2).second.size()));
+    for (const auto& [vision, rank] : {std::pair{true, 1}, std::pair{false, 2}}) {
+      SCOPED_TRACE(absl::StrCat(vision ? "vision" : "llm", " rank ", rank, " lost"));
+      std::map<std::pair<bool, int>, std::string> restore;
+      for (const auto& [who, held] : first.held) restore[who] = held.own.at(4);
+      // The lost rank's own memory is gone: its buddy's copy stands in.
+      const int buddy = vision ? rank % 3 : rank % 2;
+      const auto& [step, copy] = first.held.at({!vision, buddy}).copies.at(rank);
+      ASSERT_EQ(step, 4);
+      restore[{vision, rank}] = copy;
+      std::vector<double> resumed(6, 0.0);
+      Attempt second = RunAttempt(job, 2, 3, 2, 5, 6, restore, resumed);
+      ASSERT_TRUE(second.errors.empty()) << second.errors.front();
+      EXPECT_EQ(resumed[4], reference.losses[4]);
+      EXPECT_EQ(resumed[5], reference.losses[5]);
+    }
+  }
+}
+
 // A job resuming from a checkpoint keeps the word tokenizer saved there: the shapes conversations
 // count their words differently from the captions, so a vocabulary built again would number them
 // differently from the weights.

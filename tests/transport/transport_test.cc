@@ -26,6 +26,7 @@ TEST(TransferKindName, NamesEveryKind) {
   EXPECT_STREQ(TransferKindName(TransferKind::kGradSquares), "grad squares");
   EXPECT_STREQ(TransferKindName(TransferKind::kBadSamples), "bad samples");
   EXPECT_STREQ(TransferKindName(TransferKind::kTextTokens), "text tokens");
+  EXPECT_STREQ(TransferKindName(TransferKind::kSnapshot), "snapshot");
 }
 
 }  // namespace
