@@ -105,6 +105,12 @@ grpc::Status ActorService::AssignJob(grpc::ServerContext* context,
   assignment.threads = request->threads();
   assignment.attempt = std::max<int64_t>(1, request->attempt());
   assignment.resume_from = request->resume_from();
+  if (request->has_restore() && request->restore().step() > 0) {
+    assignment.restore.step = request->restore().step();
+    assignment.restore.from_peer = request->restore().from_peer();
+    assignment.restore.send_to.assign(request->restore().send_to().begin(),
+                                      request->restore().send_to().end());
+  }
   if (assignment.rank < 0 || assignment.rank >= assignment.group_size ||
       assignment.peer_group_size < 1) {
     return rpc::ToGrpc(absl::InvalidArgumentError(
@@ -223,6 +229,7 @@ grpc::Status ActorService::RunStep(grpc::ServerContext* context, const v1::RunSt
   response->set_bytes_sent(result->bytes_sent);
   response->set_planned(result->planned);
   response->set_skipped_samples(result->skipped_samples);
+  response->set_snapshot_bytes(result->snapshot_bytes);
   return grpc::Status::OK;
 }
 
@@ -287,6 +294,25 @@ grpc::Status ActorService::Release(grpc::ServerContext* context, const v1::Relea
                                    v1::ReleaseResponse*) {
   TANDEM_AUTHORIZE(context);
   ReleaseJob(request->job_id(), request->reason());
+  return grpc::Status::OK;
+}
+
+grpc::Status ActorService::HeldSnapshots(grpc::ServerContext* context,
+                                         const v1::HeldSnapshotsRequest* request,
+                                         v1::HeldSnapshotsResponse* response) {
+  TANDEM_AUTHORIZE(context);
+  std::lock_guard<std::mutex> lock(command_mu_);
+  SnapshotHoldings held;
+  commands_.Run([&] { held = worker_->HeldSnapshots(request->job_id()); }, "HeldSnapshots");
+  response->set_holds(held.holds);
+  if (!held.holds) return grpc::Status::OK;
+  response->set_role(held.role == Role::kVision ? v1::ROLE_VISION : v1::ROLE_LLM);
+  response->set_rank(held.rank);
+  response->set_group_size(held.group_size);
+  response->set_peer_group_size(held.peer_group_size);
+  for (const int64_t step : held.own_steps) response->add_own_steps(step);
+  for (const auto& [rank, step] : held.copies) (*response->mutable_copies())[rank] = step;
+  response->set_bytes(held.bytes);
   return grpc::Status::OK;
 }
 

@@ -48,6 +48,8 @@ class ActorService final : public v1::Actor::Service {
                       v1::ExportResponse* response) override;
   grpc::Status Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
                        v1::ReleaseResponse* response) override;
+  grpc::Status HeldSnapshots(grpc::ServerContext* context, const v1::HeldSnapshotsRequest* request,
+                             v1::HeldSnapshotsResponse* response) override;
 
   // Releases whatever job the actor runs, e.g. when the coordinator no longer knows the actor (it
   // restarted, or declared the actor lost): that job is scheduled again from its checkpoint, and

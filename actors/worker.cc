@@ -43,11 +43,13 @@ class StageWorker : public Worker {
   absl::Status FinishCheckpoint(int64_t step, const std::string& directory) override;
   absl::Status Export(const std::string& path) override;
   void Release() override;
+  SnapshotHoldings HeldSnapshots(const std::string& job_id) const override;
   WorkerStatus status() const override;
 
  private:
   absl::Status Setup(const Assignment& assignment, std::shared_ptr<KeyValueStore> store,
                      std::shared_ptr<transport::Transport> transport);
+  bool job_snapshots_enabled() const { return assignment_->job.snapshot_every > 0; }
 
   WorkerOptions options_;
   int default_threads_;  // at::get_num_threads() when the actor started
@@ -55,6 +57,15 @@ class StageWorker : public Worker {
   std::shared_ptr<transport::Transport> transport_;
   std::unique_ptr<step::Stage> stage_;
   step::StageProgress progress_;
+  // NOTE [Snapshots in memory] in step/stage.h: what the last released job's stage held, for its
+  // restart, with the place it held it in; dropped when another job is assigned.
+  struct Kept {
+    std::string job_id;
+    Role role = Role::kVision;
+    int rank = 0, group_size = 0, peer_group_size = 0;
+    step::HeldSnapshots held;
+  };
+  std::optional<Kept> kept_;
 
   mutable std::mutex status_mu_;
   std::string job_id_;  // guarded by status_mu_ (the rest is the command thread's)
@@ -68,6 +79,7 @@ absl::StatusOr<AssignResult> StageWorker::Assign(const Assignment& assignment,
     return absl::FailedPreconditionError(
         absl::StrCat("actor already runs job ", assignment_->job_id, "; release it first"));
   }
+  if (kept_ && kept_->job_id != assignment.job_id) kept_.reset();  // its memory is the new job's
   assignment_ = assignment;
   transport_ = transport;
   {
@@ -155,7 +167,26 @@ absl::Status StageWorker::Setup(const Assignment& a, std::shared_ptr<KeyValueSto
   ASSIGN_OR_RETURN(stage_, create(job, std::move(data), std::move(placement),
                                   std::move(communicator), std::move(transport), &progress_));
   RETURN_IF_ERROR(check_cancelled("building the model and engine"));
-  if (!a.resume_from.empty()) {
+  if (a.restore.step > 0) {
+    // NOTE [Snapshots in memory]: the stage restores when its first step begins.
+    step::HeldSnapshots held;
+    if (kept_ && kept_->role == a.role && kept_->rank == a.rank &&
+        kept_->group_size == a.group_size && kept_->peer_group_size == a.peer_group_size) {
+      held = std::move(kept_->held);
+    }
+    kept_.reset();
+    stage_->RestoreFromMemoryAtNextStep(a.restore.step, std::move(held), a.restore.from_peer,
+                                        a.restore.send_to);
+    step_ = a.restore.step;
+    TANDEM_LOG(kInfo, kComponent) << a.job_id << " " << group << " rank " << a.rank
+                                  << ": resumes from memory at step " << a.restore.step
+                                  << (a.restore.from_peer < 0
+                                          ? std::string(" (its own snapshot)")
+                                          : absl::StrCat(
+                                                " (the copy ",
+                                                RoleName(vision ? Role::kLlm : Role::kVision),
+                                                " rank ", a.restore.from_peer, " held)"));
+  } else if (!a.resume_from.empty()) {
     ASSIGN_OR_RETURN(step::ResumePoint resume, stage_->Resume(a.resume_from));
     RETURN_IF_ERROR(check_cancelled("loading the checkpoint"));
     step_ = resume.step;
@@ -205,6 +236,17 @@ absl::Status StageWorker::Export(const std::string& path) {
 }
 
 void StageWorker::Release() {
+  if (stage_ && assignment_ && job_snapshots_enabled()) {
+    step::HeldSnapshots held = stage_->TakeHeldSnapshots();
+    if (!held.own.empty() || !held.copies.empty()) {
+      kept_ = Kept{assignment_->job_id,
+                   assignment_->role,
+                   assignment_->rank,
+                   assignment_->group_size,
+                   assignment_->peer_group_size,
+                   std::move(held)};
+    }
+  }
   if (transport_) transport_->Reset();
   stage_.reset();
   transport_.reset();
@@ -217,6 +259,30 @@ void StageWorker::Release() {
   progress_.phase = "idle";
   std::lock_guard<std::mutex> lock(status_mu_);
   job_id_.clear();
+}
+
+SnapshotHoldings StageWorker::HeldSnapshots(const std::string& job_id) const {
+  SnapshotHoldings out;
+  const step::HeldSnapshots* held = nullptr;
+  if (stage_ && assignment_ && assignment_->job_id == job_id) {
+    held = &stage_->held_snapshots();
+    out.role = assignment_->role;
+    out.rank = assignment_->rank;
+    out.group_size = assignment_->group_size;
+    out.peer_group_size = assignment_->peer_group_size;
+  } else if (kept_ && kept_->job_id == job_id) {
+    held = &kept_->held;
+    out.role = kept_->role;
+    out.rank = kept_->rank;
+    out.group_size = kept_->group_size;
+    out.peer_group_size = kept_->peer_group_size;
+  }
+  if (held == nullptr || (held->own.empty() && held->copies.empty())) return SnapshotHoldings{};
+  out.holds = true;
+  for (const auto& [step, bytes] : held->own) out.own_steps.push_back(step);
+  for (const auto& [rank, copy] : held->copies) out.copies[rank] = copy.first;
+  out.bytes = held->bytes();
+  return out;
 }
 
 WorkerStatus StageWorker::status() const {

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/kv_store.h"
+#include "common/memory_restore.h"
 #include "common/role.h"
 #include "jobspec/job_config.h"
 #include "step/results.h"
@@ -44,6 +45,8 @@ struct Assignment {
   int threads = 0;          // intra-op threads; 0 leaves LibTorch's default
   int64_t attempt = 1;      // which time the job runs; transfers are keyed by job and attempt
   std::string resume_from;  // a complete checkpoint directory to load, or ""
+  // From snapshots in memory instead (restore.step > 0): resume_from then only gives the data.
+  MemoryRestore restore;
   // Set (from another thread) when the job is released while it is being built: Assign stops at
   // its next check, between the phases of building the stage, and returns CANCELLED. May be null.
   std::shared_ptr<const std::atomic<bool>> cancelled;
@@ -87,11 +90,12 @@ class Worker {
   virtual ~Worker() = default;
 
   // Builds the model and engine and joins the group through `store` (keys already scoped to this
-  // group and job attempt), then loads assignment.resume_from when it is set. `transport` reaches
-  // the other group's ranks. FailedPrecondition when a job is assigned already; InvalidArgument for
-  // a job this worker cannot build; ResourceExhausted, naming the fields, for one whose estimated
-  // memory exceeds options.memory_bytes; CANCELLED once assignment.cancelled is set; the
-  // checkpoint's own error when it cannot be loaded.
+  // group and job attempt), then loads assignment.resume_from when it is set, or restores from
+  // the snapshots in memory (assignment.restore: the kept one, or the copy a peer sends).
+  // `transport` reaches the other group's ranks. FailedPrecondition when a job is assigned already;
+  // InvalidArgument for a job this worker cannot build; ResourceExhausted, naming the fields, for
+  // one whose estimated memory exceeds options.memory_bytes; CANCELLED once assignment.cancelled is
+  // set; the checkpoint's own error when it cannot be loaded.
   virtual absl::StatusOr<AssignResult> Assign(const Assignment& assignment,
                                               std::shared_ptr<KeyValueStore> store,
                                               std::shared_ptr<transport::Transport> transport) = 0;
@@ -106,8 +110,11 @@ class Worker {
   virtual absl::Status FinishCheckpoint(int64_t step, const std::string& directory) = 0;
   // Writes the group's full weights as safetensors (rank 0 writes; every rank must be called).
   virtual absl::Status Export(const std::string& path) = 0;
-  // Frees the job's model, engine and communicator.
+  // Frees the job's model, engine and communicator. The job's snapshots in memory stay until the
+  // worker is assigned another job.
   virtual void Release() = 0;
+  // What the worker holds of job `job_id`'s snapshots in memory.
+  virtual SnapshotHoldings HeldSnapshots(const std::string& job_id) const = 0;
 
   virtual WorkerStatus status() const = 0;
 };

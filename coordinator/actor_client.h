@@ -30,6 +30,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/memory_restore.h"
 #include "common/role.h"
 
 namespace tandem::v1 {
@@ -52,6 +53,7 @@ struct ActorAssignment {
   int threads = 0;                            // intra-op threads; 0: the actor's default
   int64_t attempt = 1;
   std::string resume_from;  // a complete checkpoint directory to load, or ""
+  MemoryRestore restore;    // from snapshots in memory instead (restore.step > 0)
 };
 
 struct ActorAssignReply {
@@ -74,6 +76,7 @@ struct ActorStepReply {
   int64_t padding = 0;
   double planned = 0;           // the work its replica was planned: tiles (vision), row cost (LLM)
   int64_t skipped_samples = 0;  // left out as unreadable (data.on_bad_sample "skip")
+  int64_t snapshot_bytes = 0;   // snapshots held in memory (failure.snapshot_every)
 };
 
 struct ActorEvalReply {
@@ -104,6 +107,8 @@ class ActorClient {
   virtual absl::Status Export(const std::string& job_id, const std::string& path) = 0;
   // Frees the job on the actor; interrupts a command that waits on transfers. `reason` is logged.
   virtual absl::Status Release(const std::string& job_id, const std::string& reason) = 0;
+  // What the actor holds of the job's snapshots in memory (from the job's last attempt there).
+  virtual absl::StatusOr<SnapshotHoldings> HeldSnapshots(const std::string& job_id) = 0;
   // The job's attempt is over: a call that would retry (AssignJob over a channel that did not
   // open) gives up instead. Calls in flight run on; Release is never affected.
   virtual void StopRetrying() = 0;

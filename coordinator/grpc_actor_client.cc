@@ -41,6 +41,12 @@ class GrpcActorClient final : public ActorClient {
     request.set_threads(assignment.threads);
     request.set_attempt(assignment.attempt);
     request.set_resume_from(assignment.resume_from);
+    if (assignment.restore.step > 0) {
+      v1::MemoryRestore& restore = *request.mutable_restore();
+      restore.set_step(assignment.restore.step);
+      restore.set_from_peer(assignment.restore.from_peer);
+      for (const int peer : assignment.restore.send_to) restore.add_send_to(peer);
+    }
     v1::AssignJobResponse response;
     for (int attempt = 1;; ++attempt) {
       const grpc::Status status = Command([&](grpc::ClientContext* context) {
@@ -81,6 +87,7 @@ class GrpcActorClient final : public ActorClient {
     reply.bytes_sent = response.bytes_sent();
     reply.planned = response.planned();
     reply.skipped_samples = response.skipped_samples();
+    reply.snapshot_bytes = response.snapshot_bytes();
     return reply;
   }
 
@@ -138,6 +145,25 @@ class GrpcActorClient final : public ActorClient {
         rpc::ContextWithTimeout(options_.release_deadline).get(), request, &response);
     // As it is: the runner quotes the channel's message when the actor cannot be reached.
     return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  }
+
+  absl::StatusOr<SnapshotHoldings> HeldSnapshots(const std::string& job_id) override {
+    v1::HeldSnapshotsRequest request;
+    request.set_job_id(job_id);
+    v1::HeldSnapshotsResponse response;
+    RETURN_IF_ERROR(rpc::FromGrpc(Command([&](grpc::ClientContext* context) {
+      return stub_->HeldSnapshots(context, request, &response);
+    })));
+    SnapshotHoldings held;
+    held.holds = response.holds();
+    held.role = response.role() == v1::ROLE_LLM ? Role::kLlm : Role::kVision;
+    held.rank = response.rank();
+    held.group_size = response.group_size();
+    held.peer_group_size = response.peer_group_size();
+    held.own_steps.assign(response.own_steps().begin(), response.own_steps().end());
+    for (const auto& [rank, step] : response.copies()) held.copies[rank] = step;
+    held.bytes = response.bytes();
+    return held;
   }
 
   void StopRetrying() override {

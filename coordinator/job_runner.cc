@@ -41,7 +41,8 @@ auto Guarded(const char* what, Call&& call) -> decltype(call()) {
 }  // namespace
 
 std::string JobRunner::Member::Name() const {
-  return absl::StrCat(actor.id, " (", RoleName(role), " rank ", rank, ", ", actor.address, ")");
+  return absl::StrCat(actor.id, " (", RoleName(role), " rank ", rank.load(), ", ", actor.address,
+                      ")");
 }
 
 absl::Status JobRunner::Described(const absl::Status& status, const std::string& what) {
@@ -337,8 +338,8 @@ std::string JobRunner::Laggards() const {
   for (const auto& m : members_) {
     for (const ActorEntry& a : actors) {
       if (a.id != m->actor.id || a.job_id != job_.id) continue;
-      ranks.push_back(
-          {RoleName(m->role), m->rank, absl::StrCat(a.id, ", ", a.address), a.last_collective});
+      ranks.push_back({RoleName(m->role), m->rank.load(), absl::StrCat(a.id, ", ", a.address),
+                       a.last_collective});
     }
   }
   return DescribeLaggards(ranks);
@@ -383,7 +384,14 @@ void JobRunner::Run() {
     }
     const bool damaged = !damaged_checkpoint_.empty();
     if (damaged) message = absl::StrCat(message, "; ", damaged_checkpoint_, " is marked damaged");
-    if ((lost || damaged) && job_.restarts < max_restarts_) {
+    // A restore from memory that failed before a step was done: the actors dropped the snapshots
+    // with it, and the next attempt resumes from disk.
+    const bool memory_failed = resumed_from_memory_ > 0 && job_.step == resumed_from_memory_;
+    if (memory_failed) {
+      message = absl::StrCat(message, "; the restore from memory at step ", resumed_from_memory_,
+                             " failed");
+    }
+    if ((lost || damaged || memory_failed) && job_.restarts < max_restarts_) {
       ++job_.restarts;
       const std::optional<rundir::CheckpointInfo> checkpoint =
           rundir::LatestCheckpoint(job_.run_dir);
@@ -392,7 +400,7 @@ void JobRunner::Run() {
                                                    checkpoint ? checkpoint->directory : "the start",
                                                    " once its actors are free"));
     } else {
-      if (lost || damaged) {
+      if (lost || damaged || memory_failed) {
         message = absl::StrCat(message, "; gave up after ", job_.restarts,
                                " restarts (failure.max_restarts is ", max_restarts_, ")");
       }

@@ -46,6 +46,7 @@
 #include "coordinator/actor_client.h"
 #include "coordinator/job_feed.h"
 #include "coordinator/job_store.h"
+#include "coordinator/memory_resume.h"
 #include "coordinator/memory_store.h"
 #include "coordinator/metrics.h"
 #include "coordinator/registry.h"
@@ -87,7 +88,10 @@ class JobRunner {
   struct Member {
     ActorEntry actor;
     Role role = Role::kVision;
-    int rank = 0;
+    // Set by the constructor (the order the actors came in), and at a restart from memory before
+    // the attempt assigns (each actor its rank of the last attempt where it kept its snapshot).
+    std::atomic<int> rank{0};
+    MemoryRestore restore;  // a restart from memory: how this member restores its rank's state
     std::unique_ptr<ActorClient> client;
     // "vision-1 (vision rank 0, 127.0.0.1:7101)": how every message names the member.
     std::string Name() const;
@@ -106,12 +110,21 @@ class JobRunner {
   // The attempt's driver (run directory, job.json, resume point: the job's own last complete
   // checkpoint, else the spec's resume_from; metrics.jsonl cut back to it), and the job's step
   // recorded there.
-  absl::StatusOr<std::unique_ptr<Attempt>> StartAttempt();
+  // `memory_step` (0: none): a step the members restore from memory (PlaceFromMemory), used when
+  // it is at least the resume checkpoint's.
+  absl::StatusOr<std::unique_ptr<Attempt>> StartAttempt(int64_t memory_step);
   // FailedPrecondition unless the run directory is absolute.
   absl::Status CheckRunDir() const;
-  // Assigns every member; each loads `resume_from` when it is set and must report `resume_step`.
+  // Assigns every member; each loads `resume_from` when it is set (or, `from_memory`, restores
+  // its Member::restore and reads only the data's tokenizer from it) and must report
+  // `resume_step`.
   absl::Status AssignAll(rundir::RunSummary* summary, const std::string& resume_from,
-                         int64_t resume_step);
+                         int64_t resume_step, bool from_memory);
+  // NOTE [Snapshots in memory] in step/stage.h, at a restart under failure.snapshot_every: asks
+  // every member what it holds of the job's snapshots and, where every rank's state of a step at
+  // least as new as the last checkpoint is there, places the members (their ranks and restores)
+  // and returns that step; 0 otherwise.
+  int64_t PlaceFromMemory();
 
   // Sends one command to every member at once (call(i, members_[i])); the root-cause error, naming
   // its member, is returned.
@@ -138,7 +151,8 @@ class JobRunner {
 
   JobRecord job_;
   std::shared_ptr<const jobspec::ResolvedJobSpec> spec_;  // job_.spec_json, resolved once
-  // Vision ranks, then LLM ranks; fixed by the constructor (read from any thread).
+  // Vision members, then LLM members; fixed by the constructor (read from any thread). Their ranks
+  // are the order given unless a restart from memory placed them (PlaceFromMemory).
   std::vector<std::unique_ptr<Member>> members_;
   JobStore* store_;
   JobFeeds* feeds_;
@@ -161,6 +175,10 @@ class JobRunner {
   int64_t max_restarts_ = 0;         // from the spec, once Execute parsed it
   // The job's own checkpoint this attempt could not load (marked damaged); "" otherwise.
   std::string damaged_checkpoint_;
+  // This attempt's ranks restored from a buddy's copy, for the event log (MemoryResumePlan), and
+  // the step it resumed at from memory (0: it did not).
+  std::string memory_copies_;
+  int64_t resumed_from_memory_ = 0;
   std::thread thread_;
 };
 

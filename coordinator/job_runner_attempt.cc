@@ -175,16 +175,21 @@ struct JobRunner::Attempt : rundir::RunGroups {
 };
 
 absl::Status JobRunner::Execute() {
-  ASSIGN_OR_RETURN(std::unique_ptr<Attempt> attempt, StartAttempt());
+  const SteadyClock::time_point start = SteadyClock::now();
+  // A restart under failure.snapshot_every resumes from memory where it can.
+  const int64_t memory_step =
+      spec_->config.snapshot_every > 0 && job_.attempt > 1 ? PlaceFromMemory() : 0;
+  ASSIGN_OR_RETURN(std::unique_ptr<Attempt> attempt, StartAttempt(memory_step));
   Attempt& a = *attempt;
   rundir::RunDriver& driver = *a.driver;
-  const SteadyClock::time_point start = SteadyClock::now();
   const int64_t resume_step = driver.loop().first_step() - 1;
   const std::optional<rundir::CheckpointInfo>& resume = driver.resume_point();
+  const bool from_memory = driver.resumes_from_memory();
   const absl::Status assigned =
-      AssignAll(&driver.summary(), resume ? resume->directory : "", resume_step);
+      AssignAll(&driver.summary(), resume ? resume->directory : "", resume_step, from_memory);
   // A checkpoint of the job's own that its actors cannot load: the next attempt passes over it.
-  if (!assigned.ok() && resume && driver.resumes_own_checkpoint() &&
+  if (from_memory) resumed_from_memory_ = resume_step;
+  if (!assigned.ok() && !from_memory && resume && driver.resumes_own_checkpoint() &&
       absl::StrContains(assigned.message(), resume->directory)) {
     RETURN_IF_ERROR(
         rundir::MarkCheckpointDamaged(resume->directory, std::string(assigned.message())));
@@ -195,7 +200,14 @@ absl::Status JobRunner::Execute() {
   Event(absl::StrCat("assigned: vision ", a.job.vision.actors, " x llm ", a.job.llm.actors,
                      " actors; setup took ",
                      absl::StrFormat("%.1f", Seconds(SteadyClock::now() - start)), "s"));
-  if (resume) {
+  if (from_memory) {
+    Event(absl::StrCat("resumed from memory at step ", resume_step, ": ",
+                       memory_copies_.empty() ? "every rank from its own snapshot"
+                                              : absl::StrCat(memory_copies_,
+                                                             ", the others from "
+                                                             "their own snapshots"),
+                       " (failure.snapshot_every)"));
+  } else if (resume) {
     Event(absl::StrCat("resumed from ", resume->directory, " at step ", resume_step,
                        " (written by vision ", resume->vision_actors, " x llm ", resume->llm_actors,
                        " actors)"));
@@ -216,7 +228,41 @@ absl::Status JobRunner::CheckRunDir() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<JobRunner::Attempt>> JobRunner::StartAttempt() {
+int64_t JobRunner::PlaceFromMemory() {
+  std::vector<SnapshotHoldings> held(members_.size());
+  const absl::Status asked = ForAll("HeldSnapshots", [&](size_t i, Member& m) -> absl::Status {
+    absl::StatusOr<SnapshotHoldings> answer = m.client->HeldSnapshots(job_.id);
+    if (answer.ok()) held[i] = *std::move(answer);
+    return absl::OkStatus();  // an actor that cannot say holds nothing
+  });
+  if (!asked.ok()) return 0;
+  std::vector<SnapshotHoldings> vision, llm;
+  std::vector<Member*> vision_members, llm_members;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    const bool is_vision = members_[i]->role == Role::kVision;
+    (is_vision ? vision : llm).push_back(held[i]);
+    (is_vision ? vision_members : llm_members).push_back(members_[i].get());
+  }
+  const std::optional<rundir::CheckpointInfo> checkpoint = rundir::LatestCheckpoint(job_.run_dir);
+  const std::optional<MemoryResumePlan> plan =
+      PlanMemoryResume(vision, llm, checkpoint ? checkpoint->step : 0);
+  if (!plan) {
+    Event("no step's state is whole in the actors' memory: the restart resumes from disk");
+    return 0;
+  }
+  for (size_t i = 0; i < vision_members.size(); ++i) {
+    vision_members[i]->rank = plan->vision_ranks[i];
+    vision_members[i]->restore = plan->vision[i];
+  }
+  for (size_t i = 0; i < llm_members.size(); ++i) {
+    llm_members[i]->rank = plan->llm_ranks[i];
+    llm_members[i]->restore = plan->llm[i];
+  }
+  memory_copies_ = plan->copies;
+  return plan->step;
+}
+
+absl::StatusOr<std::unique_ptr<JobRunner::Attempt>> JobRunner::StartAttempt(int64_t memory_step) {
   auto attempt = std::make_unique<Attempt>(*this, spec_->config);
   const jobspec::JobConfig& job = attempt->job;
   max_restarts_ = job.max_restarts;
@@ -231,6 +277,7 @@ absl::StatusOr<std::unique_ptr<JobRunner::Attempt>> JobRunner::StartAttempt() {
   options.vision_actors = job.vision.actors;
   options.llm_actors = job.llm.actors;
   options.async_checkpoints = job.async_checkpoints;
+  options.memory_step = memory_step;
   ASSIGN_OR_RETURN(attempt->driver, rundir::RunDriver::Open(options));
   rundir::RunDriver& driver = *attempt->driver;
   if (driver.leftovers() > 0) {
@@ -246,10 +293,14 @@ absl::StatusOr<std::unique_ptr<JobRunner::Attempt>> JobRunner::StartAttempt() {
 }
 
 absl::Status JobRunner::AssignAll(rundir::RunSummary* summary, const std::string& resume_from,
-                                  int64_t resume_step) {
+                                  int64_t resume_step, bool from_memory) {
+  // Each group's addresses by rank.
   std::vector<std::string> vision_addresses, llm_addresses;
   for (const auto& m : members_) {
-    (m->role == Role::kVision ? vision_addresses : llm_addresses).push_back(m->actor.address);
+    std::vector<std::string>& addresses =
+        m->role == Role::kVision ? vision_addresses : llm_addresses;
+    if (static_cast<int>(addresses.size()) <= m->rank) addresses.resize(m->rank + 1);
+    addresses[m->rank] = m->actor.address;
   }
   const std::string prefix = absl::StrCat(job_.id, "/", job_.attempt);
   std::vector<ActorAssignReply> replies(members_.size());
@@ -276,6 +327,7 @@ absl::Status JobRunner::AssignAll(rundir::RunSummary* summary, const std::string
     assignment.threads = job_.threads;
     assignment.attempt = job_.attempt;
     assignment.resume_from = resume_from;
+    if (from_memory) assignment.restore = m.restore;
     absl::StatusOr<ActorAssignReply> reply = m.client->AssignJob(assignment);
     RETURN_IF_ERROR(Described(reply.status(), "AssignJob"));
     replies[i] = *reply;

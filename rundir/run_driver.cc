@@ -39,23 +39,34 @@ absl::StatusOr<std::unique_ptr<RunDriver>> RunDriver::Open(const RunDriverOption
     }
     resume = *std::move(named);
   }
-  ASSIGN_OR_RETURN(MetricsLog metrics,
-                   MetricsLog::OpenResumed((fs::path(options.run_dir) / "metrics.jsonl").string(),
-                                           resume ? resume->step : 0));
+  const std::string metrics_path = (fs::path(options.run_dir) / "metrics.jsonl").string();
+  bool from_memory = options.memory_step > 0 && options.memory_step >= (resume ? resume->step : 0);
+  ASSIGN_OR_RETURN(
+      MetricsLog metrics,
+      MetricsLog::OpenResumed(metrics_path,
+                              from_memory ? options.memory_step : (resume ? resume->step : 0)));
+  // From memory only where metrics.jsonl holds every step up to there (a coordinator that
+  // restarted may have lost what it had not synced since the last checkpoint).
+  if (from_memory &&
+      (metrics.steps().empty() || metrics.steps().back().step != options.memory_step)) {
+    from_memory = false;
+    ASSIGN_OR_RETURN(metrics, MetricsLog::OpenResumed(metrics_path, resume ? resume->step : 0));
+  }
   return std::unique_ptr<RunDriver>(new RunDriver(options, std::move(lock), std::move(resume), own,
-                                                  std::move(metrics), leftovers));
+                                                  from_memory, std::move(metrics), leftovers));
 }
 
 RunDriver::RunDriver(RunDriverOptions options, RunDirLock lock,
-                     std::optional<CheckpointInfo> resume, bool resume_is_own, MetricsLog metrics,
-                     int leftovers)
+                     std::optional<CheckpointInfo> resume, bool resume_is_own, bool from_memory,
+                     MetricsLog metrics, int leftovers)
     : options_(std::move(options)),
       lock_(std::move(lock)),
       resume_(std::move(resume)),
       resume_is_own_(resume_is_own),
+      from_memory_(from_memory),
       metrics_(std::move(metrics)),
       leftovers_(leftovers),
-      loop_(options_.loop, resume_ ? resume_->step : 0) {}
+      loop_(options_.loop, from_memory ? options_.memory_step : (resume_ ? resume_->step : 0)) {}
 
 std::string RunDriver::RunPath(const std::string& name) const {
   return (fs::path(options_.run_dir) / name).string();

@@ -82,6 +82,9 @@ struct RunDriverOptions {
   int64_t llm_actors = 1;
   // checkpoint.async: a checkpoint is written while the next step trains, and counts after it.
   bool async_checkpoints = false;
+  // A step the groups restore from memory (failure.snapshot_every; 0: none): the run resumes there
+  // when it is at least the resume point's, metrics.jsonl cut back to it.
+  int64_t memory_step = 0;
 };
 
 class RunDriver {
@@ -97,6 +100,9 @@ class RunDriver {
   const std::optional<CheckpointInfo>& resume_point() const { return resume_; }
   // Whether resume_point() is one of this run's own checkpoints (not the spec's resume_from).
   bool resumes_own_checkpoint() const { return resume_is_own_; }
+  // Whether the run resumes at RunDriverOptions::memory_step, from memory, rather than at
+  // resume_point() (which then only gives the data's tokenizer).
+  bool resumes_from_memory() const { return from_memory_; }
   // Temporary files a killed writer left, removed by Open.
   int leftovers() const { return leftovers_; }
   std::string RunPath(const std::string& name) const;
@@ -110,7 +116,7 @@ class RunDriver {
 
  private:
   RunDriver(RunDriverOptions options, RunDirLock lock, std::optional<CheckpointInfo> resume,
-            bool resume_is_own, MetricsLog metrics, int leftovers);
+            bool resume_is_own, bool from_memory, MetricsLog metrics, int leftovers);
   absl::Status WritePlot();
   absl::Status Evaluate(RunGroups& groups, int64_t step);
   std::string CheckpointDirectory(int64_t step) const;
@@ -122,6 +128,7 @@ class RunDriver {
   const RunDirLock lock_;  // held while the run writes its directory
   const std::optional<CheckpointInfo> resume_;
   const bool resume_is_own_;
+  const bool from_memory_;
   MetricsLog metrics_;
   const int leftovers_;
   RunLoop loop_;

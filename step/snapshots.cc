@@ -17,8 +17,10 @@ using transport::TransferTag;
 
 namespace {
 
-constexpr int64_t kSizeTransfer = 0, kBytesTransfer = 1;  // a snapshot transfer's micro-batch
-constexpr size_t kOwnKept = 2;                            // own snapshots a rank keeps
+// A snapshot transfer's micro-batch: its size and its bytes, to a buddy after a step, or at a
+// restart to the rank whose state it is.
+constexpr int64_t kSizeTransfer = 0, kBytesTransfer = 1, kRestoreSize = 2, kRestoreBytes = 3;
+constexpr size_t kOwnKept = 2;  // own snapshots a rank keeps
 
 // The bytes of `text` as a uint8 tensor that does not own them.
 at::Tensor BytesTensor(std::string& text) {
@@ -112,7 +114,88 @@ absl::StatusOr<ResumePoint> Stage::RestoreSnapshot(std::string_view bytes,
   return resume;
 }
 
+void Stage::RestoreFromMemoryAtNextStep(int64_t step, HeldSnapshots held, int from_peer,
+                                        std::vector<int> send_to) {
+  pending_restore_ = std::make_unique<PendingRestore>(
+      PendingRestore{step, std::move(held), from_peer, std::move(send_to)});
+  step_ = step;
+}
+
+absl::Status Stage::RestoreFromMemory(PendingRestore restore) {
+  SetPhase("snapshot");
+  const int64_t step = restore.step;
+  const char* other = RoleName(role_ == Role::kVision ? Role::kLlm : Role::kVision);
+  const auto tag = [&](int64_t part, int64_t count, int source) {
+    return Tag(TransferKind::kSnapshot, step, part, SampleRange{0, count}, source);
+  };
+  // The copies this rank held for ranks of the other group that lost theirs go first.
+  std::vector<at::Tensor> sizes;
+  std::vector<std::unique_ptr<transport::SendHandle>> sends;
+  for (const int peer : restore.send_to) {
+    auto copy = restore.held.copies.find(peer);
+    if (copy == restore.held.copies.end() || copy->second.first != step) {
+      return absl::FailedPreconditionError(absl::StrCat(group(), " rank ", placement_.rank,
+                                                        " holds no copy of ", other, " rank ", peer,
+                                                        "'s state of step ", step, " to send it"));
+    }
+    std::string& bytes = copy->second.second;
+    sizes.push_back(torch::full({1}, static_cast<double>(bytes.size()), at::kDouble));
+    ASSIGN_OR_RETURN(auto size_send,
+                     Send(peer, tag(kRestoreSize, 1, placement_.rank), sizes.back(), nullptr));
+    sends.push_back(std::move(size_send));
+    ASSIGN_OR_RETURN(
+        auto bytes_send,
+        Send(peer, tag(kRestoreBytes, static_cast<int64_t>(bytes.size()), placement_.rank),
+             BytesTensor(bytes), nullptr));
+    sends.push_back(std::move(bytes_send));
+  }
+  std::string state;
+  std::string what;
+  if (restore.from_peer < 0) {
+    auto own = restore.held.own.find(step);
+    if (own == restore.held.own.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(group(), " rank ", placement_.rank, " keeps no snapshot of step ", step));
+    }
+    state = std::move(own->second);
+    what = absl::StrCat("its snapshot of step ", step, " in memory");
+  } else {
+    SetPhase("transfer");
+    at::Tensor size = at::zeros({1}, at::kDouble);
+    const TransferTag size_tag = tag(kRestoreSize, 1, restore.from_peer);
+    RETURN_IF_ERROR(Expect(size_tag, size));
+    RETURN_IF_ERROR(Await(size_tag));
+    state.resize(static_cast<size_t>(size.item<double>()));
+    const TransferTag bytes_tag =
+        tag(kRestoreBytes, static_cast<int64_t>(state.size()), restore.from_peer);
+    RETURN_IF_ERROR(Expect(bytes_tag, BytesTensor(state)));
+    RETURN_IF_ERROR(Await(bytes_tag));
+    what = absl::StrCat("the copy of its state of step ", step, " from ", other, " rank ",
+                        restore.from_peer);
+  }
+  SetPhase("snapshot");
+  ASSIGN_OR_RETURN(const ResumePoint resume, RestoreSnapshot(state, what));
+  if (resume.step != step) {
+    return absl::DataLossError(absl::StrCat(what, " is of step ", resume.step));
+  }
+  RETURN_IF_ERROR(WaitSends(sends));
+  // What stays true of the run: the snapshots up to `step` (a later one belongs to the steps the
+  // failure undid).
+  held_ = {};
+  for (auto& [taken, bytes] : restore.held.own) {
+    if (taken < step) held_.own[taken] = std::move(bytes);
+  }
+  held_.own[step] = std::move(state);
+  for (auto& [rank, copy] : restore.held.copies) {
+    if (copy.first <= step) held_.copies[rank] = std::move(copy);
+  }
+  SetPhase("idle");
+  return absl::OkStatus();
+}
+
 HeldSnapshots Stage::TakeHeldSnapshots() {
+  // A restore that never ran keeps what it would have restored from.
+  if (pending_restore_) return std::move(std::exchange(pending_restore_, nullptr)->held);
   FinishSnapshotExchange(/*harvest=*/true).IgnoreError();
   return std::exchange(held_, HeldSnapshots{});
 }

@@ -214,6 +214,20 @@ bool Stage::collective_generation() const {
 }
 
 absl::StatusOr<StepResult> Stage::RunStep(int64_t step) {
+  // NOTE [Snapshots in memory]: a restart's restore comes first, the data position with it.
+  if (pending_restore_) {
+    absl::Status restored;
+    try {
+      restored = RestoreFromMemory(std::move(*std::exchange(pending_restore_, nullptr)));
+    } catch (const std::exception& e) {
+      restored = TorchError(absl::StrCat(group(), " rank ", placement_.rank, " restore"), e);
+    }
+    if (!restored.ok()) {
+      SetPhase("idle");
+      transport_->Reset();
+      return restored;
+    }
+  }
   std::vector<std::vector<int64_t>> batches;
   for (int64_t k = 0; k < job_.schedule.micro_batches; ++k)
     batches.push_back(sampler_.Next(MicroBatchSize()));

@@ -187,7 +187,14 @@ class Stage {
   // What this rank holds of its snapshots (the copies still arriving kept if they arrived whole),
   // moved out: the stage holds none after.
   HeldSnapshots TakeHeldSnapshots();
-  int64_t held_snapshot_bytes() const { return held_.bytes(); }
+  const HeldSnapshots& held_snapshots() const { return held_; }
+  // NOTE [Snapshots in memory], at a restart whose ranks keep their places: this rank's state of
+  // step `step` is restored when the next RunStep begins (every rank of both groups is assigned
+  // by then), from `held`'s own snapshot of that step or, with `from_peer` >= 0, the copy that
+  // rank of the other group sends; it first sends `held`'s copies of the ranks `send_to` to them.
+  // The stage stands at step `step` from now on.
+  void RestoreFromMemoryAtNextStep(int64_t step, HeldSnapshots held, int from_peer,
+                                   std::vector<int> send_to);
 
  protected:
   Stage(Role role, const jobspec::JobConfig& job, std::shared_ptr<const JobData> data,
@@ -380,6 +387,15 @@ class Stage {
     std::vector<Incoming> incoming;
   };
   std::unique_ptr<SnapshotExchange> exchange_;
+  struct PendingRestore {
+    int64_t step = 0;
+    HeldSnapshots held;
+    int from_peer = -1;
+    std::vector<int> send_to;
+  };
+  std::unique_ptr<PendingRestore> pending_restore_;
+  // RestoreFromMemoryAtNextStep's restore, when the step begins.
+  absl::Status RestoreFromMemory(PendingRestore restore);
 };
 
 // InternalError "<what>: <message>", without LibTorch's backtrace for a c10::Error.

@@ -53,6 +53,7 @@ class ScriptedWorker final : public Worker {
     }
     job_ = assignment.job_id;
     step_ = 0;
+    restore_ = assignment.restore;
     return AssignResult{};
   }
   absl::StatusOr<StepResult> RunStep(int64_t step) override {
@@ -91,6 +92,19 @@ class ScriptedWorker final : public Worker {
   void Release() override {
     std::lock_guard<std::mutex> lock(mu_);
     job_.clear();
+  }
+  SnapshotHoldings HeldSnapshots(const std::string& job_id) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return job_id == held_job_ ? held_ : SnapshotHoldings{};
+  }
+  void SetHeld(const std::string& job_id, SnapshotHoldings held) {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_job_ = job_id;
+    held_ = std::move(held);
+  }
+  MemoryRestore restore() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return restore_;
   }
   WorkerStatus status() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -137,6 +151,9 @@ class ScriptedWorker final : public Worker {
   int assigns_ = 0;
   std::vector<int64_t> started_;
   std::vector<std::string> written_;
+  MemoryRestore restore_;
+  std::string held_job_;
+  SnapshotHoldings held_;
 };
 
 class ActorServiceTest : public ::testing::Test {
@@ -155,8 +172,13 @@ class ActorServiceTest : public ::testing::Test {
     const grpc::Status status = AssignJob(kJob);
     ASSERT_TRUE(status.ok()) << status.error_message();
   }
-  grpc::Status AssignJob(const std::string& job) {
+  grpc::Status AssignJob(const std::string& job, const MemoryRestore& restore = {}) {
     v1::AssignJobRequest request;
+    if (restore.step > 0) {
+      request.mutable_restore()->set_step(restore.step);
+      request.mutable_restore()->set_from_peer(restore.from_peer);
+      for (const int peer : restore.send_to) request.mutable_restore()->add_send_to(peer);
+    }
     request.set_job_id(job);
     *request.mutable_spec() = jobspec::ParseJobSpecProto(kSpec, "test spec").value();
     request.set_role(v1::ROLE_VISION);
@@ -227,6 +249,43 @@ TEST_F(ActorServiceTest, AStepSentAheadWaitsForItsPredecessor) {
   EXPECT_TRUE(s2.ok()) << s2.error_message();
   EXPECT_TRUE(s3.ok()) << s3.error_message();
   EXPECT_EQ(worker_.started(), (std::vector<int64_t>{1, 2, 3}));
+}
+
+// NOTE [Snapshots in memory]: what the worker holds of a job is answered, and a restart's restore
+// reaches the worker as the coordinator sent it.
+TEST_F(ActorServiceTest, ItAnswersWhatItHoldsOfAJobAndPassesARestoreOn) {
+  SnapshotHoldings held;
+  held.holds = true;
+  held.role = Role::kLlm;
+  held.rank = 1;
+  held.group_size = 2;
+  held.peer_group_size = 3;
+  held.own_steps = {4, 6};
+  held.copies = {{1, 6}};
+  held.bytes = 1234;
+  worker_.SetHeld("job-000009", held);
+  v1::HeldSnapshotsRequest request;
+  request.set_job_id("job-000009");
+  v1::HeldSnapshotsResponse response;
+  ASSERT_TRUE(stub_->HeldSnapshots(Context(10000).get(), request, &response).ok());
+  EXPECT_TRUE(response.holds());
+  EXPECT_EQ(response.role(), v1::ROLE_LLM);
+  EXPECT_EQ(response.rank(), 1);
+  EXPECT_EQ(response.group_size(), 2);
+  EXPECT_EQ(response.peer_group_size(), 3);
+  EXPECT_EQ(std::vector<int64_t>(response.own_steps().begin(), response.own_steps().end()),
+            (std::vector<int64_t>{4, 6}));
+  ASSERT_EQ(response.copies().size(), 1u);
+  EXPECT_EQ(response.copies().at(1), 6);
+  EXPECT_EQ(response.bytes(), 1234);
+  request.set_job_id("job-000010");
+  ASSERT_TRUE(stub_->HeldSnapshots(Context(10000).get(), request, &response).ok());
+  EXPECT_FALSE(response.holds());
+
+  ASSERT_TRUE(Release().ok());
+  const MemoryRestore restore{6, 2, {0, 2}};
+  ASSERT_TRUE(AssignJob(kJob, restore).ok());
+  EXPECT_EQ(worker_.restore(), restore);
 }
 
 TEST_F(ActorServiceTest, AStepAfterAFailedOneIsAborted) {

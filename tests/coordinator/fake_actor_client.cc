@@ -58,6 +58,9 @@ class FakeActors::Client final : public ActorClient {
   absl::Status Release(const std::string& job_id, const std::string& reason) override {
     return actors_->Release(address_, reason);
   }
+  absl::StatusOr<SnapshotHoldings> HeldSnapshots(const std::string& job_id) override {
+    return actors_->HeldSnapshots(address_);
+  }
   void StopRetrying() override {}
   void CancelCalls() override { actors_->CancelCalls(address_); }
 
@@ -93,7 +96,9 @@ absl::StatusOr<ActorAssignReply> FakeActors::Assign(const std::string& address,
       failure != actors_[address].load_failures.end()) {
     return failure->second;
   }
-  if (!assignment.resume_from.empty()) {
+  if (assignment.restore.step > 0) {
+    reply.step = assignment.restore.step;
+  } else if (!assignment.resume_from.empty()) {
     absl::StatusOr<rundir::CheckpointInfo> checkpoint =
         rundir::ReadCheckpoint(assignment.resume_from);
     if (!checkpoint.ok()) return checkpoint.status();
@@ -280,6 +285,17 @@ std::vector<int64_t> FakeActors::StepsDone(const std::string& address) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = actors_.find(address);
   return it == actors_.end() ? std::vector<int64_t>() : it->second.steps_done;
+}
+
+void FakeActors::SetHeldSnapshots(const std::string& address, SnapshotHoldings held) {
+  std::lock_guard<std::mutex> lock(mu_);
+  actors_[address].held_snapshots = std::move(held);
+}
+
+absl::StatusOr<SnapshotHoldings> FakeActors::HeldSnapshots(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status gone = Enter({address, "HeldSnapshots", 0, ""}); !gone.ok()) return gone;
+  return actors_[address].held_snapshots;
 }
 
 std::vector<std::pair<std::string, ActorAssignment>> FakeActors::Assignments() const {

@@ -71,6 +71,8 @@ class FakeActors final : public ActorClientFactory {
   void Unhold(const std::string& address);
   void SetStepReply(const std::string& address, std::function<ActorStepReply(int64_t step)> reply);
   void SetEvalReply(const std::string& address, ActorEvalReply reply);
+  // HeldSnapshots at `address` answers `held` (default: nothing held).
+  void SetHeldSnapshots(const std::string& address, SnapshotHoldings held);
   // AssignJob at `address` blocks, once entered, until the client's CancelCalls (it then fails with
   // CANCELLED): an actor still building a large stage. WaitForAssign waits until it was entered.
   void HoldAssign(const std::string& address);
@@ -115,6 +117,7 @@ class FakeActors final : public ActorClientFactory {
     std::vector<int64_t> steps_done;
     std::function<ActorStepReply(int64_t)> step_reply;
     ActorEvalReply eval_reply;
+    SnapshotHoldings held_snapshots;
   };
 
   absl::StatusOr<ActorAssignReply> Assign(const std::string& address, const ActorAssignment& a);
@@ -123,6 +126,7 @@ class FakeActors final : public ActorClientFactory {
   absl::Status SaveCheckpoint(const std::string& address, int64_t step, const std::string& dir);
   absl::Status Export(const std::string& address, const std::string& path);
   absl::Status Release(const std::string& address, const std::string& reason);
+  absl::StatusOr<SnapshotHoldings> HeldSnapshots(const std::string& address);
   void CancelCalls(const std::string& address);
   // Records the call; UNAVAILABLE when the actor is gone. REQUIRES: mu_ held.
   absl::Status Enter(const Call& call);

@@ -177,6 +177,34 @@ TEST_F(RestartTest, KilledActorJobResumesFromItsLastCheckpointWithUninterruptedL
   EXPECT_THAT(status.output, HasSubstr("\"restarts\":\"1\""));
 }
 
+// failure.snapshot_every: the LLM actor is killed after step 13 (the last checkpoint is step 10's,
+// the last snapshot step 12's). The restart resumes at step 12 from memory: the vision actor
+// restores its own snapshot and sends the LLM rank's copy it held to the spare LLM actor that
+// takes the place; steps 13 to 30 take the uninterrupted run's losses exactly, and every step is
+// recorded once.
+TEST_F(RestartTest, KilledActorJobResumesFromSnapshotsInItsPeersMemory) {
+  cluster_.StartActor("vision");
+  const pid_t llm = cluster_.StartActor("llm");
+  cluster_.StartActor("llm");  // the spare that takes the killed actor's place
+  const std::string reference = Submit("reference", Spec("reference", 1, 1));
+  EXPECT_THAT(Follow(reference), HasSubstr("SUCCEEDED"));
+
+  const std::string snapshots = R"(, "failure": {"snapshot_every": 2})";
+  cluster_.Hold("snapshots", 13);
+  const std::string job = Submit("snapshots", Spec("snapshots", 1, 1, snapshots));
+  ASSERT_TRUE(AwaitCheckpoint(job, 2 * kCheckpointEvery));
+  ASSERT_TRUE(cluster_.AwaitHeld(job, 13)) << cluster_.Cli(absl::StrCat("logs ", job)).output;
+  cluster_.Kill(llm);
+  cluster_.Release("snapshots");  // its next step finds the actor gone
+  const std::string log = Follow(job);
+  EXPECT_THAT(log, HasSubstr("RESTARTING: lost contact with llm-0 (llm rank 0"));
+  EXPECT_THAT(log, HasSubstr("resumed from memory at step 12: llm rank 0 from vision rank 0's "
+                             "copy, the others from their own snapshots"));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("resumed from " + RunDir(job))));
+  EXPECT_THAT(log, HasSubstr("SUCCEEDED"));
+  ExpectSameSteps(Steps(RunDir(job)), Steps(RunDir(reference)));
+}
+
 TEST_F(RestartTest, SupervisedActorThatIsKilledIsReportedWithItsSignalAndTheJobResumes) {
   cluster_.StartActor("vision");
   const pid_t supervisor = cluster_.StartActor("llm", {"--supervise"});

@@ -131,7 +131,7 @@ TEST_F(SecurityTest, EveryRpcRefusesAMissingOrWrongTokenAndTheRefusalIsLoggedOnc
       }
     }
   }
-  EXPECT_EQ(methods, 15 + 7 + 3);
+  EXPECT_EQ(methods, 15 + 8 + 3);
   // Probes carry no token.
   for (const std::string& address : {cluster_.address(), actor}) {
     const grpc::Status health = CallEmpty(address, "/grpc.health.v1.Health/Check", "");
