@@ -56,6 +56,12 @@ struct JobRunner::Attempt : rundir::RunGroups {
         if (static_cast<int>(planned.size()) <= rank) planned.resize(rank + 1, 0.0);
         compute[rank] = r.compute_s;
         planned[rank] = r.planned;
+        if (job.snapshot_every > 0) {
+          std::vector<int64_t>& held =
+              llm ? sample.llm_snapshot_bytes : sample.vision_snapshot_bytes;
+          if (static_cast<int>(held.size()) <= rank) held.resize(rank + 1, 0);
+          held[rank] = r.snapshot_bytes;
+        }
         outcome.skipped_samples = std::max(outcome.skipped_samples, r.skipped_samples);
         if (runner.members_[i]->role == Role::kLlm) {
           sample.llm_to_vision_bytes += r.bytes_sent;

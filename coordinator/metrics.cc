@@ -160,6 +160,18 @@ std::string Metrics::Render(const std::map<JobState, int64_t>& jobs,
                       "\n");
     }
   }
+  const char* snapshots = "tandem_job_snapshot_bytes";
+  Header(&out, snapshots, "gauge",
+         "A running job's snapshots in memory (failure.snapshot_every) each rank holds, in bytes.");
+  for (const auto& [id, sample] : running_) {
+    for (const auto& [group, bytes] : {std::pair{"vision", &sample.vision_snapshot_bytes},
+                                       std::pair{"llm", &sample.llm_snapshot_bytes}}) {
+      for (size_t rank = 0; rank < bytes->size(); ++rank) {
+        absl::StrAppend(&out, snapshots, "{", JobLabels(sample), ",group=\"", group, "\",rank=\"",
+                        rank, "\"} ", (*bytes)[rank], "\n");
+      }
+    }
+  }
   return out;
 }
 

@@ -61,6 +61,8 @@ struct StepSample {
   double padding_waste = 0;
   std::vector<std::pair<std::string, int64_t>> samples_by_source;  // a mixture's, in its order
   int64_t skipped_samples = 0;  // of `samples`, left out as unreadable
+  // Per rank of each group: the bytes of snapshots it holds in memory (failure.snapshot_every).
+  std::vector<int64_t> vision_snapshot_bytes, llm_snapshot_bytes;
 };
 
 class Metrics {

@@ -47,6 +47,8 @@ StepSample Step(int64_t step, double loss) {
   s.padding_waste = 0.125;
   s.samples_by_source = {{"shapes", 6 * step}, {"photos", 2 * step}};
   s.skipped_samples = step - 1;  // none at step 1, one at step 2
+  s.vision_snapshot_bytes = {3000};
+  s.llm_snapshot_bytes = {2000, 1000 * step};
   return s;
 }
 
@@ -95,6 +97,10 @@ TEST(MetricsTest, CountsJobsByStateActorsByPoolAndStepsOfRunningJobs) {
   EXPECT_THAT(text, HasSubstr("tandem_job_padding_waste" + labels + " 0.125\n"));
   EXPECT_THAT(text, HasSubstr("tandem_job_source_samples{job=\"job-000002\",name="
                               "\"caption \\\"tiny\\\"\",source=\"photos\"} 4\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_job_snapshot_bytes{job=\"job-000002\",name="
+                              "\"caption \\\"tiny\\\"\",group=\"vision\",rank=\"0\"} 3000\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_job_snapshot_bytes{job=\"job-000002\",name="
+                              "\"caption \\\"tiny\\\"\",group=\"llm\",rank=\"1\"} 2000\n"));
 
   metrics.EndJob("job-000002");
   const std::string ended = metrics.Render({}, {}, now, std::chrono::seconds(10));
