@@ -395,10 +395,16 @@ void JobRunner::Run() {
       ++job_.restarts;
       const std::optional<rundir::CheckpointInfo> checkpoint =
           rundir::LatestCheckpoint(job_.run_dir);
-      SetState(JobState::kRestarting, absl::StrCat(message, "; restart ", job_.restarts, " of ",
-                                                   max_restarts_, " (failure.max_restarts) from ",
-                                                   checkpoint ? checkpoint->directory : "the start",
-                                                   " once its actors are free"));
+      const std::string from = checkpoint ? checkpoint->directory : "the start";
+      SetState(JobState::kRestarting,
+               absl::StrCat(message, "; restart ", job_.restarts, " of ", max_restarts_,
+                            " (failure.max_restarts) from ",
+                            spec_->config.snapshot_every > 0 && !memory_failed
+                                ? absl::StrCat("the snapshots in memory where every rank's state "
+                                               "is held, else ",
+                                               from)
+                                : from,
+                            " once its actors are free"));
     } else {
       if (lost || damaged || memory_failed) {
         message = absl::StrCat(message, "; gave up after ", job_.restarts,

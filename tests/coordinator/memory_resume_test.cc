@@ -64,6 +64,23 @@ TEST(MemoryResume, ALostRanksPlaceGoesToANewcomerThatReceivesItsBuddysCopy) {
   EXPECT_EQ(plan->copies, "llm rank 2 from vision rank 0's copy");
 }
 
+// Two ranks of one group lost at once (LLM 0 and 2, whose copies vision rank 0 holds): both places
+// go to newcomers, and vision rank 0 sends both copies.
+TEST(MemoryResume, TwoRanksOfAGroupLostAtOnceAreBothRestoredFromTheirBuddysCopies) {
+  std::vector<SnapshotHoldings> llm = Llm();
+  llm[0] = SnapshotHoldings{};
+  llm[2] = SnapshotHoldings{};
+  const std::optional<MemoryResumePlan> plan = PlanMemoryResume(Vision(), llm, 0);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->step, 4);
+  EXPECT_EQ(plan->llm_ranks, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(plan->llm[0], (MemoryRestore{4, 0, {}}));
+  EXPECT_EQ(plan->llm[2], (MemoryRestore{4, 0, {}}));
+  EXPECT_EQ(plan->vision[0], (MemoryRestore{4, -1, {0, 2}}));
+  EXPECT_EQ(plan->copies,
+            "llm rank 0 from vision rank 0's copy, llm rank 2 from vision rank 0's copy");
+}
+
 // Step 4's copy of a lost rank never arrived (its buddy has step 2's): every rank goes back to step
 // 2, which all kept.
 TEST(MemoryResume, ACopyThatDidNotArriveTakesEveryRankBackToTheSnapshotBefore) {

@@ -198,6 +198,9 @@ TEST_F(RestartTest, KilledActorJobResumesFromSnapshotsInItsPeersMemory) {
   cluster_.Release("snapshots");  // its next step finds the actor gone
   const std::string log = Follow(job);
   EXPECT_THAT(log, HasSubstr("RESTARTING: lost contact with llm-0 (llm rank 0"));
+  EXPECT_THAT(log, HasSubstr("restart 1 of 3 (failure.max_restarts) from the snapshots in memory "
+                             "where every rank's state is held, else " +
+                             RunDir(job) + "/checkpoints/step-000010"));
   EXPECT_THAT(log, HasSubstr("resumed from memory at step 12: llm rank 0 from vision rank 0's "
                              "copy, the others from their own snapshots"));
   EXPECT_THAT(log, ::testing::Not(HasSubstr("resumed from " + RunDir(job))));
