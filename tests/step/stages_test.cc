@@ -1022,7 +1022,9 @@ Attempt RunAttempt(const jobspec::JobConfig& job, int nv, int nl, int attempt, i
       absl::StatusOr<ResumePoint> point =
           (*stage)->RestoreSnapshot(restore.at({vision, rank}), "a snapshot");
       status = point.status();
-      if (status.ok()) EXPECT_EQ(point->step, first - 1);
+      if (status.ok()) {
+        EXPECT_EQ(point->step, first - 1);
+      }
     }
     for (int64_t step = first; status.ok() && step <= last; ++step) {
       absl::StatusOr<StepResult> result = (*stage)->RunStep(step);
