@@ -16,6 +16,7 @@
 #include "proto/tandem/v1/coordinator.pb.h"
 #include "rundir/checkpoint_dir.h"
 #include "rundir/run_driver.h"
+#include "rundir/run_log.h"
 
 namespace tandem::coordinator {
 
@@ -191,6 +192,10 @@ absl::Status JobRunner::Execute() {
   const int64_t resume_step = driver.loop().first_step() - 1;
   const std::optional<rundir::CheckpointInfo>& resume = driver.resume_point();
   const bool from_memory = driver.resumes_from_memory();
+  if (memory_step > 0 && !from_memory) {
+    Event(absl::StrCat("metrics.jsonl does not hold every step up to ", memory_step,
+                       ", the step in memory: the restart resumes from disk"));
+  }
   const absl::Status assigned =
       AssignAll(&driver.summary(), resume ? resume->directory : "", resume_step, from_memory);
   // A checkpoint of the job's own that its actors cannot load: the next attempt passes over it.
@@ -250,8 +255,16 @@ int64_t JobRunner::PlaceFromMemory() {
     (is_vision ? vision_members : llm_members).push_back(members_[i].get());
   }
   const std::optional<rundir::CheckpointInfo> checkpoint = rundir::LatestCheckpoint(job_.run_dir);
-  const std::optional<MemoryResumePlan> plan =
-      PlanMemoryResume(vision, llm, checkpoint ? checkpoint->step : 0);
+  // A step whose answers did not all reach the runner before the failure has no record: the run
+  // cannot resume after it.
+  std::vector<rundir::StepRecord> steps;
+  std::vector<rundir::EvalRecord> evals;
+  const fs::path metrics = fs::path(job_.run_dir) / "metrics.jsonl";
+  if (fs::exists(metrics) && !rundir::ReadMetrics(metrics.string(), &steps, &evals).ok()) {
+    steps.clear();
+  }
+  const std::optional<MemoryResumePlan> plan = PlanMemoryResume(
+      vision, llm, checkpoint ? checkpoint->step : 0, steps.empty() ? 0 : steps.back().step);
   if (!plan) {
     Event("no step's state is whole in the actors' memory: the restart resumes from disk");
     return 0;

@@ -74,7 +74,7 @@ std::optional<std::vector<int>> Sources(const Group& group, const Group& other,
 
 std::optional<MemoryResumePlan> PlanMemoryResume(const std::vector<SnapshotHoldings>& vision,
                                                  const std::vector<SnapshotHoldings>& llm,
-                                                 int64_t at_least) {
+                                                 int64_t at_least, int64_t at_most) {
   const Group groups[2] = {{Role::kVision, vision}, {Role::kLlm, llm}};
   if (vision.empty() || llm.empty()) return std::nullopt;
   std::set<int64_t, std::greater<>> steps;
@@ -86,6 +86,7 @@ std::optional<MemoryResumePlan> PlanMemoryResume(const std::vector<SnapshotHoldi
   }
   for (const int64_t step : steps) {
     if (step <= 0 || step < at_least) break;
+    if (step > at_most) continue;  // the run's record of it was lost with the failure
     std::vector<bool> own[2];
     const std::vector<int> ranks[2] = {Place(groups[0], groups[1], step, &own[0]),
                                        Place(groups[1], groups[0], step, &own[1])};

@@ -3,10 +3,11 @@
 // every rank of both groups can have, and who restores what. A rank that kept its own snapshot of
 // that step keeps its place; a rank whose actor is gone is taken by one of the others (a spare, or
 // the restarted process), which receives the copy its buddy in the other group holds. None when a
-// lost rank's buddy is gone too, the group sizes changed, or no step is newer than `at_least`
-// (the last checkpoint's): the restart then resumes from disk.
+// lost rank's buddy is gone too, the group sizes changed, or no step lies in [at_least, at_most]
+// (from the last checkpoint's to the last step metrics.jsonl records): the restart then resumes
+// from disk.
 //
-//   std::optional<MemoryResumePlan> plan = PlanMemoryResume(vision, llm, checkpoint_step);
+//   std::optional<MemoryResumePlan> plan = PlanMemoryResume(vision, llm, checkpoint, recorded);
 //   member i of the vision group takes rank plan->vision_ranks[i] and plan->vision[i]'s restore.
 #pragma once
 
@@ -31,6 +32,6 @@ struct MemoryResumePlan {
 // `vision` and `llm`: what each member of the new attempt's groups holds (its HeldSnapshots).
 std::optional<MemoryResumePlan> PlanMemoryResume(const std::vector<SnapshotHoldings>& vision,
                                                  const std::vector<SnapshotHoldings>& llm,
-                                                 int64_t at_least);
+                                                 int64_t at_least, int64_t at_most);
 
 }  // namespace tandem::coordinator

@@ -47,12 +47,14 @@ std::string MakeTempDir() {
 
 // A job of `vision` x `llm` actors; `extra` adds top-level keys (a leading comma and the pairs).
 std::string Spec(int vision, int llm, int64_t steps, int64_t eval_every, int64_t checkpoint_every,
-                 int64_t max_restarts, const std::string& resume_from = "") {
+                 int64_t max_restarts, const std::string& resume_from = "",
+                 int64_t snapshot_every = 0) {
   const std::string user = absl::StrCat(
       R"({"name": "runner-test", "data": {"shapes": {}}, "vision": {"actors": )", vision,
       R"(}, "llm": {"actors": )", llm, R"(}, "schedule": {"global_batch": )", kGlobalBatch,
       R"(, "steps": )", steps, R"(, "eval_every": )", eval_every, R"(, "checkpoint_every": )",
-      checkpoint_every, R"(}, "failure": {"max_restarts": )", max_restarts, "}",
+      checkpoint_every, R"(}, "failure": {"max_restarts": )", max_restarts,
+      R"(, "snapshot_every": )", snapshot_every, "}",
       resume_from.empty() ? "" : absl::StrCat(R"(, "resume_from": ")", resume_from, R"(")"), "}");
   absl::StatusOr<jobspec::ResolvedJobSpec> resolved =
       jobspec::ResolveJobSpecJson(user, "test spec");
@@ -444,6 +446,94 @@ TEST_F(JobRunnerTest, RestartResumesFromTheLastCompleteCheckpoint) {
                                             " at step 2 (written by vision 1 x llm 1 actors)");
   }
   EXPECT_TRUE(resumed_event);
+}
+
+// failure.snapshot_every 2, a checkpoint every 3 steps: the LLM actor is lost at step 6. The
+// restart asks the actors what they hold; the vision actor kept its own state of steps 2 and 4 and
+// the LLM rank's copy of step 4, the new LLM actor nothing: the attempt resumes at step 4 from
+// memory (newer than the checkpoint of step 3), the vision actor restoring its own and sending the
+// copy, the new one receiving it; metrics.jsonl is cut back to step 4 and every step is recorded
+// once. Without the copy the next restart resumes from the checkpoint, saying why.
+TEST_F(JobRunnerTest, RestartResumesFromMemoryWhereEveryRanksStateIsHeldElseFromDisk) {
+  const std::vector<std::string> vision = AddActors("vision", 1);
+  const std::vector<std::string> llm = AddActors("llm", 1);
+  const std::string id = CreateJob(Spec(1, 1, 8, 0, 3, 2, "", /*snapshot_every=*/2)).id;
+  const std::string checkpoint = run_dir_ + "/checkpoints/step-000003";
+  // Lost in step 6, once step 5 is recorded.
+  fake_.HoldStep(llm[0], 6);
+  const JobRecord first = RunAttempt(id, 1, 1, [&](JobRunner&) {
+    ASSERT_TRUE(fake_.WaitForStep(llm[0], 6));
+    const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+    while (store_->GetJob(id).value().step < 5 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    fake_.Lose(llm[0]);
+  });
+  EXPECT_EQ(first.state, JobState::kRestarting);
+  EXPECT_THAT(first.message, HasSubstr("restart 1 of 2 (failure.max_restarts) from the snapshots "
+                                       "in memory where every rank's state is held, else " +
+                                       checkpoint));
+  SnapshotHoldings held;
+  held.holds = true;
+  held.role = Role::kVision;
+  held.group_size = held.peer_group_size = 1;
+  held.own_steps = {2, 4};
+  held.copies = {{0, 4}};
+  fake_.SetHeldSnapshots(vision[0], held);
+  const std::vector<std::string> llm2 = AddActors("llm", 1, /*first=*/1);
+  fake_.HoldStep(llm2[0], 7);
+  const JobRecord second = RunAttempt(id, 1, 1, [&](JobRunner&) {
+    ASSERT_TRUE(fake_.WaitForStep(llm2[0], 7));
+    fake_.Lose(llm2[0]);
+  });
+  EXPECT_EQ(second.state, JobState::kRestarting);
+  auto assignments = fake_.Assignments();
+  ASSERT_EQ(assignments.size(), 4u);
+  for (size_t i = 2; i < 4; ++i) {
+    const ActorAssignment& a = assignments[i].second;
+    EXPECT_EQ(a.resume_from, checkpoint);  // for the data's tokenizer alone
+    if (a.role == Role::kVision) {
+      EXPECT_EQ(a.restore, (MemoryRestore{4, -1, {0}}));
+    } else {
+      EXPECT_EQ(a.restore, (MemoryRestore{4, 0, {}}));
+    }
+  }
+  EXPECT_THAT(fake_.StepsDone(llm2[0]), ElementsAre(5, 6));
+  std::vector<std::string> events;
+  const auto texts = [&] {
+    std::vector<std::string> out;
+    const std::vector<JobEventRecord> records = store_->Events(id).value();
+    for (const JobEventRecord& e : records) out.push_back(e.text);
+    return out;
+  };
+  events = texts();
+  EXPECT_EQ(fake_.Calls("HeldSnapshots").size(), 2u);
+  EXPECT_THAT(events, ::testing::Contains("resumed from memory at step 4: llm rank 0 from vision "
+                                          "rank 0's copy, the others from their own snapshots "
+                                          "(failure.snapshot_every)"));
+
+  // The third attempt: the vision actor holds no copy of the lost rank's state.
+  held.copies.clear();
+  fake_.SetHeldSnapshots(vision[0], held);
+  const std::vector<std::string> llm3 = AddActors("llm", 1, /*first=*/2);
+  const JobRecord third = RunAttempt(id, 1, 1);
+  EXPECT_EQ(third.state, JobState::kSucceeded) << third.message;
+  assignments = fake_.Assignments();
+  ASSERT_EQ(assignments.size(), 6u);
+  const std::string newest = run_dir_ + "/checkpoints/step-000006";
+  for (size_t i = 4; i < 6; ++i) {
+    EXPECT_EQ(assignments[i].second.restore.step, 0);
+    EXPECT_EQ(assignments[i].second.resume_from, newest);
+  }
+  events = texts();
+  EXPECT_THAT(events, ::testing::Contains("no step's state is whole in the actors' memory: the "
+                                          "restart resumes from disk"));
+  std::vector<rundir::StepRecord> steps;
+  std::vector<rundir::EvalRecord> evals;
+  ASSERT_TRUE(rundir::ReadMetrics(run_dir_ + "/metrics.jsonl", &steps, &evals).ok());
+  std::vector<int64_t> recorded;
+  for (const rundir::StepRecord& r : steps) recorded.push_back(r.step);
+  EXPECT_THAT(recorded, ElementsAre(1, 2, 3, 4, 5, 6, 7, 8));
 }
 
 // The newest checkpoint turns out damaged (an actor cannot load it): the attempt marks it, says so,

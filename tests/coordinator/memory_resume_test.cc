@@ -36,7 +36,7 @@ std::vector<SnapshotHoldings> Llm() {
 }
 
 TEST(MemoryResume, EveryActorBackKeepsItsRankAndRestoresItsOwnNewestSnapshot) {
-  const std::optional<MemoryResumePlan> plan = PlanMemoryResume(Vision(), Llm(), 0);
+  const std::optional<MemoryResumePlan> plan = PlanMemoryResume(Vision(), Llm(), 0, 10);
   ASSERT_TRUE(plan.has_value());
   EXPECT_EQ(plan->step, 4);
   EXPECT_EQ(plan->vision_ranks, (std::vector<int>{0, 1}));
@@ -52,7 +52,7 @@ TEST(MemoryResume, ALostRanksPlaceGoesToANewcomerThatReceivesItsBuddysCopy) {
   std::vector<SnapshotHoldings> llm = Llm();
   llm[2] = SnapshotHoldings{};  // a spare, or the restarted process
   std::swap(llm[0], llm[2]);
-  const std::optional<MemoryResumePlan> plan = PlanMemoryResume(Vision(), llm, 2);
+  const std::optional<MemoryResumePlan> plan = PlanMemoryResume(Vision(), llm, 2, 10);
   ASSERT_TRUE(plan.has_value());
   EXPECT_EQ(plan->step, 4);
   EXPECT_EQ(plan->llm_ranks, (std::vector<int>{2, 1, 0}));
@@ -70,7 +70,7 @@ TEST(MemoryResume, TwoRanksOfAGroupLostAtOnceAreBothRestoredFromTheirBuddysCopie
   std::vector<SnapshotHoldings> llm = Llm();
   llm[0] = SnapshotHoldings{};
   llm[2] = SnapshotHoldings{};
-  const std::optional<MemoryResumePlan> plan = PlanMemoryResume(Vision(), llm, 0);
+  const std::optional<MemoryResumePlan> plan = PlanMemoryResume(Vision(), llm, 0, 10);
   ASSERT_TRUE(plan.has_value());
   EXPECT_EQ(plan->step, 4);
   EXPECT_EQ(plan->llm_ranks, (std::vector<int>{0, 1, 2}));
@@ -88,7 +88,7 @@ TEST(MemoryResume, ACopyThatDidNotArriveTakesEveryRankBackToTheSnapshotBefore) {
   std::vector<SnapshotHoldings> llm = Llm();
   vision[1] = SnapshotHoldings{};
   llm[1].copies = {{1, 2}};
-  const std::optional<MemoryResumePlan> plan = PlanMemoryResume(vision, llm, 0);
+  const std::optional<MemoryResumePlan> plan = PlanMemoryResume(vision, llm, 0, 10);
   ASSERT_TRUE(plan.has_value());
   EXPECT_EQ(plan->step, 2);
   EXPECT_EQ(plan->vision[1], (MemoryRestore{2, 1, {}}));
@@ -96,19 +96,22 @@ TEST(MemoryResume, ACopyThatDidNotArriveTakesEveryRankBackToTheSnapshotBefore) {
 }
 
 // No plan: a rank and its buddy both lost; a step older than the last checkpoint; other group
-// sizes; nothing held at all.
+// sizes; nothing held at all. A step newer than the run's last record is passed over.
 TEST(MemoryResume, WithoutEveryRanksStateTheRestartResumesFromDisk) {
   std::vector<SnapshotHoldings> vision = Vision();
   std::vector<SnapshotHoldings> llm = Llm();
   vision[0] = SnapshotHoldings{};  // holds LLM 0's and 2's copies
   llm[0] = SnapshotHoldings{};     // vision 0's buddy
-  EXPECT_FALSE(PlanMemoryResume(vision, llm, 0).has_value());
-  EXPECT_FALSE(PlanMemoryResume(Vision(), Llm(), 5).has_value());
+  EXPECT_FALSE(PlanMemoryResume(vision, llm, 0, 10).has_value());
+  EXPECT_FALSE(PlanMemoryResume(Vision(), Llm(), 5, 10).has_value());
+  // Steps 2 and 4 held, the run recorded step 3 last: step 2, if nothing newer is on disk.
+  EXPECT_EQ(PlanMemoryResume(Vision(), Llm(), 0, 3)->step, 2);
+  EXPECT_FALSE(PlanMemoryResume(Vision(), Llm(), 3, 3).has_value());
   std::vector<SnapshotHoldings> fewer = Llm();
   fewer.pop_back();
-  EXPECT_FALSE(PlanMemoryResume(Vision(), fewer, 0).has_value());
+  EXPECT_FALSE(PlanMemoryResume(Vision(), fewer, 0, 10).has_value());
   EXPECT_FALSE(PlanMemoryResume({SnapshotHoldings{}, SnapshotHoldings{}},
-                                std::vector<SnapshotHoldings>(3), 0)
+                                std::vector<SnapshotHoldings>(3), 0, 10)
                    .has_value());
 }
 
