@@ -106,8 +106,9 @@ absl::StatusOr<ResumePoint> Stage::RestoreSnapshot(std::string_view bytes,
                                                    const std::string& what) {
   ASSIGN_OR_RETURN(const engine::CheckpointSnapshot snapshot,
                    engine::DecodeCheckpointSnapshot(bytes, what));
-  std::vector<const engine::CheckpointSnapshot*> snapshots(placement_.group_size, nullptr);
-  snapshots[placement_.rank] = &snapshot;
+  // The engine's group: with tensor or sequence parallelism, one rank of every replica.
+  std::vector<const engine::CheckpointSnapshot*> snapshots(engine_->world_size(), nullptr);
+  snapshots[engine_->rank()] = &snapshot;
   ASSIGN_OR_RETURN(const auto client_state, engine_->RestoreSnapshots(snapshots));
   ASSIGN_OR_RETURN(const ResumePoint resume, ParseCheckpointClientState(client_state, what));
   RETURN_IF_ERROR(SeekData(resume));

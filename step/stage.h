@@ -124,7 +124,8 @@ struct StageProgress {
 // snapshot step or the one before is in two memories, and a group that lost one rank restores
 // the others from their own and the lost one from its buddy's copy (RestoreSnapshot), as from a
 // checkpoint (Engine::RestoreSnapshots), with nothing read from disk. A step's cost is the host
-// copy; the memory a rank holds is twice its state and its buddies' copies (held_snapshot_bytes).
+// copy and its encoding into one buffer; the memory a rank holds is twice its state and its
+// buddies' copies.
 //
 // NOTE [Packed text]
 // Under data.pack_tokens the plan (which LLM replica packs which samples into which rows) needs

@@ -1003,19 +1003,22 @@ struct Attempt {
 };
 Attempt RunAttempt(const jobspec::JobConfig& job, int nv, int nl, int attempt, int64_t first,
                    int64_t last, const std::map<std::pair<bool, int>, std::string>& restore,
-                   std::vector<double>& losses) {
+                   std::vector<double>& losses, int tl = 1) {
   absl::StatusOr<std::shared_ptr<const JobData>> data = OpenJobData(job);
   EXPECT_TRUE(data.ok()) << data.status();
-  Groups groups(nv, 1, nl, 1);
+  Groups groups(nv, 1, nl, tl);
   const std::string key = absl::StrCat("snapshots#", attempt);
   transport::InProcessFabric fabric(key, nv, nl, kTimeout);
   Attempt out;
   std::mutex mu;
   auto rank_main = [&](bool vision, int rank) {
     auto create = vision ? CreateVisionStage : CreateLlmStage;
+    Placement placement = PlacementOf(key, vision, rank, nv, 1, nl, tl);
+    const int replica = rank / placement.parallel, index = rank % placement.parallel;
+    if (!vision && tl > 1) placement.parallel_communicator = groups.tensor[replica]->rank(index);
     absl::StatusOr<std::unique_ptr<Stage>> stage =
-        create(job, *data, PlacementOf(key, vision, rank, nv, 1, nl, 1),
-               vision ? groups.vision.rank(rank) : groups.data[0]->rank(rank),
+        create(job, *data, placement,
+               vision ? groups.vision.rank(rank) : groups.data[index]->rank(replica),
                fabric.Endpoint(vision ? 0 : 1, rank), nullptr);
     absl::Status status = stage.status();
     if (status.ok() && !restore.empty()) {
@@ -1094,6 +1097,28 @@ TEST(StagesSnapshotTest, ALostRankRestoresFromItsBuddysCopyAndTheRunGoesOnExactl
       EXPECT_EQ(resumed[5], reference.losses[5]);
     }
   }
+}
+
+// With the LLM tensor-parallel (2 replicas of 2 ranks), each rank's snapshot is its engine
+// group's shard: LLM rank 3 (replica 1, second half of each matrix) lost and restored from vision
+// rank 1's copy, the run goes on with the uninterrupted losses.
+TEST(StagesSnapshotTest, ATensorParallelRankRestoresItsOwnShardFromItsBuddysCopy) {
+  jobspec::JobConfig job = TinyJob(1);
+  job.schedule.steps = 6;
+  const Outcome reference = RunStages(job, 2, 4, 0, 1, /*tl=*/2);
+  ASSERT_TRUE(reference.errors.empty()) << reference.errors.front();
+  job.snapshot_every = 2;
+  std::vector<double> losses(6, 0.0);
+  Attempt first = RunAttempt(job, 2, 4, 1, 1, 5, {}, losses, /*tl=*/2);
+  ASSERT_TRUE(first.errors.empty()) << first.errors.front();
+  std::map<std::pair<bool, int>, std::string> restore;
+  for (const auto& [who, held] : first.held) restore[who] = held.own.at(4);
+  restore[{false, 3}] = first.held.at({true, 1}).copies.at(3).second;
+  std::vector<double> resumed(6, 0.0);
+  Attempt second = RunAttempt(job, 2, 4, 2, 5, 6, restore, resumed, /*tl=*/2);
+  ASSERT_TRUE(second.errors.empty()) << second.errors.front();
+  EXPECT_EQ(resumed[4], reference.losses[4]);
+  EXPECT_EQ(resumed[5], reference.losses[5]);
 }
 
 // A job resuming from a checkpoint keeps the word tokenizer saved there: the shapes conversations
