@@ -264,6 +264,31 @@ TEST_F(RestartTest, RestartedCoordinatorKnowsEveryJobAndResumesTheRunningOne) {
   ExpectSameSteps(Steps(RunDir(reference)), uninterrupted);
 }
 
+// The coordinator killed and started again while a job with snapshots in memory is held after step
+// 13: its actors kept their snapshots, so the job resumes at step 12 from memory, every rank from
+// its own, with the uninterrupted losses.
+TEST_F(RestartTest, RestartedCoordinatorResumesTheRunningJobFromTheActorsMemory) {
+  cluster_.StartActor("vision");
+  cluster_.StartActor("llm");
+  const std::string reference = Submit("reference", Spec("reference", 1, 1));
+  EXPECT_THAT(Follow(reference), HasSubstr("SUCCEEDED"));
+  cluster_.Hold("kept", 13);
+  const std::string job =
+      Submit("kept", Spec("kept", 1, 1, R"(, "failure": {"snapshot_every": 2})"));
+  ASSERT_TRUE(AwaitCheckpoint(job, 2 * kCheckpointEvery));
+  ASSERT_TRUE(cluster_.AwaitHeld(job, 13)) << cluster_.Cli(absl::StrCat("logs ", job)).output;
+  const std::string address = cluster_.address();
+  cluster_.Kill(cluster_.coordinator());
+  cluster_.StartCoordinator(address, {"--heartbeat-timeout", "10"});
+  ASSERT_EQ(cluster_.address(), address);
+  cluster_.Release("kept");
+  const std::string log = Follow(job);
+  EXPECT_THAT(log, HasSubstr("RESTARTING: the coordinator restarted while the job ran"));
+  EXPECT_THAT(log, HasSubstr("resumed from memory at step 12: every rank from its own snapshot"));
+  EXPECT_THAT(log, HasSubstr("SUCCEEDED"));
+  ExpectSameSteps(Steps(RunDir(job)), Steps(RunDir(reference)));
+}
+
 TEST_F(RestartTest, JobKeepsFailingStopsAfterItsRestarts) {
   cluster_.StartActor("vision");
   const pid_t first = cluster_.StartActor("llm");
