@@ -136,9 +136,11 @@ absl::StatusOr<ActorStepReply> FakeActors::RunStep(const std::string& address, i
     return absl::AbortedError(absl::StrCat("step ", step, " not run: an earlier step failed"));
   }
   if (auto failure = actor.failures.find(step); failure != actor.failures.end()) {
+    const absl::Status status = failure->second;
+    actor.failures.erase(failure);
     actor.failed = true;
     changed_.notify_all();
-    return failure->second;
+    return status;
   }
   actor.done = step;
   actor.steps_done.push_back(step);

@@ -56,7 +56,7 @@ class FakeActors final : public ActorClientFactory {
   std::unique_ptr<ActorClient> Connect(const std::string& address,
                                        const std::string& name) override;
 
-  // RunStep(step) at `address` fails with `status`.
+  // The next RunStep(step) at `address` fails with `status`.
   void FailStep(const std::string& address, int64_t step, absl::Status status);
   // Every AssignJob at `address` that resumes from `checkpoint` fails with `status`, as an actor
   // that cannot load it.

@@ -536,6 +536,45 @@ TEST_F(JobRunnerTest, RestartResumesFromMemoryWhereEveryRanksStateIsHeldElseFrom
   EXPECT_THAT(recorded, ElementsAre(1, 2, 3, 4, 5, 6, 7, 8));
 }
 
+// A restore from memory that fails in the first step (the actors then hold nothing): no actor was
+// lost, yet the job restarts, from its checkpoint, saying why.
+TEST_F(JobRunnerTest, ARestoreFromMemoryThatFailsRestartsFromTheCheckpoint) {
+  const std::vector<std::string> vision = AddActors("vision", 1);
+  const std::vector<std::string> llm = AddActors("llm", 1);
+  const std::string id = CreateJob(Spec(1, 1, 8, 0, 3, 2, "", /*snapshot_every=*/2)).id;
+  const std::string checkpoint = run_dir_ + "/checkpoints/step-000003";
+  fake_.HoldStep(llm[0], 6);
+  const JobRecord first = RunAttempt(id, 1, 1, [&](JobRunner&) {
+    ASSERT_TRUE(fake_.WaitForStep(llm[0], 6));
+    const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+    while (store_->GetJob(id).value().step < 5 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    fake_.Lose(llm[0]);
+  });
+  ASSERT_EQ(first.state, JobState::kRestarting);
+  SnapshotHoldings held;
+  held.holds = true;
+  held.role = Role::kVision;
+  held.group_size = held.peer_group_size = 1;
+  held.own_steps = {4};
+  held.copies = {{0, 4}};
+  fake_.SetHeldSnapshots(vision[0], held);
+  const std::vector<std::string> llm2 = AddActors("llm", 1, /*first=*/1);
+  fake_.FailStep(llm2[0], 5, absl::DataLossError("the copy of its state of step 4: bad CRC"));
+  const JobRecord second = RunAttempt(id, 1, 1);
+  EXPECT_EQ(second.state, JobState::kRestarting);
+  EXPECT_THAT(second.message,
+              HasSubstr("; the restore from memory at step 4 failed; restart 2 of 2 "
+                        "(failure.max_restarts) from " +
+                        checkpoint));
+  fake_.SetHeldSnapshots(vision[0], SnapshotHoldings{});  // the actors dropped them
+  const JobRecord third = RunAttempt(id, 1, 1);
+  EXPECT_EQ(third.state, JobState::kSucceeded) << third.message;
+  EXPECT_EQ(fake_.Assignments().back().second.resume_from, checkpoint);
+  EXPECT_EQ(fake_.Assignments().back().second.restore.step, 0);
+}
+
 // The newest checkpoint turns out damaged (an actor cannot load it): the attempt marks it, says so,
 // and the next resumes from the newest intact checkpoint instead of failing the job.
 TEST_F(JobRunnerTest, ADamagedNewestCheckpointFallsBackToTheNewestIntactOne) {
