@@ -135,6 +135,32 @@ class JobRunnerTest : public ::testing::Test {
     return store_->GetJob(job_id).value();
   }
 
+  // One attempt of job `id` whose LLM actor at `address` is lost in step 6, once step 5 is
+  // recorded; the job as stored.
+  JobRecord RunLosingAfterStep5(const std::string& id, const std::string& address) {
+    fake_.HoldStep(address, 6);
+    return RunAttempt(id, 1, 1, [&](JobRunner&) {
+      ASSERT_TRUE(fake_.WaitForStep(address, 6));
+      const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+      while (store_->GetJob(id).value().step < 5 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      fake_.Lose(address);
+    });
+  }
+
+  // What the vision rank of a 1 x 1 job holds: its own snapshots of `own_steps`, and `copies`.
+  static SnapshotHoldings VisionHolding(std::vector<int64_t> own_steps,
+                                        std::map<int, int64_t> copies) {
+    SnapshotHoldings held;
+    held.holds = true;
+    held.role = Role::kVision;
+    held.group_size = held.peer_group_size = 1;
+    held.own_steps = std::move(own_steps);
+    held.copies = std::move(copies);
+    return held;
+  }
+
   std::string ActorId(const std::string& address) const {
     for (const ActorEntry& a : registry_.List()) {
       if (a.address == address) return a.id;
@@ -459,26 +485,12 @@ TEST_F(JobRunnerTest, RestartResumesFromMemoryWhereEveryRanksStateIsHeldElseFrom
   const std::vector<std::string> llm = AddActors("llm", 1);
   const std::string id = CreateJob(Spec(1, 1, 8, 0, 3, 2, "", /*snapshot_every=*/2)).id;
   const std::string checkpoint = run_dir_ + "/checkpoints/step-000003";
-  // Lost in step 6, once step 5 is recorded.
-  fake_.HoldStep(llm[0], 6);
-  const JobRecord first = RunAttempt(id, 1, 1, [&](JobRunner&) {
-    ASSERT_TRUE(fake_.WaitForStep(llm[0], 6));
-    const auto deadline = std::chrono::steady_clock::now() + kDeadline;
-    while (store_->GetJob(id).value().step < 5 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    fake_.Lose(llm[0]);
-  });
+  const JobRecord first = RunLosingAfterStep5(id, llm[0]);
   EXPECT_EQ(first.state, JobState::kRestarting);
   EXPECT_THAT(first.message, HasSubstr("restart 1 of 2 (failure.max_restarts) from the snapshots "
                                        "in memory where every rank's state is held, else " +
                                        checkpoint));
-  SnapshotHoldings held;
-  held.holds = true;
-  held.role = Role::kVision;
-  held.group_size = held.peer_group_size = 1;
-  held.own_steps = {2, 4};
-  held.copies = {{0, 4}};
+  SnapshotHoldings held = VisionHolding({2, 4}, {{0, 4}});
   fake_.SetHeldSnapshots(vision[0], held);
   const std::vector<std::string> llm2 = AddActors("llm", 1, /*first=*/1);
   fake_.HoldStep(llm2[0], 7);
@@ -543,22 +555,9 @@ TEST_F(JobRunnerTest, ARestoreFromMemoryThatFailsRestartsFromTheCheckpoint) {
   const std::vector<std::string> llm = AddActors("llm", 1);
   const std::string id = CreateJob(Spec(1, 1, 8, 0, 3, 2, "", /*snapshot_every=*/2)).id;
   const std::string checkpoint = run_dir_ + "/checkpoints/step-000003";
-  fake_.HoldStep(llm[0], 6);
-  const JobRecord first = RunAttempt(id, 1, 1, [&](JobRunner&) {
-    ASSERT_TRUE(fake_.WaitForStep(llm[0], 6));
-    const auto deadline = std::chrono::steady_clock::now() + kDeadline;
-    while (store_->GetJob(id).value().step < 5 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    fake_.Lose(llm[0]);
-  });
+  const JobRecord first = RunLosingAfterStep5(id, llm[0]);
   ASSERT_EQ(first.state, JobState::kRestarting);
-  SnapshotHoldings held;
-  held.holds = true;
-  held.role = Role::kVision;
-  held.group_size = held.peer_group_size = 1;
-  held.own_steps = {4};
-  held.copies = {{0, 4}};
+  const SnapshotHoldings held = VisionHolding({4}, {{0, 4}});
   fake_.SetHeldSnapshots(vision[0], held);
   const std::vector<std::string> llm2 = AddActors("llm", 1, /*first=*/1);
   fake_.FailStep(llm2[0], 5, absl::DataLossError("the copy of its state of step 4: bad CRC"));
