@@ -228,14 +228,18 @@ absl::StatusOr<StepResult> LlmStage::Train(int64_t step,
     global_targets += text.targets;
     result.planned += plans[k].llm_costs[replica()];
     ASSIGN_OR_RETURN(rows.emplace_back(), RowsOf(plans[k], text));
+  }
+  // Each replica counted its own samples' targets: the group's sum is the batch's (each engine
+  // group holds one rank of every replica). Before any transfer is expected: a rank whose
+  // transfers were withdrawn (the other group failed) fails before the collective or after it,
+  // never leaving the others waiting in it.
+  ASSIGN_OR_RETURN(global_targets, SumOverGroup(global_targets));
+  for (size_t k = 0; k < batches.size(); ++k) {
     const SampleRange images = MyImages(plans[k]);
     hosts.push_back(EmbeddingBuffer(images.size()));
     ASSIGN_OR_RETURN(incoming[k], ExpectEmbeddings(TransferKind::kEmbeddings, step,
                                                    static_cast<int64_t>(k), plans[k], hosts[k]));
   }
-  // Each replica counted its own samples' targets: the group's sum is the batch's (each engine
-  // group holds one rank of every replica).
-  ASSIGN_OR_RETURN(global_targets, SumOverGroup(global_targets));
   // Only the replica's first rank sends gradients back and reports the loss: its peers compute the
   // same (NOTE [Parallel sets]).
   const bool speaks = parallel_index() == 0;
